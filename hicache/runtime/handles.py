@@ -1,0 +1,148 @@
+"""Handles that the control side holds instead of physical state.
+
+Invariant (seed 000, invariant 3): the control side holds identifiers whose lifecycle the
+runtime defines, never a stream, event, pointer, tensor or free list. Every handle
+carries the ``runtime_id`` and ``generation`` that issued it, so a handle that outlived
+its pool (runtime restarted, slot reused) is rejected by :func:`check_generation`.
+
+    CacheExtentRef(runtime_id, generation, tier, page_runs=(PageRun(40, 3), PageRun(7, 1)))
+        = runtime pages 40, 41, 42, 7 of that tier, in token order
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+
+class Tier(enum.Enum):
+    """Where a copy of KV lives: L1 GPU memory, L2 pinned host memory, L3 storage."""
+
+    DEVICE = "L1"
+    HOST = "L2"
+    STORAGE = "L3"
+
+
+class StaleHandleError(RuntimeError):
+    """A handle or extent from another runtime or an older generation was presented."""
+
+
+@dataclass(frozen=True, slots=True)
+class PageRun:
+    """``page_count`` consecutive runtime page ids starting at ``first_page``."""
+
+    first_page: int
+    page_count: int
+
+    def __post_init__(self) -> None:
+        if self.page_count <= 0 or self.first_page < 0:
+            raise ValueError(f"invalid PageRun({self.first_page}, {self.page_count})")
+
+    def pages(self) -> range:
+        return range(self.first_page, self.first_page + self.page_count)
+
+
+def coalesce(pages: Iterable[int]) -> tuple[PageRun, ...]:
+    """Page ids in order -> the fewest runs that list them in the same order."""
+    runs: list[PageRun] = []
+    start = prev = -2
+    count = 0
+    for p in pages:
+        if p == prev + 1 and count:
+            count += 1
+        else:
+            if count:
+                runs.append(PageRun(start, count))
+            start, count = p, 1
+        prev = p
+    if count:
+        runs.append(PageRun(start, count))
+    return tuple(runs)
+
+
+@dataclass(frozen=True, slots=True)
+class CacheExtentRef:
+    """An ordered set of runtime pages of one tier, issued by one runtime generation."""
+
+    runtime_id: str
+    generation: int
+    tier: Tier
+    page_runs: tuple[PageRun, ...]
+    pool: str = "full"  # which component's pool ("full", "swa", "mamba"); sidecars follow it
+
+    @property
+    def num_pages(self) -> int:
+        return sum(r.page_count for r in self.page_runs)
+
+    def pages(self) -> Iterator[int]:
+        for run in self.page_runs:
+            yield from run.pages()
+
+    def split(self, at_page: int) -> tuple[CacheExtentRef, CacheExtentRef]:
+        """Split after ``at_page`` pages: (first at_page pages, the rest). Both non-empty."""
+        if not 0 < at_page < self.num_pages:
+            raise ValueError(f"split at {at_page} outside 1..{self.num_pages - 1}")
+        head: list[PageRun] = []
+        tail: list[PageRun] = []
+        left = at_page
+        for run in self.page_runs:
+            if left >= run.page_count:
+                head.append(run)
+                left -= run.page_count
+            elif left > 0:
+                head.append(PageRun(run.first_page, left))
+                tail.append(PageRun(run.first_page + left, run.page_count - left))
+                left = 0
+            else:
+                tail.append(run)
+        return self._with(tuple(head)), self._with(tuple(tail))
+
+    def slice(self, start: int, stop: int) -> CacheExtentRef:
+        """Pages ``start:stop`` of this extent (non-empty)."""
+        pages = list(self.pages())[start:stop]
+        if not pages:
+            raise ValueError(f"empty slice {start}:{stop} of {self.num_pages} pages")
+        return self._with(coalesce(pages))
+
+    @staticmethod
+    def concat(parts: Iterable[CacheExtentRef]) -> CacheExtentRef:
+        """Join extents of one runtime, generation and tier, in order."""
+        parts = list(parts)
+        if not parts:
+            raise ValueError("concat of no extents")
+        first = parts[0]
+        for p in parts[1:]:
+            if p._domain() != first._domain():
+                raise ValueError("concat of extents from different runtimes, generations, tiers or pools")
+        return first._with(coalesce(p for part in parts for p in part.pages()))
+
+    def _domain(self) -> tuple[str, int, Tier, str]:
+        return (self.runtime_id, self.generation, self.tier, self.pool)
+
+    def _with(self, runs: tuple[PageRun, ...]) -> CacheExtentRef:
+        return CacheExtentRef(self.runtime_id, self.generation, self.tier, runs, self.pool)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRuntimeHandle:
+    """A request's row in the runtime (its request-to-token table slot)."""
+
+    runtime_id: str
+    slot_id: int
+    generation: int
+
+
+def check_generation(
+    handle: CacheExtentRef | RequestRuntimeHandle, runtime_id: str, generation: int, what: str
+) -> None:
+    """Raise :class:`StaleHandleError` unless ``handle`` was issued by this runtime generation."""
+    if handle.runtime_id != runtime_id:
+        raise StaleHandleError(
+            f"{what} belongs to runtime {handle.runtime_id!r}, not {runtime_id!r}"
+        )
+    if handle.generation != generation:
+        raise StaleHandleError(
+            f"{what} has generation {handle.generation}, runtime {runtime_id!r} is at "
+            f"generation {generation}: the handle is stale"
+        )

@@ -1,0 +1,200 @@
+"""The RuntimeInterface: the one boundary between cache control and GPU execution.
+
+Two calls per batch cross it (seed 000)::
+
+    control (scheduler, tree, policies)          runtime (allocator, req->token table,
+                                                          streams, copy engines, L3 I/O)
+    plan N+1 ----- prepare_batch(plan) ------->  allocate pages, start H2D loads early
+            <----- PreparedBatchHandle --------  request handles + extents (no addresses)
+            ------ execute_batch(handle) ----->  compute waits per layer on load events,
+                                                 D2H backup after an event on compute
+            <----- BatchCompletion / TransferCompletion (asynchronously, via poll)
+
+Invariants, checked by tests:
+- Nothing crosses per token: a plan names requests, token *counts* and extents; the
+  runtime appends decode tokens, writes its request-to-token table and frees pages itself.
+- The control side never holds a stream, event, pointer or physical page index; it holds
+  :mod:`handles` with generations and states *intents* (load, backup, prefetch, store,
+  free). Which stream, which event, when compute waits: the runtime decides (it owns overlap).
+- Capacity is *accounted* on the control side (page counts per tier, see
+  :class:`RuntimeInfo`), *placed* on the runtime side; an allocation the control side did
+  not account for is a contract violation and raises.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from hicache.runtime.handles import CacheExtentRef, RequestRuntimeHandle
+
+
+class Phase(enum.Enum):
+    PREFILL = "prefill"  # one chunk of a (possibly chunked) prefill
+    DECODE = "decode"  # one token
+
+
+@dataclass(frozen=True, slots=True)
+class LoadIntent:
+    """Restore host pages (L2) to the device before this batch's attention reads them.
+
+    The runtime allocates ``src.num_pages`` device pages, copies layer by layer and makes
+    compute wait per layer; the new device extent comes back in the prepared handle.
+    """
+
+    src: CacheExtentRef
+
+
+@dataclass(frozen=True, slots=True)
+class BackupIntent:
+    """Copy device pages to newly allocated host pages (D2H) after this batch's compute."""
+
+    src: CacheExtentRef
+    job_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreIntent:
+    """Write host pages to L3 under their page-hash keys (skipping keys L3 already has)."""
+
+    src: CacheExtentRef
+    keys: tuple[str, ...]
+    job_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class PrefetchIntent:
+    """Query L3 for ``keys`` (a page-hash chain) in batches, stop at the first miss, and fetch
+    the hit prefix into at most ``max_pages`` new host pages. Revoked (nothing fetched) when
+    fewer than ``min_hit_pages`` pages hit. ``batch_pages`` is the query/fetch batch size."""
+
+    keys: tuple[str, ...]
+    max_pages: int
+    min_hit_pages: int
+    job_id: int
+    batch_pages: int = 128
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSlice:
+    """One request's work in a batch.
+
+    ``request`` is None on the request's first slice; the runtime then opens a row and
+    returns its handle. On the first slice ``attach`` lists the cached device extents
+    (in token order) that form the start of its KV, ``loads`` the host extents restored
+    right after them. ``context_tokens`` is the KV length before this slice, ``new_tokens``
+    the tokens computed now (a prefill chunk, or 1 for decode).
+    """
+
+    rid: int
+    phase: Phase
+    context_tokens: int
+    new_tokens: int
+    request: RequestRuntimeHandle | None = None
+    attach: tuple[CacheExtentRef, ...] = ()
+    loads: tuple[LoadIntent, ...] = ()
+    finishes: bool = False  # last slice of the request: its last token is produced here
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Close a request's row. ``keep`` (pages of the request's own KV, in order) passes to
+    the cache tree; the runtime frees the rest of the pages it allocated for the request."""
+
+    request: RequestRuntimeHandle
+    keep: CacheExtentRef | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPlan:
+    """Everything the control side decided for one step; ``slices`` may be empty (a plan
+    that only moves or frees cache)."""
+
+    batch_id: int
+    slices: tuple[RequestSlice, ...] = ()
+    backups: tuple[BackupIntent, ...] = ()
+    stores: tuple[StoreIntent, ...] = ()
+    prefetches: tuple[PrefetchIntent, ...] = ()
+    frees: tuple[CacheExtentRef, ...] = ()
+    releases: tuple[Release, ...] = ()
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.new_tokens for s in self.slices)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedSlice:
+    rid: int
+    request: RequestRuntimeHandle
+    kv: CacheExtentRef  # the request's whole device KV after this slice, in token order
+    loaded: tuple[CacheExtentRef, ...]  # device extents the loads landed in (same order)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedBatchHandle:
+    runtime_id: str
+    generation: int
+    batch_id: int
+    slices: tuple[PreparedSlice, ...]
+    backups: tuple[CacheExtentRef, ...]  # host extents allocated for plan.backups (same order)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCompletion:
+    """A batch's compute finished at ``end`` (runtime time, seconds)."""
+
+    batch_id: int
+    start: float
+    end: float
+    finished: tuple[int, ...]  # rids whose last token was produced
+
+
+class TransferKind(enum.Enum):
+    BACKUP = "backup"  # L1 -> L2
+    STORE = "store"  # L2 -> L3
+    PREFETCH = "prefetch"  # L3 -> L2
+
+
+@dataclass(frozen=True, slots=True)
+class TransferCompletion:
+    job_id: int
+    kind: TransferKind
+    end: float
+    pages: int  # pages moved (prefetch: the hit prefix fetched; 0 when revoked)
+    extent: CacheExtentRef | None = None  # prefetch: the host pages that now hold them
+    hit_pages: int = 0  # prefetch: consecutive L3 hits found by the query
+
+
+Completion = BatchCompletion | TransferCompletion
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeInfo:
+    """What the control side may account for. Page counts are per pool and tier."""
+
+    runtime_id: str
+    generation: int
+    page_size: int
+    device_pages: dict[str, int]  # pool -> pages ("full", "swa", "mamba")
+    host_pages: dict[str, int]
+    bytes_per_page: dict[str, int] = field(default_factory=dict)  # per pool, sidecars included
+    num_layers: int = 1
+
+
+@runtime_checkable
+class RuntimeInterface(Protocol):
+    """Implemented by ``sim.SimRuntime`` and ``gpu_backend.TorchRuntime``."""
+
+    def info(self) -> RuntimeInfo: ...
+
+    def prepare_batch(self, plan: BatchPlan) -> PreparedBatchHandle: ...
+
+    def execute_batch(self, handle: PreparedBatchHandle) -> None:
+        """Start the batch; its BatchCompletion arrives later through :meth:`poll`."""
+        ...
+
+    def poll(self) -> list[Completion]:
+        """Completions that arrived since the last poll, in order (never blocks)."""
+        ...
