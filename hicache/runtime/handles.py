@@ -114,7 +114,8 @@ class CacheExtentRef:
         first = parts[0]
         for p in parts[1:]:
             if p._domain() != first._domain():
-                raise ValueError("concat of extents from different runtimes, generations, tiers or pools")
+                raise ValueError("concat of extents from different runtimes, generations, "
+                                 "tiers or pools")
         return first._with(coalesce(p for part in parts for p in part.pages()))
 
     def _domain(self) -> tuple[str, int, Tier, str]:

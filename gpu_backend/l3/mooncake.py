@@ -1,0 +1,175 @@
+"""MooncakeL3: an L3 client over a Mooncake distributed store (mooncake.store).
+
+Invariants: the client itself holds no segment by default (global_segment_bytes=0), so the
+data it writes lives in a long-lived storage process (`mooncake_client`) and survives this
+client; `batch_set` never rewrites a stored key (keys found by `batch_is_exist` are skipped,
+and Mooncake's `put`/`put_batch` keep the old value of an existing key anyway); a key
+that is not stored reads as None (Mooncake returns b"" for it, which is why empty values are
+refused). Batches are split so one transfer never exceeds half the local buffer.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from gpu_backend.l3.base import check_keys_values
+
+PACKAGE = "mooncake-transfer-engine-non-cuda==0.3.13.post1"
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(value: str | int) -> int:
+    """Bytes from an int or a string such as "4294967296", "4GB", "1 GB", "512mb", "64KiB"."""
+    if isinstance(value, int):
+        size = value
+    else:
+        match = _SIZE_RE.match(value)
+        if match is None:
+            raise ValueError(f"cannot parse size {value!r}: use bytes or a number with KB/MB/GB")
+        size = int(float(match.group(1)) * _UNITS[match.group(2)[:1].lower()])
+    if size < 0:
+        raise ValueError(f"size must be non-negative, got {value!r}")
+    return size
+
+
+def config_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """MooncakeL3 keyword arguments from SGLang's Mooncake environment variables.
+
+    MOONCAKE_MASTER (required), MOONCAKE_TE_META_DATA_SERVER (default P2PHANDSHAKE),
+    MOONCAKE_GLOBAL_SEGMENT_SIZE (default 0 here: segment-less client), MOONCAKE_PROTOCOL
+    (default tcp), MOONCAKE_DEVICE (default ""), MOONCAKE_LOCAL_BUFFER_SIZE (default 64 MiB),
+    MOONCAKE_LOCAL_HOSTNAME or LOCAL_HOSTNAME (default 127.0.0.1).
+    """
+    env = os.environ if env is None else env
+    master = env.get("MOONCAKE_MASTER", "").strip()
+    if not master:
+        raise ValueError("The environment variable 'MOONCAKE_MASTER' is not set "
+                         "(expected host:port of mooncake_master, e.g. 127.0.0.1:50051).")
+    return {
+        "master": master,
+        "metadata_server": env.get("MOONCAKE_TE_META_DATA_SERVER", "P2PHANDSHAKE"),
+        "global_segment_bytes": parse_size(env.get("MOONCAKE_GLOBAL_SEGMENT_SIZE", "0")),
+        "local_buffer_bytes": parse_size(env.get("MOONCAKE_LOCAL_BUFFER_SIZE", str(64 << 20))),
+        "protocol": env.get("MOONCAKE_PROTOCOL", "tcp"),
+        "device": env.get("MOONCAKE_DEVICE", ""),
+        "local_hostname": env.get("MOONCAKE_LOCAL_HOSTNAME", env.get("LOCAL_HOSTNAME",
+                                                                     "127.0.0.1")),
+    }
+
+
+class MooncakeL3:
+    """Batch page store over `MooncakeDistributedStore` (batch_is_exist/get_batch/put_batch)."""
+
+    def __init__(
+        self, master: str, protocol: str = "tcp", metadata_server: str = "P2PHANDSHAKE",
+        local_buffer_bytes: int = 64 << 20, global_segment_bytes: int = 0, device: str = "",
+        local_hostname: str = "127.0.0.1",
+    ) -> None:
+        try:
+            from mooncake.store import MooncakeDistributedStore
+        except ImportError as exc:
+            raise ImportError(f"MooncakeL3 needs the Python package {PACKAGE} "
+                              f"(and Debian's libibverbs1): {exc}") from exc
+        self.master = master
+        self.local_buffer_bytes = local_buffer_bytes
+        self._store: Any = MooncakeDistributedStore()
+        rc = self._store.setup(local_hostname, metadata_server, global_segment_bytes,
+                               local_buffer_bytes, protocol, device, master)
+        if rc != 0:
+            raise RuntimeError(
+                f"Mooncake setup failed (rc={rc}) for master {master!r}, protocol {protocol!r}, "
+                f"metadata server {metadata_server!r}: is mooncake_master running there? "
+                "(MC_STORE_CLIENT_SETUP_RETRIES=1 makes a missing master fail in ~5 s)")
+        self._closed = False
+        self._max_value_bytes = 0  # largest page seen; sizes get_batch chunks
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> MooncakeL3:
+        """A client configured by SGLang's MOONCAKE_* variables (see `config_from_env`)."""
+        return cls(**config_from_env(env))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("MooncakeL3 is closed")
+
+    def batch_exists(self, keys: list[str]) -> list[bool]:
+        """1 = stored; 0 = absent; -1 (error) also reads as absent, a safe cache miss."""
+        self._check_open()
+        check_keys_values(keys)
+        if not keys:
+            return []
+        return [r == 1 for r in self._store.batch_is_exist(keys)]
+
+    def batch_get(self, keys: list[str]) -> list[bytes | None]:
+        """Values in chunks sized by the largest page seen; a read that failed for lack of
+        local buffer (b"" for a stored key) is retried in halves, then one by one."""
+        self._check_open()
+        check_keys_values(keys)
+        out: list[bytes | None] = [None] * len(keys)
+        todo = list(range(len(keys)))
+        per_chunk = self._get_chunk_len(len(keys))
+        while todo:
+            for start in range(0, len(todo), per_chunk):
+                idx = todo[start:start + per_chunk]
+                for i, value in zip(idx, self._store.get_batch([keys[i] for i in idx]),
+                                    strict=True):
+                    if len(value):
+                        out[i] = value
+                        self._max_value_bytes = max(self._max_value_bytes, len(value))
+            empty = [i for i in todo if out[i] is None]
+            if not empty or per_chunk == 1:
+                break
+            stored = self.batch_exists([keys[i] for i in empty])
+            todo = [i for i, ok in zip(empty, stored, strict=True) if ok]
+            per_chunk = min(per_chunk // 2, self._get_chunk_len(len(todo)))
+        return out
+
+    def _get_chunk_len(self, n: int) -> int:
+        """Keys per get_batch so the values fit in half the local buffer (all if unknown)."""
+        if self._max_value_bytes == 0:
+            return max(1, n)
+        return max(1, min(n, (self.local_buffer_bytes // 2) // self._max_value_bytes))
+
+    def batch_set(self, keys: list[str], values: list[bytes]) -> list[bool]:
+        self._check_open()
+        check_keys_values(keys, values)
+        if not keys:
+            return []
+        stored = dict(zip(keys, self.batch_exists(keys), strict=True))
+        todo: dict[str, bytes] = {}
+        for key, value in zip(keys, values, strict=True):
+            self._max_value_bytes = max(self._max_value_bytes, len(value))
+            if not stored[key]:
+                todo.setdefault(key, value)
+        for chunk in self._chunks(todo):
+            rc = self._store.put_batch(chunk, [todo[k] for k in chunk])
+            if rc == 0:
+                stored.update(dict.fromkeys(chunk, True))
+            else:  # e.g. -200 when the store is full: ask which keys made it
+                stored.update(zip(chunk, self.batch_exists(chunk), strict=True))
+        return [stored[k] for k in keys]
+
+    def _chunks(self, items: dict[str, bytes]) -> list[list[str]]:
+        """Consecutive key groups whose values total at most half the local buffer."""
+        limit = max(1, self.local_buffer_bytes // 2)
+        chunks: list[list[str]] = []
+        current: list[str] = []
+        size = 0
+        for key, value in items.items():
+            if current and size + len(value) > limit:
+                chunks.append(current)
+                current, size = [], 0
+            current.append(key)
+            size += len(value)
+        if current:
+            chunks.append(current)
+        return chunks
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._store.close()

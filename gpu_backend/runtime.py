@@ -1,0 +1,349 @@
+"""TorchRuntime: the RuntimeInterface executed with torch on a GPU (or CPU threads).
+
+prepare_batch(plan): validate every handle (stale -> StaleHandleError), free and release
+behind fences, open rows, allocate device pages for new tokens and loads, host pages for
+backups and prefetches, and start the loads at once on the h2d lane, one op and one event
+per layer. execute_batch(handle): queue per-layer compute on the compute lane, layer i
+waiting on load event i just before it (layer i+1 loads while layer i computes); after
+the last layer, one all-layer D2H backup on the d2h lane; stores and prefetches on the
+l3 lane. Completions and timeline rows are posted by the lanes as ops finish.
+Invariant: the runtime places pages, the control side only accounts for them; a request
+beyond the pools' capacity raises CapacityError.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import torch
+
+from gpu_backend.completions import Outbox
+from gpu_backend.io import Mover
+from gpu_backend.l3_protocol import L3Store, count_hits, fetch_pages, store_pages
+from gpu_backend.model import BatchIndex, SliceSpec, SyntheticModel
+from gpu_backend.pools import DevicePool, HostPool, PageAllocator, ReqToTokenTable
+from gpu_backend.shapes import ModelShape
+from gpu_backend.streams import LaneEvent, Lanes
+from hicache.runtime.handles import (
+    CacheExtentRef,
+    StaleHandleError,
+    Tier,
+    check_generation,
+    coalesce,
+)
+from hicache.runtime.interface import (
+    BatchCompletion,
+    BatchPlan,
+    Completion,
+    Phase,
+    PrefetchIntent,
+    PreparedBatchHandle,
+    PreparedSlice,
+    RuntimeInfo,
+    TransferCompletion,
+    TransferKind,
+)
+from hicache.timeline import Timeline
+
+
+@dataclass
+class _Prepared:
+    batch_id: int
+    specs: list[SliceSpec] = field(default_factory=list)
+    op: str = "decode"
+    finished: tuple[int, ...] = ()
+    loads: list[LaneEvent] = field(default_factory=list)
+    backups: list[tuple[int, list[int], list[int]]] = field(default_factory=list)
+    stores: list[tuple[int, list[int], tuple[str, ...]]] = field(default_factory=list)
+    prefetches: list[tuple[PrefetchIntent, list[int]]] = field(default_factory=list)
+
+
+class TorchRuntime:
+    """Implements :class:`hicache.runtime.interface.RuntimeInterface` (pool ``full`` only)."""
+
+    def __init__(self, shape: ModelShape, *, page_size: int, device_pages: dict[str, int],
+                 host_pages: dict[str, int], device: str = "cpu", io_backend: str = "direct",
+                 mem_layout: str = "layer_first", layerwise: bool = True,
+                 l3: L3Store | None = None, runtime_id: str = "torch0",
+                 timeline: Timeline | None = None, seed: int = 0, generation: int = 0,
+                 max_requests: int = 4096) -> None:
+        for pools in (device_pages, host_pages):
+            if set(pools) - {"full"}:
+                raise ValueError(f"TorchRuntime supports only the 'full' pool, got {pools}")
+        self.shape, self.page_size, self.layerwise = shape, page_size, layerwise
+        self.runtime_id, self.generation, self.l3 = runtime_id, generation, l3
+        self.lanes = Lanes(device)
+        dtype = torch.bfloat16 if self.lanes.cuda else torch.float32
+        dims = (shape.num_layers, page_size, shape.kv_heads_per_rank, shape.head_dim)
+        L, ps, h, d = dims
+        self.dev = DevicePool(L, device_pages.get("full", 0), ps, h, d, dtype, device)
+        self.host = HostPool(mem_layout, L, host_pages.get("full", 0), ps, h, d, dtype,
+                             pin=self.lanes.cuda)
+        self.dev_alloc = PageAllocator(device_pages.get("full", 0), "L1")
+        self.host_alloc = PageAllocator(host_pages.get("full", 0), "L2")
+        self.table = ReqToTokenTable(runtime_id, max_requests)
+        self.mover = Mover(self.dev, self.host, io_backend)
+        self.model = SyntheticModel(shape, device, dtype, seed)
+        self.timeline = timeline if timeline is not None else Timeline()
+        self.outbox = Outbox(self.timeline)
+        self.outputs: dict[int, torch.Tensor] = {}  # rid -> last hidden state (tests)
+        self._prepared: dict[int, _Prepared] = {}
+        self._closed = False
+
+    # ---- RuntimeInterface -------------------------------------------------------------
+    def info(self) -> RuntimeInfo:
+        page = self.dev.bytes_per_page_layer * self.shape.num_layers
+        return RuntimeInfo(self.runtime_id, self.generation, self.page_size,
+                           {"full": self.dev_alloc.num_pages},
+                           {"full": self.host_alloc.num_pages}, {"full": page},
+                           self.shape.num_layers)
+
+    def prepare_batch(self, plan: BatchPlan) -> PreparedBatchHandle:
+        if plan.batch_id in self._prepared:
+            raise ValueError(f"batch {plan.batch_id} is already prepared")
+        self._validate(plan)
+        prep = _Prepared(plan.batch_id)
+        fence = self.lanes.fence()
+        reads = {Tier.DEVICE: {p for b in plan.backups for p in b.src.pages()},
+                 Tier.HOST: {p for s in plan.stores for p in s.src.pages()}}
+        for ext in plan.frees:
+            if reads[ext.tier].intersection(ext.pages()):
+                raise ValueError("plan frees pages that its own backups or stores read")
+            self._alloc(ext.tier).free(list(ext.pages()), fence)
+        for rel in plan.releases:
+            row = self.table.get(rel.request)
+            keep = set(rel.keep.pages()) if rel.keep is not None else set()
+            if not keep <= set(row.pages):
+                raise ValueError(f"release of rid {row.rid} keeps pages it does not hold")
+            self.table.close(rel.request)
+            self.dev_alloc.free([p for p in row.owned if p not in keep], fence)
+        slices, load_dev, load_host = self._open_slices(plan, prep)
+        if load_dev:
+            self._start_loads(prep, load_dev, load_host)
+        host_exts = []
+        for b in plan.backups:
+            dev_pages = list(b.src.pages())
+            host_pages = self.host_alloc.alloc(len(dev_pages))
+            prep.backups.append((b.job_id, dev_pages, host_pages))
+            host_exts.append(self._extent(Tier.HOST, host_pages))
+        prep.stores = [(s.job_id, list(s.src.pages()), s.keys) for s in plan.stores]
+        prep.prefetches = [(p, self.host_alloc.alloc(p.max_pages)) for p in plan.prefetches]
+        self._prepared[plan.batch_id] = prep
+        return PreparedBatchHandle(self.runtime_id, self.generation, plan.batch_id,
+                                   tuple(slices), tuple(host_exts))
+
+    def execute_batch(self, handle: PreparedBatchHandle) -> None:
+        if handle.runtime_id != self.runtime_id or handle.generation != self.generation:
+            raise StaleHandleError(f"batch handle of {handle.runtime_id!r} gen "
+                                   f"{handle.generation} presented to {self.runtime_id!r} "
+                                   f"gen {self.generation}")
+        prep = self._prepared.pop(handle.batch_id, None)
+        if prep is None:
+            raise ValueError(f"batch {handle.batch_id} was not prepared or already executed")
+        done = self._queue_compute(prep)
+        bid = prep.batch_id
+        if prep.backups:
+            dev = [p for _, d, _ in prep.backups for p in d]
+            host = [p for _, _, h in prep.backups for p in h]
+            nbytes = len(dev) * self.info().bytes_per_page["full"]
+
+            def backed_up(ev: LaneEvent) -> None:
+                for job, d, _ in prep.backups:
+                    self.outbox.post(TransferCompletion(job, TransferKind.BACKUP, ev.end, len(d)))
+
+            self._submit("d2h", partial(self.mover.d2h, dev, host, range(self.shape.num_layers)),
+                         [done], "backup", bid, nbytes=nbytes, then=[backed_up])
+        for job, pages, keys in prep.stores:
+            self._l3_job("store", bid, partial(self._store, job, pages, keys))
+        for intent, reserved in prep.prefetches:
+            self._l3_job("prefetch", bid, partial(self._prefetch, intent, reserved))
+
+    def poll(self) -> list[Completion]:
+        return self.outbox.take(0.0)
+
+    # ---- driver helpers ---------------------------------------------------------------
+    def wait(self, timeout: float | None = None) -> list[Completion]:
+        """Block until at least one completion arrived (or ``timeout``), then poll."""
+        return self.outbox.take(timeout)
+
+    def now(self) -> float:
+        return self.lanes.clock.now()
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until everything queued so far has finished."""
+        return self.lanes.drain(timeout)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.lanes.close()
+
+    def __enter__(self) -> TorchRuntime:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---- internals --------------------------------------------------------------------
+    def _alloc(self, tier: Tier) -> PageAllocator:
+        if tier is Tier.DEVICE:
+            return self.dev_alloc
+        if tier is Tier.HOST:
+            return self.host_alloc
+        raise ValueError(f"the runtime holds no {tier} pages")
+
+    def _extent(self, tier: Tier, pages: list[int]) -> CacheExtentRef:
+        return CacheExtentRef(self.runtime_id, self.generation, tier, coalesce(pages))
+
+    def _check(self, ext: CacheExtentRef, tier: Tier, what: str) -> None:
+        check_generation(ext, self.runtime_id, self.generation, what)
+        if ext.tier is not tier or ext.pool != "full":
+            raise ValueError(f"{what}: expected a {tier} 'full' extent, got {ext.tier}/{ext.pool}")
+        self._alloc(tier).check_allocated(ext.pages(), what)
+
+    def _validate(self, plan: BatchPlan) -> None:
+        """Every handle of the plan, before anything changes."""
+        for ext in plan.frees:
+            check_generation(ext, self.runtime_id, self.generation, "free")
+            self._check(ext, ext.tier, "free")
+        for rel in plan.releases:
+            self.table.get(rel.request)
+            if rel.keep is not None:
+                self._check(rel.keep, Tier.DEVICE, "release.keep")
+        for s in plan.slices:
+            if s.request is not None:
+                self.table.get(s.request)
+            for ext in s.attach:
+                self._check(ext, Tier.DEVICE, f"rid {s.rid} attach")
+            for load in s.loads:
+                self._check(load.src, Tier.HOST, f"rid {s.rid} load")
+        for b in plan.backups:
+            self._check(b.src, Tier.DEVICE, f"backup job {b.job_id}")
+        for st in plan.stores:
+            self._check(st.src, Tier.HOST, f"store job {st.job_id}")
+            if len(st.keys) != st.src.num_pages:
+                raise ValueError(f"store job {st.job_id}: {len(st.keys)} keys for "
+                                 f"{st.src.num_pages} pages")
+        if (plan.stores or plan.prefetches) and self.l3 is None:
+            raise ValueError("plan has stores or prefetches but the runtime has no l3")
+
+    def _open_slices(self, plan: BatchPlan, prep: _Prepared
+                     ) -> tuple[list[PreparedSlice], list[int], list[int]]:
+        out, load_dev, load_host = [], [], []
+        for s in plan.slices:
+            loaded = []
+            if s.request is None:
+                handle, row = self.table.open(s.rid)
+                for ext in s.attach:
+                    row.pages += list(ext.pages())
+                for load in s.loads:
+                    host_pages = list(load.src.pages())
+                    dev_pages = self.dev_alloc.alloc(len(host_pages))
+                    load_dev += dev_pages
+                    load_host += host_pages
+                    row.pages += dev_pages
+                    loaded.append(self._extent(Tier.DEVICE, dev_pages))
+                row.tokens = len(row.pages) * self.page_size
+            else:
+                if s.attach or s.loads:
+                    raise ValueError(f"rid {s.rid}: attach/loads only on the first slice")
+                handle, row = s.request, self.table.get(s.request)
+            if row.tokens != s.context_tokens or s.new_tokens <= 0:
+                raise ValueError(f"rid {s.rid}: row holds {row.tokens} tokens, slice says "
+                                 f"context {s.context_tokens} + new {s.new_tokens}")
+            total = s.context_tokens + s.new_tokens
+            need = -(-total // self.page_size) - len(row.pages)
+            if need > 0:
+                pages = self.dev_alloc.alloc(need)
+                row.pages += pages
+                row.owned += pages
+            row.tokens = total
+            prep.specs.append(SliceSpec(s.rid, s.context_tokens, s.new_tokens, tuple(row.pages)))
+            out.append(PreparedSlice(s.rid, handle, self._extent(Tier.DEVICE, row.pages),
+                                     tuple(loaded)))
+        prep.op = "prefill" if any(s.phase is Phase.PREFILL for s in plan.slices) else "decode"
+        prep.finished = tuple(s.rid for s in plan.slices if s.finishes)
+        return out, load_dev, load_host
+
+    def _start_loads(self, prep: _Prepared, dev: list[int], host: list[int]) -> None:
+        L = self.shape.num_layers
+        groups = [range(i, i + 1) for i in range(L)] if self.layerwise else [range(L)]
+        for r in groups:
+            nbytes = len(dev) * self.dev.bytes_per_page_layer * len(r)
+            layer = r.start if len(r) == 1 else -1
+            prep.loads.append(self._submit("h2d", partial(self.mover.h2d, dev, host, r), [],
+                                           "load", prep.batch_id, layer=layer, nbytes=nbytes))
+
+    def _queue_compute(self, prep: _Prepared) -> LaneEvent:
+        bid, finished = prep.batch_id, prep.finished
+        if not prep.specs:
+            def empty(ev: LaneEvent) -> None:
+                self.outbox.post(BatchCompletion(bid, ev.start, ev.end, ()))
+            return self.lanes["compute"].submit(lambda: None, [], [empty, self.outbox.check])
+        idx = BatchIndex(prep.specs, self.page_size)
+        state: dict[str, Any] = {}
+        first: LaneEvent | None = None
+        ev: LaneEvent | None = None
+        L = self.shape.num_layers
+        for layer in range(L):
+            waits = [prep.loads[layer if self.layerwise else 0]] if prep.loads else []
+            then = []
+            if layer == L - 1:
+                def finish(e: LaneEvent, first_ev: LaneEvent | None = first) -> None:
+                    start = first_ev.start if first_ev is not None else e.start
+                    self.outbox.post(BatchCompletion(bid, start, e.end, finished))
+                then.append(finish)
+            ev = self._submit("compute", partial(self._layer, layer, state, idx), waits,
+                              prep.op, bid, layer=layer, then=then)
+            first = first or ev
+        assert ev is not None
+        return ev
+
+    def _layer(self, layer: int, state: dict[str, Any], idx: BatchIndex) -> None:
+        if layer == 0:
+            idx.to(self.dev.kv.device)
+            state["x"] = self.model.embed_tokens(idx)
+        state["x"] = self.model.forward_layer(layer, state["x"], idx, self.dev)
+        if layer == self.shape.num_layers - 1:
+            last = state.pop("x").index_select(0, idx.last_rows)
+            for i, rid in enumerate(idx.rids):
+                self.outputs[rid] = last[i]
+
+    def _submit(self, lane: str, fn: Any, waits: list[LaneEvent | None], op: str, batch: int,
+                *, layer: int = -1, nbytes: int | list[int] = 0, then: list | None = None
+                ) -> LaneEvent:
+        def rec(ev: LaneEvent) -> None:
+            n = nbytes[0] if isinstance(nbytes, list) else nbytes
+            self.outbox.record(ev, op, batch=batch, layer=layer, nbytes=n)
+        return self.lanes[lane].submit(fn, waits, [rec, *(then or []), self.outbox.check])
+
+    def _l3_job(self, op: str, batch: int, job: Any) -> None:
+        result: dict[str, Any] = {"bytes": [0]}
+        self._submit("l3", partial(job, result), [self.lanes["d2h"].last], op, batch,
+                     nbytes=result["bytes"], then=[lambda ev: self.outbox.post(
+                         result["completion"](ev.end))])
+
+    def _store(self, job: int, pages: list[int], keys: tuple[str, ...],
+               result: dict[str, Any]) -> None:
+        assert self.l3 is not None
+        n, result["bytes"][0] = store_pages(self.l3, self.host, pages, keys)
+        result["completion"] = partial(_transfer, job, TransferKind.STORE, pages=n)
+
+    def _prefetch(self, p: PrefetchIntent, reserved: list[int], result: dict[str, Any]) -> None:
+        assert self.l3 is not None
+        hits = count_hits(self.l3, p.keys, p.batch_pages)
+        n = 0
+        if hits >= max(1, p.min_hit_pages):
+            want = min(hits, p.max_pages)
+            n, result["bytes"][0] = fetch_pages(self.l3, self.host, p.keys[:want],
+                                                reserved[:want], p.batch_pages)
+        self.host_alloc.free(reserved[n:])
+        ext = self._extent(Tier.HOST, reserved[:n]) if n else None
+        result["completion"] = partial(_transfer, p.job_id, TransferKind.PREFETCH, pages=n,
+                                       extent=ext, hit_pages=hits)
+
+
+def _transfer(job: int, kind: TransferKind, end: float, **kw: Any) -> TransferCompletion:
+    return TransferCompletion(job, kind, end, **kw)

@@ -1,0 +1,98 @@
+"""Eviction strategies as pure key functions, and a lazy heap that orders candidates.
+
+A strategy maps a node to a sort key; the smallest key is evicted first. Session-aware
+eviction wraps the base key: ``(has session refs, number of refs, base key)`` so that
+unreferenced data goes first, then data fewer sessions still reference.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator
+
+from hicache.tree.node import Node
+
+KeyFn = Callable[[Node], tuple]
+
+
+def lru(n: Node) -> tuple:
+    return (n.last_access,)
+
+
+def lfu(n: Node) -> tuple:
+    return (n.hit_count, n.last_access)
+
+
+def fifo(n: Node) -> tuple:
+    return (n.created,)
+
+
+def mru(n: Node) -> tuple:
+    return (-n.last_access,)
+
+
+def filo(n: Node) -> tuple:
+    return (-n.created,)
+
+
+def priority(n: Node) -> tuple:
+    return (n.priority, n.last_access)
+
+
+def slru(n: Node) -> tuple:
+    """Segmented LRU: entries hit at least twice are protected behind all probation ones."""
+    return (n.hit_count >= 2, n.last_access)
+
+
+STRATEGIES: dict[str, KeyFn] = {
+    "lru": lru, "lfu": lfu, "fifo": fifo, "mru": mru, "filo": filo,
+    "priority": priority, "slru": slru,
+}
+
+
+def strategy(name: str, *, session_aware: bool = False) -> KeyFn:
+    try:
+        base = STRATEGIES[name]
+    except KeyError:
+        raise ValueError(
+            f"radix_eviction_policy: unknown {name!r}; allowed: {', '.join(STRATEGIES)}"
+        ) from None
+    if not session_aware:
+        return base
+
+    def session_key(n: Node) -> tuple:
+        refs = n.session_refs
+        return (refs > 0, refs, *base(n))
+
+    return session_key
+
+
+class LazyHeap:
+    """Min-heap of (key, node) with lazy invalidation by ``node.stamp``.
+
+    Push a node whenever its key may have changed (after bumping its stamp); stale entries
+    are skipped when popped. ``pop_valid`` yields nodes in key order that pass ``ok``.
+    """
+
+    def __init__(self, key: KeyFn) -> None:
+        self.key = key
+        self._heap: list[tuple[tuple, int, int, Node]] = []
+        self._seq = 0
+
+    def push(self, node: Node) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (self.key(node), self._seq, node.stamp, node))
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def pop_valid(self, ok: Callable[[Node], bool]) -> Iterator[Node]:
+        """Pop entries in order; yield live ones that satisfy ``ok``. Entries that are
+        stale are dropped; live ones failing ``ok`` are dropped too (their owner pushes
+        them again when they become eligible, e.g. on unlock)."""
+        while self._heap:
+            _, _, stamp, node = heapq.heappop(self._heap)
+            if stamp != node.stamp:
+                continue
+            if ok(node):
+                yield node

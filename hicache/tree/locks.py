@@ -1,0 +1,106 @@
+"""Per-component locks with the scopes of the unified tree.
+
+    FULL   the whole path to the root          (reuse needs every page)
+    SWA    back one window from the node's end  (reuse needs the last window)
+    MAMBA  the node itself                      (its checkpoint)
+    HOST   the given nodes' L2 copies           (while a load or backup reads them)
+
+Each lock returns a :class:`LockHandle` that records exactly which (node, key) counts it
+raised, so unlock lowers the same counts. When a locked node is split, the new upper node
+joins every handle that held FULL, SWA or HOST on it (locking a little more, never less),
+so counts always return to zero. Locked data is never evicted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from hicache.tree.components import Kind
+from hicache.tree.node import HOST, Node
+
+if TYPE_CHECKING:
+    from hicache.tree.radix import UnifiedRadixTree
+
+LockKey = Kind | str
+_SPLIT_INHERITS = (Kind.FULL, Kind.SWA, HOST)
+
+
+@dataclass(eq=False)
+class LockHandle:
+    id: int
+    entries: list[tuple[Node, LockKey]] = field(default_factory=list)
+    released: bool = False
+
+
+class LockTable:
+    def __init__(self, tree: UnifiedRadixTree) -> None:
+        self.tree = tree
+        self._next = 1
+        self.live: dict[int, LockHandle] = {}
+
+    def _handle(self) -> LockHandle:
+        h = LockHandle(self._next)
+        self._next += 1
+        self.live[h.id] = h
+        return h
+
+    def _raise(self, h: LockHandle, node: Node, key: LockKey) -> None:
+        node.locks[key] = node.locks.get(key, 0) + 1
+        node.lock_handles.add(h.id)
+        h.entries.append((node, key))
+
+    def lock(self, node: Node | None, kinds: Iterable[Kind] | None = None) -> LockHandle:
+        """Lock the data a request reuses when its match ends at ``node``."""
+        h = self._handle()
+        if node is None or node is self.tree.root:
+            return h
+        spec = self.tree.spec
+        for kind in (kinds if kinds is not None else spec.kinds):
+            if kind is Kind.FULL:
+                for n in self.tree.path_to_root(node):
+                    self._raise(h, n, Kind.FULL)
+            elif kind is Kind.SWA:
+                comp = spec.get(Kind.SWA)
+                assert comp is not None
+                need = comp.window
+                for n in self.tree.path_to_root(node):
+                    if need <= 0:
+                        break
+                    self._raise(h, n, Kind.SWA)
+                    need -= n.num_pages * spec.page_size
+            elif kind is Kind.MAMBA:
+                self._raise(h, node, Kind.MAMBA)
+        return h
+
+    def lock_host(self, nodes: Iterable[Node]) -> LockHandle:
+        h = self._handle()
+        for n in nodes:
+            self._raise(h, n, HOST)
+        return h
+
+    def unlock(self, h: LockHandle) -> None:
+        if h.released:
+            raise ValueError(f"lock handle {h.id} released twice")
+        h.released = True
+        del self.live[h.id]
+        residency = self.tree.residency
+        for node, key in h.entries:
+            count = node.locks[key] - 1
+            if count < 0:
+                raise AssertionError(f"lock count of {node} for {key} went negative")
+            if count:
+                node.locks[key] = count
+            else:
+                del node.locks[key]
+                residency.unlocked(node)
+        for node, _ in h.entries:
+            node.lock_handles.discard(h.id)
+
+    def on_split(self, tail: Node, head: Node) -> None:
+        for hid in list(tail.lock_handles):
+            h = self.live[hid]
+            keys = {k for n, k in h.entries if n is tail and k in _SPLIT_INHERITS}
+            for key in keys:
+                self._raise(h, head, key)

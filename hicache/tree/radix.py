@@ -1,0 +1,314 @@
+"""UnifiedRadixTree: one radix tree over token ids at page granularity, all components.
+
+    root ── [p0 p1 p2] ── [p3 p4] ── [p5]        each node: a page span + per-component
+                     └──── [q3]                   data per tier (see node.py)
+
+The tree decides and returns frozen actions (actions.py); it owns no memory. Callers own
+allocators (or a runtime owns placement) and execute the actions. Time is a logical clock
+owned by the tree (one tick per match or insert), so a run is reproducible.
+
+Split rule: a node is split where a match or insert diverges inside it, and at the start
+of a component's data when an insert carries that component only for a suffix (SWA).
+Locks, eviction and sessions live in their own modules and operate on this structure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from hicache.runtime.handles import CacheExtentRef, Tier
+from hicache.tree.actions import Action, FreeDevice, FreeHost
+from hicache.tree.boundary import on_device, on_device_or_host, safe_boundary
+from hicache.tree.components import Kind, TreeSpec
+from hicache.tree.eviction import strategy
+from hicache.tree.locks import LockTable
+from hicache.tree.node import Node, PageKey
+from hicache.tree.residency import Residency
+
+
+def page_keys(tokens: Sequence[int], page_size: int) -> list:
+    """Full pages of ``tokens`` as hashable keys (a trailing partial page is dropped).
+
+    Keys are tuples of token ids. A sequence may supply its own keys through a
+    ``page_keys(page_size)`` method (Mooncake block prompts give ``range`` objects, equal
+    iff the tokens are); feed one tree one representation.
+    """
+    own = getattr(tokens, "page_keys", None)
+    if own is not None:
+        keys = own(page_size)
+        if keys is not None:
+            return keys
+    n = len(tokens) // page_size
+    flat = tokens[: n * page_size]
+    return list(zip(*[iter(flat)] * page_size, strict=False))
+
+
+@dataclass(frozen=True, slots=True)
+class MatchResult:
+    """``device_tokens``: reusable now from L1; ``host_tokens``: reusable after loading the
+    L2 tail; ``matched_pages``: structural match length (any tier, any component)."""
+
+    device_tokens: int
+    host_tokens: int
+    matched_pages: int
+    path: tuple[Node, ...]  # matched nodes, root excluded, up to the L1+L2 boundary
+    device_nodes: int  # path[:device_nodes] end at the L1 boundary
+
+    @property
+    def total_tokens(self) -> int:
+        return self.device_tokens + self.host_tokens
+
+    @property
+    def last_node(self) -> Node | None:
+        return self.path[-1] if self.path else None
+
+    @property
+    def device_node(self) -> Node | None:
+        return self.path[self.device_nodes - 1] if self.device_nodes else None
+
+    @property
+    def host_tail(self) -> tuple[Node, ...]:
+        return self.path[self.device_nodes:]
+
+
+@dataclass(frozen=True, slots=True)
+class InsertResult:
+    """``existing_pages``: pages that were already cached in that tier before the insert;
+    ``actions``: frees of the caller's duplicate pages; ``node``: the last node."""
+
+    existing_pages: int
+    node: Node | None
+    actions: tuple[Action, ...]
+
+
+class UnifiedRadixTree:
+    def __init__(self, spec: TreeSpec, *, eviction_policy: str = "lru",
+                 session_aware: bool = False) -> None:
+        self.spec = spec
+        self.clock = 0
+        self._next_id = 1
+        self.root = Node(0, None, [], 0)
+        self.nodes: dict[int, Node] = {}
+        self.locks = LockTable(self)
+        self.residency = Residency(self, strategy(eviction_policy, session_aware=session_aware))
+        self.sessions: dict[str, set[Node]] = {}
+
+    # -- structure -------------------------------------------------------------------
+    def _new_node(self, parent: Node, key: list) -> Node:
+        node = Node(self._next_id, parent, key, self.clock)
+        self._next_id += 1
+        parent.children[key[0]] = node
+        self.nodes[node.id] = node
+        return node
+
+    def split(self, node: Node, at: int) -> Node:
+        """Split ``node`` after ``at`` pages; return the new upper node (``node`` keeps
+        the tail, its children and its MAMBA checkpoint)."""
+        if not 0 < at < node.num_pages:
+            raise ValueError(f"split of {node} at {at}")
+        parent = node.parent
+        assert parent is not None
+        head = Node(self._next_id, parent, node.key[:at], node.created)
+        self._next_id += 1
+        self.nodes[head.id] = head
+        head.last_access, head.hit_count, head.priority = (
+            node.last_access, node.hit_count, node.priority)
+        node.key = node.key[at:]
+        parent.children[head.key[0]] = head
+        head.children[node.key[0]] = node
+        node.parent = head
+        for tier_values in ("device", "host"):
+            values: dict = getattr(node, tier_values)
+            head_values: dict = getattr(head, tier_values)
+            for kind in list(values):
+                if kind is Kind.MAMBA:
+                    continue
+                head_values[kind], values[kind] = values[kind].split(at)
+        head.backing_up = node.backing_up
+        head.sessions = dict(node.sessions)
+        for sid in head.sessions:
+            self.sessions[sid].add(head)
+        self.locks.on_split(node, head)
+        self.residency.on_split(node, head)
+        return head
+
+    def _walk(self, pages: Sequence[PageKey],
+              cuts: Sequence[int] = ()) -> Iterator[tuple[Node, int]]:
+        """Follow ``pages`` from the root, splitting where the match diverges inside a node
+        or crosses a cut; yield (node, start page) for each fully matched node."""
+        node, i, n = self.root, 0, len(pages)
+        cuts = sorted(c for c in cuts if 0 < c < n)
+        while i < n:
+            child = node.children.get(pages[i])
+            if child is None:
+                return
+            key = child.key
+            m, limit = 1, min(len(key), n - i)
+            while m < limit and key[m] == pages[i + m]:
+                m += 1
+            for c in cuts:
+                if i < c < i + m:
+                    m = c - i
+                    break
+            if m < len(key):
+                child = self.split(child, m)
+            yield child, i
+            i += m
+            node = child
+
+    # -- match -----------------------------------------------------------------------
+    def match(self, pages: Sequence[PageKey], *, touch: bool = True) -> MatchResult:
+        """Longest cached prefix of ``pages`` with the L1 and L1+L2 reuse boundaries."""
+        path = [node for node, _ in self._walk(pages)]
+        matched = sum(n.num_pages for n in path)
+        dev_tokens, dev_nodes = safe_boundary(path, self.spec, on_device)
+        all_tokens, all_nodes = safe_boundary(path, self.spec, on_device_or_host)
+        if all_tokens < dev_tokens:  # a host-tier hole cannot shorten the L1 boundary
+            all_tokens, all_nodes = dev_tokens, dev_nodes
+        path = path[:all_nodes]
+        if touch:
+            self.clock += 1
+            for node in path:
+                node.last_access = self.clock
+                node.hit_count += 1
+                self.residency.touched(node)
+        return MatchResult(dev_tokens, all_tokens - dev_tokens, matched, tuple(path), dev_nodes)
+
+    # -- insert ----------------------------------------------------------------------
+    def insert(self, pages: Sequence[PageKey], values: dict[Kind, CacheExtentRef], *,
+               tier: Tier = Tier.DEVICE) -> InsertResult:
+        """Cache ``pages`` with their data in ``tier``.
+
+        Each paged extent covers the *last* ``num_pages`` pages. ``values[FULL]`` may skip
+        a prefix only if the tree already holds that prefix (in any tier); ``values[SWA]``
+        may be shorter still (earlier nodes keep SWA tombstones); ``values[MAMBA]`` is the
+        checkpoint at the end. Pages the tree already holds in that tier are
+        duplicates: their caller-side copies are returned as free actions (unless they
+        are the very same pages, as when a request re-inserts a prefix it borrowed).
+        """
+        n = len(pages)
+        if n == 0:
+            return InsertResult(0, None, ())
+        full = values.get(Kind.FULL)
+        if full is None or not 0 < full.num_pages <= n:
+            raise ValueError(f"insert needs a FULL extent of 1..{n} pages, got "
+                             f"{None if full is None else full.num_pages}")
+        for kind in values:
+            if self.spec.get(kind) is None:
+                raise ValueError(f"insert of component {kind.value!r} the tree does not have")
+        starts = {k: n - e.num_pages for k, e in values.items() if k is not Kind.MAMBA}
+        for k, s in starts.items():
+            if s < 0:
+                raise ValueError(f"{k.value} extent longer than the inserted pages")
+        self.clock += 1
+        attr = "device" if tier is Tier.DEVICE else "host"
+        actions: list[Action] = []
+        existing = 0
+        node, i = self.root, 0
+        for node, i in self._walk(pages, cuts=list(starts.values())):
+            end = i + node.num_pages
+            had_full = Kind.FULL in getattr(node, attr)
+            self._fill(node, attr, values, starts, i, end, actions)
+            if had_full:
+                existing = end
+            node.last_access = self.clock
+            self.residency.touched(node)
+        else:
+            i = 0 if node is self.root else i + node.num_pages
+        if i < starts[Kind.FULL]:
+            raise ValueError(f"insert of a FULL suffix from page {starts[Kind.FULL]}: the tree "
+                             f"holds only the first {i} pages of its prefix")
+        while i < n:
+            nxt = min([s for s in starts.values() if s > i] + [n])
+            child = self._new_node(node, list(pages[i:nxt]))
+            self._fill(child, attr, values, starts, i, nxt, actions)
+            self.residency.added(child)
+            node, i = child, nxt
+        mamba = values.get(Kind.MAMBA)
+        if mamba is not None:
+            self._put(node, attr, Kind.MAMBA, mamba, actions)
+            self.residency.touched(node)
+        return InsertResult(existing, node, tuple(actions))
+
+    def _fill(self, node: Node, attr: str, values: dict[Kind, CacheExtentRef],
+              starts: dict[Kind, int], i: int, end: int, actions: list[Action]) -> None:
+        for kind, start in starts.items():
+            if start <= i:
+                self._put(node, attr, kind, values[kind].slice(i - start, end - start), actions)
+
+    def _put(self, node: Node, attr: str, kind: Kind, ext: CacheExtentRef,
+             actions: list[Action]) -> None:
+        held: dict[Kind, CacheExtentRef] = getattr(node, attr)
+        current = held.get(kind)
+        if current is None:
+            self.residency.put_value(node, attr, kind, ext)
+        elif list(current.pages()) != list(ext.pages()):
+            free = FreeDevice if attr == "device" else FreeHost
+            actions.append(free(node.id, kind, ext))
+
+    # -- queries ---------------------------------------------------------------------
+    def path_to_root(self, node: Node) -> Iterator[Node]:
+        while node is not self.root and node is not None:
+            yield node
+            node = node.parent  # type: ignore[assignment]
+
+    def pages_in(self, tier: Tier, kind: Kind = Kind.FULL) -> int:
+        attr = "device" if tier is Tier.DEVICE else "host"
+        return sum(getattr(n, attr)[kind].num_pages for n in self.nodes.values()
+                   if kind in getattr(n, attr))
+
+    def tokens_before(self, node: Node) -> int:
+        """Tokens from the root to the end of ``node``."""
+        return sum(n.num_pages for n in self.path_to_root(node)) * self.spec.page_size
+
+    def page_span(self, node: Node) -> tuple[int, int]:
+        """(first page index, page count) of ``node`` counted from the root."""
+        end = sum(n.num_pages for n in self.path_to_root(node))
+        return end - node.num_pages, node.num_pages
+
+    def remove(self, node: Node) -> None:
+        """Detach a childless node (called by residency once its data is gone)."""
+        assert not node.children and node is not self.root
+        parent = node.parent
+        assert parent is not None
+        del parent.children[node.key[0]]
+        del self.nodes[node.id]
+        for sid in node.sessions:
+            self.sessions[sid].discard(node)
+        node.parent = None
+        node.stamp += 1
+
+    # -- sessions --------------------------------------------------------------------
+    def reference_session(self, session_id: str, node: Node | None) -> None:
+        """A finished request of ``session_id`` references its path (``node`` to root)."""
+        held = self.sessions.setdefault(session_id, set())
+        for n in self.path_to_root(node) if node is not None else ():
+            if session_id not in n.sessions:
+                n.sessions[session_id] = 1
+                held.add(n)
+                self.residency.touched(n)
+
+    def close_session(self, session_id: str) -> int:
+        """Drop every reference of ``session_id``; return how many nodes it held."""
+        nodes = self.sessions.pop(session_id, set())
+        for n in nodes:
+            n.sessions.pop(session_id, None)
+            self.residency.touched(n)
+        return len(nodes)
+
+    # -- facade over locks and residency ------------------------------------------------
+    def lock(self, node: Node | None, kinds=None):  # noqa: ANN001 - see LockTable.lock
+        return self.locks.lock(node, kinds)
+
+    def unlock(self, handle) -> None:  # noqa: ANN001
+        self.locks.unlock(handle)
+
+    def evict_device(self, pages: int, kind: Kind = Kind.FULL):  # noqa: ANN201
+        return self.residency.evict_device(kind, pages)
+
+    def evict_host(self, pages: int):  # noqa: ANN201
+        return self.residency.evict_host(pages)
+
+    def held_pages(self, tier: Tier, pool: str = "full") -> int:
+        return self.residency.held_pages("device" if tier is Tier.DEVICE else "host", pool)

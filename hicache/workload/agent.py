@@ -1,0 +1,126 @@
+"""Agent sessions: each session is a chain of tool-calling steps over a growing context.
+
+``num_sessions`` sessions become ready at Poisson times (``session_rate``); at most
+``max_sessions`` are in flight (started and not closed), later ones wait and start when
+one closes. A session runs ``steps`` requests (int or [lo, hi]); step 0's prompt =
+shared system prompt + ``task_length`` fresh tokens; step s+1's prompt = step s's prompt
++ step s's output + ``tool_output_length`` tokens (the tool result) and becomes ready
+``tool_time`` seconds after step s finishes. Every request carries
+``session_id = "agent-<i>"``, ``client = i`` and ``round = step``; the last step has
+``close_session=True``.
+
+Determinism: arrivals from ``Random(seed)``; session i's draws from
+``Random(f"{seed}:session:{i}")``. Token namespaces: system prompt 0, session i -> i + 1.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from hicache.workload.admission import AdmissionQueue
+from hicache.workload.conversation import Conversation
+from hicache.workload.params import (
+    LengthSpec,
+    draw_float,
+    draw_length,
+    float_range_param,
+    int_param,
+    length_param,
+    poisson_arrivals,
+    rate_param,
+)
+from hicache.workload.request import Request
+from hicache.workload.tokens import draw_tokens
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    num_sessions: int = 64
+    max_sessions: int = 16  # sessions in flight
+    session_rate: float = 1.0  # session starts, per s; inf = all ready at 0
+    steps: LengthSpec = (4, 16)
+    system_prompt_length: int = 2048  # shared tool definitions / instructions
+    task_length: LengthSpec = 512
+    tool_output_length: LengthSpec = (64, 1024)
+    output_length: LengthSpec = (32, 256)  # the model's tool call
+    tool_time: float | tuple[float, float] = 0.5  # seconds, number or [lo, hi]
+
+    def __post_init__(self) -> None:
+        s = object.__setattr__
+        s(self, "num_sessions", int_param("num_sessions", self.num_sessions, 1))
+        s(self, "max_sessions", int_param("max_sessions", self.max_sessions, 1))
+        s(self, "session_rate", rate_param("session_rate", self.session_rate))
+        s(self, "steps", length_param("steps", self.steps))
+        s(self, "system_prompt_length", int_param("system_prompt_length",
+                                                  self.system_prompt_length, 0))
+        s(self, "task_length", length_param("task_length", self.task_length))
+        s(self, "tool_output_length", length_param("tool_output_length",
+                                                   self.tool_output_length))
+        s(self, "output_length", length_param("output_length", self.output_length))
+        s(self, "tool_time", float_range_param("tool_time", self.tool_time))
+
+
+@dataclass(slots=True)
+class _Session:
+    conv: Conversation
+    rng: random.Random
+    steps: int
+    step: int = 0
+
+
+class AgentWorkload:
+    """Workload state machine; see the module docstring for the invariants."""
+
+    def __init__(self, config: AgentConfig, seed: int) -> None:
+        self.config = config
+        self.seed = seed
+        self._rng = random.Random(seed)
+        self._system = draw_tokens(
+            random.Random(f"{seed}:system"), 0, config.system_prompt_length
+        )
+        self._queue: AdmissionQueue[int] = AdmissionQueue(config.max_sessions)
+        self._sessions: dict[int, _Session] = {}
+        self._inflight: dict[int, int] = {}  # rid -> session
+        self._next_rid = 0
+        self._started = False
+
+    def start(self) -> list[Request]:
+        if self._started:
+            raise RuntimeError("start() called twice")
+        self._started = True
+        cfg = self.config
+        for i, t in enumerate(poisson_arrivals(self._rng, cfg.num_sessions, cfg.session_rate)):
+            self._queue.push(t, i)
+        return self._admit(0.0)
+
+    def on_finished(self, rid: int, now: float) -> list[Request]:
+        i = self._inflight.pop(rid)  # KeyError: unknown or already finished
+        sess = self._sessions[i]
+        if sess.step >= sess.steps:  # the closing step finished
+            del self._sessions[i]
+            self._queue.finished()
+            return self._admit(now)
+        arrival = now + draw_float(sess.rng, self.config.tool_time)
+        return [self._step(i, arrival, draw_length(sess.rng, self.config.tool_output_length))]
+
+    def _admit(self, now: float) -> list[Request]:
+        out = []
+        for arrival, i in self._queue.release(now):
+            rng = random.Random(f"{self.seed}:session:{i}")
+            steps = draw_length(rng, self.config.steps)
+            self._sessions[i] = _Session(Conversation(rng, i + 1, self._system), rng, steps)
+            out.append(self._step(i, arrival, draw_length(rng, self.config.task_length)))
+        return out
+
+    def _step(self, i: int, arrival: float, new_tokens: int) -> Request:
+        sess = self._sessions[i]
+        output = draw_length(sess.rng, self.config.output_length)
+        prompt = sess.conv.turn(new_tokens, output)
+        rid = self._next_rid
+        self._next_rid += 1
+        self._inflight[rid] = i
+        sess.step += 1
+        return Request(rid=rid, arrival=arrival, tokens=prompt, output_len=output,
+                       session_id=f"agent-{i}", client=i, round=sess.step - 1,
+                       close_session=sess.step == sess.steps)

@@ -1,0 +1,160 @@
+"""Compact token sequences for workloads.
+
+Invariants:
+
+- :func:`draw_tokens` gives ids of namespace ``ns`` in ``[(ns + 1) * 2**32, (ns + 2) * 2**32)``,
+  so two namespaces (clients, sessions, documents) never share a token id; ids stay below
+  2**63 and fit ``array('q')``. Draws come only from the ``random.Random`` passed in.
+- :class:`BlockTokens` is a Mooncake-style prompt: block ``k`` with hash id ``b`` holds
+  tokens ``b * block + j`` for ``j`` in ``0..block-1``; only the last block may be partial.
+  Two prompts sharing hash id ``b`` at block ``k`` therefore share those tokens.
+- :class:`ConcatTokens` is ``prefix + suffix`` without copying the shared prefix.
+
+Slicing any of them returns an ``array('q')`` (like :class:`TokenView`); slicing is cheap
+(cost proportional to the slice, not to the whole prompt).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from array import array
+from collections.abc import Iterator, Sequence
+from typing import overload
+
+import numpy as np
+
+NAMESPACE_BITS = 32
+MAX_NAMESPACE = 2**30  # (ns + 2) << 32 stays below 2**63
+_LOW = 0 if sys.byteorder == "little" else 1
+
+
+def draw_tokens(rng: random.Random, namespace: int, n: int) -> array:
+    """``n`` random token ids of ``namespace`` (see module invariant), as ``array('q')``."""
+    if not 0 <= namespace < MAX_NAMESPACE:
+        raise ValueError(f"namespace {namespace} outside [0, {MAX_NAMESPACE})")
+    if n < 0:
+        raise ValueError(f"cannot draw {n} tokens")
+    out = array("q", bytes(8 * n))
+    if n == 0:
+        return out
+    low = array("I")
+    low.frombytes(rng.randbytes(4 * n))
+    halves = memoryview(out).cast("B").cast("I")
+    halves[_LOW::2] = low
+    halves[1 - _LOW :: 2] = array("I", [namespace + 1]) * n
+    return out
+
+
+def namespace_of(token: int) -> int:
+    """The namespace a token drawn by :func:`draw_tokens` belongs to."""
+    return (token >> NAMESPACE_BITS) - 1
+
+
+def _slice_of(seq: Sequence[int], i: slice) -> tuple[int, int, int]:
+    return i.indices(len(seq))
+
+
+class BlockTokens(Sequence[int]):
+    """Prompt of ``length`` tokens built lazily from per-block hash ids."""
+
+    __slots__ = ("_ids", "_len", "_block")
+
+    def __init__(self, hash_ids: array, length: int, block: int = 512) -> None:
+        n = len(hash_ids)
+        if block <= 0 or length < 0 or n != -(-length // block):
+            raise ValueError(f"{n} blocks of {block} cannot hold exactly {length} tokens")
+        self._ids = hash_ids
+        self._len = length
+        self._block = block
+
+    @property
+    def hash_ids(self) -> array:
+        return self._ids
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _range(self, start: int, stop: int) -> array:
+        """Tokens ``start:stop``, built block-wise in numpy (C speed, no Python ints)."""
+        out = array("q")
+        if stop <= start:
+            return out
+        b = self._block
+        k0, k1 = start // b, (stop - 1) // b
+        bases = np.asarray(self._ids[k0:k1 + 1], dtype=np.int64) * b
+        grid = (bases[:, None] + np.arange(b, dtype=np.int64)[None, :]).ravel()
+        out.frombytes(grid[start - k0 * b: stop - k0 * b].tobytes())
+        return out
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[int]: ...
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            start, stop, step = _slice_of(self, i)
+            if step == 1:
+                return self._range(start, max(start, stop))
+            return self._range(0, self._len)[i]
+        if not -self._len <= i < self._len:
+            raise IndexError(i)
+        k, off = divmod(i % self._len, self._block)
+        return self._ids[k] * self._block + off
+
+    def page_keys(self, page_size: int) -> list[range] | None:
+        """Page keys without materialising tokens: each full page's ids as a ``range``
+        (equal iff the tokens are equal). None when pages would straddle blocks."""
+        b = self._block
+        if b % page_size:
+            return None
+        per_block = b // page_size
+        n_pages = self._len // page_size
+        keys = []
+        for k, h in enumerate(self._ids):
+            base = h * b
+            for j in range(min(per_block, n_pages - k * per_block)):
+                keys.append(range(base + j * page_size, base + (j + 1) * page_size))
+        return keys
+
+    def __iter__(self) -> Iterator[int]:
+        b = self._block
+        for k, h in enumerate(self._ids):
+            yield from range(h * b, h * b + min(b, self._len - k * b))
+
+
+class ConcatTokens(Sequence[int]):
+    """``prefix + suffix``; the prefix array is shared, not copied."""
+
+    __slots__ = ("_prefix", "_suffix")
+
+    def __init__(self, prefix: array, suffix: array) -> None:
+        self._prefix = prefix
+        self._suffix = suffix
+
+    def __len__(self) -> int:
+        return len(self._prefix) + len(self._suffix)
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[int]: ...
+    def __getitem__(self, i):  # type: ignore[override]
+        p = len(self._prefix)
+        if isinstance(i, slice):
+            start, stop, step = _slice_of(self, i)
+            if step != 1:
+                return (self._prefix + self._suffix)[i]
+            stop = max(start, stop)
+            out = self._prefix[min(start, p) : min(stop, p)]
+            out.extend(self._suffix[max(start - p, 0) : max(stop - p, 0)])
+            return out
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(i)
+        i %= n
+        return self._prefix[i] if i < p else self._suffix[i - p]
+
+    def __iter__(self) -> Iterator[int]:
+        yield from self._prefix
+        yield from self._suffix

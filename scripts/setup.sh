@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Set up hicache-lab in ./.venv (idempotent). `--test` adds what the test suite needs:
+# torch (CPU wheel, pinned) and the real Mooncake store (pip package + libibverbs1).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="dev"
+if [[ "${1:-}" == "--test" ]]; then extras="dev,torch,mooncake"; fi
+[[ -x .venv/bin/python ]] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[${extras}]"
+if [[ "${1:-}" == "--test" ]]; then
+  PYTHON="$PWD/.venv/bin/python" bash .ci/mooncake.sh
+fi

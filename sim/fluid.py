@@ -1,0 +1,97 @@
+"""Fluid sharing: jobs progress at rates an allocation function assigns to the active set.
+
+Invariant: between two changes of the active set every job's rate is constant, so each
+job's ``remaining`` work is exact at every change (remaining -= rate * dt). When a job
+joins or leaves, all rates are recomputed and only jobs whose rate changed get a new
+finish time. Work is in arbitrary units (bytes for links, seconds-at-full-speed for
+compute). No process per job: a finish is a timeout callback guarded by a token, so a
+re-planned job's stale timeout does nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any
+
+import simpy
+
+
+class FluidJob:
+    """One unit of work on a :class:`FluidServer`. ``kind`` and ``cap`` steer allocation."""
+
+    __slots__ = ("work", "remaining", "rate", "kind", "cap", "tags", "done", "token")
+
+    def __init__(self, work: float, kind: str, cap: float | None = None,
+                 tags: frozenset[str] = frozenset()) -> None:
+        if work < 0:
+            raise ValueError(f"negative work {work}")
+        self.work = self.remaining = float(work)
+        self.rate = 0.0
+        self.kind, self.cap, self.tags = kind, cap, tags
+        self.done: simpy.Event | None = None
+        self.token = 0
+
+
+Allocator = Callable[[list[FluidJob]], None]
+
+
+class FluidServer:
+    """Runs :class:`FluidJob` s concurrently; ``allocate(jobs)`` sets every job's rate."""
+
+    def __init__(self, env: simpy.Environment, allocate: Allocator) -> None:
+        self.env = env
+        self.jobs: list[FluidJob] = []
+        self._allocate = allocate
+        self._last = env.now
+
+    def _advance(self) -> None:
+        dt = self.env.now - self._last
+        if dt > 0:
+            for job in self.jobs:
+                job.remaining -= job.rate * dt
+        self._last = self.env.now
+
+    def _replan(self, new: FluidJob | None = None) -> None:
+        if not self.jobs:
+            return
+        before = [j.rate for j in self.jobs]
+        self._allocate(self.jobs)
+        for job, rate in zip(self.jobs, before, strict=True):
+            if job is new or job.rate != rate:
+                self._schedule(job)
+
+    def _schedule(self, job: FluidJob) -> None:
+        job.token += 1
+        if job.rate <= 0:
+            return  # stalled until a later re-plan gives it a rate
+        token = job.token
+        timer = self.env.timeout(max(0.0, job.remaining) / job.rate)
+        timer.callbacks.append(lambda _ev: self._finish(job, token))
+
+    def _finish(self, job: FluidJob, token: int) -> None:
+        if token != job.token:
+            return  # re-planned since this timer was set
+        self._advance()
+        job.remaining = 0.0
+        self.jobs.remove(job)
+        self._replan()
+        assert job.done is not None
+        job.done.succeed()
+
+    def submit(self, job: FluidJob) -> simpy.Event:
+        """Start ``job`` now; the returned event fires when it has received all its work."""
+        job.done = self.env.event()
+        if job.work <= 0:
+            return job.done.succeed()
+        self._advance()
+        self.jobs.append(job)
+        self._replan(new=job)
+        return job.done
+
+    def run(self, job: FluidJob) -> Generator[simpy.Event, Any, None]:
+        """Process-body form of :meth:`submit`."""
+        yield self.submit(job)
+
+    def active(self, kind: str | None = None, tag: str | None = None) -> bool:
+        return any((kind is None or j.kind == kind) and (tag is None or tag in j.tags)
+                   for j in self.jobs)

@@ -1,0 +1,42 @@
+"""A request's row: its device KV pages in token order and which of them it owns.
+
+Invariant: ``pages`` = attached pages + loaded pages + own pages, in token order;
+``runs`` always equals coalesce(pages) (maintained incrementally, O(1) per appended page);
+only ``own`` pages (allocated for the request's new tokens) may be freed by a Release.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from hicache.runtime.handles import CacheExtentRef, PageRun, RequestRuntimeHandle, Tier
+
+
+class RequestRow:
+    __slots__ = ("handle", "rid", "pages", "runs", "own", "_extent")
+
+    def __init__(self, handle: RequestRuntimeHandle, rid: int) -> None:
+        self.handle, self.rid = handle, rid
+        self.pages: list[int] = []
+        self.runs: list[PageRun] = []
+        self.own: set[int] = set()
+        self._extent: CacheExtentRef | None = None
+
+    def append(self, pages: Iterable[int], own: bool) -> None:
+        for p in pages:
+            self.pages.append(p)
+            last = self.runs[-1] if self.runs else None
+            if last is not None and last.first_page + last.page_count == p:
+                self.runs[-1] = PageRun(last.first_page, last.page_count + 1)
+            else:
+                self.runs.append(PageRun(p, 1))
+            if own:
+                self.own.add(p)
+            self._extent = None
+
+    def extent(self) -> CacheExtentRef:
+        if self._extent is None:
+            h = self.handle
+            self._extent = CacheExtentRef(h.runtime_id, h.generation, Tier.DEVICE,
+                                          tuple(self.runs), "full")
+        return self._extent

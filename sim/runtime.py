@@ -1,0 +1,251 @@
+"""SimRuntime: the RuntimeInterface over a SimPy model of one GPU, its host and L3.
+
+Invariants: all time is ``env.now``; prepare_batch places pages (per-pool free lists) and
+starts layer-wise H2D loads at once, so loads of batch N+1 overlap compute of batch N;
+execute_batch queues compute after earlier batches, then one D2H backup copy per batch;
+every handle is checked against (runtime_id, generation); bytes copied per direction are
+counted by the link (``bytes_moved``) and, independently, from page counts at prepare
+(``bytes_accounted``).
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from hicache.runtime.handles import (
+    CacheExtentRef,
+    RequestRuntimeHandle,
+    Tier,
+    check_generation,
+    coalesce,
+)
+from hicache.runtime.interface import (
+    BatchPlan,
+    Completion,
+    Phase,
+    PreparedBatchHandle,
+    PreparedSlice,
+    Release,
+    RequestSlice,
+    RuntimeInfo,
+)
+from hicache.timeline import Timeline
+from sim import ops, validate
+from sim.batch import BatchState, PendingBackup, paired_runs
+from sim.calibration import apply_copy_calibration
+from sim.copy_engine import CopyEngines
+from sim.cost import CostModel
+from sim.fluid import FluidServer
+from sim.hardware.model import ModelPreset, load_model
+from sim.hardware.profile import HardwareProfile, load_profile
+from sim.l3 import L3Store
+from sim.link import PcieLink
+from sim.pools import TierPools
+from sim.rows import RequestRow
+from sim.streams import Stream
+
+
+class SimRuntime:
+    def __init__(self, env: simpy.Environment, *, profile: HardwareProfile | str,
+                 model: ModelPreset | str, page_size: int, device_pages: dict[str, int],
+                 host_pages: dict[str, int], l3: L3Store | None = None,
+                 io_backend: str = "kernel", layerwise: bool = True,
+                 backup_throttle_bytes_per_s: float | None = None, runtime_id: str = "sim0",
+                 timeline: Timeline | None = None, trace_layers: bool = False) -> None:
+        if page_size <= 0:
+            raise ValueError("page_size must be > 0")
+        if "full" not in device_pages:
+            raise ValueError("device_pages needs a 'full' pool (request KV lives there)")
+        self.env = env
+        if not isinstance(profile, HardwareProfile):
+            profile = load_profile(profile)
+        self.profile = apply_copy_calibration(profile)  # measured copy tables, if any
+        self.model = model if isinstance(model, ModelPreset) else load_model(model)
+        self.page_size, self.runtime_id = page_size, runtime_id
+        self.device_sizes, self.host_sizes = dict(device_pages), dict(host_pages)
+        self.l3, self.layerwise, self.trace_layers = l3, layerwise, trace_layers
+        self.backup_throttle = backup_throttle_bytes_per_s
+        self.timeline = timeline if timeline is not None else Timeline()
+        self.cost = CostModel(self.profile, self.model)
+        self.link = PcieLink(self.profile)
+        self.fluid = FluidServer(env, self.link.allocate)
+        self.copies = CopyEngines(env, self.profile, self.link, self.fluid, io_backend)
+        self.streams = {n: Stream(env, n) for n in ("compute", "h2d", "d2h")}
+        self.layer_bytes = self._layer_bytes(set(device_pages) | set(host_pages))
+        self.bytes_per_page = {p: sum(b) for p, b in self.layer_bytes.items()}
+        self.layers_touched = {p: sum(1 for x in b if x) for p, b in self.layer_bytes.items()}
+        self.bytes_accounted = {"h2d": 0, "d2h": 0}
+        self.l3_bytes = {"read": 0, "write": 0}
+        if l3 is not None:
+            l3.attach(runtime_id)
+        self.generation = 0
+        self.restart()
+
+    def _layer_bytes(self, pools: set[str]) -> dict[str, tuple[int, ...]]:
+        """Bytes one page of each pool holds in each layer. SWA layers' KV is a sidecar of
+        'full' pages unless an 'swa' pool exists; a 'mamba' page is one request's state."""
+        m, ps = self.model, self.page_size
+        out = {"full": m.layer_page_bytes(("full",) if "swa" in pools else ("full", "swa"), ps)}
+        if "swa" in pools:
+            out["swa"] = m.layer_page_bytes(("swa",), ps)
+        if "mamba" in pools:
+            out["mamba"] = tuple(m.mamba_state_bytes if k == "mamba" else 0
+                                 for k in m.layer_kinds)
+        return out
+
+    def restart(self) -> None:
+        """New generation: empty pools and rows; every earlier handle becomes stale."""
+        self.generation += 1
+        if getattr(self, "_wake", None) is not None and not self._wake.triggered:
+            self._wake.succeed()  # a driver waiting on the old generation wakes and re-reads
+        self.device = TierPools(Tier.DEVICE, self.device_sizes)
+        self.host = TierPools(Tier.HOST, self.host_sizes)
+        self.rows: dict[int, RequestRow] = {}
+        self._next_slot = 0
+        self._prepared: dict[int, BatchState] = {}
+        self._pending: dict[tuple[str, int], simpy.Event] = {}
+        self._completions: list[Completion] = []
+        self._wake: simpy.Event = self.env.event()
+
+    # ---- RuntimeInterface -------------------------------------------------------------
+    def info(self) -> RuntimeInfo:
+        return RuntimeInfo(self.runtime_id, self.generation, self.page_size,
+                           dict(self.device_sizes), dict(self.host_sizes),
+                           dict(self.bytes_per_page), self.model.num_layers)
+
+    def prepare_batch(self, plan: BatchPlan) -> PreparedBatchHandle:
+        if plan.batch_id in self._prepared:
+            raise ValueError(f"batch {plan.batch_id} is already prepared")
+        validate.check_plan(self, plan)
+        for ext in plan.frees:
+            self.tier(ext.tier)[ext.pool].free(ext.pages())
+        for rel in plan.releases:
+            self._release(rel)
+        validate.check_capacity(self, plan)
+        st = BatchState(plan, None, self.generation)  # type: ignore[arg-type]
+        loads: list[tuple[str, list[int], list[int]]] = []  # (pool, src, dst)
+        slices = tuple(self._prepare_slice(s, st, loads) for s in plan.slices)
+        st.finished = tuple(s.rid for s in plan.slices if s.finishes)
+        if loads:
+            self._start_loads(st, loads)
+        for b in plan.backups:
+            src = list(b.src.pages())
+            dst = self.host[b.src.pool].allocate(len(src))
+            ext = self._extent(Tier.HOST, dst, b.src.pool)
+            pending = PendingBackup(b, ext, paired_runs(src, dst), self.env.event())
+            st.backups.append(pending)
+            for p in dst:
+                self._pending[(b.src.pool, p)] = pending.done
+            self.bytes_accounted["d2h"] += len(src) * self.bytes_per_page[b.src.pool]
+        for pf in plan.prefetches:
+            reserved = self.host["full"].allocate(pf.max_pages)
+            self.env.process(ops.prefetch_op(self, pf, reserved, self.generation))
+        st.handle = PreparedBatchHandle(self.runtime_id, self.generation, plan.batch_id, slices,
+                                        tuple(b.dst for b in st.backups))
+        self._prepared[plan.batch_id] = st
+        return st.handle
+
+    def execute_batch(self, handle: PreparedBatchHandle) -> None:
+        check_generation(handle, self.runtime_id, self.generation, "prepared batch")
+        st = self._prepared.pop(handle.batch_id, None)
+        if st is None or st.handle is not handle:
+            raise ValueError(f"batch {handle.batch_id} was not prepared (or already executed)")
+        compute = self.streams["compute"].submit(lambda: ops.compute_op(self, st))
+        if st.backups:
+            self.streams["d2h"].submit(lambda: ops.backup_op(self, st), waits=(compute,))
+        for store in st.plan.stores:
+            self.env.process(ops.store_op(self, store, self.generation))
+
+    def poll(self) -> list[Completion]:
+        out, self._completions = self._completions, []
+        return out
+
+    # ---- driver and ops helpers -------------------------------------------------------
+    def wakeup(self) -> simpy.Event:
+        """An event that fires when the next completion arrives (at once if one is queued)."""
+        if self._completions:
+            return self.env.event().succeed()
+        return self._wake
+
+    def complete(self, completion: Completion) -> None:
+        self._completions.append(completion)
+        wake, self._wake = self._wake, self.env.event()
+        wake.succeed()
+
+    def pending_events(self, extent: CacheExtentRef) -> list[simpy.Event]:
+        events = dict.fromkeys(self._pending.get((extent.pool, p)) for p in extent.pages())
+        return [e for e in events if e is not None and not e.processed]
+
+    def host_ready(self, extent: CacheExtentRef, done: simpy.Event) -> None:
+        for p in extent.pages():
+            if self._pending.get((extent.pool, p)) is done:
+                del self._pending[(extent.pool, p)]
+
+    @property
+    def bytes_moved(self) -> dict[str, int]:
+        return dict(self.link.moved)
+
+    def open_requests(self) -> int:
+        return len(self.rows)
+
+    # ---- internals ----------------------------------------------------------------
+    def tier(self, tier: Tier) -> TierPools:
+        if tier is Tier.DEVICE:
+            return self.device
+        if tier is Tier.HOST:
+            return self.host
+        raise ValueError(f"the runtime places no pages on tier {tier}")
+
+    def _extent(self, tier: Tier, pages: list[int], pool: str) -> CacheExtentRef:
+        return CacheExtentRef(self.runtime_id, self.generation, tier, coalesce(pages), pool)
+
+    def _prepare_slice(self, s: RequestSlice, st: BatchState,
+                       loads: list[tuple[str, list[int], list[int]]]) -> PreparedSlice:
+        if s.request is None:
+            handle = RequestRuntimeHandle(self.runtime_id, self._next_slot, self.generation)
+            self._next_slot += 1
+            row = self.rows[handle.slot_id] = RequestRow(handle, s.rid)
+            for ext in s.attach:
+                row.append(ext.pages(), own=False)
+        else:
+            row = self.rows[s.request.slot_id]
+        loaded = []
+        for ld in s.loads:
+            src = list(ld.src.pages())
+            dst = self.device[ld.src.pool].allocate(len(src))
+            loads.append((ld.src.pool, src, dst))
+            loaded.append(self._extent(Tier.DEVICE, dst, ld.src.pool))
+            if ld.src.pool == "full":
+                row.append(dst, own=False)
+            self.bytes_accounted["h2d"] += len(src) * self.bytes_per_page[ld.src.pool]
+        own = validate.new_pages(self, s, len(row.pages))
+        row.append(self.device["full"].allocate(own), own=True)
+        if s.phase is Phase.PREFILL:
+            st.prefills.append((s.new_tokens, s.context_tokens))
+        else:
+            st.decodes.extend([s.context_tokens] * s.new_tokens)
+        return PreparedSlice(s.rid, row.handle, row.extent(), tuple(loaded))
+
+    def _start_loads(self, st: BatchState, loads: list[tuple[str, list[int], list[int]]]) -> None:
+        layers = self.model.num_layers
+        nbytes, calls = [0] * layers, [0] * layers
+        for pool, src, dst in loads:
+            runs = paired_runs(src, dst)
+            for i, b in enumerate(self.layer_bytes[pool]):
+                if b:
+                    nbytes[i] += b * len(src)
+                    calls[i] += runs
+        if self.copies.io_backend == "kernel":
+            calls = [1 if b else 0 for b in nbytes]
+        st.layer_events = [self.env.event() for _ in range(layers)]
+        st.loads_done = st.layer_events[-1]  # the h2d stream completes layers in order
+        bid = st.plan.batch_id
+        self.streams["h2d"].submit(lambda: ops.load_op(self, bid, nbytes, calls, st.layer_events))
+
+    def _release(self, rel: Release) -> None:
+        row = self.rows.pop(rel.request.slot_id)
+        keep = set(rel.keep.pages()) if rel.keep is not None else set()
+        self.device["full"].free(p for p in row.pages if p in row.own and p not in keep)
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"SimRuntime({self.runtime_id!r}, gen={self.generation}, open={len(self.rows)})"

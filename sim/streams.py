@@ -1,0 +1,37 @@
+"""CUDA-stream-like ordered queues in simulated time.
+
+Invariant: ops on one stream run one after another in submission order; an op may also
+wait on events of other streams (like cudaStreamWaitEvent) before it starts. An op is a
+generator function; its process is the op's completion event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterable
+from typing import Any
+
+import simpy
+
+OpBody = Callable[[], Generator[simpy.Event, Any, Any]]
+
+
+class Stream:
+    def __init__(self, env: simpy.Environment, name: str) -> None:
+        self.env, self.name = env, name
+        self.tail: simpy.Event = env.event().succeed()
+
+    def submit(self, body: OpBody, waits: Iterable[simpy.Event] = ()) -> simpy.Process:
+        """Enqueue ``body`` after everything already on this stream and after ``waits``."""
+        proc = self.env.process(self._run(self.tail, tuple(waits), body))
+        self.tail = proc
+        return proc
+
+    def _run(self, prev: simpy.Event, waits: tuple[simpy.Event, ...],
+             body: OpBody) -> Generator[simpy.Event, Any, Any]:
+        yield prev
+        if waits:
+            yield self.env.all_of(waits)
+        return (yield from body())
+
+    def idle(self) -> bool:
+        return self.tail.processed

@@ -1,0 +1,102 @@
+"""Plan validation: stale handles, misplaced extents and capacity, checked before a
+prepare changes anything (frees and releases excepted: they apply first, by contract).
+
+Invariant: a plan that passes :func:`check_plan` and :func:`check_capacity` can be placed
+without an allocation failing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from hicache.runtime.handles import CacheExtentRef, RequestRuntimeHandle, Tier, check_generation
+from hicache.runtime.interface import BatchPlan, RequestSlice
+from sim.pools import CapacityError
+from sim.rows import RequestRow
+
+if TYPE_CHECKING:
+    from sim.runtime import SimRuntime
+
+
+def check_ext(rt: SimRuntime, ext: CacheExtentRef, tier: Tier, what: str) -> None:
+    check_generation(ext, rt.runtime_id, rt.generation, what)
+    if ext.tier is not tier:
+        raise ValueError(f"{what} must be on {tier}, got {ext.tier}")
+
+
+def row_of(rt: SimRuntime, handle: RequestRuntimeHandle, what: str) -> RequestRow:
+    check_generation(handle, rt.runtime_id, rt.generation, what)
+    row = rt.rows.get(handle.slot_id)
+    if row is None or row.handle != handle:
+        raise ValueError(f"{what}: request slot {handle.slot_id} is not open")
+    return row
+
+
+def check_plan(rt: SimRuntime, plan: BatchPlan) -> None:
+    """Reject stale or misplaced handles before anything changes."""
+    seen: set[int] = set()
+    for s in plan.slices:
+        if s.rid in seen:
+            raise ValueError(f"request {s.rid} appears twice in batch {plan.batch_id}")
+        seen.add(s.rid)
+        if s.request is not None:
+            row_of(rt, s.request, f"request {s.rid}")
+            if s.attach or s.loads:
+                raise ValueError(f"request {s.rid}: attach/loads only on its first slice")
+        for ext in s.attach:
+            check_ext(rt, ext, Tier.DEVICE, f"attach of request {s.rid}")
+        for load in s.loads:
+            check_ext(rt, load.src, Tier.HOST, f"load of request {s.rid}")
+    for b in plan.backups:
+        check_ext(rt, b.src, Tier.DEVICE, f"backup job {b.job_id}")
+    for st in plan.stores:
+        check_ext(rt, st.src, Tier.HOST, f"store job {st.job_id}")
+        if len(st.keys) != st.src.num_pages:
+            raise ValueError(f"store job {st.job_id}: {len(st.keys)} keys for "
+                             f"{st.src.num_pages} pages")
+    if (plan.stores or plan.prefetches) and rt.l3 is None:
+        raise ValueError("store/prefetch intents need an L3 (SimRuntime(l3=...))")
+    for ext in plan.frees:
+        check_generation(ext, rt.runtime_id, rt.generation, "freed extent")
+    released = {rel.request.slot_id for rel in plan.releases}
+    if any(s.request is not None and s.request.slot_id in released for s in plan.slices):
+        raise ValueError(f"batch {plan.batch_id} both releases and continues a request")
+    for rel in plan.releases:
+        row = row_of(rt, rel.request, "release")
+        if rel.keep is not None:
+            check_ext(rt, rel.keep, Tier.DEVICE, "release keep")
+            if rel.keep.pool != "full" or not set(rel.keep.pages()) <= row.own:
+                raise ValueError(f"release of request {row.rid}: keep holds pages the "
+                                 "request did not allocate")
+
+
+def new_pages(rt: SimRuntime, s: RequestSlice, existing: int) -> int:
+    if s.context_tokens > existing * rt.page_size:
+        raise ValueError(f"request {s.rid}: context {s.context_tokens} tokens but only "
+                         f"{existing} pages of {rt.page_size} hold KV")
+    total = math.ceil((s.context_tokens + s.new_tokens) / rt.page_size)
+    return max(0, total - existing)
+
+
+def check_capacity(rt: SimRuntime, plan: BatchPlan) -> None:
+    need: Counter[tuple[Tier, str]] = Counter()
+    for s in plan.slices:
+        if s.request is not None:
+            existing = len(rt.rows[s.request.slot_id].pages)
+        else:
+            existing = sum(e.num_pages for e in s.attach) + sum(
+                ld.src.num_pages for ld in s.loads if ld.src.pool == "full")
+        need[(Tier.DEVICE, "full")] += new_pages(rt, s, existing)
+        for ld in s.loads:
+            need[(Tier.DEVICE, ld.src.pool)] += ld.src.num_pages
+    for b in plan.backups:
+        need[(Tier.HOST, b.src.pool)] += b.src.num_pages
+    for pf in plan.prefetches:
+        need[(Tier.HOST, "full")] += pf.max_pages
+    for (tier, pool), n in need.items():
+        free = rt.tier(tier)[pool].free_count
+        if n > free:
+            raise CapacityError(f"batch {plan.batch_id} needs {n} {tier.value} pages of "
+                                f"pool {pool!r}, {free} free (not accounted for)")

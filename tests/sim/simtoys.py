@@ -1,0 +1,76 @@
+"""Toy profile and model with round numbers, so closed forms in the tests are easy."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import simpy
+
+from hicache.runtime.handles import CacheExtentRef
+from hicache.runtime.interface import BackupIntent, BatchPlan, Phase, Release, RequestSlice
+from sim.hardware.model import ModelPreset, load_model
+from sim.hardware.profile import HardwareProfile, load_profile
+from sim.runtime import SimRuntime
+
+TOY_PROFILE: dict[str, Any] = {
+    "name": "toy",
+    "gpu": {"bf16_flops": 1.0e15, "matmul_efficiency": 0.5, "hbm_bytes_per_s": 2.0e12,
+            "kernel_launch_s": 0.0},
+    "pcie": {"h2d_bytes_per_s": 50.0e9, "d2h_bytes_per_s": 40.0e9,
+             "bidirectional_bytes_per_s": 60.0e9, "call_overhead_s": 1.0e-5,
+             "half_efficiency_bytes": 100_000, "copy_engines": 3},
+    "io_kernel": {"bytes_per_s": 25.0e9, "compute_slowdown": 0.1},
+    "host": {"memory_bytes_per_s": 1.0e12},
+    "cpu": {"scheduler_step_s": 1.0e-4},
+    "l3": {"mooncake": {"master_rpc_s": 1.0e-3, "bytes_per_s": 10.0e9, "latency_s": 1.0e-4,
+                        "capacity_bytes": 1.0e12},
+           "file": {"read_bytes_per_s": 5.0e9, "write_bytes_per_s": 2.0e9, "latency_s": 1.0e-4,
+                    "capacity_bytes": 1.0e12}},
+}
+
+TOY_MODEL: dict[str, Any] = {
+    "name": "toy-4l", "num_layers": 4, "num_heads": 8, "num_kv_heads": 2, "head_dim": 128,
+    "hidden_size": 1024, "ffn_size": 4096, "dtype_bytes": 2, "tensor_parallel": 1,
+    "layers": "full", "sliding_window": 256, "mamba_state_bytes": 0,
+}
+
+
+def toy_profile(**overrides: dict[str, Any]) -> HardwareProfile:
+    data = copy.deepcopy(TOY_PROFILE)
+    for section, values in overrides.items():
+        data[section].update(values)
+    return load_profile(data)
+
+
+def toy_model(**overrides: Any) -> ModelPreset:
+    return load_model({**TOY_MODEL, **overrides})
+
+
+def make_runtime(env: simpy.Environment, profile: HardwareProfile, model: ModelPreset,
+                 **kw: Any) -> SimRuntime:
+    args: dict[str, Any] = {"page_size": 16, "device_pages": {"full": 1024},
+                            "host_pages": {"full": 1024}, "io_backend": "direct"}
+    args.update(kw)
+    return SimRuntime(env, profile=profile, model=model, **args)
+
+
+def host_copy_of_prefill(rt: SimRuntime, env: simpy.Environment, rid: int, tokens: int,
+                         batch_id: int) -> CacheExtentRef:
+    """Prefill ``tokens`` for request ``rid``, back its pages up to host, close its row and
+    free its device pages: returns the host extent (what a later hit would load)."""
+    plan = BatchPlan(batch_id, slices=(RequestSlice(rid, Phase.PREFILL, 0, tokens),))
+    h = rt.prepare_batch(plan)
+    rt.execute_batch(h)
+    env.run()
+    kv, request = h.slices[0].kv, h.slices[0].request
+    h = rt.prepare_batch(BatchPlan(batch_id + 1, backups=(BackupIntent(kv, job_id=batch_id),)))
+    rt.execute_batch(h)
+    env.run()
+    host = h.backups[0]
+    h = rt.prepare_batch(BatchPlan(batch_id + 2, releases=(Release(request),)))
+    rt.execute_batch(h)
+    env.run()
+    rt.poll()
+    return host
+

@@ -1,0 +1,73 @@
+"""The compute cost model: a per-layer roofline, or calibrated tables when present."""
+
+from __future__ import annotations
+
+import pytest
+from simtoys import TOY_PROFILE, toy_model, toy_profile
+
+from sim.cost import CostModel, attended_pairs, interp_loglog
+from sim.hardware.profile import load_profile
+
+PEAK = 1.0e15 * 0.5  # toy bf16_flops x matmul_efficiency
+HBM = 2.0e12
+
+
+def test_compute_bound_prefill_matches_the_closed_form(model) -> None:
+    """A 4096-token prefill from an empty context is FLOP-bound."""
+    cost = CostModel(toy_profile(), model)
+    n, h, heads, hd = 4096, 1024, 8, 128
+    params = 2 * h * heads * hd + 2 * h * 2 * hd + 3 * h * 4096
+    flops = 2 * n * params + 4 * heads * hd * (n * (n + 1) / 2)
+    assert cost.prefill_layer_time(n, 0) == pytest.approx(flops / PEAK, rel=1e-12)
+
+
+def test_memory_bound_decode_matches_the_closed_form(model) -> None:
+    """One decode token at context 1000 is bound by reading weights and KV from HBM."""
+    cost = CostModel(toy_profile(), model)
+    h, heads, hd = 1024, 8, 128
+    params = 2 * h * heads * hd + 2 * h * 2 * hd + 3 * h * 4096
+    kv_token = 2 * 2 * hd * 2
+    nbytes = params * 2 + 1 * 2 * h * 2 + (1001 + 1) * kv_token
+    assert cost.decode_layer_time([1000]) == pytest.approx(nbytes / HBM, rel=1e-12)
+
+
+def test_attention_work_grows_with_context_but_swa_is_capped_at_its_window() -> None:
+    assert attended_pairs(1, 999, None) == 1000
+    assert attended_pairs(1, 999, 256) == 256
+    assert attended_pairs(4, 0, 2) == 1 + 2 + 2 + 2
+    cost = CostModel(toy_profile(), toy_model(layers=["full", "swa", "mamba", "full"]))
+    short = [cost.prefill_layer_time(2048, 0, kind) for kind in ("full", "swa", "mamba")]
+    long = [cost.prefill_layer_time(2048, 60000, kind) for kind in ("full", "swa", "mamba")]
+    assert long[0] > 5 * short[0]  # full attention: quadratic in context
+    assert long[1] == pytest.approx(short[1], rel=0.2)  # swa: window-bounded
+    assert long[2] == short[2]  # mamba: no context dependence
+
+
+def test_mamba_cost_is_linear_in_tokens() -> None:
+    cost = CostModel(toy_profile(), toy_model(layers=["mamba"] * 4))
+    t1, t2 = cost.prefill_layer_time(8192, 0, "mamba"), cost.prefill_layer_time(16384, 0, "mamba")
+    assert t2 == pytest.approx(2 * t1, rel=1e-9)
+
+
+def test_kernel_launch_is_added_per_layer(model) -> None:
+    slow = CostModel(toy_profile(gpu={"kernel_launch_s": 1e-3}), model)
+    fast = CostModel(toy_profile(), model)
+    assert slow.decode_layer_time([10]) - fast.decode_layer_time([10]) == pytest.approx(1e-3)
+
+
+def test_calibrated_tables_replace_the_analytic_model(model) -> None:
+    data = {**TOY_PROFILE, "calibrated": {
+        "device": "cpu", "prefill_layer": [[100, 1.0e-3], [10000, 1.0e-1]],
+        "decode_layer": [[1, 1.0e-4], [100, 1.0e-3]]}}
+    cost = CostModel(load_profile(data), model)
+    assert cost.prefill_layer_time(100, 0) == pytest.approx(1e-3)
+    assert cost.prefill_layer_time(1000, 0) == pytest.approx(1e-2)  # log-log midpoint
+    assert cost.decode_layer_time([5] * 10) == pytest.approx(10 ** -3.5)
+    assert cost.layer_time("full", [(100, 0)], [1]) == pytest.approx(1.1e-3)
+
+
+def test_loglog_interpolation_extrapolates_the_end_slope() -> None:
+    table = ((1.0, 1.0), (10.0, 100.0))  # slope 2 in log-log
+    assert interp_loglog(table, 100.0) == pytest.approx(10000.0)
+    assert interp_loglog(((4.0, 2.0),), 8.0) == pytest.approx(4.0)
+    assert interp_loglog(table, 0) == 0.0

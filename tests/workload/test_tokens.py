@@ -1,0 +1,63 @@
+"""Token sequences: namespaced random draws, lazy block tokens, prefix concatenation."""
+
+from __future__ import annotations
+
+import random
+from array import array
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hicache.workload.tokens import BlockTokens, ConcatTokens, draw_tokens, namespace_of
+
+
+def test_draws_are_deterministic_and_namespaced():
+    a = draw_tokens(random.Random(1), 5, 1000)
+    assert a == draw_tokens(random.Random(1), 5, 1000)
+    assert a != draw_tokens(random.Random(2), 5, 1000)
+    assert {namespace_of(t) for t in a} == {5}
+    assert {namespace_of(t) for t in draw_tokens(random.Random(1), 6, 1000)} == {6}
+    assert a.typecode == "q" and len(set(a)) > 990  # random, not constant
+    assert len(draw_tokens(random.Random(1), 0, 0)) == 0
+
+
+def test_namespace_bounds():
+    with pytest.raises(ValueError):
+        draw_tokens(random.Random(1), -1, 3)
+    with pytest.raises(ValueError):
+        draw_tokens(random.Random(1), 2**30, 3)
+
+
+slices = st.tuples(st.none() | st.integers(-40, 40), st.none() | st.integers(-40, 40),
+                   st.none() | st.integers(1, 4) | st.integers(-4, -1))
+
+
+@given(ids=st.lists(st.integers(0, 50), min_size=1, max_size=5), cut=st.integers(0, 7),
+       sl=slices)
+def test_block_tokens_match_naive_expansion(ids, cut, sl):
+    length = (len(ids) - 1) * 8 + 1 + cut  # last block holds 1..8 tokens
+    toks = BlockTokens(array("q", ids), length, block=8)
+    naive = [h * 8 + j for h in ids for j in range(8)][:length]
+    assert len(toks) == length and list(toks) == naive
+    s = slice(*sl)
+    assert list(toks[s]) == naive[s]
+
+
+def test_block_tokens_reject_inconsistent_length():
+    with pytest.raises(ValueError):
+        BlockTokens(array("q", [1, 2]), 17, block=8)
+
+
+@given(p=st.lists(st.integers(0, 9), max_size=6), q=st.lists(st.integers(0, 9), max_size=6),
+       sl=slices, i=st.integers(-15, 15))
+def test_concat_tokens_match_list_concatenation(p, q, sl, i):
+    toks = ConcatTokens(array("q", p), array("q", q))
+    naive = p + q
+    assert len(toks) == len(naive) and list(toks) == naive
+    assert list(toks[slice(*sl)]) == naive[slice(*sl)]
+    if -len(naive) <= i < len(naive):
+        assert toks[i] == naive[i]
+    else:
+        with pytest.raises(IndexError):
+            toks[i]
