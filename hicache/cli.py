@@ -6,11 +6,12 @@ import argparse
 import importlib
 import sys
 
-# subcommand modules; each has add_parser(subparsers). Imported lazily where heavy.
+# The CLI is the composition root: subcommands are found by module name, so the control
+# plane never imports a runtime (simpy, torch) statically. Each module has add_parser().
 COMMANDS = (
     "hicache.replay.command",
-    "hicache.run_command",
-    "hicache.validate_command",
+    "sim.command",
+    "gpu_backend.command",
 )
 
 

@@ -1,0 +1,92 @@
+"""Per-request control-side state and the records the scheduler emits.
+
+Lifecycle::
+
+    WAITING ──(L3 prefetch issued)──> PREFETCHING ──(stop policy says go)──┐
+       └───────────────────────────────────────────────────────────────────┴─> RUNNING
+    RUNNING: prefill chunks (planned, then completed) -> decode tokens -> DONE
+
+``planned`` counters run ahead of ``done`` counters by at most the batches in flight
+(overlap scheduling prepares batch N+1 while N executes).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+
+from hicache.runtime.handles import CacheExtentRef, RequestRuntimeHandle
+from hicache.tree.locks import LockHandle
+from hicache.workload.request import Request
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    PREFETCHING = "prefetching"
+    RUNNING = "running"
+    DONE = "done"
+
+
+@dataclass(eq=False)
+class RequestState:
+    req: Request
+    pages: list  # page keys of the prompt's full pages
+    replica: int = 0
+    status: Status = Status.WAITING
+    hashes: list[str] = field(default_factory=list)  # page-hash chain (L3 only)
+    prefix_tokens: int = 0  # reused from the tree (attached + loaded), page aligned
+    prefill_planned: int = 0  # prompt tokens planned beyond the prefix
+    prefill_done: int = 0
+    decode_planned: int = 0  # output tokens planned after the first one
+    decode_done: int = 0
+    handle: RequestRuntimeHandle | None = None
+    kv: CacheExtentRef | None = None
+    lock: LockHandle | None = None
+    host_lock: LockHandle | None = None
+    donated: list[CacheExtentRef] = field(default_factory=list)
+    donated_pages: int = 0
+    prefetch_job: int | None = None
+    prefetch_pages: int = 0  # pages the L3 prefetch brought to L2 for this request
+    prefetch_done: bool = False
+    admitted: float | None = None
+    first_token: float | None = None
+    finish: float | None = None
+    device_hit: int = 0
+    host_hit: int = 0
+    l3_hit: int = 0
+
+    @property
+    def rid(self) -> int:
+        return self.req.rid
+
+    @property
+    def prompt_len(self) -> int:
+        return self.req.prompt_len
+
+    @property
+    def to_prefill(self) -> int:
+        return self.prompt_len - self.prefix_tokens
+
+    def footprint_pages(self, page_size: int) -> int:
+        """Device pages the request owns at its largest (prompt + all output), minus those
+        borrowed from the tree or handed to it."""
+        total = math.ceil((self.prompt_len + self.req.output_len) / page_size)
+        return total - self.prefix_tokens // page_size - self.donated_pages
+
+    def record(self) -> dict:
+        out = self.req.output_len
+        itl = None
+        if self.finish is not None and self.first_token is not None and out > 1:
+            itl = (self.finish - self.first_token) / (out - 1)
+        return {
+            "rid": self.rid, "replica": self.replica, "client": self.req.client,
+            "round": self.req.round, "session_id": self.req.session_id,
+            "arrival": self.req.arrival, "admitted": self.admitted,
+            "first_token": self.first_token, "finish": self.finish,
+            "prompt_tokens": self.prompt_len, "output_tokens": out,
+            "cached_tokens": self.device_hit + self.host_hit + self.l3_hit,
+            "device_hit": self.device_hit, "host_hit": self.host_hit, "l3_hit": self.l3_hit,
+            "ttft": None if self.first_token is None else self.first_token - self.req.arrival,
+            "itl_mean": itl,
+        }
