@@ -46,6 +46,8 @@ from hicache.tree.components import Kind, TreeSpec
 from hicache.tree.radix import UnifiedRadixTree, page_keys
 from hicache.workload.request import Request
 
+PREFETCH_SHARE = 0.25  # at most this share of L2 is reserved for L3 prefetches in flight
+
 
 @dataclass(frozen=True)
 class SchedulerConfig:
@@ -83,6 +85,7 @@ class Scheduler:
         self._backup_hosts: dict[int, CacheExtentRef] = {}
         self._prefetch: dict[int, RequestState] = {}
         self._host_reserved = 0
+        self._prefetch_reserved = 0
         self._loads_pending = 0  # device pages admitted loads will take at prepare
         self._pending_backups: list[BackupIntent] = []
         self._pending_stores: list[StoreIntent] = []
@@ -191,13 +194,21 @@ class Scheduler:
         self.waiting.append(st)
 
     def _admit(self, now: float) -> None:
+        if self.cfg.l3 and self.l2:  # L3 prefetch starts on arrival, not at the queue head
+            for st in self.waiting:
+                room = int(self.host_total * PREFETCH_SHARE) - self._prefetch_reserved
+                if st.req.arrival > now or room < self.cache.prefetch_threshold_pages:
+                    break
+                if st.prefetch_job is None:
+                    m = self.tree.match(st.pages, touch=False)
+                    self._maybe_prefetch(st, m.total_tokens)
         while self.waiting and len(self.running) < self.cfg.max_running_requests:
             st = self.waiting[0]
             if st.req.arrival > now:
                 break
-            m = self.tree.match(st.pages, touch=False)
             if self.cfg.l3 and self.l2 and st.prefetch_job is None:
-                self._maybe_prefetch(st, m.total_tokens)
+                self._maybe_prefetch(st, self.tree.match(st.pages, touch=False).total_tokens,
+                                     at_head=True)
             if st.status is Status.PREFETCHING:
                 d = stop_decision(self.cache.hicache_storage_prefetch_policy, now=now,
                                   arrival=st.req.arrival, completed=st.prefetch_done,
@@ -210,18 +221,24 @@ class Scheduler:
                 break
             self.waiting.popleft()
 
-    def _maybe_prefetch(self, st: RequestState, cached: int) -> None:
-        st.prefetch_job = 0  # decided once per request (0 = no prefetch)
+    def _maybe_prefetch(self, st: RequestState, cached: int, at_head: bool = False) -> None:
+        """Start an L3 prefetch for ``st`` (once). Prefetches share a capacity limit of
+        ``PREFETCH_SHARE`` of L2 and never evict L2 for themselves, except for the request
+        at the head of the queue; a request that finds no room now retries later."""
         reused = cached // self.page
         rest = len(st.pages) - reused
         if rest <= 0 or not should_query(rest * self.page, self.cache):
+            st.prefetch_job = 0  # decided: nothing worth fetching
             return
-        max_pages = min(rest, self.host_free())
+        budget = int(self.host_total * PREFETCH_SHARE) - self._prefetch_reserved
+        if at_head and min(rest, budget) > self.host_free():
+            self._make_room(False, min(rest, budget))
+        max_pages = min(rest, budget, self.host_free())
         if max_pages < self.cache.prefetch_threshold_pages:
-            self._make_room(False, rest)
-            max_pages = min(rest, self.host_free())
-        if max_pages < self.cache.prefetch_threshold_pages:
+            if at_head:
+                st.prefetch_job = 0
             return
+        self._prefetch_reserved += max_pages
         self._job_id += 1
         st.prefetch_job = self._job_id
         st._prefetch_from = reused  # type: ignore[attr-defined]
@@ -235,6 +252,14 @@ class Scheduler:
         self.decisions.append(("prefetch", st.rid, reused, max_pages))
 
     def _start(self, st: RequestState, now: float) -> bool:
+        ok = self._start_inner(st, now)
+        lock = getattr(st, "prefetch_lock", None)
+        if ok and lock is not None:
+            self.tree.unlock(lock)
+            st.prefetch_lock = None  # type: ignore[attr-defined]
+        return ok
+
+    def _start_inner(self, st: RequestState, now: float) -> bool:
         m = self.tree.match(st.pages)
         tail = list(m.host_tail) if self.l2 else []
         host_tokens = m.host_tokens if tail else 0
@@ -420,6 +445,7 @@ class Scheduler:
         elif c.kind is TransferKind.PREFETCH:
             st = self._prefetch.pop(c.job_id)
             self._host_reserved -= st._prefetch_reserved  # type: ignore[attr-defined]
+            self._prefetch_reserved -= st._prefetch_reserved  # type: ignore[attr-defined]
             st.prefetch_done = True
             if c.pages and c.extent is not None:
                 self._insert_prefetched(st, c.extent)
@@ -434,6 +460,10 @@ class Scheduler:
         res = self.tree.insert(st.pages[:end], {Kind.FULL: ext}, tier=Tier.HOST)
         self._apply(res.actions)
         st.prefetch_pages = ext.num_pages
+        # hold the fetched L2 copies until the request is admitted (it may queue a while)
+        path = self.tree.match(st.pages[:end], touch=False).path
+        st.prefetch_lock = self.tree.locks.lock_host(  # type: ignore[attr-defined]
+            [n for n in path if n.on_host])
 
 
 def _subset(ext: CacheExtentRef, pages: list[int]) -> CacheExtentRef:

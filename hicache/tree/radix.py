@@ -292,7 +292,8 @@ class UnifiedRadixTree:
     def close_session(self, session_id: str) -> int:
         """Drop every reference of ``session_id``; return how many nodes it held."""
         nodes = self.sessions.pop(session_id, set())
-        for n in nodes:
+        # a set of nodes iterates in memory order: re-queue them in a reproducible order
+        for n in sorted(nodes, key=lambda n: (n.last_access, n.id)):
             n.sessions.pop(session_id, None)
             self.residency.touched(n)
         return len(nodes)

@@ -1,0 +1,268 @@
+"""The real driver: the scheduler over a TorchRuntime, on wall-clock time.
+
+    loop:  arrivals due by the runtime clock + completions polled -> scheduler.step(now),
+           prepare/execute every plan it returns (step again until none) -> block in
+           runtime.wait(timeout) until a completion, the next arrival or a prefetch deadline
+
+A thin adapter like ``sim/driver.py`` (same Scheduler, same message order), but it must
+not import ``sim`` (no simpy on the GPU machine). Invariant: the scheduler sees one clock,
+the runtime's (``TorchRuntime.now``); workload times are relative to the loop's start
+``t0`` and are shifted onto that clock, so records and timeline rows share it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+import os
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpu_backend.l3_protocol import L3Store
+from gpu_backend.runtime import TorchRuntime
+from gpu_backend.shapes import ModelShape
+from hicache.config import CacheConfig
+from hicache.runtime.interface import BatchCompletion, Completion
+from hicache.scenario import cache_config
+from hicache.scheduler.scheduler import Scheduler, SchedulerConfig
+from hicache.timeline import Timeline
+from hicache.workload.factory import make_workload
+from hicache.workload.request import Request
+
+SCHEDULER_KEYS = {"max_running_requests", "chunked_prefill_size", "overlap"}
+# the simulator's run keys are accepted (one scenario drives both); max_sim_time bounds
+# the run's wall time here, the other sim-only keys are ignored
+RUN_KEYS = {"layerwise", "trace_layers", "backup_throttle_bytes_per_s", "progress",
+            "max_sim_time"}
+MODELS_DIR = Path(__file__).resolve().parent.parent / "scenarios" / "models"
+
+
+@dataclass
+class TorchResult:
+    name: str
+    records: list[dict]
+    decisions: list[tuple]  # (replica, *decision), as sim.driver.SimResult
+    timeline: Timeline
+    wall_time: float  # seconds from the loop's start to its end
+    requests: int
+    t0: float  # the loop's start on the runtime clock (records and timeline use it)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def load_shape(name: str, models_dir: Path = MODELS_DIR) -> ModelShape:
+    """The ModelShape of preset ``scenarios/models/NAME.yaml``."""
+    path = models_dir / f"{name}.yaml"
+    if not path.is_file():
+        raise ValueError(f"model preset {name!r}: no file {path}")
+    with path.open() as f:
+        return ModelShape.from_mapping(yaml.safe_load(f))
+
+
+def _check_keys(section: dict, allowed: set[str], where: str, source: str) -> None:
+    for k in section:
+        if k not in allowed:
+            raise ValueError(f"{source}: {where}.{k}: unknown key; allowed: "
+                             f"{', '.join(sorted(allowed))}")
+
+
+def make_l3(cache: CacheConfig, directory: str) -> L3Store | None:
+    """The L3 client the cache config names: a FileL3 under ``directory`` or Mooncake."""
+    backend = cache.hicache_storage_backend
+    if backend is None:
+        return None
+    if backend == "mooncake":
+        if not os.environ.get("MOONCAKE_MASTER", "").strip():
+            raise ValueError("hicache_storage_backend mooncake needs a Mooncake master: set "
+                             "the environment variable MOONCAKE_MASTER (host:port)")
+        from gpu_backend.l3.mooncake import MooncakeL3
+
+        return MooncakeL3.from_env()
+    from gpu_backend.l3.file import FileL3
+
+    return FileL3(directory)
+
+
+def build_runtime(d: dict, cache: CacheConfig, shape: ModelShape, device: str,
+                  l3: L3Store | None) -> TorchRuntime:
+    """One replica's TorchRuntime sized as sim/driver.py sizes its SimRuntime."""
+    page = cache.page_size
+    host_pages = 0
+    if cache.enable_hierarchical_cache:
+        host_pages = cache.host_tokens(shape.kv_bytes_per_token()) // page
+    layout = cache.effective_mem_layout
+    if layout == "page_first_direct":  # page_first host layout, per-page direct copies
+        layout = "page_first"
+    run = dict(d.get("run") or {})
+    return TorchRuntime(shape, page_size=page, device_pages={"full": cache.device_tokens // page},
+                        host_pages={"full": host_pages}, device=device,
+                        io_backend=cache.hicache_io_backend, mem_layout=layout,
+                        layerwise=bool(run.get("layerwise", True)), l3=l3,
+                        runtime_id="torch0", seed=int(d.get("seed", 0)))
+
+
+def run_scenario(d: dict, *, device: str = "cpu", shape: ModelShape | None = None,
+                 name: str = "run", source: str = "<scenario>",
+                 stall_timeout: float = 120.0) -> TorchResult:
+    """Run scenario ``d`` (one replica) on a TorchRuntime. ``shape`` defaults to
+    ModelShape.tiny() on CPU and to the scenario's model preset elsewhere."""
+    if int(d.get("replicas", 1)) != 1:
+        raise ValueError(f"{source}: replicas: the torch driver runs exactly 1 replica, got "
+                         f"{d.get('replicas')}")
+    cache = cache_config(d, source=source)
+    sched = dict(d.get("scheduler") or {})
+    run = dict(d.get("run") or {})
+    _check_keys(sched, SCHEDULER_KEYS, "scheduler", source)
+    _check_keys(run, RUN_KEYS, "run", source)
+    if shape is None:
+        shape = (ModelShape.tiny() if device == "cpu"
+                 else load_shape(str(d.get("model", "llama-3-8b"))))
+    with tempfile.TemporaryDirectory(prefix="hicache-l3-") as l3_dir:
+        l3 = make_l3(cache, l3_dir)
+        try:
+            rt = build_runtime(d, cache, shape, device, l3)
+            with rt:
+                scheduler = Scheduler(cache, rt.info(),
+                                      SchedulerConfig(**sched, l3=l3 is not None), replica=0)
+                workload = make_workload(d["workload"], int(d.get("seed", 0)))
+                loop = _Loop(rt, scheduler, workload, float(run.get("max_sim_time", math.inf)),
+                             stall_timeout)
+                loop.run()
+                rt.drain(stall_timeout)
+        finally:
+            close = getattr(l3, "close", None)
+            if close is not None:
+                close()
+    return TorchResult(name, scheduler.records(), [(0, *dec) for dec in scheduler.decisions],
+                       rt.timeline, loop.end - loop.t0, loop.n, loop.t0,
+                       {"scheduler_s": loop.sched_s, "steps": loop.steps,
+                        "device": device, "shape": shape.name})
+
+
+class _Loop:
+    """The wall-clock loop. Events (arrivals due by ``now``, polled completions) are
+    delivered in timestamp order, one scheduler step per distinct time, as the simulator
+    would have woken for each; a finished request's follow-ups are timed at its
+    completion's ``end``, so they slot into the same order."""
+
+    def __init__(self, rt: TorchRuntime, scheduler: Scheduler, workload: Any, limit: float,
+                 stall_timeout: float) -> None:
+        self.rt, self.scheduler, self.workload = rt, scheduler, workload
+        self.limit, self.stall_timeout = limit, stall_timeout
+        self.pending: list[tuple[float, int, Request]] = []
+        self.n = self.steps = 0
+        self.sched_s = 0.0
+        self.t0 = self.end = 0.0
+        self.queue: deque[int] = deque()  # executed, uncompleted batches (compute-lane order)
+        self.empty: set[int] = set()  # of those, plans without slices (no compute)
+
+    def push(self, reqs: list[Request]) -> None:
+        for r in reqs:  # workload time -> runtime clock
+            r = dataclasses.replace(r, arrival=r.arrival + self.t0)
+            heapq.heappush(self.pending, (r.arrival, r.rid, r))
+            self.n += 1
+
+    def step(self, now: float, at: float, arrivals: list[Request],
+             completions: list[Completion]) -> None:
+        """One scheduler step for the events of time ``at`` (<= ``now``)."""
+        t = time.perf_counter()
+        sch, rt = self.scheduler, self.rt
+        plans = sch.step(now, arrivals, completions)
+        for rid in sch.just_finished:
+            self.push(self.workload.on_finished(rid, at - self.t0))
+        while plans:
+            for plan in plans:
+                handle = rt.prepare_batch(plan)
+                sch.prepared(handle)
+                rt.execute_batch(handle)
+                self.queue.append(plan.batch_id)
+                if not plan.slices:
+                    self.empty.add(plan.batch_id)
+            plans = sch.step(now)
+        self.steps += 1
+        self.sched_s += time.perf_counter() - t
+
+    def coalesce(self, comps: list[Completion]) -> dict[int, float]:
+        """Plans without slices compute nothing: as in the simulator, a run of them queued
+        behind a batch completes *with* it. Waits the instant their completions take to
+        arrive (appending them to ``comps``); returns batch id -> the time to deliver at."""
+        got = {c.batch_id: c for c in comps if isinstance(c, BatchCompletion)}
+        at: dict[int, float] = {}
+        prev: float | None = None
+        while self.queue:
+            bid = self.queue[0]
+            if bid not in got:
+                if prev is None or bid not in self.empty:
+                    break
+                more = self.rt.wait(self.stall_timeout)
+                if not more:
+                    raise TimeoutError(f"empty batch {bid} did not complete")
+                comps += more
+                got.update((c.batch_id, c) for c in more if isinstance(c, BatchCompletion))
+                continue
+            self.queue.popleft()
+            if bid in self.empty and prev is not None:
+                at[bid] = prev
+            else:
+                prev = got[bid].end
+            self.empty.discard(bid)
+        return at
+
+    def deliver(self, now: float, completions: list[Completion]) -> bool:
+        """Step through the arrivals due by ``now`` and ``completions`` in time order
+        (stable: equal times keep poll order); step once if there are none. True if any."""
+        at_of = self.coalesce(completions)
+
+        def when(c: Completion) -> float:
+            return at_of.get(c.batch_id, c.end) if isinstance(c, BatchCompletion) else c.end
+
+        comps = sorted(completions, key=when)
+        i, any_event = 0, False
+        while True:
+            t_arr = self.pending[0][0] if self.pending and self.pending[0][0] <= now \
+                else math.inf
+            t_done = when(comps[i]) if i < len(comps) else math.inf
+            at = min(t_arr, t_done)
+            if at == math.inf:
+                break
+            arrivals = []
+            while self.pending and self.pending[0][0] <= at:
+                arrivals.append(heapq.heappop(self.pending)[2])
+            j = i
+            while j < len(comps) and when(comps[j]) <= at:
+                j += 1
+            self.step(now, at, arrivals, comps[i:j])
+            i, any_event = j, True
+        if not any_event:
+            self.step(now, now, [], [])
+        return any_event
+
+    def run(self) -> None:
+        rt, sch = self.rt, self.scheduler
+        self.t0 = rt.now()
+        self.push(self.workload.start())
+        completions: list[Completion] = []
+        last_progress = self.t0
+        while True:
+            now = rt.now()
+            if self.deliver(now, completions + rt.poll()):
+                last_progress = now
+            if not self.pending and sch.idle:
+                break
+            if now - self.t0 >= self.limit:
+                break
+            wake = [t for t in (self.pending[0][0] if self.pending else None,
+                                sch.next_deadline(now)) if t is not None]
+            if not wake and rt.now() - last_progress > self.stall_timeout:
+                raise TimeoutError(
+                    f"no completion for {self.stall_timeout} s and nothing to wait for: "
+                    f"{len(sch.waiting)} waiting, {len(sch.running)} running requests")
+            cap = min([self.stall_timeout, *(t - rt.now() for t in wake)])
+            completions = rt.wait(cap) if cap > 0 else []
+        self.end = rt.now()
