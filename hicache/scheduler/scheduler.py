@@ -86,6 +86,7 @@ class Scheduler:
         self._prefetch: dict[int, RequestState] = {}
         self._host_reserved = 0
         self._prefetch_reserved = 0
+        self._own_pages = 0
         self._loads_pending = 0  # device pages admitted loads will take at prepare
         self._pending_backups: list[BackupIntent] = []
         self._pending_stores: list[StoreIntent] = []
@@ -155,7 +156,7 @@ class Scheduler:
 
     # -- accounting ------------------------------------------------------------------
     def device_free(self) -> int:
-        own = sum(st.footprint_pages(self.page) for st in self.running)
+        own = self._own_pages  # == sum of running requests' footprint_pages (kept exact)
         return (self.device_total - self.tree.held_pages(Tier.DEVICE) - own
                 - self._loads_pending)
 
@@ -298,6 +299,7 @@ class Scheduler:
         st.device_hit, st.host_hit, st.l3_hit = dev_tokens, host_tokens - from_l3, from_l3
         st.status, st.admitted = Status.RUNNING, now
         self.running.append(st)
+        self._own_pages += st.footprint_pages(self.page)
         self.decisions.append(("admit", st.rid, st.device_hit, st.host_hit, st.l3_hit))
         if tail:
             self.decisions.append(("load", st.rid, host_tokens))
@@ -390,6 +392,7 @@ class Scheduler:
             kept = st.kv.slice(first, n)
             st.donated.append(kept if not dup else _subset(kept, own))
             st.donated_pages += len(own)
+            self._own_pages -= len(own)
         old = st.lock
         st.lock = self.tree.lock(res.node)
         if old is not None:
@@ -420,6 +423,7 @@ class Scheduler:
     def _finish(self, st: RequestState, now: float) -> None:
         st.finish, st.status = now, Status.DONE
         self.running.remove(st)
+        self._own_pages -= st.footprint_pages(self.page)
         self.finished.append(st)
         keep = CacheExtentRef.concat(st.donated) if st.donated else None
         if st.handle is not None:
