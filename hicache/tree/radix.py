@@ -241,7 +241,9 @@ class UnifiedRadixTree:
              actions: list[Action]) -> None:
         held: dict[Kind, CacheExtentRef] = getattr(node, attr)
         current = held.get(kind)
-        if current is None:
+        if current is None and attr == "host" and self.residency.backup_covers(node, kind):
+            actions.append(FreeHost(node.id, kind, ext))  # the in-flight backup brings it
+        elif current is None:
             self.residency.put_value(node, attr, kind, ext)
         elif list(current.pages()) != list(ext.pages()):
             free = FreeDevice if attr == "device" else FreeHost

@@ -52,6 +52,7 @@ class Residency:
         self.held: dict[tuple[str, str], int] = {}  # ("device"|"host", pool) -> pages held
         self._jobs: dict[int, list[Node]] = {}  # job id -> nodes covering the backed-up span
         self._job_of: dict[int, int] = {}  # node id -> job id
+        self._job_kinds: dict[int, frozenset[Kind]] = {}  # job id -> components copied
 
     # -- hooks from the tree -----------------------------------------------------------
     def touched(self, node: Node) -> None:
@@ -107,6 +108,7 @@ class Residency:
         node.backing_up = True
         self._jobs[node.id] = [node]
         self._job_of[node.id] = node.id
+        self._job_kinds[node.id] = frozenset(node.device)
         return BackupNode(node.id, tuple(node.device.items()),
                           node.num_pages * self.tree.spec.page_size)
 
@@ -114,6 +116,7 @@ class Residency:
         """The L2 copy of backup ``job_id`` exists at ``host`` (extents over the whole
         original span); spread it over the nodes the span was split into."""
         nodes = self._jobs.pop(job_id)
+        del self._job_kinds[job_id]
         offset = 0
         for i, node in enumerate(nodes):
             del self._job_of[node.id]
@@ -130,10 +133,18 @@ class Residency:
         return nodes
 
     def abort_backup(self, job_id: int) -> None:
+        del self._job_kinds[job_id]
         for node in self._jobs.pop(job_id):
             del self._job_of[node.id]
             node.backing_up = False
             self.touched(node)
+
+    def backup_covers(self, node: Node, kind: Kind) -> bool:
+        """An in-flight backup will give ``node`` its L2 copy of ``kind``."""
+        job = self._job_of.get(node.id)
+        if job is None or kind not in self._job_kinds[job]:
+            return False
+        return kind is not Kind.MAMBA or self._jobs[job][-1] is node
 
     def backing_up(self) -> int:
         return len(self._jobs)

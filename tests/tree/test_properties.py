@@ -199,6 +199,20 @@ class TreeMachine(RuleBasedStateMachine):
         self.insert_and_check(pages, self.request_values(len(pages), None, new))
 
     @rule(ids=prompts)
+    def insert_host(self, ids: list) -> None:
+        """L2 data arriving from below (an L3 prefetch): FULL, an SWA suffix, a checkpoint."""
+        pages = self.h.pages(ids)
+        values = {Kind.FULL: self.h.take(Tier.HOST, Kind.FULL, len(pages))}
+        if self.window:
+            values[Kind.SWA] = self.h.take(Tier.HOST, Kind.SWA, min(len(pages), 3))
+        if self.mamba:
+            values[Kind.MAMBA] = self.h.take(Tier.HOST, Kind.MAMBA, 1)
+        res = self.tree.insert(pages, values, tier=Tier.HOST)
+        assert all(isinstance(a, FreeHost) for a in res.actions)
+        self.h.execute(res.actions)
+        assert self.checked_match(pages).matched_pages == len(pages)
+
+    @rule(ids=prompts)
     def match(self, ids: list) -> None:
         self.checked_match(self.h.pages(ids))
 

@@ -144,3 +144,38 @@ def test_held_pages_match_the_allocators_through_a_mixed_sequence() -> None:
     h.evict_host(100)
     h.check_accounting()
     assert h.tree.held_pages(Tier.DEVICE) == h.used(Tier.DEVICE)
+
+
+def test_a_host_insert_during_a_backup_returns_its_copy_as_a_duplicate() -> None:
+    """An L2 insert (e.g. an L3 prefetch) over a node whose backup is in flight: the
+    backup brings the L2 copy, so the inserted one is freed, and no page leaks."""
+    h = Harness(HYBRID, host_enabled=True)
+    p = h.pages([1, 2, 3])
+    leaf = h.insert(p).node
+    job = h.begin_backup(leaf)
+    host = {Kind.FULL: h.take(Tier.HOST, Kind.FULL, 3),
+            Kind.MAMBA: h.take(Tier.HOST, Kind.MAMBA, 1)}
+    res = h.tree.insert(p, host, tier=Tier.HOST)
+    assert {(a.kind, a.extent) for a in res.actions} == set(host.items())
+    assert all(isinstance(a, FreeHost) for a in res.actions)
+    h.execute(res.actions)
+    h.complete_backup(job)
+    assert leaf.host[Kind.FULL] != host[Kind.FULL] and Kind.SWA in leaf.host
+    h.check_accounting()
+
+
+def test_a_host_insert_fills_what_the_backup_does_not_copy() -> None:
+    h = Harness(HYBRID, host_enabled=True)
+    p = h.pages([1, 2, 3])
+    leaf = h.insert(p).node
+    h.evict_device(1, Kind.MAMBA)  # a leaf goes whole under MAMBA eviction: re-insert
+    leaf = h.insert(p, mamba=False).node
+    job = h.begin_backup(leaf)  # copies FULL and SWA; there is no checkpoint to copy
+    slot = h.take(Tier.HOST, Kind.MAMBA, 1)
+    full = h.take(Tier.HOST, Kind.FULL, 3)
+    res = h.tree.insert(p, {Kind.FULL: full, Kind.MAMBA: slot}, tier=Tier.HOST)
+    assert [(a.kind, a.extent) for a in res.actions] == [(Kind.FULL, full)]
+    h.execute(res.actions)
+    assert leaf.host[Kind.MAMBA] == slot
+    h.complete_backup(job)
+    h.check_accounting()
