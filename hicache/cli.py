@@ -12,6 +12,7 @@ COMMANDS = (
     "hicache.replay.command",
     "sim.command",
     "gpu_backend.command",
+    "validation.command",
 )
 
 

@@ -30,7 +30,8 @@ from sim.hardware.profile import HardwareProfile, load_profile
 from sim.l3 import L3Store
 from sim.runtime import SimRuntime
 
-SCHEDULER_KEYS = {"max_running_requests", "chunked_prefill_size", "overlap"}
+SCHEDULER_KEYS = {"max_running_requests", "chunked_prefill_size", "overlap",
+                  "requery_lost_prefix"}
 RUN_KEYS = {"layerwise", "trace_layers", "backup_throttle_bytes_per_s", "progress",
             "max_sim_time"}
 ROUTERS = ("round_robin", "cache_aware")

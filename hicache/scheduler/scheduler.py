@@ -55,6 +55,7 @@ class SchedulerConfig:
     chunked_prefill_size: int = 8192  # prompt tokens per prefill batch
     overlap: bool = True  # plan batch N+1 while N executes
     l3: bool = False  # an L3 tier is attached to the runtime
+    requery_lost_prefix: bool = True  # re-ask L3 at the queue head if L1/L2 lost the prefix
 
 
 class Scheduler:
@@ -110,7 +111,7 @@ class Scheduler:
         self.just_finished = finished
         self._admit(now)
         plans = []
-        if len(self._inflight) < (2 if self.cfg.overlap else 1):
+        if self._compute_inflight() < (2 if self.cfg.overlap else 1):
             plan = self._next_plan()
             if plan is not None:
                 plans.append(plan)
@@ -119,6 +120,10 @@ class Scheduler:
             plans.append(self._plan(()))  # move or free cache with no compute
         return plans
 
+    def _compute_inflight(self) -> int:
+        """Batches with compute in flight; cache-only plans do not hold the pipeline."""
+        return sum(1 for p in self._inflight.values() if p.slices)
+
     def prepared(self, handle: PreparedBatchHandle) -> None:
         """The runtime prepared a plan: learn request handles, KV and L2 extents."""
         plan = self._inflight[handle.batch_id]
@@ -126,8 +131,7 @@ class Scheduler:
             st = self.requests[ps.rid]
             st.handle, st.kv = ps.request, ps.kv
             if sl.loads:
-                nodes = [n for n in st._load_nodes]  # type: ignore[attr-defined]
-                for node, ext in zip(nodes, ps.loaded, strict=True):
+                for node, ext in zip(st.load_nodes, ps.loaded, strict=True):
                     self.tree.residency.put_value(node, "device", Kind.FULL, ext)
                     self.tree.residency.touched(node)
                     self._loads_pending -= ext.num_pages
@@ -202,12 +206,13 @@ class Scheduler:
                     break
                 if st.prefetch_job is None:
                     m = self.tree.match(st.pages, touch=False)
-                    self._maybe_prefetch(st, m.total_tokens)
+                    if not self._maybe_prefetch(st, m.total_tokens):
+                        break  # no L2 room for it; later arrivals wait behind it
         while self.waiting and len(self.running) < self.cfg.max_running_requests:
             st = self.waiting[0]
             if st.req.arrival > now:
                 break
-            if self.cfg.l3 and self.l2 and st.prefetch_job is None:
+            if self.cfg.l3 and self.l2 and (st.prefetch_job is None or self._lost_prefix(st)):
                 self._maybe_prefetch(st, self.tree.match(st.pages, touch=False).total_tokens,
                                      at_head=True)
             if st.status is Status.PREFETCHING:
@@ -222,42 +227,65 @@ class Scheduler:
                 break
             self.waiting.popleft()
 
-    def _maybe_prefetch(self, st: RequestState, cached: int, at_head: bool = False) -> None:
-        """Start an L3 prefetch for ``st`` (once). Prefetches share a capacity limit of
-        ``PREFETCH_SHARE`` of L2 and never evict L2 for themselves, except for the request
-        at the head of the queue; a request that finds no room now retries later."""
+    def _lost_prefix(self, st: RequestState) -> bool:
+        """``requery_lost_prefix`` (a hicache-lab knob; off = SGLang): the arrival-time
+        prefetch is over, fetched nothing, and L1/L2 lost part of the prefix it saw while
+        the request queued; ask L3 once more from the shorter match."""
+        if (not self.cfg.requery_lost_prefix or st.requeried or not st.prefetch_done
+                or st.prefetch_pages):
+            return False
+        if self.tree.match(st.pages, touch=False).total_tokens >= st.prefetch_from * self.page:
+            return False
+        st.requeried, st.prefetch_done, st.status = True, False, Status.WAITING
+        return True
+
+    def _maybe_prefetch(self, st: RequestState, cached: int, at_head: bool = False) -> bool:
+        """Start an L3 prefetch for ``st`` (once). Prefetches started on arrival share a
+        capacity limit of ``PREFETCH_SHARE`` of L2 and never evict L2 for themselves; a
+        request that finds no room retries later, and the request at the head of the queue
+        may take (and make) any L2 room."""
         reused = cached // self.page
         rest = len(st.pages) - reused
         if rest <= 0 or not should_query(rest * self.page, self.cache):
             st.prefetch_job = 0  # decided: nothing worth fetching
-            return
+            return True
         budget = int(self.host_total * PREFETCH_SHARE) - self._prefetch_reserved
+        if at_head:  # the next request to run may use any L2 room, evicting if it must
+            budget = rest
         if at_head and min(rest, budget) > self.host_free():
             self._make_room(False, min(rest, budget))
         max_pages = min(rest, budget, self.host_free())
+        if max_pages < rest and not at_head:
+            return False  # a partial prefetch would fetch a sliver; wait for room or the head
         if max_pages < self.cache.prefetch_threshold_pages:
             if at_head:
                 st.prefetch_job = 0
-            return
+            return at_head
         self._prefetch_reserved += max_pages
         self._job_id += 1
         st.prefetch_job = self._job_id
-        st._prefetch_from = reused  # type: ignore[attr-defined]
+        st.prefetch_from = reused
         self._prefetch[self._job_id] = st
         self._host_reserved += max_pages
-        st._prefetch_reserved = max_pages  # type: ignore[attr-defined]
+        st.prefetch_reserved = max_pages
         self._pending_prefetch.append(PrefetchIntent(
             tuple(st.hashes[reused:reused + max_pages]), max_pages,
             self.cache.prefetch_threshold_pages, self._job_id, self.cache.prefetch_batch_pages))
         st.status = Status.PREFETCHING
+        # protect the L1/L2 prefix the prefetch continues (SGLang protects last_host_node):
+        # if L2 evicted it while the request queues, the fetched pages would hang on nothing
+        path = self.tree.match(st.pages[:reused], touch=False).path
+        st.prefix_lock = self.tree.locks.lock_host(path)
         self.decisions.append(("prefetch", st.rid, reused, max_pages))
+        return True
 
     def _start(self, st: RequestState, now: float) -> bool:
         ok = self._start_inner(st, now)
-        lock = getattr(st, "prefetch_lock", None)
-        if ok and lock is not None:
-            self.tree.unlock(lock)
-            st.prefetch_lock = None  # type: ignore[attr-defined]
+        if ok:  # the request now holds its own locks on what it reuses
+            for lock in (st.prefix_lock, st.prefetch_lock):
+                if lock is not None:
+                    self.tree.unlock(lock)
+            st.prefix_lock = st.prefetch_lock = None
         return ok
 
     def _start_inner(self, st: RequestState, now: float) -> bool:
@@ -292,9 +320,9 @@ class Scheduler:
             return False
         st.lock = lock
         st.host_lock = self.tree.locks.lock_host(tail) if tail else None
-        st._load_nodes = tail  # type: ignore[attr-defined]
+        st.load_nodes = tail
         self._loads_pending += load_pages
-        st._attach = self._device_extents(m.path[:m.device_nodes], dev_tokens)  # type: ignore[attr-defined]
+        st.attach = self._device_extents(m.path[:m.device_nodes], dev_tokens)
         from_l3 = min(host_tokens, st.prefetch_pages * self.page)
         st.device_hit, st.host_hit, st.l3_hit = dev_tokens, host_tokens - from_l3, from_l3
         st.status, st.admitted = Status.RUNNING, now
@@ -330,8 +358,8 @@ class Scheduler:
             slices.append(RequestSlice(
                 st.rid, Phase.PREFILL, st.prefix_tokens + st.prefill_planned, chunk,
                 request=None if first else st.handle,
-                attach=st._attach if first else (),  # type: ignore[attr-defined]
-                loads=tuple(LoadIntent(n.host[Kind.FULL]) for n in st._load_nodes)  # type: ignore[attr-defined]
+                attach=st.attach if first else (),
+                loads=tuple(LoadIntent(n.host[Kind.FULL]) for n in st.load_nodes)
                 if first else (),
                 finishes=last and st.req.output_len <= 1))
             st.prefill_planned += chunk
@@ -448,14 +476,17 @@ class Scheduler:
                 self._pending_stores.append(StoreIntent(host, tuple(keys), self._job_id))
         elif c.kind is TransferKind.PREFETCH:
             st = self._prefetch.pop(c.job_id)
-            self._host_reserved -= st._prefetch_reserved  # type: ignore[attr-defined]
-            self._prefetch_reserved -= st._prefetch_reserved  # type: ignore[attr-defined]
+            self._host_reserved -= st.prefetch_reserved
+            self._prefetch_reserved -= st.prefetch_reserved
             st.prefetch_done = True
             if c.pages and c.extent is not None:
                 self._insert_prefetched(st, c.extent)
+            if st.prefix_lock is not None:  # the fetched nodes' locks now pin their path
+                self.tree.unlock(st.prefix_lock)
+                st.prefix_lock = None
 
     def _insert_prefetched(self, st: RequestState, ext: CacheExtentRef) -> None:
-        start = st._prefetch_from  # type: ignore[attr-defined]
+        start = st.prefetch_from
         end = start + ext.num_pages
         m = self.tree.match(st.pages[:start], touch=False)
         if start and m.matched_pages < start:  # the prefix left the tree meanwhile
@@ -466,8 +497,7 @@ class Scheduler:
         st.prefetch_pages = ext.num_pages
         # hold the fetched L2 copies until the request is admitted (it may queue a while)
         path = self.tree.match(st.pages[:end], touch=False).path
-        st.prefetch_lock = self.tree.locks.lock_host(  # type: ignore[attr-defined]
-            [n for n in path if n.on_host])
+        st.prefetch_lock = self.tree.locks.lock_host([n for n in path if n.on_host])
 
 
 def _subset(ext: CacheExtentRef, pages: list[int]) -> CacheExtentRef:

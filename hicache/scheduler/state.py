@@ -46,7 +46,14 @@ class RequestState:
     host_lock: LockHandle | None = None
     donated: list[CacheExtentRef] = field(default_factory=list)
     donated_pages: int = 0
-    prefetch_job: int | None = None
+    prefetch_job: int | None = None  # None: undecided, 0: no prefetch, else the job id
+    requeried: bool = False  # asked L3 a second time at the queue head
+    prefetch_from: int = 0  # first page the prefetch asked L3 for
+    prefetch_reserved: int = 0  # L2 pages reserved for it while in flight
+    prefix_lock: LockHandle | None = None  # L1/L2 path matched at prefetch time, held
+    prefetch_lock: LockHandle | None = None  # the fetched L2 nodes, held until admission
+    load_nodes: list = field(default_factory=list)  # L2-only nodes loaded at admission
+    attach: tuple[CacheExtentRef, ...] = ()  # L1 extents reused at admission
     prefetch_pages: int = 0  # pages the L3 prefetch brought to L2 for this request
     prefetch_done: bool = False
     admitted: float | None = None

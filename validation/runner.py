@@ -1,0 +1,110 @@
+"""Run one scenario on the TorchRuntime (measured) and in the simulator (predicted).
+
+Invariant: both runs see the same scenario dict except ``hardware`` (the simulator gets the
+given profile) and ``model`` (the simulator gets the shape the torch run used: the tiny
+test shape on CPU, the scenario's preset elsewhere). The measured timeline is shifted so
+that it starts at the torch loop's start (``t0``), as the simulator's starts at 0.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from gpu_backend.driver import TorchResult, load_shape, run_scenario
+from gpu_backend.shapes import ModelShape
+from hicache.report.frames import requests_frame, timeline_frame
+from sim.driver import SimResult, simulate
+from sim.hardware.profile import load_profile
+from validation.compare import compare
+
+
+@dataclass
+class Validation:
+    """Both runs, their frames (measured times relative to the torch loop's start) and
+    the :func:`validation.compare.compare` record."""
+
+    predicted: SimResult
+    measured: TorchResult
+    pred_tl: pd.DataFrame
+    meas_tl: pd.DataFrame
+    pred_req: pd.DataFrame
+    meas_req: pd.DataFrame
+    comparison: dict
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def model_mapping(shape: ModelShape) -> dict[str, Any]:
+    """A model-preset mapping (shared schema) that ``sim.hardware.model.load_model``
+    accepts and that describes ``shape`` exactly."""
+    return {
+        "name": shape.name, "num_layers": shape.num_layers, "num_heads": shape.num_heads,
+        "num_kv_heads": shape.num_kv_heads, "head_dim": shape.head_dim,
+        "hidden_size": shape.hidden_size, "ffn_size": shape.ffn_size,
+        "dtype_bytes": shape.dtype_bytes, "tensor_parallel": shape.tensor_parallel,
+        "layers": list(shape.layer_kinds), "sliding_window": shape.sliding_window,
+        "mamba_state_bytes": 0,
+    }
+
+
+def shape_for(d: Mapping[str, Any], device: str) -> ModelShape:
+    """The shape run_scenario uses: tiny on CPU, else the scenario's model preset (a name
+    under scenarios/models or an inline mapping)."""
+    if device == "cpu":
+        return ModelShape.tiny()
+    model = d.get("model", "llama-3-8b")
+    if isinstance(model, Mapping):
+        return ModelShape.from_mapping(model)
+    return load_shape(str(model))
+
+
+def sim_scenario(d: Mapping[str, Any], profile: str | Path, shape: ModelShape,
+                 device: str) -> dict[str, Any]:
+    """The scenario the simulator runs: ``hardware`` = the profile, ``model`` = the torch
+    run's shape (as a mapping on CPU; the preset itself elsewhere)."""
+    out = copy.deepcopy(dict(d))
+    out["hardware"] = str(profile)
+    if device == "cpu" or isinstance(d.get("model"), Mapping):
+        out["model"] = model_mapping(shape)
+    else:
+        out.setdefault("model", "llama-3-8b")
+    return out
+
+
+def validate(d: Mapping[str, Any], profile: str | Path, *, device: str = "cpu",
+             name: str = "run", source: str = "<scenario>") -> Validation:
+    """Run ``d`` measured then predicted and compare them."""
+    load_profile(str(profile))  # fail fast on a bad profile, before the long runs
+    shape = shape_for(d, device)
+    t = time.perf_counter()
+    meas = run_scenario(dict(d), device=device, shape=shape, name=name, source=source)
+    wall_meas = time.perf_counter() - t
+    sd = sim_scenario(d, profile, shape, device)
+    t = time.perf_counter()
+    pred = simulate(sd, name=name, source=source, progress=False)
+    wall_pred = time.perf_counter() - t
+    if len(pred.replicas) != 1:
+        raise ValueError(f"{source}: validation compares one replica, got {len(pred.replicas)}")
+    pred_tl = timeline_frame(pred.replicas[0].timeline)
+    meas_tl = timeline_frame(meas.timeline)
+    meas_tl["start"] -= meas.t0
+    meas_tl["end"] -= meas.t0
+    pred_req, meas_req = requests_frame(pred.records), requests_frame(meas.records)
+    cmp = compare(pred_tl, meas_tl, pred_req, meas_req, pred.decisions, meas.decisions)
+    steps = max(1, int(meas.extra.get("steps", 0)))
+    info = {
+        "device": device, "shape": shape.name, "profile": str(profile),
+        "requests": {"predicted": pred.requests, "measured": meas.requests},
+        "wall_s": {"measured_run": wall_meas, "simulation": wall_pred},
+        "scheduler_step_s": {
+            "predicted": load_profile(str(profile)).scheduler_step_s,
+            "measured": float(meas.extra.get("scheduler_s", 0.0)) / steps},
+        "duration_s": {"predicted": pred.sim_time, "measured": meas.wall_time},
+    }
+    return Validation(pred, meas, pred_tl, meas_tl, pred_req, meas_req, cmp, info)
