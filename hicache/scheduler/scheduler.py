@@ -43,6 +43,7 @@ from hicache.tiers.prefetch import should_query, stop_decision
 from hicache.tiers.write_policy import backup_threshold
 from hicache.tree.actions import Action, BackupNode, Deleted, Demoted, FreeDevice, FreeHost
 from hicache.tree.components import Kind, TreeSpec
+from hicache.tree.node import Node
 from hicache.tree.radix import UnifiedRadixTree, page_keys
 from hicache.workload.request import Request
 
@@ -408,28 +409,36 @@ class Scheduler:
         return done
 
     def _cache_prompt(self, st: RequestState) -> None:
-        """Prompt pages computed: the tree takes the request's new full pages."""
-        n = len(st.pages)
+        """Prompt computed: the tree takes its new full pages; the request keeps a lock."""
+        node = self._cache(st, st.pages)
+        if node is not None:
+            old = st.lock
+            st.lock = self.tree.lock(node)
+            if old is not None:
+                self.tree.unlock(old)
+        if self.threshold is not None:
+            self._write_through(st, st.pages)
+
+    def _cache(self, st: RequestState, pages: list) -> Node | None:
+        """Insert ``pages`` (a prefix of the request's KV) into the tree; the request's own
+        pages it takes become tree-owned (kept at release), duplicates stay the request's."""
+        n = len(pages)
         first = st.prefix_tokens // self.page
-        if n <= first or st.kv is None:
-            return
-        res = self.tree.insert(st.pages, {Kind.FULL: st.kv.slice(first, n)})
+        if n <= first or st.kv is None or st.kv.num_pages < n:
+            return None
+        ext = st.kv.slice(first, n)
+        res = self.tree.insert(pages, {Kind.FULL: ext})
         dup = {p for a in res.actions for p in a.extent.pages()}
-        own = [p for p in st.kv.slice(first, n).pages() if p not in dup]
+        own = [p for p in ext.pages() if p not in dup and p not in st.donated_ids]
         if own:
-            kept = st.kv.slice(first, n)
-            st.donated.append(kept if not dup else _subset(kept, own))
+            st.donated.append(_subset(ext, own))
+            st.donated_ids.update(own)
             st.donated_pages += len(own)
             self._own_pages -= len(own)
-        old = st.lock
-        st.lock = self.tree.lock(res.node)
-        if old is not None:
-            self.tree.unlock(old)
-        if self.threshold is not None:
-            self._write_through(st)
+        return res.node
 
-    def _write_through(self, st: RequestState) -> None:
-        m = self.tree.match(st.pages, touch=False)
+    def _write_through(self, st: RequestState, pages: list) -> None:
+        m = self.tree.match(pages, touch=False)
         for node in m.path[:m.device_nodes]:
             if (node.on_device and not node.on_host and not node.backing_up
                     and node.hit_count + 1 >= self.threshold):
@@ -449,6 +458,15 @@ class Scheduler:
         self.decisions.append(("backup", a.node_id, a.tokens))
 
     def _finish(self, st: RequestState, now: float) -> None:
+        tail = None
+        if st.req.full_tokens is not None and st.req.output_len > 1:  # keep the output's KV
+            kv_tokens = st.prompt_len + st.req.output_len - 1
+            pages = page_keys(st.req.full_tokens[:kv_tokens], self.page)
+            if len(pages) > len(st.pages) and (tail := self._cache(st, pages)) is not None:
+                if st.hashes:
+                    st.hashes = page_hashes(st.req.full_tokens[:kv_tokens], self.page)
+                if self.threshold is not None:
+                    self._write_through(st, pages)
         st.finish, st.status = now, Status.DONE
         self.running.remove(st)
         self._own_pages -= st.footprint_pages(self.page)
@@ -456,7 +474,7 @@ class Scheduler:
         keep = CacheExtentRef.concat(st.donated) if st.donated else None
         if st.handle is not None:
             self._releases.append(Release(st.handle, keep))
-        node = st.lock.entries[0][0] if st.lock and st.lock.entries else None
+        node = tail or (st.lock.entries[0][0] if st.lock and st.lock.entries else None)
         if st.lock is not None:
             self.tree.unlock(st.lock)
         if st.req.session_id is not None:

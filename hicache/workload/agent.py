@@ -122,5 +122,6 @@ class AgentWorkload:
         self._inflight[rid] = i
         sess.step += 1
         return Request(rid=rid, arrival=arrival, tokens=prompt, output_len=output,
+                       full_tokens=sess.conv.with_output(prompt, output),
                        session_id=f"agent-{i}", client=i, round=sess.step - 1,
                        close_session=sess.step == sess.steps)

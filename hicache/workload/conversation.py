@@ -34,3 +34,7 @@ class Conversation:
         self._buf.extend(draw_tokens(self._rng, self._ns, output_len))
         self.turns += 1
         return prompt
+
+    def with_output(self, prompt: TokenView, output_len: int) -> TokenView:
+        """``prompt`` followed by the output drawn for it (what the model's KV will hold)."""
+        return TokenView(self._buf, len(prompt) + output_len)

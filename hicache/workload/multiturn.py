@@ -134,6 +134,7 @@ class MultiturnWorkload:
                     client=client,
                     round=rnd,
                     close_session=cfg.sessions and rnd == cfg.num_rounds - 1,
+                    full_tokens=conv.with_output(prompt, output),
                 )
             )
         return out

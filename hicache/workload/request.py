@@ -59,6 +59,9 @@ class Request:
     client: int = -1
     round: int = -1
     close_session: bool = False  # close ``session_id`` when this request finishes
+    # prompt + generated output, when the workload knows the output (conversations do):
+    # lets the cache keep the output's KV for the next turn, as SGLang does
+    full_tokens: Sequence[int] | None = None
 
     @property
     def prompt_len(self) -> int:
