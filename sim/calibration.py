@@ -31,13 +31,16 @@ def fit_line(table: Table) -> tuple[float, float]:
 
 def apply_copy_calibration(profile: HardwareProfile) -> HardwareProfile:
     """The profile with PCIe peaks and half-efficiency fitted to measured copy tables
-    (unchanged when there are none)."""
+    (unchanged when there are none). A table row may time ``calls_per_row`` calls of
+    B/calls bytes each (one per layer and K/V): the fitted intercept is shared by them,
+    so it is divided by that count before it becomes a per-call figure."""
     cal = profile.calibrated
     if cal is None or not (cal.copy_h2d and cal.copy_d2h):
         return profile
     pcie = profile.pcie
     fits = {"h2d": fit_line(cal.copy_h2d), "d2h": fit_line(cal.copy_d2h)}
-    halves = [max(0.0, (c - pcie.call_overhead_s) * rate) for c, rate in fits.values()]
+    calls = cal.copy_calls_per_row
+    halves = [max(0.0, (c / calls - pcie.call_overhead_s) * rate) for c, rate in fits.values()]
     new_pcie = dataclasses.replace(
         pcie, h2d_bytes_per_s=fits["h2d"][1], d2h_bytes_per_s=fits["d2h"][1],
         half_efficiency_bytes=sum(halves) / 2)

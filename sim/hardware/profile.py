@@ -68,6 +68,7 @@ class CalibratedSpec:
     """Measured tables (written by gpu_backend calibration); empty tables mean absent."""
 
     device: str
+    copy_calls_per_row: int = 1  # copy calls behind one table row (e.g. 2 x layers)
     copy_h2d: Table = ()
     copy_d2h: Table = ()
     prefill_layer: Table = ()
@@ -110,6 +111,7 @@ def _calibrated(s: Section) -> CalibratedSpec:
     copy = s.sub("copy", {})
     return CalibratedSpec(
         device=s.str("device", "cuda"),
+        copy_calls_per_row=int(copy.num("calls_per_row", 1, positive=True)),
         copy_h2d=copy.table("h2d") if copy.has("h2d") else (),
         copy_d2h=copy.table("d2h") if copy.has("d2h") else (),
         prefill_layer=s.table("prefill_layer") if s.has("prefill_layer") else (),

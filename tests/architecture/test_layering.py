@@ -3,6 +3,7 @@
     hicache/      imports no simpy, no torch, no sim, no gpu_backend, and reads no clock
     sim/          may import hicache and simpy; never torch or gpu_backend
     gpu_backend/  may import hicache and torch; never simpy or sim (the GPU box has no simpy)
+    validation/   composes both runtimes; nothing above imports it
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FORBIDDEN = {
-    "hicache": {"simpy", "torch", "sim", "gpu_backend"},
-    "sim": {"torch", "gpu_backend"},
-    "gpu_backend": {"simpy", "sim"},
+    "hicache": {"simpy", "torch", "sim", "gpu_backend", "validation"},
+    "sim": {"torch", "gpu_backend", "validation"},
+    "gpu_backend": {"simpy", "sim", "validation"},
 }
 CLOCKS = {("time", "time"), ("time", "perf_counter"), ("time", "monotonic"),
           ("datetime", "now"), ("time", "time_ns"), ("time", "perf_counter_ns")}
