@@ -156,6 +156,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "hicache_storage_prefetch_policy": _choice(PREFETCH_POLICIES),
     "radix_eviction_policy": _choice(EVICTION_POLICIES),
     "enable_session_aware_eviction": _bool,
+    "hicache_buffer_only": _bool,
     "load_back_threshold": _int(0),
     "prefetch_batch_pages": _int(1),
 }
@@ -181,6 +182,9 @@ class CacheConfig:
     )
     radix_eviction_policy: str = "lru"
     enable_session_aware_eviction: bool = False
+    # host memory only stages GPU <-> L3 transfers, it is no cache tier (seed 000's
+    # buffer_only); needs a storage backend and a write-through policy
+    hicache_buffer_only: bool = False
     load_back_threshold: int = 10
     prefetch_batch_pages: int = 128
 
@@ -195,6 +199,14 @@ class CacheConfig:
                 raise ConfigError(source, name, str(e)) from None
         extra = parse_extra_config(self.hicache_storage_backend_extra_config, source)
         object.__setattr__(self, "hicache_storage_backend_extra_config", extra)
+        if self.hicache_buffer_only and self.hicache_storage_backend is None:
+            raise ConfigError(source, "hicache_buffer_only",
+                              "needs hicache_storage_backend (mooncake or file): host memory "
+                              "only stages transfers to and from L3")
+        if self.hicache_buffer_only and self.hicache_write_policy == "write_back":
+            raise ConfigError(source, "hicache_buffer_only",
+                              "needs write_through or write_through_selective: with "
+                              "write_back nothing would reach L3 before eviction")
         if self.device_tokens < self.page_size:
             raise ConfigError(
                 source, "device_tokens", f"{self.device_tokens} < page_size {self.page_size}"

@@ -43,7 +43,8 @@ from hicache.tiers.prefetch import should_query, stop_decision
 from hicache.tiers.write_policy import backup_threshold
 from hicache.tree.actions import Action, BackupNode, Deleted, Demoted, FreeDevice, FreeHost
 from hicache.tree.components import Kind, TreeSpec
-from hicache.tree.node import Node
+from hicache.tree.locks import LockHandle
+from hicache.tree.node import HOST, Node
 from hicache.tree.radix import UnifiedRadixTree, page_keys
 from hicache.workload.request import Request
 
@@ -70,7 +71,8 @@ class Scheduler:
                                      eviction_policy=cache.radix_eviction_policy,
                                      session_aware=cache.enable_session_aware_eviction)
         self.l2 = cache.enable_hierarchical_cache and info.host_pages.get("full", 0) > 0
-        self.tree.residency.host_enabled = self.l2
+        # buffer_only: an L1 eviction deletes (the KV is in L3), it never demotes to L2
+        self.tree.residency.host_enabled = self.l2 and not cache.hicache_buffer_only
         self.tree.residency.write_back = cache.hicache_write_policy == "write_back"
         self.threshold = backup_threshold(cache.hicache_write_policy) if self.l2 else None
         self.device_total = info.device_pages["full"]
@@ -85,6 +87,7 @@ class Scheduler:
         self._inflight: dict[int, BatchPlan] = {}
         self._backups: dict[int, tuple[int, int, list[str]]] = {}  # job -> (tree job, pages, keys)
         self._backup_hosts: dict[int, CacheExtentRef] = {}
+        self._stores: dict[int, tuple[list[Node], LockHandle]] = {}  # job -> (nodes, lock)
         self._prefetch: dict[int, RequestState] = {}
         self._host_reserved = 0
         self._prefetch_reserved = 0
@@ -142,7 +145,7 @@ class Scheduler:
     @property
     def idle(self) -> bool:
         return not (self.waiting or self.running or self._inflight or self._backups
-                    or self._prefetch)
+                    or self._prefetch or self._stores)
 
     def next_deadline(self, now: float) -> float | None:
         """When a waiting request's prefetch timeout expires (so a driver can wake up)."""
@@ -398,6 +401,8 @@ class Scheduler:
                 if sl.loads and st.host_lock is not None:
                     self.tree.unlock(st.host_lock)
                     st.host_lock = None
+                    if self.cache.hicache_buffer_only:
+                        self._drop_staging(st.load_nodes)
                 if st.prefill_done == st.to_prefill:
                     st.first_token = c.end
                     self._cache_prompt(st)
@@ -488,10 +493,17 @@ class Scheduler:
             tree_job, pages, keys = self._backups.pop(c.job_id)
             host = self._backup_hosts.pop(c.job_id)
             self._host_reserved -= pages
-            self.tree.residency.complete_backup(tree_job, {Kind.FULL: host})
+            nodes = self.tree.residency.complete_backup(tree_job, {Kind.FULL: host})
             if self.cfg.l3 and keys:
                 self._job_id += 1
                 self._pending_stores.append(StoreIntent(host, tuple(keys), self._job_id))
+                # the L2 copy is read until L3 has it: pin it against L2 eviction
+                self._stores[self._job_id] = (nodes, self.tree.locks.lock_host(nodes))
+        elif c.kind is TransferKind.STORE:
+            nodes, lock = self._stores.pop(c.job_id)
+            self.tree.unlock(lock)
+            if self.cache.hicache_buffer_only:
+                self._drop_staging(nodes)
         elif c.kind is TransferKind.PREFETCH:
             st = self._prefetch.pop(c.job_id)
             self._host_reserved -= st.prefetch_reserved
@@ -502,6 +514,16 @@ class Scheduler:
             if st.prefix_lock is not None:  # the fetched nodes' locks now pin their path
                 self.tree.unlock(st.prefix_lock)
                 st.prefix_lock = None
+
+    def _drop_staging(self, nodes: list[Node]) -> None:
+        """buffer_only: host memory was staging; free the L2 copy of nodes now on L1 (their
+        KV is in L3 too). Host-only nodes leave through ordinary L2 eviction."""
+        for n in nodes:
+            if n.parent is None or not n.on_device or n.backing_up or n.locked(HOST):
+                continue
+            for kind in list(n.host):
+                self._frees.append(self.tree.residency.pop_value(n, "host", kind))
+            self.tree.residency.touched(n)
 
     def _insert_prefetched(self, st: RequestState, ext: CacheExtentRef) -> None:
         start = st.prefetch_from
