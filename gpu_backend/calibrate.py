@@ -25,6 +25,7 @@ import torch
 from gpu_backend.io import Mover
 from gpu_backend.model import BatchIndex, SliceSpec, SyntheticModel
 from gpu_backend.pools import DevicePool, HostPool
+from gpu_backend.sched_timing import measure_scheduler_step
 from gpu_backend.shapes import ModelShape
 
 BASE: dict[str, Any] = {  # REFERENCE.md section 4 (H100/H200 SXM) unless measured
@@ -159,8 +160,11 @@ class Bench:
 
 
 def calibrate(shape: ModelShape, device: str = "cpu", page_size: int = 16,
-              quick: bool | None = None) -> tuple[dict[str, Any], dict[str, str]]:
-    """(profile dict, source per measured key)."""
+              quick: bool | None = None, scheduler: bool = True
+              ) -> tuple[dict[str, Any], dict[str, str]]:
+    """(profile dict, source per measured key). ``scheduler``: also time the control
+    plane's step (:mod:`gpu_backend.sched_timing`) into ``cpu.scheduler_step_s``;
+    ``calibrated.shape`` records the model shape every table was measured with."""
     quick = (not device.startswith("cuda")) if quick is None else quick
     counts = [1, 4, 16, 64] if quick else [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
     b = Bench(shape, device, page_size, pages=max(counts) + 8)
@@ -204,8 +208,16 @@ def calibrate(shape: ModelShape, device: str = "cpu", page_size: int = 16,
                  "h2d": tables["h2d/direct"], "d2h": tables["d2h/direct"],
                  "h2d_kernel": tables["h2d/kernel"], "d2h_kernel": tables["d2h/kernel"]},
         "prefill_layer": prefill, "decode_layer": decode,
+        "shape": shape.to_mapping(),  # validation warns when a scenario's shape differs
     }
     where = f"measured by gpu_backend.calibrate on {device} ({shape.name})"
+    if scheduler:
+        st = measure_scheduler_step(shape, device, page_size)
+        prof["cpu"]["scheduler_step_s"] = st.median_s
+        src["cpu.scheduler_step_s"] = (
+            f"measured: median of {st.steps} working driver steps (Scheduler.step + "
+            f"submission) on {device} ({shape.name}); all {st.total_steps} steps: "
+            f"median {st.all_median_s:.3g} s")
     for k in ("pcie.h2d_bytes_per_s", "pcie.d2h_bytes_per_s", "pcie.bidirectional_bytes_per_s",
               "pcie.call_overhead_s", "pcie.half_efficiency_bytes", "io_kernel.bytes_per_s",
               "io_kernel.compute_slowdown", "calibrated"):
@@ -246,13 +258,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--name", default=None)
     ap.add_argument("--out", help="write the profile YAML here (default: stdout)")
+    ap.add_argument("--no-scheduler", action="store_true",
+                    help="keep the default cpu.scheduler_step_s (skip the short driver run)")
     args = ap.parse_args(argv)
     shape = ModelShape.tiny()
     if args.model:
         import yaml
         with open(args.model) as f:
             shape = ModelShape.from_mapping(yaml.safe_load(f))
-    prof, src = calibrate(shape, args.device, args.page_size)
+    prof, src = calibrate(shape, args.device, args.page_size,
+                          scheduler=not args.no_scheduler)
     prof["name"] = args.name or f"calibrated-{args.device}"
     text = to_yaml(prof, src)
     if args.out:

@@ -17,6 +17,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--page-size", type=int, default=16)
     p.add_argument("--name", default=None)
     p.add_argument("--out", help="write the profile YAML here (default: stdout)")
+    p.add_argument("--no-scheduler", action="store_true",
+                   help="keep the default cpu.scheduler_step_s (skip the short driver run)")
     p.set_defaults(func=run)
 
 
@@ -28,5 +30,7 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, flag)
         if value is not None:
             argv += [f"--{flag}", str(value)]
+    if args.no_scheduler:
+        argv.append("--no-scheduler")
     main(argv)
     return 0

@@ -19,6 +19,7 @@ import os
 import tempfile
 import time
 from collections import deque
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ import yaml
 from gpu_backend.l3_protocol import L3Store
 from gpu_backend.runtime import TorchRuntime
 from gpu_backend.shapes import ModelShape
+from gpu_backend.trace import add_lanes, torch_profiler, wall_epoch
 from hicache.config import CacheConfig
 from hicache.runtime.interface import BatchCompletion, Completion
 from hicache.scenario import cache_config
@@ -40,7 +42,7 @@ SCHEDULER_KEYS = {"max_running_requests", "chunked_prefill_size", "overlap"}
 # the simulator's run keys are accepted (one scenario drives both); max_sim_time bounds
 # the run's wall time here, the other sim-only keys are ignored
 RUN_KEYS = {"layerwise", "trace_layers", "backup_throttle_bytes_per_s", "progress",
-            "max_sim_time"}
+            "max_sim_time", "torch_profiler"}  # torch_profiler: Chrome trace path (torch only)
 MODELS_DIR = Path(__file__).resolve().parent.parent / "scenarios" / "models"
 
 
@@ -109,9 +111,12 @@ def build_runtime(d: dict, cache: CacheConfig, shape: ModelShape, device: str,
 
 def run_scenario(d: dict, *, device: str = "cpu", shape: ModelShape | None = None,
                  name: str = "run", source: str = "<scenario>",
-                 stall_timeout: float = 120.0) -> TorchResult:
+                 stall_timeout: float = 120.0, torch_trace: str | Path | None = None
+                 ) -> TorchResult:
     """Run scenario ``d`` (one replica) on a TorchRuntime. ``shape`` defaults to
-    ModelShape.tiny() on CPU and to the scenario's model preset elsewhere."""
+    ModelShape.tiny() on CPU and to the scenario's model preset elsewhere. ``torch_trace``
+    (or the scenario's ``run.torch_profiler``) writes a torch.profiler Chrome trace there
+    (:mod:`gpu_backend.trace`)."""
     if int(d.get("replicas", 1)) != 1:
         raise ValueError(f"{source}: replicas: the torch driver runs exactly 1 replica, got "
                          f"{d.get('replicas')}")
@@ -123,6 +128,7 @@ def run_scenario(d: dict, *, device: str = "cpu", shape: ModelShape | None = Non
     if shape is None:
         shape = (ModelShape.tiny() if device == "cpu"
                  else load_shape(str(d.get("model", "llama-3-8b"))))
+    trace = torch_trace if torch_trace is not None else run.get("torch_profiler")
     with tempfile.TemporaryDirectory(prefix="hicache-l3-") as l3_dir:
         l3 = make_l3(cache, l3_dir)
         try:
@@ -133,8 +139,12 @@ def run_scenario(d: dict, *, device: str = "cpu", shape: ModelShape | None = Non
                 workload = make_workload(d["workload"], int(d.get("seed", 0)))
                 loop = _Loop(rt, scheduler, workload, float(run.get("max_sim_time", math.inf)),
                              stall_timeout)
-                loop.run()
-                rt.drain(stall_timeout)
+                with (torch_profiler(trace, rt.lanes.cuda) if trace else nullcontext()):
+                    wall0 = wall_epoch(rt.now())
+                    loop.run()
+                    rt.drain(stall_timeout)
+                if trace:
+                    add_lanes(trace, rt.timeline, wall0)
         finally:
             close = getattr(l3, "close", None)
             if close is not None:
@@ -142,7 +152,9 @@ def run_scenario(d: dict, *, device: str = "cpu", shape: ModelShape | None = Non
     return TorchResult(name, scheduler.records(), [(0, *dec) for dec in scheduler.decisions],
                        rt.timeline, loop.end - loop.t0, loop.n, loop.t0,
                        {"scheduler_s": loop.sched_s, "steps": loop.steps,
-                        "device": device, "shape": shape.name})
+                        "step_s": loop.step_s, "work_step_s": loop.work_step_s,
+                        "device": device, "shape": shape.name,
+                        **({"torch_trace": str(trace)} if trace else {})})
 
 
 class _Loop:
@@ -158,6 +170,8 @@ class _Loop:
         self.pending: list[tuple[float, int, Request]] = []
         self.n = self.steps = 0
         self.sched_s = 0.0
+        self.step_s: list[float] = []  # wall time of every step
+        self.work_step_s: list[float] = []  # of the steps that submitted a plan
         self.t0 = self.end = 0.0
         self.queue: deque[int] = deque()  # executed, uncompleted batches (compute-lane order)
         self.empty: set[int] = set()  # of those, plans without slices (no compute)
@@ -176,6 +190,7 @@ class _Loop:
         plans = sch.step(now, arrivals, completions)
         for rid in sch.just_finished:
             self.push(self.workload.on_finished(rid, at - self.t0))
+        worked = bool(plans)
         while plans:
             for plan in plans:
                 handle = rt.prepare_batch(plan)
@@ -185,8 +200,12 @@ class _Loop:
                 if not plan.slices:
                     self.empty.add(plan.batch_id)
             plans = sch.step(now)
+        dt = time.perf_counter() - t
         self.steps += 1
-        self.sched_s += time.perf_counter() - t
+        self.sched_s += dt
+        self.step_s.append(dt)
+        if worked:
+            self.work_step_s.append(dt)
 
     def coalesce(self, comps: list[Completion]) -> dict[int, float]:
         """Plans without slices compute nothing: as in the simulator, a run of them queued

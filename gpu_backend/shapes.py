@@ -56,6 +56,18 @@ class ModelShape:
         kw["name"] = str(m.get("name", "unnamed"))
         return cls(**kw)
 
+    def to_mapping(self) -> dict[str, Any]:
+        """A model-preset mapping (shared schema) that describes this shape exactly and
+        that :meth:`from_mapping` and ``sim.hardware.model.load_model`` accept."""
+        return {
+            "name": self.name, "num_layers": self.num_layers, "num_heads": self.num_heads,
+            "num_kv_heads": self.num_kv_heads, "head_dim": self.head_dim,
+            "hidden_size": self.hidden_size, "ffn_size": self.ffn_size,
+            "dtype_bytes": self.dtype_bytes, "tensor_parallel": self.tensor_parallel,
+            "layers": list(self.layer_kinds), "sliding_window": self.sliding_window,
+            "mamba_state_bytes": 0,
+        }
+
     @classmethod
     def tiny(cls) -> ModelShape:
         """A shape small enough for CPU tests."""

@@ -13,6 +13,7 @@ import sys
 COMMANDS: dict[str, tuple[str, ...]] = {
     "hicache.replay.command": ("replay",),
     "sim.command": ("run",),
+    "sim.sweep": ("sweep",),
     "gpu_backend.command": ("calibrate",),
     "validation.command": ("validate",),
 }

@@ -20,6 +20,7 @@ from typing import Any
 
 import simpy
 
+from hicache.timeline import Timeline
 from sim.fluid import FluidJob, FluidServer
 from sim.hardware.profile import HardwareProfile
 from sim.link import DIRECTIONS, PcieLink
@@ -38,10 +39,14 @@ class CopyEngines:
         self.overhead = profile.pcie.call_overhead_s
         self.half = profile.pcie.half_efficiency_bytes
         self.engines = {d: simpy.Resource(env, capacity=1) for d in DIRECTIONS}
+        self.timeline: Timeline | None = None  # set by the runtime that owns the engines
 
-    def copy(self, direction: str, payload: int, calls: int, cap: float | None = None
+    def copy(self, direction: str, payload: int, calls: int, cap: float | None = None, *,
+             op: str = "copy", batch: int = -1, layer: int = -1
              ) -> Generator[simpy.Event, Any, tuple[float, float]]:
-        """Move ``payload`` bytes in ``calls`` DMA calls (direct) or one kernel (kernel)."""
+        """Move ``payload`` bytes in ``calls`` DMA calls (direct) or one kernel (kernel).
+        A direct copy holds its direction's engine (FIFO) and is recorded on lane
+        ``ce:<direction>`` from the moment it owns the engine."""
         if direction not in DIRECTIONS:
             raise ValueError(f"unknown direction {direction!r}")
         if self.io_backend == "kernel":
@@ -51,8 +56,12 @@ class CopyEngines:
         else:
             with self.engines[direction].request() as slot:
                 yield slot
+                owned = self.env.now
                 yield self.env.timeout(calls * self.overhead)
                 start = self.env.now
                 yield self.fluid.submit(FluidJob(payload + calls * self.half, direction, cap))
+                if self.timeline is not None:
+                    self.timeline.record(f"ce:{direction}", op, owned, self.env.now,
+                                         batch=batch, layer=layer, nbytes=payload)
         self.link.moved[direction] += payload
         return start, self.env.now

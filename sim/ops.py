@@ -31,7 +31,8 @@ def load_op(rt: SimRuntime, batch: int, layer_bytes: list[int], layer_calls: lis
     for layer, (nbytes, calls) in enumerate(zip(layer_bytes, layer_calls, strict=True)):
         if nbytes:
             t0 = rt.env.now
-            start, end = yield from rt.copies.copy("h2d", nbytes, calls)
+            start, end = yield from rt.copies.copy("h2d", nbytes, calls, op="load",
+                                                   batch=batch, layer=layer)
             rt.timeline.record("h2d", "load", t0, end, batch=batch, layer=layer, nbytes=nbytes)
             rt.timeline.record("pcie:h2d", "load", start, end, batch=batch, layer=layer,
                                nbytes=nbytes)
@@ -76,8 +77,9 @@ def backup_op(rt: SimRuntime, st: BatchState) -> Proc:
         calls = 1
     t0 = rt.env.now
     if payload:
-        start, end = yield from rt.copies.copy("d2h", payload, calls, rt.backup_throttle)
         bid = st.plan.batch_id
+        start, end = yield from rt.copies.copy("d2h", payload, calls, rt.backup_throttle,
+                                               op="backup", batch=bid)
         rt.timeline.record("d2h", "backup", t0, end, batch=bid, nbytes=payload)
         rt.timeline.record("pcie:d2h", "backup", start, end, batch=bid, nbytes=payload)
     for b in st.backups:

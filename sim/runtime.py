@@ -70,6 +70,7 @@ class SimRuntime:
         self.link = PcieLink(self.profile)
         self.fluid = FluidServer(env, self.link.allocate)
         self.copies = CopyEngines(env, self.profile, self.link, self.fluid, io_backend)
+        self.copies.timeline = self.timeline
         self.streams = {n: Stream(env, n) for n in ("compute", "h2d", "d2h")}
         self.layer_bytes = self._layer_bytes(set(device_pages) | set(host_pages))
         self.bytes_per_page = {p: sum(b) for p, b in self.layer_bytes.items()}

@@ -29,6 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=None, help="output folder "
                    "(default results/validate/<scenario name>)")
     p.add_argument("--variant", default=None, help="variant to run (default: the first)")
+    p.add_argument("--torch-trace", type=Path, default=None, metavar="PATH",
+                   help="write a torch.profiler Chrome trace of the measured run to PATH "
+                   "(as the scenario key run.torch_profiler)")
     p.add_argument("--set", dest="overrides", action="append", default=[],
                    metavar="KEY=VALUE", help="override a scenario key, e.g. seed=3")
     p.set_defaults(func=run)
@@ -112,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
     from validation.runner import validate
 
     print(f"[{d['name']}/{name}] running on {device} and simulating ...", flush=True)
-    v = validate(body, args.profile, device=device, name=name, source=str(args.scenario))
+    v = validate(body, args.profile, device=device, name=name, source=str(args.scenario),
+                 torch_trace=args.torch_trace)
     out = args.out or Path("results") / "validate" / str(d["name"])
     write(v, out, {"scenario": str(args.scenario), "name": d["name"], "variant": name})
     print(format_table(headline(v.comparison), units=False))

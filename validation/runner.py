@@ -9,6 +9,8 @@ that it starts at the torch loop's start (``t0``), as the simulator's starts at 
 from __future__ import annotations
 
 import copy
+import statistics
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,7 +23,7 @@ from gpu_backend.driver import TorchResult, load_shape, run_scenario
 from gpu_backend.shapes import ModelShape
 from hicache.report.frames import requests_frame, timeline_frame
 from sim.driver import SimResult, simulate
-from sim.hardware.profile import load_profile
+from sim.hardware.profile import HardwareProfile, load_profile
 from validation.compare import compare
 
 
@@ -43,14 +45,31 @@ class Validation:
 def model_mapping(shape: ModelShape) -> dict[str, Any]:
     """A model-preset mapping (shared schema) that ``sim.hardware.model.load_model``
     accepts and that describes ``shape`` exactly."""
-    return {
-        "name": shape.name, "num_layers": shape.num_layers, "num_heads": shape.num_heads,
-        "num_kv_heads": shape.num_kv_heads, "head_dim": shape.head_dim,
-        "hidden_size": shape.hidden_size, "ffn_size": shape.ffn_size,
-        "dtype_bytes": shape.dtype_bytes, "tensor_parallel": shape.tensor_parallel,
-        "layers": list(shape.layer_kinds), "sliding_window": shape.sliding_window,
-        "mamba_state_bytes": 0,
-    }
+    return shape.to_mapping()
+
+
+def shape_warnings(profile: HardwareProfile, shape: ModelShape) -> list[str]:
+    """Why the profile's calibrated tables may not describe ``shape``: its recorded
+    ``calibrated.shape`` differs (key by key), or it has tables but records no shape."""
+    cal = profile.calibrated
+    if cal is None:
+        return []
+    recorded = cal.shape_mapping()
+    if not recorded:
+        return [f"profile {profile.source} has calibrated tables but no calibrated.shape: "
+                f"cannot check that they were measured with shape {shape.name!r}"]
+    mine = shape.to_mapping()
+    diff = []
+    for key in sorted(set(recorded) & set(mine)):
+        a, b = recorded[key], mine[key]
+        if (tuple(a) if isinstance(a, list | tuple) else a) != (
+                tuple(b) if isinstance(b, list | tuple) else b):
+            diff.append(f"{key}: profile {a!r}, scenario {b!r}")
+    if not diff:
+        return []
+    return [f"the scenario's model shape differs from the one profile {profile.source} was "
+            f"calibrated with ({'; '.join(diff)}): the calibrated layer tables do not "
+            f"describe this model"]
 
 
 def shape_for(d: Mapping[str, Any], device: str) -> ModelShape:
@@ -70,6 +89,8 @@ def sim_scenario(d: Mapping[str, Any], profile: str | Path, shape: ModelShape,
     run's shape (as a mapping on CPU; the preset itself elsewhere)."""
     out = copy.deepcopy(dict(d))
     out["hardware"] = str(profile)
+    if isinstance(out.get("run"), Mapping):  # torch-only key; the simulator rejects it
+        out["run"] = {k: v for k, v in out["run"].items() if k != "torch_profiler"}
     if device == "cpu" or isinstance(d.get("model"), Mapping):
         out["model"] = model_mapping(shape)
     else:
@@ -78,12 +99,19 @@ def sim_scenario(d: Mapping[str, Any], profile: str | Path, shape: ModelShape,
 
 
 def validate(d: Mapping[str, Any], profile: str | Path, *, device: str = "cpu",
-             name: str = "run", source: str = "<scenario>") -> Validation:
-    """Run ``d`` measured then predicted and compare them."""
-    load_profile(str(profile))  # fail fast on a bad profile, before the long runs
+             name: str = "run", source: str = "<scenario>",
+             torch_trace: str | Path | None = None) -> Validation:
+    """Run ``d`` measured then predicted and compare them. Shape warnings
+    (:func:`shape_warnings`) go to stderr and to ``info["warnings"]``; ``torch_trace``
+    writes a torch.profiler Chrome trace of the measured run (gpu_backend.trace)."""
+    prof = load_profile(str(profile))  # fail fast on a bad profile, before the long runs
     shape = shape_for(d, device)
+    warnings = shape_warnings(prof, shape)
+    for w in warnings:
+        print(f"validate: warning: {w}", file=sys.stderr)
     t = time.perf_counter()
-    meas = run_scenario(dict(d), device=device, shape=shape, name=name, source=source)
+    meas = run_scenario(dict(d), device=device, shape=shape, name=name, source=source,
+                        torch_trace=torch_trace)
     wall_meas = time.perf_counter() - t
     sd = sim_scenario(d, profile, shape, device)
     t = time.perf_counter()
@@ -97,14 +125,17 @@ def validate(d: Mapping[str, Any], profile: str | Path, *, device: str = "cpu",
     meas_tl["end"] -= meas.t0
     pred_req, meas_req = requests_frame(pred.records), requests_frame(meas.records)
     cmp = compare(pred_tl, meas_tl, pred_req, meas_req, pred.decisions, meas.decisions)
-    steps = max(1, int(meas.extra.get("steps", 0)))
+    work = meas.extra.get("work_step_s") or [0.0]
     info = {
         "device": device, "shape": shape.name, "profile": str(profile),
         "requests": {"predicted": pred.requests, "measured": meas.requests},
         "wall_s": {"measured_run": wall_meas, "simulation": wall_pred},
-        "scheduler_step_s": {
-            "predicted": load_profile(str(profile)).scheduler_step_s,
-            "measured": float(meas.extra.get("scheduler_s", 0.0)) / steps},
+        "scheduler_step_s": {  # measured as calibrated: median over working steps
+            "predicted": prof.scheduler_step_s, "measured": float(statistics.median(work)),
+            "steps": len(meas.extra.get("work_step_s") or [])},
         "duration_s": {"predicted": pred.sim_time, "measured": meas.wall_time},
+        "warnings": warnings,
     }
+    if meas.extra.get("torch_trace"):
+        info["torch_trace"] = meas.extra["torch_trace"]
     return Validation(pred, meas, pred_tl, meas_tl, pred_req, meas_req, cmp, info)

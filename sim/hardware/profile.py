@@ -73,6 +73,13 @@ class CalibratedSpec:
     copy_d2h: Table = ()
     prefill_layer: Table = ()
     decode_layer: Table = ()
+    # the model shape the tables were measured with, as sorted (key, value) pairs of a
+    # model-preset mapping (lists become tuples); () when the profile does not say
+    shape: tuple[tuple[str, Any], ...] = ()
+
+    def shape_mapping(self) -> dict[str, Any]:
+        """``calibrated.shape`` as a dict ({} when absent)."""
+        return dict(self.shape)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +123,25 @@ def _calibrated(s: Section) -> CalibratedSpec:
         copy_d2h=copy.table("d2h") if copy.has("d2h") else (),
         prefill_layer=s.table("prefill_layer") if s.has("prefill_layer") else (),
         decode_layer=s.table("decode_layer") if s.has("decode_layer") else (),
+        shape=_shape(s.sub("shape")) if s.has("shape") else (),
     )
+
+
+def _shape(s: Section) -> tuple[tuple[str, Any], ...]:
+    """``calibrated.shape``: a mapping with a string ``name``; other values are numbers,
+    strings or lists of those (a model preset's keys)."""
+    s.str("name")
+    out = []
+    for key in sorted(s.data):
+        v = s.data[key]
+        if isinstance(v, list):
+            if not all(isinstance(x, int | float | str) for x in v):
+                raise ValueError(f"{s.origin}: key {s._key(key)!r} must be a list of scalars")
+            v = tuple(v)
+        elif not isinstance(v, int | float | str):
+            raise ValueError(f"{s.origin}: key {s._key(key)!r} must be a number or a string")
+        out.append((str(key), v))
+    return tuple(out)
 
 
 def load_profile(source: str | Path | Mapping[str, Any]) -> HardwareProfile:
