@@ -11,6 +11,7 @@ from pathlib import Path
 
 from hicache.config import EVICTION_POLICIES, WRITE_POLICIES, CacheConfig
 from hicache.replay.engine import L3Set, ReplayCache, ReplayRecord
+from hicache.replay.hybrid import HybridReplayCache
 from hicache.workload.traces import FORMATS, load_trace
 
 
@@ -29,6 +30,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--l3", action="store_true", help="add an unbounded L3 (storage) tier")
     p.add_argument("--l3-tokens", type=int, default=None, help="bound L3 (LRU)")
     p.add_argument("--session-aware", action="store_true")
+    p.add_argument("--swa-window", type=int, default=0,
+                   help="hybrid model: add an SWA component with this window (tokens)")
+    p.add_argument("--swa-tokens", type=int, default=None,
+                   help="SWA pool size in tokens (default: --capacity-tokens)")
+    p.add_argument("--mamba-slots", type=int, default=0,
+                   help="hybrid model: add a MAMBA component with this many checkpoint slots")
     p.add_argument("--max-requests", type=int, default=None)
     p.add_argument("--out", type=Path, default=None, help="write requests.csv here")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -53,7 +60,13 @@ def summarize(records: list[ReplayRecord]) -> dict:
     }
 
 
-def run(args: argparse.Namespace) -> int:
+def _cache(args: argparse.Namespace):  # noqa: ANN202 - ReplayCache | HybridReplayCache
+    if args.swa_window or args.mamba_slots:
+        if args.l2_tokens or args.l3:
+            raise ValueError("--swa-window/--mamba-slots replay L1 only: drop --l2-tokens/--l3")
+        return HybridReplayCache(page_size=args.page_size, full_tokens=args.capacity_tokens,
+                                 swa_window=args.swa_window, swa_tokens=args.swa_tokens,
+                                 mamba_slots=args.mamba_slots, policy=args.policy)
     cfg = CacheConfig.from_mapping({
         "page_size": args.page_size, "device_tokens": args.capacity_tokens,
         "radix_eviction_policy": args.policy, "hicache_write_policy": args.write_policy,
@@ -65,7 +78,12 @@ def run(args: argparse.Namespace) -> int:
         l3 = L3Set(None if args.l3_tokens is None else args.l3_tokens // args.page_size)
     # L3 fetches land in L2; with --l3 and no --l2-tokens, L2 is a staging buffer of L1's size
     host = args.l2_tokens if args.l2_tokens > 0 else (args.capacity_tokens if args.l3 else 0)
-    cache = ReplayCache(cfg, l3=l3, host_tokens=host)
+    return ReplayCache(cfg, l3=l3, host_tokens=host)
+
+
+def run(args: argparse.Namespace) -> int:
+    cache = _cache(args)
+    host = getattr(getattr(cache, "host", None), "capacity", 0) * args.page_size
     t0 = time.perf_counter()
     records = [cache.process(r) for r in load_trace(args.trace, args.format, args.max_requests)]
     wall = time.perf_counter() - t0
