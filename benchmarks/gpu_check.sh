@@ -11,7 +11,9 @@
 #                     bash benchmarks/gpu_check.sh --cpu-dry-run  # here: cpu, tiny shape
 #   (or GPU_CHECK_CPU_DRY_RUN=1). Writes everything under $OUT/gpu_check/ (OUT defaults to
 #   results/gpu_check), packs it into $OUT/gpu_check.tgz (also on failure) beside
-#   summary.txt and gpu_check.log, and prints the table last.
+#   summary.txt and gpu_check.log, and prints the table last, then the targets as
+#   PASS / FAIL / n/a lines (validation/targets.py, docs/VALIDATION.md; the CPU dry run
+#   proves the plumbing: there they FAIL or are n/a).
 #
 # The GPU machine has torch, pandas, pyarrow, matplotlib, pyyaml and pytest but no simpy and
 # no registry. One-time, here, in the repo root (.whl/ is git-ignored):
@@ -163,9 +165,12 @@ print("scenarios:", ", ".join(scenarios))
 EOF
 
 # 5. validate each
+# GPU_CHECK_TORCH_TRACE=1: also a torch.profiler Chrome trace of each measured run
 for s in transfer_bound compute_bound layerwise; do
+  TRACE=()
+  [[ "${GPU_CHECK_TORCH_TRACE:-0}" == 1 ]] && TRACE=(--torch-trace "$DEST/$s/torch_trace.json")
   run "validate $s" 90 "$PY" -m hicache.cli validate "$DEST/scenarios/$s.yaml" \
-    --profile "$PROFILE" --device "$DEVICE" --out "$DEST/$s"
+    --profile "$PROFILE" --device "$DEVICE" --out "$DEST/$s" "${TRACE[@]}"
 done
 
 # 6. the table, last
@@ -188,4 +193,7 @@ for s in ("transfer_bound", "compute_bound", "layerwise"):
           f"{f(load.get('median_abs_rel_error'), '.2f'):>8}")
 print("errors: (predicted - measured) / measured; step and h2d load: median |error| per batch")
 EOF
+# 7. the targets as PASS / FAIL / n/a lines, from the files above (validation/targets.py)
+"$PY" -m validation.targets "$DEST" transfer_bound compute_bound layerwise \
+  | tee -a "$DEST/summary.txt" || die "could not check the targets"
 step "done: $DEST (packed: $OUT/gpu_check.tgz)"

@@ -176,10 +176,15 @@ def _get(d: Mapping[str, Any], dotted: str) -> Any:
 
 def run_sweep(d: Mapping[str, Any], grid: Mapping[str, Sequence[Any]], *,
               variants: Sequence[str] | None = None, target: Target | None = None,
-              source: str = "<scenario>", log: TextIO | None = sys.stderr) -> pd.DataFrame:
+              source: str = "<scenario>", log: TextIO | bool | None = True) -> pd.DataFrame:
     """One row per point x variant: grid keys, ``variant``, :data:`METRICS` (and the target
     metric, ``meets_target``). Every point is checked first (each key alone, then the point),
-    so a bad key fails before any simulation."""
+    so a bad key fails before any simulation. ``log``: a stream for one progress line per run,
+    True for the current ``sys.stderr``, None/False for none."""
+    log = sys.stderr if log is True else (log or None)
+    empty = [k for k, vs in grid.items() if not len(vs)] or ([] if grid else ["(none)"])
+    if empty:
+        raise SweepError(f"--grid {empty[0]}: no values")
     for key, values in grid.items():
         for v in values:
             _check(d, {key: v}, variants, source)
@@ -203,8 +208,11 @@ def run_sweep(d: Mapping[str, Any], grid: Mapping[str, Sequence[Any]], *,
                 print(f"[{len(rows)}/{total}] " + " ".join(f"{k}={v}" for k, v in p.items())
                       + f" {name}: {shown}={_fmt(s.get(shown))} ({s['wall_s']:.2f} s)",
                       file=log, flush=True)
-    df = pd.DataFrame(rows)
-    return df.astype({m: "float64" for m in metrics})
+    df = pd.DataFrame(rows).astype({m: "Int64" if m.startswith("n_") else "float64"
+                                    for m in metrics})
+    for key in grid:  # keep the values as given (2 stays 2 next to 1.5)
+        df[key] = pd.Series([r[key] for r in rows], dtype=object)
+    return df
 
 
 def _order_key(values: Sequence[Any]) -> Callable[[Any], Any]:
@@ -228,7 +236,9 @@ def answer(df: pd.DataFrame, grid: Mapping[str, Sequence[Any]]) -> pd.DataFrame:
         mono = best is None or all(m for v, m in met.items() if order(v) >= order(best))
         out.append({**dict(zip(by, group, strict=True)), "answer_key": ans_key,
                     "smallest": best, "monotone": mono})
-    return pd.DataFrame(out)
+    ans = pd.DataFrame(out)
+    ans["smallest"] = pd.Series([r["smallest"] for r in out], dtype=object)
+    return ans
 
 
 def format_answer(ans: pd.DataFrame, target: Target) -> str:
@@ -282,8 +292,9 @@ def plot_lines(df: pd.DataFrame, key: str, values: Sequence[Any], metric: str, p
                target: Target | None = None) -> Path:
     """``metric`` vs the values of one grid key, one line per variant."""
     fig, ax = _figure()
-    xs = [str(v) for v in values]
+    numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
     for name, g in df.groupby("variant", sort=False):
+        xs = list(g[key]) if numeric else [str(v) for v in g[key]]
         ax.plot(xs, g[metric].to_numpy(float), marker="o", label=name)
     if target and target.metric == metric:
         ax.axhline(target.value, color="k", ls="--", lw=1, label=str(target))
@@ -307,10 +318,11 @@ def plot_heatmap(df: pd.DataFrame, grid: Mapping[str, Sequence[Any]], variant: s
     for i, row in enumerate(mat.to_numpy(float)):
         for j, v in enumerate(row):
             mark = " *" if target and target.meets(v) else ""
-            ax.text(j, i, _fmt(float(v)) + mark, ha="center", va="center", color="w",
-                    fontsize=8)
-    ax.set_xticks(range(len(mat.columns)), [str(c) for c in mat.columns])
-    ax.set_yticks(range(len(mat.index)), [str(i) for i in mat.index])
+            dark = not math.isnan(v) and im.norm(v) > 0.5  # viridis_r: high values dark
+            ax.text(j, i, _fmt(float(v)) + mark, ha="center", va="center", fontsize=8,
+                    color="w" if dark else "k")
+    ax.set_xticks(range(len(grid[k1])), [str(c) for c in grid[k1]])
+    ax.set_yticks(range(len(grid[k0])), [str(i) for i in grid[k0]])
     title = f"{variant}: {metric}" + (f"  (* = {target})" if target else "")
     ax.set(xlabel=k1, ylabel=k0, title=title)
     fig.savefig(path, dpi=110)

@@ -109,7 +109,8 @@ class Release:
 @dataclass(frozen=True, slots=True)
 class BatchPlan:
     """Everything the control side decided for one step; ``slices`` may be empty (a plan
-    that only moves or frees cache)."""
+    that only moves or frees cache). Ids are unique per runtime; the scheduler numbers
+    compute batches 1, 2, ... and cache-only plans -1, -2, ..."""
 
     batch_id: int
     slices: tuple[RequestSlice, ...] = ()

@@ -37,9 +37,9 @@ from hicache.runtime.interface import (
     TransferCompletion,
     TransferKind,
 )
+from hicache.scheduler.l3 import L3Prefetcher
 from hicache.scheduler.state import RequestState, Status
 from hicache.tiers.hashing import page_hashes
-from hicache.tiers.prefetch import should_query, stop_decision
 from hicache.tiers.write_policy import backup_threshold
 from hicache.tree.actions import Action, BackupNode, Deleted, Demoted, FreeDevice, FreeHost
 from hicache.tree.components import Kind, TreeSpec
@@ -47,8 +47,6 @@ from hicache.tree.locks import LockHandle
 from hicache.tree.node import HOST, Node
 from hicache.tree.radix import UnifiedRadixTree, page_keys
 from hicache.workload.request import Request
-
-PREFETCH_SHARE = 0.25  # at most this share of L2 is reserved for L3 prefetches in flight
 
 
 @dataclass(frozen=True)
@@ -73,6 +71,7 @@ class Scheduler:
         self.l2 = cache.enable_hierarchical_cache and info.host_pages.get("full", 0) > 0
         # buffer_only: an L1 eviction deletes (the KV is in L3), it never demotes to L2
         self.tree.residency.host_enabled = self.l2 and not cache.hicache_buffer_only
+        self.l3 = L3Prefetcher(self) if cfg.l3 and self.l2 else None
         self.tree.residency.write_back = cache.hicache_write_policy == "write_back"
         self.threshold = backup_threshold(cache.hicache_write_policy) if self.l2 else None
         self.device_total = info.device_pages["full"]
@@ -84,13 +83,12 @@ class Scheduler:
         self.decisions: list[tuple] = []
         self._batch_id = 0
         self._job_id = 0
+        self._cache_plan_id = 0
         self._inflight: dict[int, BatchPlan] = {}
         self._backups: dict[int, tuple[int, int, list[str]]] = {}  # job -> (tree job, pages, keys)
         self._backup_hosts: dict[int, CacheExtentRef] = {}
         self._stores: dict[int, tuple[list[Node], LockHandle]] = {}  # job -> (nodes, lock)
-        self._prefetch: dict[int, RequestState] = {}
         self._host_reserved = 0
-        self._prefetch_reserved = 0
         self._own_pages = 0
         self._loads_pending = 0  # device pages admitted loads will take at prepare
         self._pending_backups: list[BackupIntent] = []
@@ -124,6 +122,10 @@ class Scheduler:
             plans.append(self._plan(()))  # move or free cache with no compute
         return plans
 
+    def next_job_id(self) -> int:
+        self._job_id += 1
+        return self._job_id
+
     def _compute_inflight(self) -> int:
         """Batches with compute in flight; cache-only plans do not hold the pipeline."""
         return sum(1 for p in self._inflight.values() if p.slices)
@@ -145,19 +147,11 @@ class Scheduler:
     @property
     def idle(self) -> bool:
         return not (self.waiting or self.running or self._inflight or self._backups
-                    or self._prefetch or self._stores)
+                    or self._stores or (self.l3 is not None and self.l3.jobs))
 
     def next_deadline(self, now: float) -> float | None:
         """When a waiting request's prefetch timeout expires (so a driver can wake up)."""
-        times = []
-        for st in self.waiting:
-            if st.status is Status.PREFETCHING and self.cache.hicache_storage_prefetch_policy \
-                    == "timeout":
-                d = stop_decision("timeout", now=now, arrival=st.req.arrival, completed=False,
-                                  hit_tokens=st.prefetch_pages * self.page, cfg=self.cache)
-                if d.deadline is not None and d.deadline > now:
-                    times.append(d.deadline)
-        return min(times) if times else None
+        return self.l3.next_deadline(self.waiting, now) if self.l3 is not None else None
 
     def records(self) -> list[dict]:
         return [st.record() for st in sorted(self.requests.values(), key=lambda s: s.rid)]
@@ -203,85 +197,17 @@ class Scheduler:
         self.waiting.append(st)
 
     def _admit(self, now: float) -> None:
-        if self.cfg.l3 and self.l2:  # L3 prefetch starts on arrival, not at the queue head
-            for st in self.waiting:
-                room = int(self.host_total * PREFETCH_SHARE) - self._prefetch_reserved
-                if st.req.arrival > now or room < self.cache.prefetch_threshold_pages:
-                    break
-                if st.prefetch_job is None:
-                    m = self.tree.match(st.pages, touch=False)
-                    if not self._maybe_prefetch(st, m.total_tokens):
-                        break  # no L2 room for it; later arrivals wait behind it
+        if self.l3 is not None:
+            self.l3.on_arrivals(self.waiting, now)
         while self.waiting and len(self.running) < self.cfg.max_running_requests:
             st = self.waiting[0]
             if st.req.arrival > now:
                 break
-            if self.cfg.l3 and self.l2 and (st.prefetch_job is None or self._lost_prefix(st)):
-                self._maybe_prefetch(st, self.tree.match(st.pages, touch=False).total_tokens,
-                                     at_head=True)
-            if st.status is Status.PREFETCHING:
-                d = stop_decision(self.cache.hicache_storage_prefetch_policy, now=now,
-                                  arrival=st.req.arrival, completed=st.prefetch_done,
-                                  hit_tokens=st.prefetch_pages * self.page, cfg=self.cache)
-                if not d.proceed:
-                    break
-                self.decisions.append(("prefetch_stop", st.rid, d.reason))
-                st.status = Status.WAITING
+            if self.l3 is not None and not self.l3.ready(st, now):
+                break
             if not self._start(st, now):
                 break
             self.waiting.popleft()
-
-    def _lost_prefix(self, st: RequestState) -> bool:
-        """``requery_lost_prefix`` (a hicache-lab knob; off = SGLang): the arrival-time
-        prefetch is over, fetched nothing, and L1/L2 lost part of the prefix it saw while
-        the request queued; ask L3 once more from the shorter match."""
-        if (not self.cfg.requery_lost_prefix or st.requeried or not st.prefetch_done
-                or st.prefetch_pages):
-            return False
-        if self.tree.match(st.pages, touch=False).total_tokens >= st.prefetch_from * self.page:
-            return False
-        st.requeried, st.prefetch_done, st.status = True, False, Status.WAITING
-        return True
-
-    def _maybe_prefetch(self, st: RequestState, cached: int, at_head: bool = False) -> bool:
-        """Start an L3 prefetch for ``st`` (once). Prefetches started on arrival share a
-        capacity limit of ``PREFETCH_SHARE`` of L2 and never evict L2 for themselves; a
-        request that finds no room retries later, and the request at the head of the queue
-        may take (and make) any L2 room."""
-        reused = cached // self.page
-        rest = len(st.pages) - reused
-        if rest <= 0 or not should_query(rest * self.page, self.cache):
-            st.prefetch_job = 0  # decided: nothing worth fetching
-            return True
-        budget = int(self.host_total * PREFETCH_SHARE) - self._prefetch_reserved
-        if at_head:  # the next request to run may use any L2 room, evicting if it must
-            budget = rest
-        if at_head and min(rest, budget) > self.host_free():
-            self._make_room(False, min(rest, budget))
-        max_pages = min(rest, budget, self.host_free())
-        if max_pages < rest and not at_head:
-            return False  # a partial prefetch would fetch a sliver; wait for room or the head
-        if max_pages < self.cache.prefetch_threshold_pages:
-            if at_head:
-                st.prefetch_job = 0
-            return at_head
-        self._prefetch_reserved += max_pages
-        self._job_id += 1
-        st.prefetch_job = self._job_id
-        st.prefetch_from = reused
-        self._prefetch[self._job_id] = st
-        self._host_reserved += max_pages
-        st.prefetch_reserved = max_pages
-        self._pending_prefetch.append(PrefetchIntent(
-            tuple(st.hashes[reused:reused + max_pages]), max_pages,
-            self.cache.prefetch_threshold_pages, self._job_id, self.cache.prefetch_batch_pages))
-        st.status = Status.PREFETCHING
-        # protect the L1/L2 prefix the prefetch continues (SGLang protects last_host_node):
-        # if L2 evicted it while the request queues, the fetched pages would hang on nothing
-        path = self.tree.match(st.pages[:reused], touch=False).path
-        st.prefix_lock = self.tree.locks.lock_host(path)
-        self.decisions.append(("prefetch", st.rid, reused, max_pages))
-        return True
 
     def _start(self, st: RequestState, now: float) -> bool:
         ok = self._start_inner(st, now)
@@ -381,8 +307,16 @@ class Scheduler:
         return self._plan(tuple(slices))
 
     def _plan(self, slices: tuple[RequestSlice, ...]) -> BatchPlan:
-        self._batch_id += 1
-        plan = BatchPlan(self._batch_id, slices, tuple(self._pending_backups),
+        # compute batches are numbered 1, 2, ... and cache-only plans -1, -2, ...: when a
+        # cache-only plan is needed depends on transfer timing, so it must not shift the
+        # compute batches' ids that predicted and measured timelines are matched by
+        if slices:
+            self._batch_id += 1
+            bid = self._batch_id
+        else:
+            self._cache_plan_id -= 1
+            bid = self._cache_plan_id
+        plan = BatchPlan(bid, slices, tuple(self._pending_backups),
                          tuple(self._pending_stores), tuple(self._pending_prefetch),
                          tuple(self._frees), tuple(self._releases))
         self._pending_backups, self._pending_stores, self._pending_prefetch = [], [], []
@@ -504,16 +438,8 @@ class Scheduler:
             self.tree.unlock(lock)
             if self.cache.hicache_buffer_only:
                 self._drop_staging(nodes)
-        elif c.kind is TransferKind.PREFETCH:
-            st = self._prefetch.pop(c.job_id)
-            self._host_reserved -= st.prefetch_reserved
-            self._prefetch_reserved -= st.prefetch_reserved
-            st.prefetch_done = True
-            if c.pages and c.extent is not None:
-                self._insert_prefetched(st, c.extent)
-            if st.prefix_lock is not None:  # the fetched nodes' locks now pin their path
-                self.tree.unlock(st.prefix_lock)
-                st.prefix_lock = None
+        elif c.kind is TransferKind.PREFETCH and self.l3 is not None:
+            self.l3.done(c)
 
     def _drop_staging(self, nodes: list[Node]) -> None:
         """buffer_only: host memory was staging; free the L2 copy of nodes now on L1 (their
@@ -525,19 +451,6 @@ class Scheduler:
                 self._frees.append(self.tree.residency.pop_value(n, "host", kind))
             self.tree.residency.touched(n)
 
-    def _insert_prefetched(self, st: RequestState, ext: CacheExtentRef) -> None:
-        start = st.prefetch_from
-        end = start + ext.num_pages
-        m = self.tree.match(st.pages[:start], touch=False)
-        if start and m.matched_pages < start:  # the prefix left the tree meanwhile
-            self._frees.append(ext)
-            return
-        res = self.tree.insert(st.pages[:end], {Kind.FULL: ext}, tier=Tier.HOST)
-        self._apply(res.actions)
-        st.prefetch_pages = ext.num_pages
-        # hold the fetched L2 copies until the request is admitted (it may queue a while)
-        path = self.tree.match(st.pages[:end], touch=False).path
-        st.prefetch_lock = self.tree.locks.lock_host([n for n in path if n.on_host])
 
 
 def _subset(ext: CacheExtentRef, pages: list[int]) -> CacheExtentRef:

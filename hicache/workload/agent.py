@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from hicache.workload.admission import AdmissionQueue
+from hicache.workload.closed_loop import ClosedLoopWorkload
 from hicache.workload.conversation import Conversation
 from hicache.workload.params import (
     LengthSpec,
@@ -27,11 +27,9 @@ from hicache.workload.params import (
     float_range_param,
     int_param,
     length_param,
-    poisson_arrivals,
     rate_param,
 )
 from hicache.workload.request import Request
-from hicache.workload.tokens import draw_tokens
 
 
 @dataclass(frozen=True)
@@ -69,30 +67,15 @@ class _Session:
     step: int = 0
 
 
-class AgentWorkload:
+class AgentWorkload(ClosedLoopWorkload):
     """Workload state machine; see the module docstring for the invariants."""
 
     def __init__(self, config: AgentConfig, seed: int) -> None:
-        self.config = config
-        self.seed = seed
-        self._rng = random.Random(seed)
-        self._system = draw_tokens(
-            random.Random(f"{seed}:system"), 0, config.system_prompt_length
-        )
-        self._queue: AdmissionQueue[int] = AdmissionQueue(config.max_sessions)
+        super().__init__(config, seed, config.max_sessions)
         self._sessions: dict[int, _Session] = {}
-        self._inflight: dict[int, int] = {}  # rid -> session
-        self._next_rid = 0
-        self._started = False
 
     def start(self) -> list[Request]:
-        if self._started:
-            raise RuntimeError("start() called twice")
-        self._started = True
-        cfg = self.config
-        for i, t in enumerate(poisson_arrivals(self._rng, cfg.num_sessions, cfg.session_rate)):
-            self._queue.push(t, i)
-        return self._admit(0.0)
+        return self._start(self.config.num_sessions, self.config.session_rate)
 
     def on_finished(self, rid: int, now: float) -> list[Request]:
         i = self._inflight.pop(rid)  # KeyError: unknown or already finished
@@ -100,28 +83,22 @@ class AgentWorkload:
         if sess.step >= sess.steps:  # the closing step finished
             del self._sessions[i]
             self._queue.finished()
-            return self._admit(now)
+            return self._release(now)
         arrival = now + draw_float(sess.rng, self.config.tool_time)
         return [self._step(i, arrival, draw_length(sess.rng, self.config.tool_output_length))]
 
-    def _admit(self, now: float) -> list[Request]:
+    def _release(self, now: float) -> list[Request]:
         out = []
         for arrival, i in self._queue.release(now):
-            rng = random.Random(f"{self.seed}:session:{i}")
+            conv, rng = self._open("session", i)
             steps = draw_length(rng, self.config.steps)
-            self._sessions[i] = _Session(Conversation(rng, i + 1, self._system), rng, steps)
+            self._sessions[i] = _Session(conv, rng, steps)
             out.append(self._step(i, arrival, draw_length(rng, self.config.task_length)))
         return out
 
     def _step(self, i: int, arrival: float, new_tokens: int) -> Request:
         sess = self._sessions[i]
-        output = draw_length(sess.rng, self.config.output_length)
-        prompt = sess.conv.turn(new_tokens, output)
-        rid = self._next_rid
-        self._next_rid += 1
-        self._inflight[rid] = i
         sess.step += 1
-        return Request(rid=rid, arrival=arrival, tokens=prompt, output_len=output,
-                       full_tokens=sess.conv.with_output(prompt, output),
-                       session_id=f"agent-{i}", client=i, round=sess.step - 1,
-                       close_session=sess.step == sess.steps)
+        return self._turn(i, sess.conv, sess.rng, arrival, new_tokens,
+                          session_id=f"agent-{i}", round=sess.step - 1,
+                          close_session=sess.step == sess.steps)

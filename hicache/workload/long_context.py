@@ -9,10 +9,9 @@ Token namespaces: document d -> d, request i -> num_documents + i (disjoint).
 
 from __future__ import annotations
 
-import random
-from array import array
 from dataclasses import dataclass
 
+from hicache.workload.open_loop import OpenLoopWorkload, prefixed_request
 from hicache.workload.params import (
     LengthSpec,
     draw_length,
@@ -22,7 +21,7 @@ from hicache.workload.params import (
     rate_param,
 )
 from hicache.workload.request import Request
-from hicache.workload.tokens import ConcatTokens, draw_tokens
+from hicache.workload.tokens import draw_tokens
 
 
 @dataclass(frozen=True)
@@ -49,30 +48,18 @@ class LongContextConfig:
             )
 
 
-class LongContextWorkload:
+class LongContextWorkload(OpenLoopWorkload):
     """Open-loop: everything is returned by :meth:`start`; no follow-ups."""
 
-    def __init__(self, config: LongContextConfig, seed: int) -> None:
-        self.config = config
-        self._rng = random.Random(seed)
-        self._started = False
-
-    def start(self) -> list[Request]:
-        if self._started:
-            raise RuntimeError("start() called twice")
-        self._started = True
+    def _requests(self) -> list[Request]:
         cfg, rng = self.config, self._rng
         docs = [draw_tokens(rng, d, cfg.document_length) for d in range(cfg.num_documents)]
         arrivals = poisson_arrivals(rng, cfg.count, cfg.request_rate)
         out = []
         for i, t in enumerate(arrivals):
             length = draw_length(rng, cfg.prompt_length)
-            doc = docs[rng.randrange(len(docs))] if docs else array("q")
-            own = draw_tokens(rng, cfg.num_documents + i, length - len(doc))
-            tokens = ConcatTokens(doc, own) if docs else own
-            out.append(Request(rid=i, arrival=t, tokens=tokens,
-                               output_len=draw_length(rng, cfg.output_length)))
+            doc = docs[rng.randrange(len(docs))] if docs else None
+            own = length - (len(doc) if doc is not None else 0)
+            out.append(prefixed_request(rng, i, t, doc, cfg.num_documents + i, own,
+                                        cfg.output_length))
         return out
-
-    def on_finished(self, rid: int, now: float) -> list[Request]:
-        return []

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from hicache.workload.admission import AdmissionQueue
+from hicache.workload.closed_loop import ClosedLoopWorkload
 from hicache.workload.conversation import Conversation
 from hicache.workload.params import (
     LengthSpec,
@@ -26,11 +26,9 @@ from hicache.workload.params import (
     float_param,
     int_param,
     length_param,
-    poisson_arrivals,
     rate_param,
 )
 from hicache.workload.request import Request
-from hicache.workload.tokens import draw_tokens
 
 
 @dataclass(frozen=True)
@@ -61,32 +59,17 @@ class MultiturnConfig:
         s(self, "sessions", bool_param("sessions", self.sessions))
 
 
-class MultiturnWorkload:
+class MultiturnWorkload(ClosedLoopWorkload):
     """Workload state machine; see the module docstring for the invariants."""
 
     def __init__(self, config: MultiturnConfig, seed: int) -> None:
-        self.config = config
-        self.seed = seed
-        self._rng = random.Random(seed)
-        self._system = draw_tokens(
-            random.Random(f"{seed}:system"), 0, config.system_prompt_length
-        )
+        super().__init__(config, seed, config.max_parallel)
         self._convs: dict[int, tuple[Conversation, random.Random]] = {}
-        self._queue: AdmissionQueue[int] = AdmissionQueue(config.max_parallel)
-        self._inflight: dict[int, int] = {}  # rid -> client
         self._next_round = [0] * config.num_clients
         self._waiting: list[int] = []  # clients done with the current round (barrier)
-        self._next_rid = 0
-        self._started = False
 
     def start(self) -> list[Request]:
-        if self._started:
-            raise RuntimeError("start() called twice")
-        self._started = True
-        arrivals = poisson_arrivals(self._rng, self.config.num_clients, self.config.request_rate)
-        for client, t in enumerate(arrivals):
-            self._queue.push(t, client)
-        return self._release(0.0)
+        return self._start(self.config.num_clients, self.config.request_rate)
 
     def on_finished(self, rid: int, now: float) -> list[Request]:
         client = self._inflight.pop(rid)  # KeyError: unknown or already finished
@@ -105,36 +88,18 @@ class MultiturnWorkload:
             self._queue.push(now + cfg.think_time, client)
         return self._release(now)
 
-    def _conversation(self, client: int) -> tuple[Conversation, random.Random]:
-        if client not in self._convs:
-            rng = random.Random(f"{self.seed}:client:{client}")
-            self._convs[client] = (Conversation(rng, client + 1, self._system), rng)
-        return self._convs[client]
-
     def _release(self, now: float) -> list[Request]:
         out = []
         cfg = self.config
         for arrival, client in self._queue.release(now):
-            conv, rng = self._conversation(client)
+            if client not in self._convs:
+                self._convs[client] = self._open("client", client)
+            conv, rng = self._convs[client]
             rnd = self._next_round[client]
-            question = draw_length(rng, cfg.request_length)
-            output = draw_length(rng, cfg.output_length)
-            prompt = conv.turn(question, output)
             self._next_round[client] = rnd + 1
-            rid = self._next_rid
-            self._next_rid += 1
-            self._inflight[rid] = client
-            out.append(
-                Request(
-                    rid=rid,
-                    arrival=arrival,
-                    tokens=prompt,
-                    output_len=output,
-                    session_id=f"client-{client}" if cfg.sessions else None,
-                    client=client,
-                    round=rnd,
-                    close_session=cfg.sessions and rnd == cfg.num_rounds - 1,
-                    full_tokens=conv.with_output(prompt, output),
-                )
-            )
+            out.append(self._turn(
+                client, conv, rng, arrival, draw_length(rng, cfg.request_length),
+                session_id=f"client-{client}" if cfg.sessions else None, round=rnd,
+                close_session=cfg.sessions and rnd == cfg.num_rounds - 1,
+            ))
         return out

@@ -8,9 +8,9 @@ rid = arrival order. Token namespaces: group g -> g, request i -> num_groups + i
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
+from hicache.workload.open_loop import OpenLoopWorkload, prefixed_request
 from hicache.workload.params import (
     LengthSpec,
     draw_length,
@@ -20,7 +20,7 @@ from hicache.workload.params import (
     rate_param,
 )
 from hicache.workload.request import Request
-from hicache.workload.tokens import ConcatTokens, draw_tokens
+from hicache.workload.tokens import draw_tokens
 
 
 @dataclass(frozen=True)
@@ -43,29 +43,17 @@ class SharedPrefixConfig:
         s(self, "request_rate", rate_param("request_rate", self.request_rate))
 
 
-class SharedPrefixWorkload:
+class SharedPrefixWorkload(OpenLoopWorkload):
     """Open-loop: everything is returned by :meth:`start`; no follow-ups."""
 
-    def __init__(self, config: SharedPrefixConfig, seed: int) -> None:
-        self.config = config
-        self._rng = random.Random(seed)
-        self._started = False
-
-    def start(self) -> list[Request]:
-        if self._started:
-            raise RuntimeError("start() called twice")
-        self._started = True
+    def _requests(self) -> list[Request]:
         cfg, rng = self.config, self._rng
         prefixes = [draw_tokens(rng, g, cfg.prefix_length) for g in range(cfg.num_groups)]
         groups = [g for g in range(cfg.num_groups) for _ in range(cfg.requests_per_group)]
         rng.shuffle(groups)
         arrivals = poisson_arrivals(rng, len(groups), cfg.request_rate)
-        out = []
-        for i, (g, t) in enumerate(zip(groups, arrivals, strict=True)):
-            suffix = draw_tokens(rng, cfg.num_groups + i, draw_length(rng, cfg.suffix_length))
-            out.append(Request(rid=i, arrival=t, tokens=ConcatTokens(prefixes[g], suffix),
-                               output_len=draw_length(rng, cfg.output_length), client=g))
-        return out
-
-    def on_finished(self, rid: int, now: float) -> list[Request]:
-        return []
+        return [
+            prefixed_request(rng, i, t, prefixes[g], cfg.num_groups + i,
+                             draw_length(rng, cfg.suffix_length), cfg.output_length, client=g)
+            for i, (g, t) in enumerate(zip(groups, arrivals, strict=True))
+        ]

@@ -51,11 +51,39 @@ def namespace_of(token: int) -> int:
     return (token >> NAMESPACE_BITS) - 1
 
 
-def _slice_of(seq: Sequence[int], i: slice) -> tuple[int, int, int]:
-    return i.indices(len(seq))
+class LazyTokens(Sequence[int]):
+    """Indexing and slicing for a token sequence built on demand.
+
+    Subclasses give ``__len__``, ``_range(start, stop)`` (tokens ``start:stop`` as an
+    ``array('q')``, ``0 <= start <= stop <= len``) and ``_at(i)`` (``0 <= i < len``);
+    every index and slice is normalised here, once.
+    """
+
+    __slots__ = ()
+
+    def _range(self, start: int, stop: int) -> array:
+        raise NotImplementedError
+
+    def _at(self, i: int) -> int:
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[int]: ...
+    def __getitem__(self, i):  # type: ignore[override]
+        n = len(self)
+        if isinstance(i, slice):
+            start, stop, step = i.indices(n)
+            if step == 1:
+                return self._range(start, max(start, stop))
+            return self._range(0, n)[i]
+        if not -n <= i < n:
+            raise IndexError(i)
+        return self._at(i % n)
 
 
-class BlockTokens(Sequence[int]):
+class BlockTokens(LazyTokens):
     """Prompt of ``length`` tokens built lazily from per-block hash ids."""
 
     __slots__ = ("_ids", "_len", "_block")
@@ -87,19 +115,8 @@ class BlockTokens(Sequence[int]):
         out.frombytes(grid[start - k0 * b: stop - k0 * b].tobytes())
         return out
 
-    @overload
-    def __getitem__(self, i: int) -> int: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[int]: ...
-    def __getitem__(self, i):  # type: ignore[override]
-        if isinstance(i, slice):
-            start, stop, step = _slice_of(self, i)
-            if step == 1:
-                return self._range(start, max(start, stop))
-            return self._range(0, self._len)[i]
-        if not -self._len <= i < self._len:
-            raise IndexError(i)
-        k, off = divmod(i % self._len, self._block)
+    def _at(self, i: int) -> int:
+        k, off = divmod(i, self._block)
         return self._ids[k] * self._block + off
 
     def page_keys(self, page_size: int) -> list[range] | None:
@@ -123,7 +140,7 @@ class BlockTokens(Sequence[int]):
             yield from range(h * b, h * b + min(b, self._len - k * b))
 
 
-class ConcatTokens(Sequence[int]):
+class ConcatTokens(LazyTokens):
     """``prefix + suffix``; the prefix array is shared, not copied."""
 
     __slots__ = ("_prefix", "_suffix")
@@ -135,24 +152,14 @@ class ConcatTokens(Sequence[int]):
     def __len__(self) -> int:
         return len(self._prefix) + len(self._suffix)
 
-    @overload
-    def __getitem__(self, i: int) -> int: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[int]: ...
-    def __getitem__(self, i):  # type: ignore[override]
+    def _range(self, start: int, stop: int) -> array:
         p = len(self._prefix)
-        if isinstance(i, slice):
-            start, stop, step = _slice_of(self, i)
-            if step != 1:
-                return (self._prefix + self._suffix)[i]
-            stop = max(start, stop)
-            out = self._prefix[min(start, p) : min(stop, p)]
-            out.extend(self._suffix[max(start - p, 0) : max(stop - p, 0)])
-            return out
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(i)
-        i %= n
+        out = self._prefix[min(start, p) : min(stop, p)]
+        out.extend(self._suffix[max(start - p, 0) : max(stop - p, 0)])
+        return out
+
+    def _at(self, i: int) -> int:
+        p = len(self._prefix)
         return self._prefix[i] if i < p else self._suffix[i - p]
 
     def __iter__(self) -> Iterator[int]:

@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+from hicache.workload.open_loop import OpenLoopWorkload
 from hicache.workload.params import float_param, optional_int_param
 from hicache.workload.request import Request
 from hicache.workload.traces import FORMATS, load_trace
@@ -34,11 +35,11 @@ class TraceConfig:
                            optional_int_param("max_requests", self.max_requests, 1))
 
 
-class TraceReplayWorkload:
-    """Loads the trace on construction (format errors surface early)."""
+class TraceReplayWorkload(OpenLoopWorkload):
+    """Loads the trace on construction (format errors surface early); ``seed`` is unused."""
 
     def __init__(self, config: TraceConfig, seed: int = 0, base_dir: Path | None = None) -> None:
-        self.config = config
+        super().__init__(config, seed)
         path = Path(config.path)
         if not path.is_absolute() and base_dir is not None:
             path = Path(base_dir) / path
@@ -46,14 +47,7 @@ class TraceReplayWorkload:
         reqs = load_trace(path, config.format, config.max_requests)
         if config.time_scale != 1.0:
             reqs = [dataclasses.replace(r, arrival=r.arrival * config.time_scale) for r in reqs]
-        self._requests = sorted(reqs, key=lambda r: r.arrival)
-        self._started = False
+        self._loaded = sorted(reqs, key=lambda r: r.arrival)
 
-    def start(self) -> list[Request]:
-        if self._started:
-            raise RuntimeError("start() called twice")
-        self._started = True
-        return list(self._requests)
-
-    def on_finished(self, rid: int, now: float) -> list[Request]:
-        return []
+    def _requests(self) -> list[Request]:
+        return list(self._loaded)

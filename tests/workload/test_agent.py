@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from wl_driver import drive
+from wl_driver import drive, turns_by
 
 from hicache.workload.agent import AgentConfig, AgentWorkload
 
@@ -18,12 +18,7 @@ def run(seed=5, **kw):
 
 
 def sessions(records):
-    out = defaultdict(list)
-    for r, f in records:
-        out[r.session_id].append((r, f))
-    for v in out.values():
-        v.sort(key=lambda x: x[0].round)
-    return out
+    return turns_by(records, lambda r: r.session_id)
 
 
 def test_each_session_grows_and_closes_once_at_the_end():

@@ -18,6 +18,8 @@ def test_every_kind_builds_with_defaults_except_trace_path(tmp_path):
         spec = {"kind": kind, "path": "t.jsonl"} if kind == "trace" else {"kind": kind}
         wl = make_workload(spec, seed=0, base_dir=tmp_path)
         assert wl.start()
+        with pytest.raises(RuntimeError, match="twice"):  # every kind starts only once
+            wl.start()
 
 
 def test_multiturn_defaults_and_overrides():

@@ -7,7 +7,7 @@ import random
 from collections import defaultdict
 
 import pytest
-from wl_driver import drive, max_in_flight
+from wl_driver import drive, max_in_flight, turns_by
 
 from hicache.workload.multiturn import MultiturnConfig, MultiturnWorkload
 from hicache.workload.params import poisson_arrivals
@@ -15,10 +15,11 @@ from hicache.workload.tokens import namespace_of
 
 
 def small(**kw) -> MultiturnWorkload:
+    seed = kw.pop("seed", 7)
     base = dict(num_clients=12, num_rounds=4, request_length=40, output_length=8,
                 request_rate=20.0, max_parallel=5)
     base.update(kw)
-    return MultiturnWorkload(MultiturnConfig(**base), seed=kw.pop("seed", 7))
+    return MultiturnWorkload(MultiturnConfig(**base), seed=seed)
 
 
 def signature(records):
@@ -27,12 +28,7 @@ def signature(records):
 
 
 def by_client(records):
-    convs = defaultdict(list)
-    for r, f in records:
-        convs[r.client].append((r, f))
-    for c in convs.values():
-        c.sort(key=lambda x: x[0].round)
-    return convs
+    return turns_by(records, lambda r: r.client)
 
 
 def test_defaults_match_bench_multiturn():

@@ -34,14 +34,25 @@ slices = st.tuples(st.none() | st.integers(-40, 40), st.none() | st.integers(-40
 
 
 @given(ids=st.lists(st.integers(0, 50), min_size=1, max_size=5), cut=st.integers(0, 7),
-       sl=slices)
-def test_block_tokens_match_naive_expansion(ids, cut, sl):
+       sl=slices, i=st.integers(-45, 45))
+def test_block_tokens_match_naive_expansion(ids, cut, sl, i):
     length = (len(ids) - 1) * 8 + 1 + cut  # last block holds 1..8 tokens
     toks = BlockTokens(array("q", ids), length, block=8)
     naive = [h * 8 + j for h in ids for j in range(8)][:length]
     assert len(toks) == length and list(toks) == naive
     s = slice(*sl)
     assert list(toks[s]) == naive[s]
+    if -length <= i < length:
+        assert toks[i] == naive[i]
+    else:
+        with pytest.raises(IndexError):
+            toks[i]
+
+
+def test_slices_are_arrays_of_int64():
+    for toks in (BlockTokens(array("q", [3, 4]), 12, block=8),
+                 ConcatTokens(array("q", [1, 2]), array("q", [7]))):
+        assert all(type(t) is array and t.typecode == "q" for t in (toks[1:3], toks[::-2]))
 
 
 def test_block_tokens_reject_inconsistent_length():

@@ -7,7 +7,8 @@ back through ``on_finished`` in time order, as the real scheduler would.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Hashable
 
 from hicache.workload.request import Request, Workload
 
@@ -42,3 +43,14 @@ def max_in_flight(records: list[tuple[Request, float]]) -> int:
         cur += d
         best = max(best, cur)
     return best
+
+
+def turns_by(records: list[tuple[Request, float]], key: Callable[[Request], Hashable]
+             ) -> dict[Hashable, list[tuple[Request, float]]]:
+    """(request, finish) records grouped by ``key(request)``, each group in round order."""
+    out: dict[Hashable, list[tuple[Request, float]]] = defaultdict(list)
+    for r, f in records:
+        out[key(r)].append((r, f))
+    for turns in out.values():
+        turns.sort(key=lambda x: x[0].round)
+    return out

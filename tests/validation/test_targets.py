@@ -1,0 +1,86 @@
+"""The GPU targets as PASS / FAIL / n/a lines, computed from validate's files (here from
+hand-made comparison records and timelines)."""
+
+from __future__ import annotations
+
+import json
+
+from hicache.report.frames import timeline_frame
+from validation.targets import (
+    check_all,
+    comparison_checks,
+    copy_checks,
+    layerwise_check,
+    main,
+)
+
+MB = 1 << 20
+
+
+def tl(*spec):
+    """(lane, op, batch, layer, start, end, bytes) -> timeline frame."""
+    return timeline_frame([{"lane": a, "op": o, "batch": b, "request": -1, "layer": la,
+                            "start": s, "end": e, "bytes": n} for a, o, b, la, s, e, n in spec])
+
+
+def record(step, p50, p90, hid_p, hid_m) -> dict:
+    return {"step_time": {"median_abs_rel_error": step},
+            "ttft": {"p50": {"rel_error": p50}, "p90": {"rel_error": p90}},
+            "load_hidden_fraction": {"predicted": hid_p, "measured": hid_m}}
+
+
+def status(checks) -> dict[str, str]:
+    return {c.name: c.status for c in checks}
+
+
+def test_comparison_targets_pass_inside_and_fail_outside_the_bounds():
+    assert status(comparison_checks("s", record(0.04, -0.09, 0.1, 0.93, 0.90))) == {
+        "step": "PASS", "ttft_p50": "PASS", "ttft_p90": "PASS", "hidden": "PASS"}
+    assert status(comparison_checks("s", record(0.06, -0.11, 0.2, 0.80, 0.90))) == {
+        "step": "FAIL", "ttft_p50": "FAIL", "ttft_p90": "FAIL", "hidden": "FAIL"}
+
+
+def test_missing_inputs_are_not_applicable():
+    checks = comparison_checks("s", record(None, None, 0.0, None, 0.5))
+    assert status(checks) == {"step": "n/a", "ttft_p50": "n/a", "ttft_p90": "PASS",
+                              "hidden": "n/a"}
+    assert all(c.ok is None for c in checks if c.status == "n/a")
+    assert status(comparison_checks("s", {})) == dict.fromkeys(
+        ("step", "ttft_p50", "ttft_p90", "hidden"), "n/a")
+
+
+def test_copy_bandwidth_uses_only_rows_of_at_least_one_mib():
+    rows = tl(("h2d", "load", 1, 0, 0.0, 1.0, 95 * MB),  # 95 MiB/s
+              ("h2d", "load", 1, 1, 1.0, 2.0, 92 * MB),
+              ("h2d", "load", 1, 2, 2.0, 3.0, MB // 2),  # small: ignored
+              ("d2h", "backup", 1, -1, 0.0, 1.0, 50 * MB))
+    checks = {c.name: c for c in copy_checks([rows], {"h2d": 100 * MB, "d2h": 100 * MB})}
+    assert checks["copy_h2d"].status == "PASS"
+    assert abs(checks["copy_h2d"].value - 0.935) < 1e-9
+    assert checks["copy_d2h"].status == "FAIL" and checks["copy_d2h"].value == 0.5
+    assert status(copy_checks([rows], {})) == {"copy_h2d": "n/a", "copy_d2h": "n/a"}
+
+
+def test_layerwise_hiding_counts_only_batches_whose_compute_outweighs_their_loads():
+    hidden = tl(("h2d", "load", 1, 0, 0.0, 1.0, 0), ("compute", "prefill", 1, 0, 1.0, 3.0, 0),
+                ("h2d", "load", 1, 1, 1.0, 2.0, 0), ("compute", "prefill", 1, 1, 3.0, 5.0, 0))
+    c = layerwise_check(hidden)
+    assert c.status == "FAIL" and c.value == 0.5  # layer 0's load runs before any compute
+    # batch 2 loads more per layer than it computes: excluded, so n/a alone
+    heavy = tl(("h2d", "load", 2, 0, 0.0, 3.0, 0), ("compute", "prefill", 2, 0, 3.0, 4.0, 0))
+    assert layerwise_check(heavy).status == "n/a"
+    assert layerwise_check(None).status == "n/a"
+
+
+def test_check_all_reads_the_folders_and_main_prints_one_line_per_check(tmp_path, capsys):
+    for s in ("a", "layerwise"):
+        (tmp_path / s).mkdir()
+        (tmp_path / s / "comparison.json").write_text(json.dumps(
+            {**record(0.01, 0.0, 0.0, 1.0, 1.0), "profile": str(tmp_path / "none.yaml")}))
+    checks = check_all(tmp_path, ["a", "layerwise"])
+    assert [c.name for c in checks].count("step") == 2
+    assert status(checks)["copy_h2d"] == "n/a"  # no timelines, no profile
+    assert main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert sum(x.startswith("PASS ") for x in out.splitlines()) == 8
+    assert "targets: 8 PASS, 0 FAIL, 3 n/a" in out
