@@ -11,7 +11,6 @@ messages and time. Replicas have their own L1/L2 (runtime + scheduler) and may s
 from __future__ import annotations
 
 import heapq
-import math
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +32,8 @@ from sim.runtime import SimRuntime
 SCHEDULER_KEYS = {"max_running_requests", "chunked_prefill_size", "overlap",
                   "requery_lost_prefix"}
 RUN_KEYS = {"layerwise", "trace_layers", "backup_throttle_bytes_per_s", "progress",
-            "max_sim_time"}
+            "max_sim_time",
+            "torch_profiler"}  # read by the torch backend's driver; the simulator ignores it
 ROUTERS = ("round_robin", "cache_aware")
 
 
@@ -134,63 +134,89 @@ def simulate(d: dict, *, name: str = "run", source: str = "<scenario>",
     router = Router(d.get("router", "round_robin"), replicas, cache.page_size)
     run = dict(d.get("run") or {})
     show = run.get("progress", False) if progress is None else progress
-    limit = float(run.get("max_sim_time", math.inf))
-    state = {"n": 0, "done": 0}
-    env.process(_loop(env, replicas, workload, router, state, show, limit))
-    env.run()
+    feed = _Feed(env, workload, router, len(replicas), show)
+    env.process(feed.route())
+    for i, rep in enumerate(replicas):
+        env.process(_replica(env, i, rep, feed))
+    limit = run.get("max_sim_time")
+    env.run(until=None if limit is None else float(limit))
     records = [r for rep in replicas for r in rep.scheduler.records()]
     records.sort(key=lambda r: r["rid"])
     decisions = [(i, *dec) for i, rep in enumerate(replicas) for dec in rep.scheduler.decisions]
     if show:
         print(file=sys.stderr)
-    return SimResult(name, replicas, records, decisions, env.now, state["n"])
+    return SimResult(name, replicas, records, decisions, env.now, feed.issued)
 
 
-def _loop(env: simpy.Environment, replicas: list[Replica], workload: Any, router: Router,
-          state: dict, show: bool, limit: float):  # noqa: ANN202 - a simpy process
-    pending: list[tuple[float, int, Request]] = []
+class _Feed:
+    """Arrivals in time order, routed into per-replica inboxes (the simulated frontend)."""
 
-    def push(reqs: list[Request]) -> None:
+    def __init__(self, env: simpy.Environment, workload: Any, router: Router, n: int,
+                 show: bool) -> None:
+        self.env, self.workload, self.router, self.show = env, workload, router, show
+        self.pending: list[tuple[float, int, Request]] = []
+        self.inbox: list[list[Request]] = [[] for _ in range(n)]
+        self.kick = [env.event() for _ in range(n)]
+        self.more = env.event()
+        self.issued = self.done = 0
+        self.push(workload.start())
+
+    def push(self, reqs: list[Request]) -> None:
         for r in reqs:
-            heapq.heappush(pending, (r.arrival, r.rid, r))
-            state["n"] += 1
+            heapq.heappush(self.pending, (r.arrival, r.rid, r))
+            self.issued += 1
+        if reqs and not self.more.triggered:
+            self.more.succeed()
 
-    push(workload.start())
-    cpu = replicas[0].runtime.profile.scheduler_step_s
-    while True:
-        now = env.now
-        routed: list[list[Request]] = [[] for _ in replicas]
-        while pending and pending[0][0] <= now:
-            req = heapq.heappop(pending)[2]
-            routed[router.route(req)].append(req)
-        worked = False
-        for rep, arrivals in zip(replicas, routed, strict=True):
-            plans = rep.scheduler.step(now, arrivals, rep.runtime.poll())
-            for rid in rep.scheduler.just_finished:
-                push(workload.on_finished(rid, now))
-                state["done"] += 1
-            while plans:
-                worked = True
-                for plan in plans:
-                    handle = rep.runtime.prepare_batch(plan)
-                    rep.scheduler.prepared(handle)
-                    rep.runtime.execute_batch(handle)
-                plans = rep.scheduler.step(now)
-        if show and state["done"] % 50 == 0:
-            print(f"\r  t={now:9.2f}s  requests {state['done']}/{state['n']}", end="",
+    def finished(self, rid: int, now: float) -> None:
+        self.done += 1
+        self.push(self.workload.on_finished(rid, now))
+        if self.show and self.done % 50 == 0:
+            print(f"\r  t={now:9.2f}s  requests {self.done}/{self.issued}", end="",
                   file=sys.stderr)
-        if pending and pending[0][0] <= now:
+
+    def route(self):  # noqa: ANN201 - a simpy process
+        env = self.env
+        while True:
+            while self.pending and self.pending[0][0] <= env.now:
+                req = heapq.heappop(self.pending)[2]
+                i = self.router.route(req)
+                self.inbox[i].append(req)
+                if not self.kick[i].triggered:
+                    self.kick[i].succeed()
+            self.more = env.event()
+            waits = [self.more]
+            if self.pending:
+                waits.append(env.timeout(self.pending[0][0] - env.now))
+            yield env.any_of(waits)
+
+
+def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed):  # noqa: ANN202
+    """One replica's scheduler loop: step on arrivals and completions; each step that
+    plans work costs ``scheduler_step_s`` of CPU *before* its batch reaches the runtime
+    (with overlap on, that time hides behind the batch already running)."""
+    sched, rt = rep.scheduler, rep.runtime
+    cpu = rt.profile.scheduler_step_s
+    while True:
+        arrivals, feed.inbox[i] = feed.inbox[i], []
+        plans = sched.step(env.now, arrivals, rt.poll())
+        while True:
+            for rid in sched.just_finished:
+                feed.finished(rid, env.now)
+            if not plans:
+                break
+            if cpu > 0:
+                yield env.timeout(cpu)
+            for plan in plans:
+                handle = rt.prepare_batch(plan)
+                sched.prepared(handle)
+                rt.execute_batch(handle)
+            plans = sched.step(env.now)
+        if feed.inbox[i]:
             continue
-        if not pending and all(rep.scheduler.idle for rep in replicas):
-            return
-        if now >= limit:
-            return
-        events = [rep.runtime.wakeup() for rep in replicas]
-        if pending:
-            events.append(env.timeout(pending[0][0] - now))
-        deadlines = [t for rep in replicas if (t := rep.scheduler.next_deadline(now))]
-        if deadlines:
-            events.append(env.timeout(min(deadlines) - now))
-        if worked and cpu > 0:
-            yield env.timeout(cpu)  # the scheduler's own CPU time per step
-        yield env.any_of(events)
+        feed.kick[i] = env.event()
+        waits = [rt.wakeup(), feed.kick[i]]
+        deadline = sched.next_deadline(env.now)
+        if deadline is not None:
+            waits.append(env.timeout(deadline - env.now))
+        yield env.any_of(waits)
