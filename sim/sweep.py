@@ -31,11 +31,12 @@ import simpy
 import yaml
 
 from hicache.report.frames import requests_frame
-from hicache.report.metrics import METRIC_UNITS, metric_label, summarize
+from hicache.report.metrics import METRIC_UNITS, summarize
 from hicache.scenario import apply_overrides, expand_variants, load_scenario, validate
 from hicache.workload.factory import make_config
 from sim.command import timeline_of
 from sim.driver import build, simulate
+from sim.sweep_plots import fmt, plot_sweep
 
 METRICS = ["hit_rate", "device_hit_rate", "host_hit_rate", "l3_hit_rate", "ttft_mean_s",
            "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "request_throughput_rps",
@@ -206,7 +207,7 @@ def run_sweep(d: Mapping[str, Any], grid: Mapping[str, Sequence[Any]], *,
             if log is not None:
                 shown = target.metric if target else "ttft_p90_s"
                 print(f"[{len(rows)}/{total}] " + " ".join(f"{k}={v}" for k, v in p.items())
-                      + f" {name}: {shown}={_fmt(s.get(shown))} ({s['wall_s']:.2f} s)",
+                      + f" {name}: {shown}={fmt(s.get(shown))} ({s['wall_s']:.2f} s)",
                       file=log, flush=True)
     df = pd.DataFrame(rows).astype({m: "Int64" if m.startswith("n_") else "float64"
                                     for m in metrics})
@@ -252,18 +253,10 @@ def format_answer(ans: pd.DataFrame, target: Target) -> str:
     return "\n".join(lines)
 
 
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "-"
-        return f"{v:.3e}" if v != 0 and (abs(v) >= 1e6 or abs(v) < 1e-3) else f"{v:.4g}"
-    return "-" if v is None else str(v)
-
-
 def format_sweep(df: pd.DataFrame, columns: Sequence[str]) -> str:
     """Aligned text: text columns left-aligned, numbers right-aligned."""
     cols = [c for c in columns if c in df.columns]
-    cells = [[_fmt(v) for v in df[c]] for c in cols]
+    cells = [[fmt(v) for v in df[c]] for c in cols]
     widths = [max([len(c), *map(len, col)]) for c, col in zip(cols, cells, strict=True)]
     left = [df[c].dtype == object and c != "meets_target" for c in cols]
 
@@ -273,77 +266,6 @@ def format_sweep(df: pd.DataFrame, columns: Sequence[str]) -> str:
 
     body = [line([col[i] for col in cells]) for i in range(len(df))]
     return "\n".join([line(cols), "  ".join("-" * w for w in widths), *body])
-
-
-def _figure():  # noqa: ANN202 - a matplotlib (fig, ax) on the Agg canvas, no pyplot
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(7.0, 4.5), layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig, fig.add_subplot()
-
-
-def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
-
-
-def plot_lines(df: pd.DataFrame, key: str, values: Sequence[Any], metric: str, path: Path,
-               target: Target | None = None) -> Path:
-    """``metric`` vs the values of one grid key, one line per variant."""
-    fig, ax = _figure()
-    numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
-    for name, g in df.groupby("variant", sort=False):
-        xs = list(g[key]) if numeric else [str(v) for v in g[key]]
-        ax.plot(xs, g[metric].to_numpy(float), marker="o", label=name)
-    if target and target.metric == metric:
-        ax.axhline(target.value, color="k", ls="--", lw=1, label=str(target))
-    ax.set(xlabel=key, ylabel=metric_label(metric), title=f"{metric} vs {key}")
-    ax.legend()
-    fig.savefig(path, dpi=110)
-    return path
-
-
-def plot_heatmap(df: pd.DataFrame, grid: Mapping[str, Sequence[Any]], variant: str,
-                 metric: str, path: Path, target: Target | None = None) -> Path:
-    """``metric`` of one variant over two grid keys (rows: first key); cells meeting the
-    target are marked ``*``."""
-    k0, k1 = list(grid)[:2]
-    sub = df[df["variant"] == variant]
-    mat = sub.pivot(index=k0, columns=k1, values=metric)
-    mat = mat.reindex(index=list(grid[k0]), columns=list(grid[k1]))
-    fig, ax = _figure()
-    im = ax.imshow(mat.to_numpy(float), aspect="auto", cmap="viridis_r")
-    fig.colorbar(im, ax=ax, label=metric_label(metric))
-    for i, row in enumerate(mat.to_numpy(float)):
-        for j, v in enumerate(row):
-            mark = " *" if target and target.meets(v) else ""
-            dark = not math.isnan(v) and im.norm(v) > 0.5  # viridis_r: high values dark
-            ax.text(j, i, _fmt(float(v)) + mark, ha="center", va="center", fontsize=8,
-                    color="w" if dark else "k")
-    ax.set_xticks(range(len(grid[k1])), [str(c) for c in grid[k1]])
-    ax.set_yticks(range(len(grid[k0])), [str(i) for i in grid[k0]])
-    title = f"{variant}: {metric}" + (f"  (* = {target})" if target else "")
-    ax.set(xlabel=k1, ylabel=k0, title=title)
-    fig.savefig(path, dpi=110)
-    return path
-
-
-def plot_sweep(df: pd.DataFrame, grid: Mapping[str, Sequence[Any]], out: Path,
-               target: Target | None = None) -> list[Path]:
-    """One key: ``<metric>.png`` for the target metric (ttft_p90_s without one), hit rate and
-    effective throughput. Two keys: ``heatmap_<variant>.png`` of the target metric.
-    More keys: no plots."""
-    keys = list(grid)
-    main = target.metric if target else "ttft_p90_s"
-    if len(keys) == 1:
-        metrics = list(dict.fromkeys([main, "hit_rate", "effective_input_throughput_tps"]))
-        return [plot_lines(df, keys[0], grid[keys[0]], m, out / f"{m}.png", target)
-                for m in metrics]
-    if len(keys) == 2:
-        return [plot_heatmap(df, grid, v, main, out / f"heatmap_{_slug(v)}.png", target)
-                for v in dict.fromkeys(df["variant"])]
-    return []
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

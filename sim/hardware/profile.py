@@ -1,7 +1,7 @@
 """Hardware profile: GPU, PCIe, copy kernels, host, CPU and L3 figures (frozen).
 
 Invariant: a loaded profile is complete and validated; every field is a plain number in
-SI units (bytes, seconds, FLOP/s). The YAML schema is fixed by docs/HELPER_BRIEF.md.
+SI units (bytes, seconds, FLOP/s). The YAML schema is documented in docs/SCHEMAS.md.
 """
 
 from __future__ import annotations
