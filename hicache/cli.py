@@ -1,4 +1,4 @@
-"""``hicache-lab``: replay traces, run scenarios, calibrate and validate runtimes."""
+"""hicache-lab: replay traces, simulate and sweep scenarios, calibrate and validate runtimes."""
 
 from __future__ import annotations
 

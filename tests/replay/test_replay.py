@@ -12,7 +12,10 @@ from hicache.config import CacheConfig
 from hicache.replay.engine import L3Set, ReplayCache, replay
 from hicache.workload.request import Request
 
-TRACE = Path("/work/shared/traces/mooncake/mooncake_synthetic_trace.jsonl")
+_SHARED = Path(__file__).resolve().parents[3] / "shared"  # beside the repository (CI)
+if not _SHARED.exists():
+    _SHARED = Path("/work/shared")  # where this workplace keeps it
+TRACE = _SHARED / "traces/mooncake/mooncake_synthetic_trace.jsonl"
 
 
 def req(rid: int, tokens: list[int]) -> Request:

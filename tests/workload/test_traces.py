@@ -17,7 +17,10 @@ from hicache.workload.traces import (
     write_token_trace,
 )
 
-MOONCAKE = Path("/work/shared/traces/mooncake")
+_SHARED = Path(__file__).resolve().parents[3] / "shared"  # beside the repository (CI)
+if not _SHARED.exists():
+    _SHARED = Path("/work/shared")  # where this workplace keeps it
+MOONCAKE = _SHARED / "traces/mooncake"
 CONVERSATION = MOONCAKE / "mooncake_conversation_trace.jsonl"
 needs_trace = pytest.mark.skipif(not CONVERSATION.exists(), reason="shared traces absent")
 
