@@ -105,25 +105,51 @@ def build(env: simpy.Environment, d: dict, source: str) -> tuple[list[Replica], 
 
 
 class Router:
-    def __init__(self, kind: str, replicas: list[Replica], page: int) -> None:
+    """Spreads arrivals over replicas.
+
+    ``round_robin``; or ``cache_aware``, shaped like SGLang's router: when the replicas'
+    loads (running + waiting requests) are imbalanced (max - min > balance_abs_threshold
+    and max > min * balance_rel_threshold) send to the least loaded; else, if some
+    replica's L1+L2 holds at least ``cache_threshold`` of the prompt, send to the longest
+    match; else to the least loaded. The thresholds are scenario keys (hicache-lab's
+    defaults below), e.g. ``router: {policy: cache_aware, cache_threshold: 0.5}``.
+    """
+
+    DEFAULTS = {"cache_threshold": 0.5, "balance_abs_threshold": 32,
+                "balance_rel_threshold": 1.5}
+
+    def __init__(self, spec: str | dict, replicas: list[Replica], page: int) -> None:
+        spec = {"policy": spec} if isinstance(spec, str) else dict(spec)
+        kind = spec.pop("policy", "round_robin")
         if kind not in ROUTERS:
-            raise ValueError(f"router: unknown {kind!r}; allowed: {', '.join(ROUTERS)}")
-        self.kind, self.replicas, self.page, self._next = kind, replicas, page, 0
+            raise ValueError(f"router.policy: unknown {kind!r}; allowed: {', '.join(ROUTERS)}")
+        for k in spec:
+            if k not in self.DEFAULTS:
+                raise ValueError(f"router.{k}: unknown key; allowed: policy, "
+                                 f"{', '.join(self.DEFAULTS)}")
+        self.opts = self.DEFAULTS | spec
+        self.kind, self.replicas, self.page, self._next = kind, replicas, page, -1
 
     def route(self, req: Request) -> int:
-        if len(self.replicas) == 1:
+        n = len(self.replicas)
+        if n == 1:
             return 0
         if self.kind == "round_robin":
-            self._next = (self._next + 1) % len(self.replicas)
+            self._next = (self._next + 1) % n
             return self._next
+        loads = [len(r.scheduler.running) + len(r.scheduler.waiting) for r in self.replicas]
+        least = min(range(n), key=lambda i: (loads[i], i))
+        hi, lo = max(loads), min(loads)
+        o = self.opts
+        if hi - lo > o["balance_abs_threshold"] and hi > lo * o["balance_rel_threshold"]:
+            return least
         keys = page_keys(req.tokens, self.page)
-
-        def score(i: int) -> tuple:
-            s = self.replicas[i].scheduler
-            m = s.tree.match(keys, touch=False)
-            return (-m.total_tokens, len(s.running) + len(s.waiting), i)
-
-        return min(range(len(self.replicas)), key=score)
+        matched = [r.scheduler.tree.match(keys, touch=False).total_tokens
+                   for r in self.replicas]
+        best = max(range(n), key=lambda i: (matched[i], -loads[i], -i))
+        if req.prompt_len and matched[best] / req.prompt_len >= o["cache_threshold"]:
+            return best
+        return least
 
 
 def simulate(d: dict, *, name: str = "run", source: str = "<scenario>",
