@@ -27,6 +27,7 @@ from hicache.report.plots import (
     plot_variant_bars,
 )
 from hicache.scenario import expand_variants, load_scenario
+from sim.baseline import check_baseline, write_baseline
 from sim.driver import SimResult, simulate
 
 TABLE_METRICS = ["hit_rate", "device_hit_rate", "host_hit_rate", "l3_hit_rate", "ttft_mean_s",
@@ -44,6 +45,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--variant", action="append", default=None,
                    help="run only this variant (repeatable)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--baseline", type=Path, default=None,
+                   help="compare with this baseline (JSON); exit 1 when a metric drifts")
+    p.add_argument("--tolerance", type=float, default=0.01,
+                   help="relative drift allowed against --baseline (default 0.01)")
+    p.add_argument("--write-baseline", type=Path, default=None,
+                   help="write this run's guarded metrics as a baseline (JSON)")
     p.set_defaults(func=run)
 
 
@@ -122,4 +129,14 @@ def run(args: argparse.Namespace) -> int:
         plot_ttft_cdf(requests, out / "ttft_cdf.png")
         plot_variant_bars(summaries, "effective_input_throughput_tps",
                           out / "effective_throughput.png")
+    if args.write_baseline:
+        write_baseline(summaries, args.write_baseline)
+        print(f"baseline written: {args.write_baseline}")
+    if args.baseline:
+        drift = check_baseline(summaries, args.baseline, rel=args.tolerance)
+        for line in drift:
+            print(f"DRIFT {line}")
+        print(f"baseline {args.baseline}: {'drift' if drift else 'ok'} "
+              f"({len(drift)} metric(s) beyond {args.tolerance:.1%})")
+        return 1 if drift else 0
     return 0
