@@ -205,17 +205,15 @@ class UnifiedRadixTree:
         attr = "device" if tier is Tier.DEVICE else "host"
         actions: list[Action] = []
         existing = 0
-        node, i = self.root, 0
-        for node, i in self._walk(pages, cuts=list(starts.values())):
-            end = i + node.num_pages
+        node, i = self.root, 0  # i: pages covered by the nodes walked so far
+        for node, start in self._walk(pages, cuts=list(starts.values())):
+            i = start + node.num_pages
             had_full = Kind.FULL in getattr(node, attr)
-            self._fill(node, attr, values, starts, i, end, actions)
+            self._fill(node, attr, values, starts, start, i, actions)
             if had_full:
-                existing = end
+                existing = i
             node.last_access = self.clock
             self.residency.touched(node)
-        else:
-            i = 0 if node is self.root else i + node.num_pages
         if i < starts[Kind.FULL]:
             raise ValueError(f"insert of a FULL suffix from page {starts[Kind.FULL]}: the tree "
                              f"holds only the first {i} pages of its prefix")
