@@ -27,6 +27,7 @@ from hicache.report.plots import (
     plot_variant_bars,
 )
 from hicache.scenario import expand_variants, load_scenario
+from hicache.workload.factory import make_config
 from sim.baseline import check_baseline, write_baseline
 from sim.driver import SimResult, simulate
 
@@ -103,6 +104,12 @@ def run(args: argparse.Namespace) -> int:
         if unknown:
             raise ValueError(f"--variant: unknown {sorted(unknown)}; scenario has {sorted(names)}")
         variants = [(n, v) for n, v in variants if n in args.variant]
+    for name, vd in variants:  # every variant is checked before anything runs
+        where = f"{args.scenario} [variant {name}]" if len(variants) > 1 else str(args.scenario)
+        try:
+            make_config(vd.get("workload") or {})
+        except ValueError as e:
+            raise ValueError(f"{where}: workload: {e}") from None
     out = args.out or Path("results") / _slug(d["name"])
     summaries, requests = {}, {}
     for name, vd in variants:

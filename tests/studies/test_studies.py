@@ -48,3 +48,13 @@ def test_multiturn_tiers_reproduces_the_seed_collapse() -> None:
     assert (rounds["L1+L2"]["hit_rate"][late] < 0.15).all()
     assert (rounds["L1+L2+L3"]["hit_rate"][late] > 0.9).all()
     assert (rounds["L1+L2+L3"]["l3_hit_rate"][late] > 0.9).all()
+
+
+def test_a_bad_workload_key_fails_before_anything_runs(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    rc = main(["run", str(ROOT / "scenarios/quick.yaml"), "--out", str(tmp_path / "o"),
+               "--set", "workload.num_clientz=3"])
+    cap = capsys.readouterr()
+    assert rc == 2
+    assert "simulating" not in cap.out
+    assert "quick.yaml [variant L1]: workload:" in cap.err and "'num_clientz'" in cap.err
+    assert not (tmp_path / "o").exists()
