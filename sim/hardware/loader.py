@@ -35,7 +35,9 @@ def resolve(source: str | Path | Mapping[str, Any], subdir: str) -> tuple[dict[s
     if not path.suffix and len(path.parts) == 1:
         path = REPO_ROOT / "scenarios" / subdir / f"{path.name}.yaml"
     if not path.is_file():
-        raise ValueError(f"{path}: no such {subdir} file")
+        known = sorted(p.stem for p in (REPO_ROOT / "scenarios" / subdir).glob("*.yaml"))
+        raise ValueError(f"{path}: no such {subdir} file; known {subdir}: {', '.join(known)} "
+                         f"(or give a path to a YAML file)")
     with path.open() as fh:
         data = yaml.load(fh, Loader=_Loader)  # noqa: S506 (safe subclass)
     if not isinstance(data, Mapping):
