@@ -30,6 +30,8 @@ from hicache.scenario import expand_variants, load_scenario
 from hicache.workload.factory import make_config
 from sim.baseline import check_baseline, write_baseline
 from sim.driver import SimResult, simulate
+from sim.hardware.model import load_model
+from sim.hardware.profile import load_profile
 
 TABLE_METRICS = ["hit_rate", "device_hit_rate", "host_hit_rate", "l3_hit_rate", "ttft_mean_s",
                  "ttft_p90_s", "itl_p50_s", "request_throughput_rps",
@@ -110,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
             make_config(vd.get("workload") or {})
         except ValueError as e:
             raise ValueError(f"{where}: workload: {e}") from None
+        load_profile(vd.get("hardware", "h100-sxm"))
+        load_model(vd.get("model", "llama-3-8b"))
     out = args.out or Path("results") / _slug(d["name"])
     summaries, requests = {}, {}
     for name, vd in variants:
