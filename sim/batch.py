@@ -33,6 +33,7 @@ class BatchState:
     layer_events: list[simpy.Event] | None = None
     loads_done: simpy.Event | None = None
     backups: list[PendingBackup] = field(default_factory=list)
+    extra_s: float = 0.0  # state copies (MAMBA checkpoints, copy-on-write) added to compute
 
 
 def paired_runs(src: list[int], dst: list[int]) -> int:

@@ -30,9 +30,10 @@ from sim.l3 import L3Store
 from sim.runtime import SimRuntime
 
 SCHEDULER_KEYS = {"max_running_requests", "chunked_prefill_size", "overlap",
-                  "requery_lost_prefix"}
+                  "requery_lost_prefix", "track_components"}
 RUN_KEYS = {"layerwise", "trace_layers", "backup_throttle_bytes_per_s", "progress",
             "max_sim_time",
+            "swa_tokens", "mamba_slots",  # state pools of scheduler.track_components
             "torch_profiler"}  # read by the torch backend's driver; the simulator ignores it
 ROUTERS = ("round_robin", "cache_aware")
 
@@ -86,6 +87,9 @@ def build(env: simpy.Environment, d: dict, source: str) -> tuple[list[Replica], 
     if cache.enable_hierarchical_cache:
         host_pages = cache.host_tokens(model.kv_bytes_per_token()) // page
     l3 = _l3(env, cache, hw)
+    pools = {"full": device_pages}
+    if sched.get("track_components", False):
+        pools.update(_state_pools(model, cache, sched, run))
     replicas = []
     n = int(d.get("replicas", 1))
     if n < 1:
@@ -93,7 +97,7 @@ def build(env: simpy.Environment, d: dict, source: str) -> tuple[list[Replica], 
     for i in range(n):
         tl = Timeline()
         rt = SimRuntime(env, profile=hw, model=model, page_size=page,
-                        device_pages={"full": device_pages}, host_pages={"full": host_pages},
+                        device_pages=pools, host_pages={"full": host_pages},
                         l3=l3, io_backend=cache.hicache_io_backend,
                         layerwise=bool(run.get("layerwise", True)),
                         backup_throttle_bytes_per_s=run.get("backup_throttle_bytes_per_s"),
@@ -102,6 +106,21 @@ def build(env: simpy.Environment, d: dict, source: str) -> tuple[list[Replica], 
         cfg = SchedulerConfig(**sched, l3=l3 is not None)
         replicas.append(Replica(Scheduler(cache, rt.info(), cfg, replica=i), rt, tl))
     return replicas, cache
+
+
+def _state_pools(model: ModelPreset, cache: CacheConfig, sched: dict, run: dict
+                 ) -> dict[str, int]:
+    """L1 pools of a hybrid model's other components (scheduler.track_components):
+    ``run.swa_tokens`` (default: cache.device_tokens) sized into SWA pages, and
+    ``run.mamba_slots`` (default: 3 x max_running_requests) MAMBA state slots."""
+    out = {}
+    if model.count("swa"):
+        out["swa"] = int(run.get("swa_tokens", cache.device_tokens)) // cache.page_size
+    if model.count("mamba"):
+        running = int(sched.get("max_running_requests",
+                                SchedulerConfig.max_running_requests))
+        out["mamba"] = int(run.get("mamba_slots", 3 * running))
+    return out
 
 
 class Router:

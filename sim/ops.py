@@ -45,6 +45,8 @@ def compute_op(rt: SimRuntime, st: BatchState) -> Proc:
     bid = st.plan.batch_id
     if st.prefills or st.decodes:
         times = rt.cost.batch_layer_times(st.prefills, st.decodes)
+        if st.extra_s:  # HBM copies of recurrent state, charged before the first layer
+            times = (times[0] + st.extra_s, *times[1:])
         op = "prefill" if st.prefills else "decode"
         per_layer = rt.trace_layers or (st.layer_events is not None and rt.layerwise)
         if st.loads_done is not None and not rt.layerwise:

@@ -42,6 +42,7 @@ from sim.l3 import L3Store
 from sim.link import PcieLink
 from sim.pools import TierPools
 from sim.rows import RequestRow
+from sim.state import StateKeeper
 from sim.streams import Stream
 
 
@@ -79,6 +80,10 @@ class SimRuntime:
         self.l3_bytes = {"read": 0, "write": 0}
         if l3 is not None:
             l3.attach(runtime_id)
+        m = self.model
+        self.swa_window = m.sliding_window if "swa" in device_pages and m.count("swa") else 0
+        self.mamba = "mamba" in device_pages and m.count("mamba") > 0
+        self.state_copy_s = m.mamba_state_bytes_per_request() / self.profile.gpu.hbm_bytes_per_s
         self.generation = 0
         self.restart()
 
@@ -102,6 +107,8 @@ class SimRuntime:
         self.device = TierPools(Tier.DEVICE, self.device_sizes)
         self.host = TierPools(Tier.HOST, self.host_sizes)
         self.rows: dict[int, RequestRow] = {}
+        self.state = StateKeeper(self.device, self.runtime_id, self.generation, self.page_size,
+                                 self.swa_window, self.mamba, self.state_copy_s)
         self._next_slot = 0
         self._prepared: dict[int, BatchState] = {}
         self._pending: dict[tuple[str, int], simpy.Event] = {}
@@ -112,7 +119,8 @@ class SimRuntime:
     def info(self) -> RuntimeInfo:
         return RuntimeInfo(self.runtime_id, self.generation, self.page_size,
                            dict(self.device_sizes), dict(self.host_sizes),
-                           dict(self.bytes_per_page), self.model.num_layers)
+                           dict(self.bytes_per_page), self.model.num_layers,
+                           swa_window=self.swa_window, mamba=self.mamba)
 
     def prepare_batch(self, plan: BatchPlan) -> PreparedBatchHandle:
         if plan.batch_id in self._prepared:
@@ -207,7 +215,10 @@ class SimRuntime:
             self._next_slot += 1
             row = self.rows[handle.slot_id] = RequestRow(handle, s.rid)
             for ext in s.attach:
-                row.append(ext.pages(), own=False)
+                if ext.pool == "full":
+                    row.append(ext.pages(), own=False)
+            if self.state.active:
+                st.extra_s += self.state.open(handle.slot_id, s.attach)
         else:
             row = self.rows[s.request.slot_id]
         loaded = []
@@ -220,12 +231,17 @@ class SimRuntime:
                 row.append(dst, own=False)
             self.bytes_accounted["h2d"] += len(src) * self.bytes_per_page[ld.src.pool]
         own = validate.new_pages(self, s, len(row.pages))
-        row.append(self.device["full"].allocate(own), own=True)
+        new = self.device["full"].allocate(own)
+        row.append(new, own=True)
+        state: tuple[CacheExtentRef, ...] = ()
+        if self.state.active:
+            state, seconds = self.state.advance(row.handle.slot_id, s, len(row.pages), new)
+            st.extra_s += seconds
         if s.phase is Phase.PREFILL:
             st.prefills.append((s.new_tokens, s.context_tokens))
         else:
             st.decodes.extend([s.context_tokens] * s.new_tokens)
-        return PreparedSlice(s.rid, row.handle, row.extent(), tuple(loaded))
+        return PreparedSlice(s.rid, row.handle, row.extent(), tuple(loaded), state)
 
     def _start_loads(self, st: BatchState, loads: list[tuple[str, list[int], list[int]]]) -> None:
         layers = self.model.num_layers
@@ -245,8 +261,11 @@ class SimRuntime:
 
     def _release(self, rel: Release) -> None:
         row = self.rows.pop(rel.request.slot_id)
-        keep = set(rel.keep.pages()) if rel.keep is not None else set()
+        kept = rel.kept()
+        keep = {p for e in kept if e.pool == "full" for p in e.pages()}
         self.device["full"].free(p for p in row.pages if p in row.own and p not in keep)
+        if self.state.active:
+            self.state.release(rel.request.slot_id, kept)
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"SimRuntime({self.runtime_id!r}, gen={self.generation}, open={len(self.rows)})"

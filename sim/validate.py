@@ -47,6 +47,9 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> None:
                 raise ValueError(f"request {s.rid}: attach/loads only on its first slice")
         for ext in s.attach:
             check_ext(rt, ext, Tier.DEVICE, f"attach of request {s.rid}")
+            if ext.pool != "full" and not rt.state.active:
+                raise ValueError(f"attach of request {s.rid}: pool {ext.pool!r} is not kept "
+                                 "by this runtime")
         for load in s.loads:
             check_ext(rt, load.src, Tier.HOST, f"load of request {s.rid}")
     for b in plan.backups:
@@ -65,9 +68,11 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> None:
         raise ValueError(f"batch {plan.batch_id} both releases and continues a request")
     for rel in plan.releases:
         row = row_of(rt, rel.request, "release")
-        if rel.keep is not None:
-            check_ext(rt, rel.keep, Tier.DEVICE, "release keep")
-            if rel.keep.pool != "full" or not set(rel.keep.pages()) <= row.own:
+        for keep in rel.kept():
+            check_ext(rt, keep, Tier.DEVICE, "release keep")
+            ok = (set(keep.pages()) <= row.own if keep.pool == "full"
+                  else rt.state.check_keep(rel.request.slot_id, keep))
+            if not ok:
                 raise ValueError(f"release of request {row.rid}: keep holds pages the "
                                  "request did not allocate")
 
@@ -86,9 +91,13 @@ def check_capacity(rt: SimRuntime, plan: BatchPlan) -> None:
         if s.request is not None:
             existing = len(rt.rows[s.request.slot_id].pages)
         else:
-            existing = sum(e.num_pages for e in s.attach) + sum(
+            existing = sum(e.num_pages for e in s.attach if e.pool == "full") + sum(
                 ld.src.num_pages for ld in s.loads if ld.src.pool == "full")
-        need[(Tier.DEVICE, "full")] += new_pages(rt, s, existing)
+        new = new_pages(rt, s, existing)
+        need[(Tier.DEVICE, "full")] += new
+        if rt.state.active:
+            for pool, n in rt.state.needs(s, new).items():
+                need[(Tier.DEVICE, pool)] += n
         for ld in s.loads:
             need[(Tier.DEVICE, ld.src.pool)] += ld.src.num_pages
     for b in plan.backups:

@@ -83,8 +83,12 @@ class RequestSlice:
     ``request`` is None on the request's first slice; the runtime then opens a row and
     returns its handle. On the first slice ``attach`` lists the cached device extents
     (in token order) that form the start of its KV, ``loads`` the host extents restored
-    right after them. ``context_tokens`` is the KV length before this slice, ``new_tokens``
-    the tokens computed now (a prefill chunk, or 1 for decode).
+    right after them. ``attach`` may also hold extents of pool "swa" (the SWA pages of
+    the window that ends at the attached FULL pages, borrowed) and one of pool "mamba" (a
+    cached checkpoint there: the runtime copies it into the request's private state slot,
+    copy-on-write; the cached slot is not modified). ``context_tokens`` is the KV length
+    before this slice, ``new_tokens`` the tokens computed now (a prefill chunk, or 1 for
+    decode).
     """
 
     rid: int
@@ -95,15 +99,26 @@ class RequestSlice:
     attach: tuple[CacheExtentRef, ...] = ()
     loads: tuple[LoadIntent, ...] = ()
     finishes: bool = False  # last slice of the request: its last token is produced here
+    # take a snapshot of the request's non-FULL state at the end of this slice (which must
+    # end on a page boundary): a copy of its MAMBA state into a new checkpoint slot, and the
+    # SWA pages of the window ending here stay held until the Release (keep may take them)
+    checkpoint: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Release:
     """Close a request's row. ``keep`` (pages of the request's own KV, in order) passes to
-    the cache tree; the runtime frees the rest of the pages it allocated for the request."""
+    the cache tree; the runtime frees the rest of the pages it allocated for the request.
+    ``keep`` is one extent or a tuple of extents of several pools (full, swa, mamba
+    checkpoint slots); :meth:`kept` gives the tuple either way."""
 
     request: RequestRuntimeHandle
-    keep: CacheExtentRef | None = None
+    keep: CacheExtentRef | tuple[CacheExtentRef, ...] | None = None
+
+    def kept(self) -> tuple[CacheExtentRef, ...]:
+        if self.keep is None:
+            return ()
+        return self.keep if isinstance(self.keep, tuple) else (self.keep,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +146,10 @@ class PreparedSlice:
     request: RequestRuntimeHandle
     kv: CacheExtentRef  # the request's whole device KV after this slice, in token order
     loaded: tuple[CacheExtentRef, ...]  # device extents the loads landed in (same order)
+    # the request's extents in other pools after this slice: its SWA pages as the run of
+    # held pages that ends at its last page (token order), and, after a checkpoint slice,
+    # the new MAMBA checkpoint (1 page of pool "mamba", the request's own until Release)
+    state: tuple[CacheExtentRef, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +201,8 @@ class RuntimeInfo:
     host_pages: dict[str, int]
     bytes_per_page: dict[str, int] = field(default_factory=dict)  # per pool, sidecars included
     num_layers: int = 1
+    swa_window: int = 0  # tokens the runtime keeps per request in its "swa" pool (0: no pool)
+    mamba: bool = False  # the runtime keeps MAMBA state slots (pool "mamba", 1 page = 1 slot)
 
 
 @runtime_checkable

@@ -37,6 +37,7 @@ from hicache.runtime.interface import (
     TransferCompletion,
     TransferKind,
 )
+from hicache.scheduler.components import ComponentTracker
 from hicache.scheduler.l3 import L3Prefetcher
 from hicache.scheduler.state import RequestState, Status
 from hicache.tiers.hashing import page_hashes
@@ -56,6 +57,7 @@ class SchedulerConfig:
     overlap: bool = True  # plan batch N+1 while N executes
     l3: bool = False  # an L3 tier is attached to the runtime
     requery_lost_prefix: bool = True  # re-ask L3 at the queue head if L1/L2 lost the prefix
+    track_components: bool = False  # track the runtime's SWA / MAMBA pools too (L1 only)
 
 
 class Scheduler:
@@ -65,8 +67,12 @@ class Scheduler:
         self.page = info.page_size
         if self.page != cache.page_size:
             raise ValueError(f"page_size {cache.page_size} but the runtime uses {self.page}")
-        self.tree = UnifiedRadixTree(TreeSpec(self.page),
-                                     eviction_policy=cache.radix_eviction_policy,
+        if cfg.track_components and cache.enable_hierarchical_cache:
+            raise ValueError("scheduler.track_components: L1 only for now; set "
+                             "cache.enable_hierarchical_cache: false")
+        spec = (TreeSpec.hybrid(self.page, swa_window=info.swa_window, mamba=info.mamba)
+                if cfg.track_components else TreeSpec(self.page))
+        self.tree = UnifiedRadixTree(spec, eviction_policy=cache.radix_eviction_policy,
                                      session_aware=cache.enable_session_aware_eviction)
         self.l2 = cache.enable_hierarchical_cache and info.host_pages.get("full", 0) > 0
         # buffer_only: an L1 eviction deletes (the KV is in L3), it never demotes to L2
@@ -96,6 +102,7 @@ class Scheduler:
         self._pending_prefetch: list[PrefetchIntent] = []
         self._frees: list[CacheExtentRef] = []
         self._releases: list[Release] = []
+        self.components = ComponentTracker(self) if cfg.track_components else None
 
     # -- public ----------------------------------------------------------------------
     def step(self, now: float, arrivals: Iterable[Request] = (),
@@ -136,6 +143,8 @@ class Scheduler:
         for ps, sl in zip(handle.slices, plan.slices, strict=True):
             st = self.requests[ps.rid]
             st.handle, st.kv = ps.request, ps.kv
+            if self.components is not None:
+                self.components.prepared(st, sl, ps)
             if sl.loads:
                 for node, ext in zip(st.load_nodes, ps.loaded, strict=True):
                     self.tree.residency.put_value(node, "device", Kind.FULL, ext)
@@ -219,6 +228,8 @@ class Scheduler:
         return ok
 
     def _start_inner(self, st: RequestState, now: float) -> bool:
+        if self.components is not None:
+            return self.components.start(st, now)
         m = self.tree.match(st.pages)
         tail = list(m.host_tail) if self.l2 else []
         host_tokens = m.host_tokens if tail else 0
@@ -282,6 +293,10 @@ class Scheduler:
             if left <= 0 or budget <= 0 or (st.prefill_planned and st.handle is None):
                 continue
             chunk = min(left, budget)
+            pos = st.prefix_tokens + st.prefill_planned
+            ckpt = False
+            if self.components is not None:
+                chunk, ckpt = self.components.cut(st, pos, chunk)
             budget -= chunk
             first = st.prefill_planned == 0
             last = chunk == left
@@ -291,7 +306,7 @@ class Scheduler:
                 attach=st.attach if first else (),
                 loads=tuple(LoadIntent(n.host[Kind.FULL]) for n in st.load_nodes)
                 if first else (),
-                finishes=last and st.req.output_len <= 1))
+                finishes=last and st.req.output_len <= 1, checkpoint=ckpt))
             st.prefill_planned += chunk
         if not slices:
             for st in self.running:
@@ -349,7 +364,8 @@ class Scheduler:
 
     def _cache_prompt(self, st: RequestState) -> None:
         """Prompt computed: the tree takes its new full pages; the request keeps a lock."""
-        node = self._cache(st, st.pages)
+        node = (self._cache(st, st.pages) if self.components is None
+                else self.components.cache_prompt(st))
         if node is not None:
             old = st.lock
             st.lock = self.tree.lock(node)
@@ -398,7 +414,8 @@ class Scheduler:
 
     def _finish(self, st: RequestState, now: float) -> None:
         tail = None
-        if st.req.full_tokens is not None and st.req.output_len > 1:  # keep the output's KV
+        if (st.req.full_tokens is not None and st.req.output_len > 1  # keep the output's KV
+                and self.components is None):  # (tracked: no checkpoint there, see docs)
             kv_tokens = st.prompt_len + st.req.output_len - 1
             pages = page_keys(st.req.full_tokens[:kv_tokens], self.page)
             if len(pages) > len(st.pages) and (tail := self._cache(st, pages)) is not None:
@@ -411,6 +428,8 @@ class Scheduler:
         self._own_pages -= st.footprint_pages(self.page)
         self.finished.append(st)
         keep = CacheExtentRef.concat(st.donated) if st.donated else None
+        if self.components is not None:
+            keep = self.components.finish(st) or None
         if st.handle is not None:
             self._releases.append(Release(st.handle, keep))
         node = tail or (st.lock.entries[0][0] if st.lock and st.lock.entries else None)

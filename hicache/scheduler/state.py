@@ -60,6 +60,12 @@ class RequestState:
     admitted: float | None = None
     first_token: float | None = None
     finish: float | None = None
+    # track_components only: state-pool reservations, the last checkpoint's extents
+    # (PreparedSlice.state), and every donated (pool, page) with the extents per pool
+    reserved: dict[str, int] = field(default_factory=dict)
+    checkpoint: tuple[CacheExtentRef, ...] = ()
+    state_donated: dict[str, list[CacheExtentRef]] = field(default_factory=dict)
+    donated_keys: set[tuple[str, int]] = field(default_factory=set)
     device_hit: int = 0
     host_hit: int = 0
     l3_hit: int = 0

@@ -1,0 +1,185 @@
+"""The scheduler's SWA and MAMBA side (``scheduler.track_components``, L1 only).
+
+    admit     match the prompt (less its last token) -> reuse up to the boundary every
+              component accepts; attach FULL pages up to it, the SWA pages of the window
+              before it and the MAMBA checkpoint at it (the runtime copies it: COW)
+    plan      the prefill slice that ends at the prompt's last full page asks for a
+              checkpoint (a chunk is cut there if needed)
+    cache     at prefill end insert FULL (new pages), SWA (the checkpoint's held window,
+              within the new pages) and MAMBA (the checkpoint); donate what the tree took
+    account   per pool: full as before; swa: a bound on the pages a running request holds
+              (window + chunk + pinned window); mamba: private slot + checkpoint; the tree's
+              pages are counted by the tree. A short pool evicts its own component.
+
+Invariant: for each pool, runtime-allocated pages <= tree-held + reserved by running
+requests <= pool size, so the runtime never runs out (it raises if it would).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from hicache.runtime.handles import CacheExtentRef, Tier
+from hicache.runtime.interface import PreparedSlice, RequestSlice
+from hicache.scheduler.state import RequestState, Status
+from hicache.tree.actions import FreeDevice
+from hicache.tree.components import Kind
+from hicache.tree.node import Node
+
+if TYPE_CHECKING:
+    from hicache.scheduler.scheduler import Scheduler
+
+POOLS = ("full", "swa", "mamba")
+
+
+class ComponentTracker:
+    def __init__(self, sched: Scheduler) -> None:
+        self.s = sched
+        spec = sched.tree.spec
+        self.swa = spec.get(Kind.SWA) is not None
+        self.mamba = spec.get(Kind.MAMBA) is not None
+        page = sched.page
+        self.window_pages = math.ceil(sched.info.swa_window / page) if self.swa else 0
+        self.chunk_pages = math.ceil(sched.cfg.chunked_prefill_size / page)
+        self.total = {p: sched.info.device_pages.get(p, 0) for p in ("swa", "mamba")}
+        self.own = {"swa": 0, "mamba": 0}
+
+    # -- accounting ------------------------------------------------------------------
+    def free(self, pool: str) -> int:
+        if pool == "full":
+            return self.s.device_free()
+        return self.total[pool] - self.s.tree.held_pages(Tier.DEVICE, pool) - self.own[pool]
+
+    def reserve(self, st: RequestState) -> dict[str, int]:
+        """Pages (slots) of each state pool the request may hold at once, at most."""
+        page = self.s.page
+        new = math.ceil((st.prompt_len + st.req.output_len) / page) - st.prefix_tokens // page
+        out = {}
+        if self.swa:
+            out["swa"] = min(new, 2 * self.window_pages + self.chunk_pages + 2)
+        if self.mamba:
+            out["mamba"] = 1 + self.checkpoints(st)
+        return out
+
+    def checkpoints(self, st: RequestState) -> bool:
+        return (self.swa or self.mamba) and len(st.pages) > st.prefix_tokens // self.s.page
+
+    def make_room(self, needs: dict[str, int]) -> bool:
+        """Evict, per short pool, that pool's component until every need fits."""
+        for _ in range(16):
+            short = [(p, n - self.free(p)) for p, n in needs.items() if self.free(p) < n]
+            if not short:
+                return True
+            moved = False
+            for pool, deficit in short:
+                res = self.s.tree.evict_device(deficit, Kind(pool))
+                if res.actions:
+                    self.s._apply(res.actions)
+                    moved = True
+            if not moved:
+                return False
+        return all(self.free(p) >= n for p, n in needs.items())
+
+    # -- admission -------------------------------------------------------------------
+    def start(self, st: RequestState, now: float) -> bool:
+        s, page = self.s, self.s.page
+        m = s.tree.match(st.pages[:(st.prompt_len - 1) // page])  # recompute >= 1 token
+        dev = m.device_tokens
+        lock = s.tree.lock(m.device_node)
+        st.prefix_tokens = dev
+        needs = {"full": st.footprint_pages(page), **self.reserve(st)}
+        if not self.make_room(needs):
+            s.tree.unlock(lock)
+            st.prefix_tokens = 0
+            return False
+        st.lock = lock
+        nodes = m.path[:m.device_nodes]
+        st.attach = s._device_extents(nodes, dev) + self._state_extents(nodes, dev)
+        st.device_hit, st.host_hit, st.l3_hit = dev, 0, 0
+        st.status, st.admitted = Status.RUNNING, now
+        st.reserved = {p: n for p, n in needs.items() if p != "full"}
+        s.running.append(st)
+        s._own_pages += needs["full"]
+        for p, n in st.reserved.items():
+            self.own[p] += n
+        s.decisions.append(("admit", st.rid, dev, 0, 0))
+        return True
+
+    def _state_extents(self, nodes: tuple[Node, ...], tokens: int) -> tuple[CacheExtentRef, ...]:
+        if not tokens:
+            return ()
+        out: list[CacheExtentRef] = []
+        need = min(self.window_pages, tokens // self.s.page)
+        for n in reversed(nodes):
+            if need <= 0:
+                break
+            ext = n.device[Kind.SWA]
+            take = min(need, ext.num_pages)
+            out.insert(0, ext if take == ext.num_pages else ext.slice(ext.num_pages - take,
+                                                                     ext.num_pages))
+            need -= take
+        if self.mamba:
+            out.append(nodes[-1].device[Kind.MAMBA])
+        return tuple(out)
+
+    # -- planning and runtime answers --------------------------------------------------
+    def cut(self, st: RequestState, pos: int, chunk: int) -> tuple[int, bool]:
+        """Shorten a prefill chunk to end at the checkpoint; say whether it ends there."""
+        if not self.checkpoints(st):
+            return chunk, False
+        at = len(st.pages) * self.s.page
+        if pos < at < pos + chunk:
+            chunk = at - pos
+        return chunk, pos + chunk == at
+
+    def prepared(self, st: RequestState, sl: RequestSlice, ps: PreparedSlice) -> None:
+        if sl.checkpoint:
+            st.checkpoint = ps.state
+
+    # -- caching and release ---------------------------------------------------------
+    def cache_prompt(self, st: RequestState) -> Node | None:
+        s, page = self.s, self.s.page
+        n, first = len(st.pages), st.prefix_tokens // page
+        if n <= first or st.kv is None or st.kv.num_pages < n:
+            return None
+        values = {Kind.FULL: st.kv.slice(first, n)}
+        for ext in st.checkpoint:
+            if ext.pool == "swa":  # the run ends at the checkpoint's last page (n - 1)
+                take = min(ext.num_pages, n - first)
+                values[Kind.SWA] = ext.slice(ext.num_pages - take, ext.num_pages)
+            elif ext.pool == "mamba":
+                values[Kind.MAMBA] = ext
+        res = s.tree.insert(st.pages, values)
+        dup = {(a.extent.pool, p) for a in res.actions if isinstance(a, FreeDevice)
+               for p in a.extent.pages()}
+        for ext in values.values():
+            own = [p for p in ext.pages() if (ext.pool, p) not in dup
+                   and (ext.pool, p) not in st.donated_keys]
+            if not own:
+                continue
+            st.donated_keys.update((ext.pool, p) for p in own)
+            st.state_donated.setdefault(ext.pool, []).append(_subset(ext, own))
+            if ext.pool == "full":
+                st.donated.append(_subset(ext, own))
+                st.donated_ids.update(own)
+                st.donated_pages += len(own)
+                s._own_pages -= len(own)
+            else:
+                self.own[ext.pool] -= len(own)
+                st.reserved[ext.pool] -= len(own)
+        return res.node
+
+    def finish(self, st: RequestState) -> tuple[CacheExtentRef, ...]:
+        """Return the request's reservations; the extents its Release keeps."""
+        for p, n in st.reserved.items():
+            self.own[p] -= n
+        st.reserved = {}
+        return tuple(CacheExtentRef.concat(st.state_donated[p]) for p in POOLS
+                     if st.state_donated.get(p))
+
+
+def _subset(ext: CacheExtentRef, pages: list[int]) -> CacheExtentRef:
+    from hicache.runtime.handles import coalesce
+
+    return CacheExtentRef(ext.runtime_id, ext.generation, ext.tier, coalesce(pages), ext.pool)

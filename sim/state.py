@@ -1,0 +1,144 @@
+"""Per-request SWA pages and MAMBA state slots: the runtime's own, per-token bookkeeping.
+
+    swa    one SWA page per KV page of the request, allocated with it; an own page that
+           falls more than ``window`` tokens behind the request's end is freed at once,
+           unless a checkpoint pinned it (the pages of the window ending at a checkpoint stay
+           held until the Release, which may hand them to the tree). Attached SWA pages
+           are borrowed from the tree and never freed here.
+    mamba  one private state slot per request (first slice to Release); a checkpoint copies
+           it into a new slot, the request's own until the Release; an attached checkpoint
+           is copied into the private slot (copy-on-write: the cached slot is not written).
+           Each copy costs ``mamba_state_bytes`` (all mamba layers) at HBM bandwidth.
+
+Invariant: every page a :class:`StateRow` holds as own is allocated in the runtime's pool,
+and a Release frees exactly the own pages and slots it does not keep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from hicache.runtime.handles import CacheExtentRef, Tier, coalesce
+from hicache.runtime.interface import RequestSlice
+from sim.pools import TierPools
+
+
+@dataclass(slots=True)
+class StateRow:
+    swa: list[int | None] = field(default_factory=list)  # SWA page per KV page index
+    swa_own: set[int] = field(default_factory=set)  # own SWA pages still held
+    swa_pinned: set[int] = field(default_factory=set)  # own, held until the Release
+    scan: int = 0  # KV page index below which own unpinned SWA pages are already freed
+    slot: int | None = None  # private MAMBA state slot
+    checkpoints: list[int] = field(default_factory=list)  # own checkpoint slots
+
+
+class StateKeeper:
+    """The SWA/MAMBA side of a runtime's request rows (inactive without those pools)."""
+
+    def __init__(self, device: TierPools, runtime_id: str, generation: int, page_size: int,
+                 window: int, mamba: bool, copy_s: float) -> None:
+        self.device, self.page = device, page_size
+        self.runtime_id, self.generation = runtime_id, generation
+        self.window, self.mamba, self.copy_s = window, mamba, copy_s
+        self.rows: dict[int, StateRow] = {}
+
+    @property
+    def active(self) -> bool:
+        return bool(self.window) or self.mamba
+
+    def needs(self, s: RequestSlice, new_pages: int) -> dict[str, int]:
+        """Pages/slots the slice allocates in each state pool (before any frees)."""
+        out: dict[str, int] = {}
+        if self.window:
+            out["swa"] = new_pages
+        if self.mamba:
+            out["mamba"] = (s.request is None) + s.checkpoint
+        return out
+
+    def _ext(self, pages: list[int], pool: str) -> CacheExtentRef:
+        return CacheExtentRef(self.runtime_id, self.generation, Tier.DEVICE, coalesce(pages),
+                              pool)
+
+    def open(self, slot_id: int, attach: Iterable[CacheExtentRef]) -> float:
+        """New row from the first slice's attach; returns the copy seconds it costs."""
+        row = self.rows[slot_id] = StateRow()
+        attach = list(attach)
+        full = sum(e.num_pages for e in attach if e.pool == "full")
+        swa = [p for e in attach if e.pool == "swa" for p in e.pages()]
+        if swa and not self.window:
+            raise ValueError("attach of 'swa' pages but the runtime keeps no SWA pool")
+        if len(swa) > full:
+            raise ValueError(f"attach of {len(swa)} SWA pages after {full} KV pages")
+        row.swa = [None] * (full - len(swa)) + swa
+        row.scan = full
+        ckpts = [e for e in attach if e.pool == "mamba"]
+        if ckpts and (not self.mamba or len(ckpts) > 1 or ckpts[0].num_pages != 1):
+            raise ValueError("attach may hold one MAMBA checkpoint (1 slot) of a mamba runtime")
+        if self.mamba:
+            row.slot = self.device["mamba"].allocate(1)[0]
+        return self.copy_s if ckpts else 0.0
+
+    def advance(self, slot_id: int, s: RequestSlice, kv_pages: int, new: list[int]
+                ) -> tuple[tuple[CacheExtentRef, ...], float]:
+        """Grow the row by the slice (``new``: the KV pages it allocated, the row then has
+        ``kv_pages``); returns (PreparedSlice.state, copy seconds)."""
+        row = self.rows[slot_id]
+        end = s.context_tokens + s.new_tokens
+        state: list[CacheExtentRef] = []
+        if self.window:
+            row.swa.extend([None] * (kv_pages - len(new) - len(row.swa)))  # loaded pages
+            swa = self.device["swa"].allocate(len(new))
+            row.swa.extend(swa)
+            row.swa_own.update(swa)
+            if s.checkpoint:
+                first = max(0, (end - self.window) // self.page)
+                for i in range(first, min(len(row.swa), -(-end // self.page))):
+                    p = row.swa[i]
+                    if p is not None and p in row.swa_own:
+                        row.swa_pinned.add(p)
+            behind = max(0, (end - self.window) // self.page)  # pages wholly out of window
+            for i in range(row.scan, min(behind, len(row.swa))):
+                p = row.swa[i]
+                if p is not None and p in row.swa_own and p not in row.swa_pinned:
+                    self.device["swa"].free([p])
+                    row.swa_own.discard(p)
+                    row.swa[i] = None
+            row.scan = max(row.scan, behind)
+            run: list[int] = []
+            for p in reversed(row.swa):
+                if p is None:
+                    break
+                run.append(p)
+            if run:
+                state.append(self._ext(run[::-1], "swa"))
+        seconds = 0.0
+        if self.mamba and s.checkpoint:
+            if end % self.page:
+                raise ValueError(f"request {s.rid}: checkpoint at {end} tokens, not on a page "
+                                 "boundary")
+            slot = self.device["mamba"].allocate(1)[0]
+            row.checkpoints.append(slot)
+            state.append(self._ext([slot], "mamba"))
+            seconds = self.copy_s
+        return tuple(state), seconds
+
+    def check_keep(self, slot_id: int, keep: CacheExtentRef) -> bool:
+        """``keep`` (an swa or mamba extent) holds only the row's own pages/slots."""
+        row = self.rows.get(slot_id, StateRow())
+        own = row.swa_own if keep.pool == "swa" else set(row.checkpoints)
+        return keep.pool in ("swa", "mamba") and set(keep.pages()) <= own
+
+    def release(self, slot_id: int, keep: Iterable[CacheExtentRef]) -> None:
+        row = self.rows.pop(slot_id, None)
+        if row is None:
+            return
+        kept = {(e.pool, p) for e in keep for p in e.pages()}
+        if self.window:
+            self.device["swa"].free(sorted(p for p in row.swa_own if ("swa", p) not in kept))
+        if self.mamba:
+            slots = [p for p in row.checkpoints if ("mamba", p) not in kept]
+            if row.slot is not None:
+                slots.insert(0, row.slot)
+            self.device["mamba"].free(slots)
