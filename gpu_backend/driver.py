@@ -38,7 +38,8 @@ from hicache.timeline import Timeline
 from hicache.workload.factory import make_workload
 from hicache.workload.request import Request
 
-SCHEDULER_KEYS = {"max_running_requests", "chunked_prefill_size", "overlap"}
+SCHEDULER_KEYS = {"max_running_requests", "chunked_prefill_size", "overlap",
+                  "requery_lost_prefix", "track_components"}
 # the simulator's run keys are accepted (one scenario drives both); max_sim_time bounds
 # the run's wall time here, the other sim-only keys are ignored
 RUN_KEYS = {"layerwise", "trace_layers", "backup_throttle_bytes_per_s", "progress",
@@ -125,6 +126,9 @@ def run_scenario(d: dict, *, device: str = "cpu", shape: ModelShape | None = Non
     run = dict(d.get("run") or {})
     _check_keys(sched, SCHEDULER_KEYS, "scheduler", source)
     _check_keys(run, RUN_KEYS, "run", source)
+    if sched.get("track_components"):
+        raise ValueError(f"{source}: scheduler.track_components: the torch runtime has FULL "
+                         f"pools only; SWA/MAMBA pools exist in the simulator for now")
     if shape is None:
         shape = (ModelShape.tiny() if device == "cpu"
                  else load_shape(str(d.get("model", "llama-3-8b"))))
