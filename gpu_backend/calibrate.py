@@ -18,6 +18,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -252,20 +253,25 @@ def _dump(v: Any) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from gpu_backend.command import add_arguments
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--model", help="model preset YAML (default: the tiny test shape)")
-    ap.add_argument("--page-size", type=int, default=16)
-    ap.add_argument("--name", default=None)
-    ap.add_argument("--out", help="write the profile YAML here (default: stdout)")
-    ap.add_argument("--no-scheduler", action="store_true",
-                    help="keep the default cpu.scheduler_step_s (skip the short driver run)")
-    args = ap.parse_args(argv)
+    add_arguments(ap)
+    run_args(ap.parse_args(argv))
+
+
+def run_args(args: argparse.Namespace) -> None:
+    """Calibrate as the command line asks (see gpu_backend.command.add_arguments)."""
+    if args.device is None:
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
     shape = ModelShape.tiny()
-    if args.model:
+    if args.model and Path(args.model).suffix in (".yaml", ".yml"):
         import yaml
         with open(args.model) as f:
             shape = ModelShape.from_mapping(yaml.safe_load(f))
+    elif args.model:  # a preset name: scenarios/models/NAME.yaml
+        from gpu_backend.driver import load_shape
+        shape = load_shape(args.model)
     prof, src = calibrate(shape, args.device, args.page_size,
                           scheduler=not args.no_scheduler)
     prof["name"] = args.name or f"calibrated-{args.device}"

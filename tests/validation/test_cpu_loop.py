@@ -26,28 +26,16 @@ thread barriers lose whole scheduler ticks and the calibrated layer times come o
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from gpu_backend.calibrate import calibrate, to_yaml
 from gpu_backend.shapes import ModelShape
 from hicache.cli import main
 
-SCENARIO = {
-    "name": "cpu_loop", "seed": 7, "model": "llama-3-8b",
-    "cache": {"page_size": 16, "device_tokens": 512, "enable_hierarchical_cache": True,
-              "hicache_ratio": 4.0, "hicache_write_policy": "write_through",
-              "hicache_storage_prefetch_policy": "wait_complete",
-              "hicache_io_backend": "direct", "load_back_threshold": 4},
-    "scheduler": {"overlap": False, "max_running_requests": 2, "chunked_prefill_size": 256},
-    "workload": {"kind": "multiturn", "num_clients": 6, "num_rounds": 3,
-                 "request_length": [32, 64], "output_length": [4, 8],
-                 "request_rate": math.inf, "max_parallel": 6, "system_prompt_length": 16},
-}
+SCENARIO = Path(__file__).resolve().parents[2] / "scenarios/validation/cpu_loop.yaml"
 FIELDS = {"decisions_equal", "decisions", "batches", "step_time", "ops", "ttft",
           "load_hidden_fraction", "summary", "device", "shape", "profile", "variant",
           "warnings", "scheduler_step_s"}
@@ -60,14 +48,9 @@ def run(tmp_path_factory) -> tuple[dict, Path]:
     try:
         tmp = tmp_path_factory.mktemp("validate")
         prof, src = calibrate(ModelShape.tiny(), "cpu", page_size=16)
-        # on CPU a copy thread can slow compute by over 100% (GIL); the profile loader
-        # requires < 1 and the direct io backend used here never applies it
-        prof["io_kernel"]["compute_slowdown"] = min(prof["io_kernel"]["compute_slowdown"], 0.9)
         (tmp / "cpu.yaml").write_text(to_yaml(prof, src))
-        text = yaml.safe_dump(SCENARIO)
-        (tmp / "scenario.yaml").write_text(text)
         out = tmp / "out"
-        rc = main(["validate", str(tmp / "scenario.yaml"), "--profile", str(tmp / "cpu.yaml"),
+        rc = main(["validate", str(SCENARIO), "--profile", str(tmp / "cpu.yaml"),
                    "--device", "cpu", "--out", str(out)])
         assert rc == 0
         return json.loads((out / "comparison.json").read_text()), out
