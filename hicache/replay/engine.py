@@ -172,6 +172,11 @@ class ReplayCache:
         self.tree.unlock(handle)
         if self.threshold is not None:
             self._write_through(pages)
+        if req.session_id is not None:  # the finished request's path stays referenced
+            self.tree.reference_session(req.session_id,
+                                        self.tree.match(pages, touch=False).last_node)
+            if req.close_session:
+                self.tree.close_session(req.session_id)
         return ReplayRecord(req.rid, req.arrival, len(req.tokens), dev, host, l3)
 
     def _fetch_l3(self, pages: list, reused: int, hits: int, handle: object) -> int:

@@ -93,3 +93,17 @@ def test_mooncake_trace_hit_rate_grows_with_capacity(capsys) -> None:
                      "600", "--capacity-tokens", str(cap), "--json"]) == 0
         rates.append(json.loads(capsys.readouterr().out)["hit_rate"])
     assert 0 <= rates[0] < rates[1] <= 1
+
+
+def test_session_aware_replay_keeps_an_open_sessions_prefix() -> None:
+    # L1 of 4 pages. Session s holds prompt a; b and c (no session) come after it. With plain
+    # LRU a is the oldest and goes; with session-aware eviction b goes first and a survives.
+    a, b, c = ([k * 100 + i for i in range(8)] for k in range(3))
+    reqs = [Request(0, 0.0, a, 1, session_id="s"), Request(1, 1.0, b, 1),
+            Request(2, 2.0, c, 1), Request(3, 3.0, a, 1, session_id="s")]
+
+    def last_hit(session_aware: bool) -> int:
+        return replay(reqs, cache(16, enable_session_aware_eviction=session_aware))[-1].device_hit
+
+    assert last_hit(False) == 0
+    assert last_hit(True) == 8
