@@ -22,7 +22,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", default="auto", choices=FORMATS,
                    help="mooncake (hash_ids over 512-token blocks) or tokens (see docs)")
     p.add_argument("--page-size", type=int, default=64)
-    p.add_argument("--capacity-tokens", type=int, default=1_000_000, help="L1 (GPU) tokens")
+    p.add_argument("--capacity-tokens", type=_capacities, default=[1_000_000],
+                   help="L1 (GPU) tokens; a comma list (100000,1e6,4e6) replays each size "
+                        "and prints one row (or JSON line) per size")
     p.add_argument("--policy", default="lru", choices=EVICTION_POLICIES,
                    help="radix_eviction_policy")
     p.add_argument("--l2-tokens", type=int, default=0, help="L2 (host) tokens; 0 = no L2")
@@ -60,15 +62,15 @@ def summarize(records: list[ReplayRecord]) -> dict:
     }
 
 
-def _cache(args: argparse.Namespace):  # noqa: ANN202 - ReplayCache | HybridReplayCache
+def _cache(args: argparse.Namespace, capacity: int):  # noqa: ANN202 - ReplayCache | Hybrid
     if args.swa_window or args.mamba_slots:
         if args.l2_tokens or args.l3:
             raise ValueError("--swa-window/--mamba-slots replay L1 only: drop --l2-tokens/--l3")
-        return HybridReplayCache(page_size=args.page_size, full_tokens=args.capacity_tokens,
+        return HybridReplayCache(page_size=args.page_size, full_tokens=capacity,
                                  swa_window=args.swa_window, swa_tokens=args.swa_tokens,
                                  mamba_slots=args.mamba_slots, policy=args.policy)
     cfg = CacheConfig.from_mapping({
-        "page_size": args.page_size, "device_tokens": args.capacity_tokens,
+        "page_size": args.page_size, "device_tokens": capacity,
         "radix_eviction_policy": args.policy, "hicache_write_policy": args.write_policy,
         "enable_hierarchical_cache": args.l2_tokens > 0 or args.l3,
         "enable_session_aware_eviction": args.session_aware,
@@ -77,36 +79,64 @@ def _cache(args: argparse.Namespace):  # noqa: ANN202 - ReplayCache | HybridRepl
     if args.l3:
         l3 = L3Set(None if args.l3_tokens is None else args.l3_tokens // args.page_size)
     # L3 fetches land in L2; with --l3 and no --l2-tokens, L2 is a staging buffer of L1's size
-    host = args.l2_tokens if args.l2_tokens > 0 else (args.capacity_tokens if args.l3 else 0)
+    host = args.l2_tokens if args.l2_tokens > 0 else (capacity if args.l3 else 0)
     return ReplayCache(cfg, l3=l3, host_tokens=host)
 
 
+def _capacities(text: str) -> list[int]:
+    try:
+        caps = [int(float(v)) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a token count or comma list: {text!r}") from None
+    if not caps or min(caps) <= 0:
+        raise argparse.ArgumentTypeError(f"token counts must be > 0: {text!r}")
+    return caps
+
+
 def run(args: argparse.Namespace) -> int:
-    cache = _cache(args)
+    capacities = list(args.capacity_tokens)
+    requests = list(load_trace(args.trace, args.format, args.max_requests))
+    for capacity in capacities:
+        out = args.out if len(capacities) == 1 or args.out is None else (
+            args.out / f"capacity_{capacity}")
+        _replay_one(args, capacity, requests, out, header=capacity == capacities[0],
+                    table=len(capacities) > 1)
+    sys.stdout.flush()
+    return 0
+
+
+def _replay_one(args: argparse.Namespace, capacity: int, requests: list, out: Path | None, *,
+                header: bool, table: bool) -> None:
+    cache = _cache(args, capacity)
     host = getattr(getattr(cache, "host", None), "capacity", 0) * args.page_size
     t0 = time.perf_counter()
-    records = [cache.process(r) for r in load_trace(args.trace, args.format, args.max_requests)]
+    records = [cache.process(r) for r in requests]
     wall = time.perf_counter() - t0
     summary = summarize(records) | {
         "trace": str(args.trace), "page_size": args.page_size,
-        "capacity_tokens": args.capacity_tokens, "l2_tokens": host, "l3": args.l3,
+        "capacity_tokens": capacity, "l2_tokens": host, "l3": args.l3,
         "policy": args.policy, "wall_s": round(wall, 3)}
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        with open(args.out / "requests.csv", "w", newline="") as f:
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / "requests.csv", "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["rid", "arrival", "prompt_tokens", "cached_tokens", "device_hit",
                         "host_hit", "l3_hit"])
             for r in records:
                 w.writerow([r.rid, r.arrival, r.prompt_tokens, r.cached_tokens, r.device_hit,
                             r.host_hit, r.l3_hit])
-        (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
     if args.json:
         print(json.dumps(summary))
+    elif table:
+        if header:
+            print(f"{summary['requests']} requests, {summary['prompt_tokens']} prompt tokens")
+            print(f"{'L1 tokens':>12}  {'hit rate':>8}  {'L1':>6}  {'L2':>6}  {'L3':>6}  wall")
+        print(f"{capacity:>12,}  {summary['hit_rate']:>8.4f}  "
+              f"{summary['device_hit_rate']:>6.4f}  {summary['host_hit_rate']:>6.4f}  "
+              f"{summary['l3_hit_rate']:>6.4f}  {wall:.1f} s")
     else:
         print(f"{summary['requests']} requests, {summary['prompt_tokens']} prompt tokens "
               f"in {wall:.1f} s")
         print(f"hit rate {summary['hit_rate']:.4f}  (L1 {summary['device_hit_rate']:.4f}, "
               f"L2 {summary['host_hit_rate']:.4f}, L3 {summary['l3_hit_rate']:.4f})")
-    sys.stdout.flush()
-    return 0

@@ -107,3 +107,15 @@ def test_session_aware_replay_keeps_an_open_sessions_prefix() -> None:
 
     assert last_hit(False) == 0
     assert last_hit(True) == 8
+
+
+def test_a_capacity_list_prints_one_json_line_per_size(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join(json.dumps({"arrival": i, "tokens": list(range(16)),
+                                           "output_len": 1}) for i in range(3)))
+    assert main(["replay", "--trace", str(trace), "--format", "tokens", "--page-size", "4",
+                 "--capacity-tokens", "4,1e3", "--json", "--out", str(tmp_path / "o")]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["capacity_tokens"] for r in rows] == [4, 1000]
+    assert rows[0]["hit_rate"] < rows[1]["hit_rate"] == pytest.approx(32 / 48)
+    assert (tmp_path / "o" / "capacity_1000" / "requests.csv").exists()
