@@ -32,14 +32,12 @@ from gpu_backend.shapes import ModelShape
 from gpu_backend.trace import add_lanes, torch_profiler, wall_epoch
 from hicache.config import CacheConfig
 from hicache.runtime.interface import BatchCompletion, Completion
-from hicache.scenario import cache_config
-from hicache.scheduler.scheduler import Scheduler, SchedulerConfig
+from hicache.scenario import cache_config, check_keys
+from hicache.scheduler.scheduler import SCHEDULER_KEYS, Scheduler, SchedulerConfig
 from hicache.timeline import Timeline
 from hicache.workload.factory import make_workload
 from hicache.workload.request import Request
 
-SCHEDULER_KEYS = {"max_running_requests", "chunked_prefill_size", "overlap",
-                  "requery_lost_prefix", "track_components"}
 # the simulator's run keys are accepted (one scenario drives both); max_sim_time bounds
 # the run's wall time here, the other sim-only keys are ignored
 RUN_KEYS = {"layerwise", "trace_layers", "backup_throttle_bytes_per_s", "progress",
@@ -67,12 +65,6 @@ def load_shape(name: str, models_dir: Path = MODELS_DIR) -> ModelShape:
     with path.open() as f:
         return ModelShape.from_mapping(yaml.safe_load(f))
 
-
-def _check_keys(section: dict, allowed: set[str], where: str, source: str) -> None:
-    for k in section:
-        if k not in allowed:
-            raise ValueError(f"{source}: {where}.{k}: unknown key; allowed: "
-                             f"{', '.join(sorted(allowed))}")
 
 
 def make_l3(cache: CacheConfig, directory: str) -> L3Store | None:
@@ -124,8 +116,8 @@ def run_scenario(d: dict, *, device: str = "cpu", shape: ModelShape | None = Non
     cache = cache_config(d, source=source)
     sched = dict(d.get("scheduler") or {})
     run = dict(d.get("run") or {})
-    _check_keys(sched, SCHEDULER_KEYS, "scheduler", source)
-    _check_keys(run, RUN_KEYS, "run", source)
+    check_keys(sched, SCHEDULER_KEYS, "scheduler", source)
+    check_keys(run, RUN_KEYS, "run", source)
     if sched.get("track_components"):
         raise ValueError(f"{source}: scheduler.track_components: the torch runtime has FULL "
                          f"pools only; SWA/MAMBA pools exist in the simulator for now")

@@ -159,3 +159,13 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = ()) -> dict[str, 
 def cache_config(d: Mapping[str, Any], *, source: str = "<scenario>") -> CacheConfig:
     """The validated :class:`CacheConfig` of one (expanded) scenario dict."""
     return CacheConfig.from_mapping(d.get("cache"), source=f"{source}: cache")
+
+
+def check_keys(section: Mapping[str, Any], allowed: Iterable[str], where: str,
+               source: str) -> None:
+    """Raise naming ``source`` and ``where.key`` for a key of ``section`` not in ``allowed``."""
+    allowed = set(allowed)
+    for k in section:
+        if k not in allowed:
+            raise ValueError(f"{source}: {where}.{k}: unknown key; allowed: "
+                             f"{', '.join(sorted(allowed))}")

@@ -18,8 +18,8 @@ from typing import Any
 import simpy
 
 from hicache.config import CacheConfig
-from hicache.scenario import cache_config
-from hicache.scheduler.scheduler import Scheduler, SchedulerConfig
+from hicache.scenario import cache_config, check_keys
+from hicache.scheduler.scheduler import SCHEDULER_KEYS, Scheduler, SchedulerConfig
 from hicache.timeline import Timeline
 from hicache.tree.radix import page_keys
 from hicache.workload.factory import make_workload
@@ -29,8 +29,6 @@ from sim.hardware.profile import HardwareProfile, load_profile
 from sim.l3 import L3Store
 from sim.runtime import SimRuntime
 
-SCHEDULER_KEYS = {"max_running_requests", "chunked_prefill_size", "overlap",
-                  "requery_lost_prefix", "track_components"}
 RUN_KEYS = {"layerwise", "trace_layers", "backup_throttle_bytes_per_s", "progress",
             "max_sim_time",
             "swa_tokens", "mamba_slots",  # state pools of scheduler.track_components
@@ -56,12 +54,6 @@ class SimResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _check_keys(section: dict, allowed: set[str], where: str, source: str) -> None:
-    for k in section:
-        if k not in allowed:
-            raise ValueError(f"{source}: {where}.{k}: unknown key; allowed: "
-                             f"{', '.join(sorted(allowed))}")
-
 
 def _l3(env: simpy.Environment, cache: CacheConfig, hw: HardwareProfile) -> L3Store | None:
     backend = cache.hicache_storage_backend
@@ -79,8 +71,8 @@ def build(env: simpy.Environment, d: dict, source: str) -> tuple[list[Replica], 
     model: ModelPreset = load_model(d.get("model", "llama-3-8b"))
     sched = dict(d.get("scheduler") or {})
     run = dict(d.get("run") or {})
-    _check_keys(sched, SCHEDULER_KEYS, "scheduler", source)
-    _check_keys(run, RUN_KEYS, "run", source)
+    check_keys(sched, SCHEDULER_KEYS, "scheduler", source)
+    check_keys(run, RUN_KEYS, "run", source)
     page = cache.page_size
     device_pages = cache.device_tokens // page
     host_pages = 0

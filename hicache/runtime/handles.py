@@ -98,12 +98,16 @@ class CacheExtentRef:
                 tail.append(run)
         return self._with(tuple(head)), self._with(tuple(tail))
 
+    def with_pages(self, pages: Iterable[int]) -> CacheExtentRef:
+        """An extent of the same runtime, generation, tier and pool over ``pages`` (in order)."""
+        return self._with(coalesce(pages))
+
     def slice(self, start: int, stop: int) -> CacheExtentRef:
         """Pages ``start:stop`` of this extent (non-empty)."""
         pages = list(self.pages())[start:stop]
         if not pages:
             raise ValueError(f"empty slice {start}:{stop} of {self.num_pages} pages")
-        return self._with(coalesce(pages))
+        return self.with_pages(pages)
 
     @staticmethod
     def concat(parts: Iterable[CacheExtentRef]) -> CacheExtentRef:

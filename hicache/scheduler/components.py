@@ -159,9 +159,9 @@ class ComponentTracker:
             if not own:
                 continue
             st.donated_keys.update((ext.pool, p) for p in own)
-            st.state_donated.setdefault(ext.pool, []).append(_subset(ext, own))
+            st.state_donated.setdefault(ext.pool, []).append(ext.with_pages(own))
             if ext.pool == "full":
-                st.donated.append(_subset(ext, own))
+                st.donated.append(ext.with_pages(own))
                 st.donated_ids.update(own)
                 st.donated_pages += len(own)
                 s._own_pages -= len(own)
@@ -177,9 +177,3 @@ class ComponentTracker:
         st.reserved = {}
         return tuple(CacheExtentRef.concat(st.state_donated[p]) for p in POOLS
                      if st.state_donated.get(p))
-
-
-def _subset(ext: CacheExtentRef, pages: list[int]) -> CacheExtentRef:
-    from hicache.runtime.handles import coalesce
-
-    return CacheExtentRef(ext.runtime_id, ext.generation, ext.tier, coalesce(pages), ext.pool)

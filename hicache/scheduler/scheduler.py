@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from hicache.config import CacheConfig
 from hicache.runtime.handles import CacheExtentRef, Tier
@@ -58,6 +58,10 @@ class SchedulerConfig:
     l3: bool = False  # an L3 tier is attached to the runtime
     requery_lost_prefix: bool = True  # re-ask L3 at the queue head if L1/L2 lost the prefix
     track_components: bool = False  # track the runtime's SWA / MAMBA pools too (L1 only)
+
+
+# scenario keys of the ``scheduler:`` section (the rest of SchedulerConfig is derived)
+SCHEDULER_KEYS = frozenset(f.name for f in fields(SchedulerConfig)) - {"l3"}
 
 
 class Scheduler:
@@ -386,7 +390,7 @@ class Scheduler:
         dup = {p for a in res.actions for p in a.extent.pages()}
         own = [p for p in ext.pages() if p not in dup and p not in st.donated_ids]
         if own:
-            st.donated.append(_subset(ext, own))
+            st.donated.append(ext.with_pages(own))
             st.donated_ids.update(own)
             st.donated_pages += len(own)
             self._own_pages -= len(own)
@@ -470,9 +474,3 @@ class Scheduler:
                 self._frees.append(self.tree.residency.pop_value(n, "host", kind))
             self.tree.residency.touched(n)
 
-
-
-def _subset(ext: CacheExtentRef, pages: list[int]) -> CacheExtentRef:
-    from hicache.runtime.handles import coalesce
-
-    return CacheExtentRef(ext.runtime_id, ext.generation, ext.tier, coalesce(pages), ext.pool)
