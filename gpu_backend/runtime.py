@@ -89,6 +89,8 @@ class TorchRuntime:
         self.timeline = timeline if timeline is not None else Timeline()
         self.outbox = Outbox(self.timeline)
         self.outputs: dict[int, torch.Tensor] = {}  # rid -> last hidden state (tests)
+        self.tokens: dict[int, torch.Tensor] = {}  # rid -> last sampled token id
+        self.batch_specs: dict[int, list[tuple[int, int]]] = {}  # batch -> (new, context)s
         self._prepared: dict[int, _Prepared] = {}
         self._closed = False
 
@@ -101,6 +103,12 @@ class TorchRuntime:
                            self.shape.num_layers)
 
     def prepare_batch(self, plan: BatchPlan) -> PreparedBatchHandle:
+        t0 = self.lanes.clock.now()
+        handle = self._prepare(plan)
+        self.outbox.record_span("cpu", "prepare", t0, self.lanes.clock.now(), plan.batch_id)
+        return handle
+
+    def _prepare(self, plan: BatchPlan) -> PreparedBatchHandle:
         if plan.batch_id in self._prepared:
             raise ValueError(f"batch {plan.batch_id} is already prepared")
         self._validate(plan)
@@ -135,6 +143,11 @@ class TorchRuntime:
                                    tuple(slices), tuple(host_exts))
 
     def execute_batch(self, handle: PreparedBatchHandle) -> None:
+        t0 = self.lanes.clock.now()
+        self._execute(handle)
+        self.outbox.record_span("cpu", "execute", t0, self.lanes.clock.now(), handle.batch_id)
+
+    def _execute(self, handle: PreparedBatchHandle) -> None:
         if handle.runtime_id != self.runtime_id or handle.generation != self.generation:
             raise StaleHandleError(f"batch handle of {handle.runtime_id!r} gen "
                                    f"{handle.generation} presented to {self.runtime_id!r} "
@@ -283,33 +296,34 @@ class TorchRuntime:
                 self.outbox.post(BatchCompletion(bid, ev.start, ev.end, ()))
             return self.lanes["compute"].submit(lambda: None, [], [empty, self.outbox.check])
         idx = BatchIndex(prep.specs, self.page_size)
+        self.batch_specs[bid] = [(sp.new, sp.context) for sp in prep.specs]
         state: dict[str, Any] = {}
         first: LaneEvent | None = None
-        ev: LaneEvent | None = None
-        L = self.shape.num_layers
-        for layer in range(L):
+        for layer in range(self.shape.num_layers):
             waits = [prep.loads[layer if self.layerwise else 0]] if prep.loads else []
-            then = []
-            if layer == L - 1:
-                def finish(e: LaneEvent, first_ev: LaneEvent | None = first) -> None:
-                    start = first_ev.start if first_ev is not None else e.start
-                    self.outbox.post(BatchCompletion(bid, start, e.end, finished))
-                then.append(finish)
             ev = self._submit("compute", partial(self._layer, layer, state, idx), waits,
-                              prep.op, bid, layer=layer, then=then)
+                              prep.op, bid, layer=layer)
             first = first or ev
-        assert ev is not None
-        return ev
+
+        def finish(e: LaneEvent, first_ev: LaneEvent = first) -> None:
+            self.outbox.post(BatchCompletion(bid, first_ev.start, e.end, finished))
+
+        return self._submit("compute", partial(self._sample, state, idx), [], "sample", bid,
+                            then=[finish])
 
     def _layer(self, layer: int, state: dict[str, Any], idx: BatchIndex) -> None:
-        if layer == 0:
+        if layer == 0:  # calibrated as "embed" (gpu_backend.calib_compute)
             idx.to(self.dev.kv.device)
+            idx.mask  # noqa: B018 - built on the device, once per batch
             state["x"] = self.model.embed_tokens(idx)
         state["x"] = self.model.forward_layer(layer, state["x"], idx, self.dev)
-        if layer == self.shape.num_layers - 1:
-            last = state.pop("x").index_select(0, idx.last_rows)
-            for i, rid in enumerate(idx.rids):
-                self.outputs[rid] = last[i]
+
+    def _sample(self, state: dict[str, Any], idx: BatchIndex) -> None:
+        """LM head and greedy sampling of every request's last row (one op per batch)."""
+        last, tokens = self.model.sample(state.pop("x"), idx)
+        for i, rid in enumerate(idx.rids):
+            self.outputs[rid] = last[i]
+            self.tokens[rid] = tokens[i]
 
     def _submit(self, lane: str, fn: Any, waits: list[LaneEvent | None], op: str, batch: int,
                 *, layer: int = -1, nbytes: int | list[int] = 0, then: list | None = None

@@ -13,7 +13,7 @@ from typing import Any
 
 _KEYS = (
     "num_layers", "num_heads", "num_kv_heads", "head_dim", "hidden_size", "ffn_size",
-    "dtype_bytes", "tensor_parallel", "sliding_window",
+    "dtype_bytes", "tensor_parallel", "sliding_window", "vocab_size",
 )
 
 
@@ -32,6 +32,7 @@ class ModelShape:
     layers: tuple[str, ...] = ()  # per-layer kind; () means all "full"
     sliding_window: int = 4096
     name: str = "unnamed"
+    vocab_size: int = 0  # LM head rows per rank x tp; 0: no LM head (a preset without it)
 
     def __post_init__(self) -> None:
         tp = self.tensor_parallel
@@ -65,14 +66,14 @@ class ModelShape:
             "hidden_size": self.hidden_size, "ffn_size": self.ffn_size,
             "dtype_bytes": self.dtype_bytes, "tensor_parallel": self.tensor_parallel,
             "layers": list(self.layer_kinds), "sliding_window": self.sliding_window,
-            "mamba_state_bytes": 0,
+            "mamba_state_bytes": 0, "vocab_size": self.vocab_size,
         }
 
     @classmethod
     def tiny(cls) -> ModelShape:
         """A shape small enough for CPU tests."""
         return cls(num_layers=4, num_heads=4, num_kv_heads=2, head_dim=16, hidden_size=64,
-                   ffn_size=128, dtype_bytes=4, name="tiny")
+                   ffn_size=128, dtype_bytes=4, name="tiny", vocab_size=1024)
 
     @property
     def heads_per_rank(self) -> int:
@@ -82,6 +83,11 @@ class ModelShape:
     def kv_heads_per_rank(self) -> int:
         """KV heads are replicated when there are fewer of them than ranks."""
         return max(1, self.num_kv_heads // self.tensor_parallel)
+
+    @property
+    def vocab_per_rank(self) -> int:
+        """The LM head is split over tensor-parallel ranks (vocab-parallel)."""
+        return -(-self.vocab_size // self.tensor_parallel)
 
     @property
     def ffn_per_rank(self) -> int:

@@ -14,7 +14,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "hicache.replay.command": ("replay",),
     "sim.command": ("run",),
     "sim.sweep": ("sweep",),
-    "gpu_backend.command": ("calibrate",),
+    "gpu_backend.command": ("calibrate", "measure"),
     "validation.command": ("validate",),
 }
 

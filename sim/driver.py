@@ -92,6 +92,7 @@ def build(env: simpy.Environment, d: dict, source: str) -> tuple[list[Replica], 
                         device_pages=pools, host_pages={"full": host_pages},
                         l3=l3, io_backend=cache.hicache_io_backend,
                         layerwise=bool(run.get("layerwise", True)),
+                        mem_layout=cache.effective_mem_layout,
                         backup_throttle_bytes_per_s=run.get("backup_throttle_bytes_per_s"),
                         runtime_id=f"sim{i}", timeline=tl,
                         trace_layers=bool(run.get("trace_layers", False)))
@@ -242,8 +243,8 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed):  # noqa
                 feed.finished(rid, env.now)
             if not plans:
                 break
-            if cpu > 0:
-                yield env.timeout(cpu)
+            if cpu > 0:  # driver-thread time: in line with the runtime calls' (sim.host)
+                yield rt.host_lane.run(cpu)
             for plan in plans:
                 handle = rt.prepare_batch(plan)
                 sched.prepared(handle)

@@ -33,6 +33,7 @@ class ModelPreset:
     sliding_window: int
     mamba_state_bytes: int
     source: str = "<mapping>"
+    vocab_size: int = 0  # the LM head's width (split over tp ranks); 0: no LM head modelled
 
     @property
     def heads_per_rank(self) -> float:
@@ -121,4 +122,5 @@ def load_model(source: str | Path | Mapping[str, Any]) -> ModelPreset:
         sliding_window=top.int("sliding_window", 4096, positive=True),
         mamba_state_bytes=top.int("mamba_state_bytes", 0),
         source=origin,
+        vocab_size=top.int("vocab_size", 0),
     )

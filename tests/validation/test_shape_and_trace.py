@@ -1,7 +1,7 @@
 """validate warns when the scenario's model shape differs from the profile's
 ``calibrated.shape`` (stderr and ``warnings`` in comparison.json), and passes a
-torch-profiler trace request (``run.torch_profiler`` / ``--torch-trace``) to the torch run
-only: the simulator never sees the key."""
+torch-profiler trace request (``run.torch_profiler`` / ``--torch-trace``) to the first
+measured run only: the simulator never sees the key."""
 
 from __future__ import annotations
 
@@ -30,21 +30,23 @@ def profile(shape: dict | None, tables: bool = True) -> dict:
 
 
 def test_same_shape_no_warning_and_each_differing_key_is_named():
-    assert shape_warnings(load_profile(profile(TINY.to_mapping())), TINY) == []
-    other = {**TINY.to_mapping(), "num_layers": 8, "layers": ["full"] * 8}
-    (w,) = shape_warnings(load_profile(profile(other)), TINY)
+    mine = TINY.to_mapping()
+    assert shape_warnings(load_profile(profile(mine)), mine) == []
+    other = {**mine, "num_layers": 8, "layers": ["full"] * 8}
+    (w,) = shape_warnings(load_profile(profile(other)), mine)
     assert "num_layers: profile 8, scenario 4" in w and "layers:" in w
 
 
 def test_tables_without_a_recorded_shape_warn_and_no_tables_do_not():
-    (w,) = shape_warnings(load_profile(profile(None)), TINY)
+    (w,) = shape_warnings(load_profile(profile(None)), TINY.to_mapping())
     assert "no calibrated.shape" in w
-    assert shape_warnings(load_profile(profile(None, tables=False)), TINY) == []
+    assert shape_warnings(load_profile(profile(None, tables=False)), TINY.to_mapping()) == []
 
 
 def test_the_simulator_scenario_drops_the_torch_only_key():
     d = {"run": {"layerwise": True, "torch_profiler": "x.json"}}
-    assert sim_scenario(d, "p.yaml", TINY, "cpu")["run"] == {"layerwise": True}
+    sd = sim_scenario(d, "p.yaml", TINY.to_mapping())
+    assert sd["run"] == {"layerwise": True} and sd["model"] == TINY.to_mapping()
     assert d["run"]["torch_profiler"] == "x.json"  # the input is not changed
 
 
@@ -60,14 +62,16 @@ def test_validate_warns_on_a_shape_mismatch_and_writes_the_trace(tmp_path, capsy
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(scenario))
     out = tmp_path / "out"
     rc = main(["validate", str(tmp_path / "s.yaml"), "--profile", str(tmp_path / "p.yaml"),
-               "--device", "cpu", "--out", str(out), "--torch-trace", str(tmp_path / "t.json")])
+               "--device", "cpu", "--out", str(out), "--torch-trace", str(tmp_path / "t.json"),
+               "--repeats", "1"])
     assert rc == 0
     err = capsys.readouterr().err
     assert "validate: warning:" in err and "hidden_size: profile 128, scenario 64" in err
-    cmp = json.loads((out / "comparison.json").read_text())
+    cmp = json.loads((out / "mini" / "comparison.json").read_text())
     assert len(cmp["warnings"]) == 1 and "hidden_size" in cmp["warnings"][0]
     # --torch-trace wins over the scenario key
-    assert cmp["torch_trace"] == str(tmp_path / "t.json")
+    run0 = json.loads((out / "measured" / "mini" / "run0" / "run.json").read_text())
+    assert run0["torch_trace"] == str(tmp_path / "t.json")
     events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
     assert any(e.get("ph") == "X" for e in events)
     assert not (tmp_path / "key.json").exists()

@@ -1,0 +1,251 @@
+"""``hicache-lab measure``: run scenarios on the torch runtime and keep everything a later
+prediction needs, with torch only (no simpy: the GPU machine has none).
+
+A measured folder is an artifact a user keeps and re-predicts anywhere
+(``hicache-lab validate --measured DIR``)::
+
+    DIR/measured.json          manifest: format, device, shape, scenarios and their runs
+    DIR/environment.json       device name, driver, torch, clocks, CPU, load average
+    DIR/profile.yaml           the calibrated hardware profile (unless --profile/--no-calibrate)
+    DIR/<scenario>/scenario.yaml          the scenario exactly as run (variant applied)
+    DIR/<scenario>/run<k>/timeline.parquet, requests.parquet, decisions.json, run.json
+
+Invariant: each file is written as soon as its step finishes and the manifest is rewritten
+after every run, so a killed measurement leaves every finished run readable. Two runs per
+scenario (``--repeats 2``, the default) give the noise floor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+FORMAT = 1
+MANIFEST = "measured.json"
+
+
+def safe_name(text: str) -> str:
+    """A folder name for a scenario/variant (letters, digits, ``._-``)."""
+    out = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._")
+    return out or "scenario"
+
+
+def pick_variant(d: Mapping[str, Any], variant: str | None, source: str
+                 ) -> tuple[str, dict]:
+    """(variant name, body): the named variant, else the first (the base without any)."""
+    from hicache.scenario import expand_variants
+
+    variants = expand_variants(d, source=source)
+    if variant is None:
+        return variants[0]
+    for name, body in variants:
+        if name == variant:
+            return name, body
+    raise ValueError(f"--variant: unknown {variant!r}; {source} has "
+                     f"{[n for n, _ in variants]}")
+
+
+def shape_for(d: Mapping[str, Any], device: str):  # noqa: ANN201 - ModelShape
+    """The shape the torch run uses: tiny on CPU, else the scenario's model preset (a name
+    under scenarios/models or an inline mapping)."""
+    from gpu_backend.driver import load_shape
+    from gpu_backend.shapes import ModelShape
+
+    if device == "cpu":
+        return ModelShape.tiny()
+    model = d.get("model", "llama-3-8b")
+    if isinstance(model, Mapping):
+        return ModelShape.from_mapping(model)
+    return load_shape(str(model))
+
+
+def environment(device: str) -> dict[str, Any]:
+    """What ran the measurement: device, driver, library versions, clocks if readable."""
+    import torch
+
+    env: dict[str, Any] = {
+        "device": device, "torch": torch.__version__, "python": sys.version.split()[0],
+        "platform": platform.platform(), "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    try:
+        env["loadavg"] = list(os.getloadavg())
+    except OSError:
+        pass
+    if device == "cuda" and torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        env.update({"device_name": torch.cuda.get_device_name(0), "cuda": torch.version.cuda,
+                    "gpu_memory_bytes": int(p.total_memory),
+                    "multiprocessors": int(p.multi_processor_count)})
+        env.update(_nvidia_smi())
+    else:
+        env["device_name"] = platform.processor() or platform.machine()
+    return env
+
+
+def _nvidia_smi() -> dict[str, Any]:
+    """Driver version and clocks from nvidia-smi when it exists (never fails)."""
+    fields = "driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit,temperature.gpu"
+    try:
+        r = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    vals = [v.strip() for v in r.stdout.splitlines()[0].split(",")] if r.stdout else []
+    return {f"nvidia_smi.{k}": v for k, v in zip(fields.split(","), vals, strict=False)}
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.replace(path)
+
+
+def save_run(res: Any, folder: Path) -> dict[str, Any]:
+    """Write one TorchResult (times relative to the loop's start) into ``folder``."""
+    from hicache.report.frames import (
+        requests_frame,
+        timeline_frame,
+        write_requests_parquet,
+        write_timeline_parquet,
+    )
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tl = timeline_frame(res.timeline)
+    tl["start"] -= res.t0
+    tl["end"] -= res.t0
+    write_timeline_parquet(tl, folder / "timeline.parquet")
+    write_requests_parquet(requests_frame(res.records), folder / "requests.parquet")
+    _write_json(folder / "decisions.json", [list(d) for d in res.decisions])
+    info = {"wall_s": res.wall_time, "requests": res.requests,
+            "finished": sum(1 for r in res.records if r.get("finish") is not None),
+            **{k: v for k, v in res.extra.items() if k != "device"}}
+    _write_json(folder / "run.json", info)
+    return info
+
+
+class Measurement:
+    """One measured folder being written (see the module doc)."""
+
+    def __init__(self, out: Path, device: str, shape: Any) -> None:
+        self.out, self.device, self.shape = out, device, shape
+        out.mkdir(parents=True, exist_ok=True)
+        self.manifest: dict[str, Any] = {"format": FORMAT, "device": device,
+                                         "shape": shape.to_mapping(), "profile": None,
+                                         "scenarios": []}
+
+    def save(self) -> None:
+        _write_json(self.out / MANIFEST, self.manifest)
+
+    def add_scenario(self, name: str, body: Mapping[str, Any], source: str,
+                     variant: str) -> tuple[Path, dict[str, Any]]:
+        folder = self.out / name
+        if any(s["dir"] == name for s in self.manifest["scenarios"]):
+            raise ValueError(f"two scenarios measure into {folder}: give them distinct names")
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "scenario.yaml").write_text(yaml.safe_dump(dict(body), sort_keys=False))
+        entry = {"dir": name, "name": str(body.get("name", name)), "variant": variant,
+                 "source": source, "runs": []}
+        self.manifest["scenarios"].append(entry)
+        self.save()
+        return folder, entry
+
+
+def measure(scenarios: list[tuple[str, dict, str, str]], device: str, out: Path, *,
+            repeats: int = 2, profile: Path | None = None, calibrate: bool = True,
+            torch_trace: Path | None = None, log: Any = print) -> Path:
+    """Measure ``[(folder name, scenario body, source, variant)]`` into ``out``; calibrate
+    first unless a ``profile`` is given or ``calibrate`` is False. ``torch_trace``: a
+    torch.profiler Chrome trace of the first run (profiling slows it). Returns ``out``."""
+    from gpu_backend.driver import run_scenario
+
+    if repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {repeats}")
+    shapes = {n: shape_for(b, device) for n, b, _, _ in scenarios}
+    distinct = set(shapes.values())
+    if len(distinct) > 1:
+        raise ValueError("measure: the scenarios use different model shapes "
+                         f"({', '.join(f'{n}: {s.name}' for n, s in shapes.items())}); "
+                         f"measure them into separate folders (one profile per shape)")
+    shape = next(iter(distinct))
+    m = Measurement(out, device, shape)
+    _write_json(out / "environment.json", environment(device))
+    m.save()
+    if profile is not None:
+        text = Path(profile).read_text()
+        (out / "profile.yaml").write_text(text)
+        m.manifest["profile"] = "profile.yaml"
+        m.manifest["profile_source"] = str(profile)
+    elif calibrate:
+        from gpu_backend.calibrate import calibrate as run_calibration
+        from gpu_backend.calibrate import to_yaml
+
+        t = time.perf_counter()
+        prof, src = run_calibration(shape, device)
+        prof["name"] = f"calibrated-{device}"
+        (out / "profile.yaml").write_text(to_yaml(prof, src))
+        m.manifest["profile"] = "profile.yaml"
+        log(f"measure: calibrated {device} ({shape.name}) in {time.perf_counter() - t:.1f} s")
+    m.save()
+    for name, body, source, variant in scenarios:
+        folder, entry = m.add_scenario(name, body, source, variant)
+        for k in range(repeats):
+            t = time.perf_counter()
+            res = run_scenario(dict(body), device=device, shape=shape, name=variant,
+                               source=source, torch_trace=torch_trace if k == 0 else None)
+            info = save_run(res, folder / f"run{k}")
+            entry["runs"].append(f"run{k}")
+            m.save()
+            lost = info["requests"] - info["finished"]
+            log(f"measure: {name} run{k}: {info['requests']} requests, "
+                f"{res.wall_time:.2f} s measured, {time.perf_counter() - t:.1f} s wall"
+                + (f", {lost} NOT FINISHED" if lost else ""))
+            if lost:
+                raise RuntimeError(f"measure: {name} run{k}: {lost} of {info['requests']} "
+                                   f"requests did not finish; the run is saved in "
+                                   f"{folder / f'run{k}'}")
+    _write_json(out / "environment.json", {**environment(device), "finished": True})
+    return out
+
+
+def load_for_measure(paths: list[Path], overrides: list[str], variant: str | None
+                     ) -> list[tuple[str, dict, str, str]]:
+    """[(folder name, body, source, variant)] for every scenario file given."""
+    from hicache.scenario import load_scenario
+
+    out = []
+    for p in paths:
+        d = load_scenario(p, overrides)
+        vname, body = pick_variant(d, variant, str(p))
+        name = safe_name(str(d["name"]) if variant is None else f"{d['name']}.{vname}")
+        out.append((name, body, str(p), vname))
+    return out
+
+
+def run_args(args: Any) -> int:
+    """The ``measure`` command (arguments: gpu_backend.command)."""
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cpu" and args.threads is None:
+        args.threads = 1  # two threads on a shared box lose whole ticks at barriers
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    scenarios = load_for_measure(args.scenarios, args.overrides, args.variant)
+    if args.profile is not None and not args.profile.is_file():
+        raise FileNotFoundError(f"--profile: no such file {args.profile}")
+    measure(scenarios, device, args.out, repeats=args.repeats, profile=args.profile,
+            calibrate=not args.no_calibrate)
+    print(f"-> {args.out} (predict anywhere: hicache-lab validate --measured {args.out})")
+    return 0
