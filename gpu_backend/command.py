@@ -43,6 +43,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="keep this hardware profile instead of calibrating")
     m.add_argument("--no-calibrate", action="store_true",
                    help="write no profile (validate --measured then needs --profile)")
+    m.add_argument("--append", action="store_true",
+                   help="add scenarios to an existing measured folder (keeps its profile)")
     m.add_argument("--variant", default=None, help="variant to run (default: the first)")
     m.add_argument("--threads", type=int, default=None,
                    help="torch intra-op threads (default on cpu: 1)")

@@ -138,12 +138,25 @@ def save_run(res: Any, folder: Path) -> dict[str, Any]:
 class Measurement:
     """One measured folder being written (see the module doc)."""
 
-    def __init__(self, out: Path, device: str, shape: Any) -> None:
+    def __init__(self, out: Path, device: str, shape: Any, append: bool = False) -> None:
         self.out, self.device, self.shape = out, device, shape
+        path = out / MANIFEST
+        if path.is_file() and not append:
+            raise ValueError(f"--out {out} already holds a measurement; give a new folder "
+                             f"or --append to add scenarios to it")
+        if out.is_dir() and any(out.iterdir()) and not path.is_file():
+            raise ValueError(f"--out {out} exists and is not a measured folder")
         out.mkdir(parents=True, exist_ok=True)
         self.manifest: dict[str, Any] = {"format": FORMAT, "device": device,
                                          "shape": shape.to_mapping(), "profile": None,
                                          "scenarios": []}
+        if path.is_file():
+            old = json.loads(path.read_text())
+            if (old.get("device"), old.get("shape")) != (device, shape.to_mapping()):
+                raise ValueError(f"--append: {out} was measured on {old.get('device')} with "
+                                 f"shape {old.get('shape', {}).get('name')!r}, not {device} "
+                                 f"with {shape.name!r}")
+            self.manifest = old
 
     def save(self) -> None:
         _write_json(self.out / MANIFEST, self.manifest)
@@ -163,11 +176,13 @@ class Measurement:
 
 
 def measure(scenarios: list[tuple[str, dict, str, str]], device: str, out: Path, *,
-            repeats: int = 2, profile: Path | None = None, calibrate: bool = True,
-            torch_trace: Path | None = None, log: Any = print) -> Path:
+            repeats: int = 3, profile: Path | None = None, calibrate: bool = True,
+            torch_trace: Path | None = None, append: bool = False,
+            log: Any = print) -> Path:
     """Measure ``[(folder name, scenario body, source, variant)]`` into ``out``; calibrate
-    first unless a ``profile`` is given or ``calibrate`` is False. ``torch_trace``: a
-    torch.profiler Chrome trace of the first run (profiling slows it). Returns ``out``."""
+    first unless a ``profile`` is given, ``calibrate`` is False or (``append``) the folder
+    already has one. ``torch_trace``: a torch.profiler Chrome trace of the first run
+    (profiling slows it). Returns ``out``."""
     from gpu_backend.driver import run_scenario
 
     if repeats < 1:
@@ -179,10 +194,12 @@ def measure(scenarios: list[tuple[str, dict, str, str]], device: str, out: Path,
                          f"({', '.join(f'{n}: {s.name}' for n, s in shapes.items())}); "
                          f"measure them into separate folders (one profile per shape)")
     shape = next(iter(distinct))
-    m = Measurement(out, device, shape)
+    m = Measurement(out, device, shape, append)
     _write_json(out / "environment.json", environment(device))
     m.save()
-    if profile is not None:
+    if profile is None and m.manifest.get("profile"):
+        log(f"measure: keeping the profile already in {out}")
+    elif profile is not None:
         text = Path(profile).read_text()
         (out / "profile.yaml").write_text(text)
         m.manifest["profile"] = "profile.yaml"
@@ -246,6 +263,6 @@ def run_args(args: Any) -> int:
     if args.profile is not None and not args.profile.is_file():
         raise FileNotFoundError(f"--profile: no such file {args.profile}")
     measure(scenarios, device, args.out, repeats=args.repeats, profile=args.profile,
-            calibrate=not args.no_calibrate)
+            calibrate=not args.no_calibrate, append=args.append)
     print(f"-> {args.out} (predict anywhere: hicache-lab validate --measured {args.out})")
     return 0
