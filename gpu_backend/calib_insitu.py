@@ -16,8 +16,10 @@ loop differs (``calibrated.in_situ``):
 - ``setup_s``: median of (loop execute_batch - hot batch setup - its submits), added to
   the host's batch setup.
 From the same runs: ``scheduler_step_s`` (completion to next prepare) and ``handoff_s``
-(execute end to the first device op), as 10 % trimmed means: sums of them make TTFT, and
-their distributions are skewed (steps that finish requests cost more).
+(execute end to the first device op), as means (2 % trimmed): TTFT sums them, and both
+are thread wake-ups, which on a loaded box now and then wait a whole time slice of
+another process (3-5 ms here) -- the mean carries that expected cost, a median would not.
+Op times use medians: a lane runs its ops back to back, without waking up between them.
 On a GPU the device-time factors come out near 1 and 0 (kernels do not run colder), the
 host ones may not. Invariant: every factor is a ratio or difference of two measurements
 of the same batch shape on this device.
@@ -35,7 +37,7 @@ from gpu_backend.sched_timing import SCENARIO, driver_gaps
 from gpu_backend.shapes import ModelShape
 
 
-def trimmed_mean(xs: list[float], cut: float = 0.1) -> float:
+def trimmed_mean(xs: list[float], cut: float = 0.02) -> float:
     """Mean of ``xs`` without its lowest and highest ``cut`` fraction."""
     if not xs:
         return 0.0

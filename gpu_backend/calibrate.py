@@ -106,9 +106,9 @@ def calibrate(shape: ModelShape, device: str = "cpu", page_size: int = 16,
         gaps = ins.pop("gaps")
         prof["calibrated"]["in_situ"] = ins
         src["cpu.scheduler_step_s"] = (
-            f"measured: 10% trimmed mean of {gaps} gaps from a batch's completion to the "
+            f"measured: mean (2% trimmed) of {gaps} gaps from a batch's completion to the "
             f"next batch's prepare_batch (calibration scenario, {device}, {shape.name})")
-        src["cpu.handoff_s"] = ("measured: trimmed mean from execute_batch's end to the "
+        src["cpu.handoff_s"] = ("measured: mean (2% trimmed) from execute_batch's end to the "
                                 "batch's first device-lane op (0 on CUDA)")
     src["cpu.device_waits_for_host"] = "CPU lanes are threads under one GIL; CUDA: false"
     for k in ("pcie.h2d_bytes_per_s", "pcie.d2h_bytes_per_s", "pcie.bidirectional_bytes_per_s",

@@ -15,7 +15,9 @@ so what a real engine's scheduler thread does without CUDA graphs::
 - every device-lane op starts ``op_gap_s`` after the lane could start it (CPU worker
   hand-off; about 0 on CUDA); with ``device_waits_for_host`` (the CPU runtime: lane
   threads need the driver thread's GIL) an op that becomes ready while the driver thread
-  is busy starts ``handoff_s`` after it goes idle instead;
+  is busy starts ``handoff_s`` after it goes idle instead, and device-lane ops run one at
+  a time (:meth:`HostLane.acquire`: the lanes' Python between torch calls holds the GIL,
+  so small ops on different lanes serialize in the order they became ready);
 - the scheduler's own step (``scheduler_step_s``, charged by ``sim.driver`` through
   :meth:`HostLane.run`) is driver-thread time too, so it queues on this lane.
 Issue is pipelined with the copy engine: the engine moves call k while the host issues
@@ -96,6 +98,15 @@ class HostLane:
                               or self.issue > 0 or self.exclusive
                               or cost.setup_fit is not None or cost.prepare_fit is not None)
         self.stream = Stream(env, "cpu")
+        self.interpreter = simpy.Resource(env, capacity=1) if self.exclusive else None
+
+    def acquire(self) -> simpy.Event | None:
+        """The one-at-a-time slot of a device-lane op (None: lanes run concurrently)."""
+        return None if self.interpreter is None else self.interpreter.request()
+
+    def release(self, req: simpy.Event | None) -> None:
+        if req is not None and self.interpreter is not None:
+            self.interpreter.release(req)
 
     def run(self, seconds: float) -> simpy.Event:
         """``seconds`` of other driver-thread work (the scheduler's step), in lane order."""

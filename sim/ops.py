@@ -34,11 +34,15 @@ def load_op(rt: SimRuntime, st: BatchState) -> Proc:
         if group.nbytes:
             yield st.load_issued[g]
             yield from rt.host_lane.before_device_op()
+            slot = rt.host_lane.acquire()
+            if slot is not None:
+                yield slot
             t0 = rt.env.now
             layer = group.layers.start if len(group.layers) == 1 else -1
             start, end = yield from rt.copies.copy(
                 "h2d", group.nbytes, group.calls, op="load", batch=bid, layer=layer,
                 issue_end=st.load_issue_end[g])
+            rt.host_lane.release(slot)
             rt.timeline.record("h2d", "load", t0, end, batch=bid, layer=layer,
                                nbytes=group.nbytes)
             rt.timeline.record("pcie:h2d", "load", start, end, batch=bid, layer=layer,
@@ -56,8 +60,12 @@ def _op(rt: SimRuntime, st: BatchState, i: int, seconds: float, op: str,
     if st.launched is not None:
         yield st.launched[i]
     yield from rt.host_lane.before_device_op()
+    slot = rt.host_lane.acquire()
+    if slot is not None:
+        yield slot
     t0 = env.now
     yield rt.fluid.submit(FluidJob(seconds, "compute"))
+    rt.host_lane.release(slot)
     rt.timeline.record("compute", op, t0, env.now, batch=st.plan.batch_id, layer=layer)
     return t0
 
@@ -101,11 +109,16 @@ def backup_op(rt: SimRuntime, st: BatchState) -> Proc:
     payload = sum(b.dst.num_pages * rt.bytes_per_page[b.intent.src.pool] for b in st.backups)
     calls = rt.backup_calls(st)
     yield from rt.host_lane.before_device_op()
+    slot = rt.host_lane.acquire()
+    if slot is not None:
+        yield slot
     t0 = rt.env.now
     if payload:
         bid = st.plan.batch_id
         start, end = yield from rt.copies.copy("d2h", payload, calls, rt.backup_throttle,
                                                op="backup", batch=bid)
+    rt.host_lane.release(slot)
+    if payload:
         rt.timeline.record("d2h", "backup", t0, end, batch=bid, nbytes=payload)
         rt.timeline.record("pcie:d2h", "backup", start, end, batch=bid, nbytes=payload)
     for b in st.backups:
