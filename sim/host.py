@@ -32,7 +32,7 @@ Copy calls per op (mirrors :mod:`gpu_backend.io`), ``nl`` layers, R runs contigu
 both sides, H runs contiguous on the host, P pages:
 - direct, layer_first: 2 x R x nl;  direct, page_first: 2 x P x nl;
 - kernel as ``gather_dma``: layer_first 2 x H x nl; page_first 2 x H (all layers) or
-  2 x P x nl; plus one device gather/scatter;
+  2 x P (a page's layers are contiguous); plus one device gather/scatter;
 - kernel as ``sm_zero_copy`` (SGLang's kernel): one launch.
 """
 
@@ -75,7 +75,7 @@ def copy_calls(backend: str, mechanism: str, layout: str, src: Sequence[int],
     h = host_runs(host)
     if layout == "layer_first":
         return 2 * h * layers
-    return 2 * h if all_layers else 2 * len(src) * layers
+    return 2 * h if all_layers else 2 * len(src)
 
 
 class HostLane:
