@@ -15,11 +15,14 @@ loop differs (``calibrated.in_situ``):
 - ``sample_scale``: median of (loop LM head + sampling / hot);
 - ``setup_s``: median of (loop execute_batch - hot batch setup - its submits), added to
   the host's batch setup.
-From the same runs: ``scheduler_step_s`` (completion to next prepare) and ``handoff_s``
-(execute end to the first device op), as means (2 % trimmed): TTFT sums them, and both
-are thread wake-ups, which on a loaded box now and then wait a whole time slice of
-another process (3-5 ms here) -- the mean carries that expected cost, a median would not.
-Op times use medians: a lane runs its ops back to back, without waking up between them.
+From the same runs: ``scheduler_step_s`` (completion to next prepare, before a decode
+batch), ``admit_step_s`` (how much longer that gap is before a prefill batch: finishing
+the last request, admitting the next, matching its prefix) and ``handoff_s`` (execute end
+to the first device op), as medians, like every op time. All three are thread wake-ups,
+which on a loaded box now and then wait a whole time slice of another process (3-5 ms
+here); a mean would carry that cost into every predicted step, but how often it happens
+depends on the load at that moment, not on the runtime: the median is the runtime's
+figure, and the noise floor shows what the load adds.
 On a GPU the device-time factors come out near 1 and 0 (kernels do not run colder), the
 host ones may not. Invariant: every factor is a ratio or difference of two measurements
 of the same batch shape on this device.
@@ -37,14 +40,8 @@ from gpu_backend.sched_timing import SCENARIO, driver_gaps
 from gpu_backend.shapes import ModelShape
 
 
-def trimmed_mean(xs: list[float], cut: float = 0.02) -> float:
-    """Mean of ``xs`` without its lowest and highest ``cut`` fraction."""
-    if not xs:
-        return 0.0
-    s = sorted(xs)
-    k = int(len(s) * cut)
-    s = s[k:len(s) - k] or s
-    return sum(s) / len(s)
+def median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else 0.0
 
 
 @dataclass
@@ -88,17 +85,18 @@ def in_situ(shape: ModelShape, device: str, page_size: int, op_submit_s: float,
     d = {**SCENARIO, "cache": {**SCENARIO["cache"], "page_size": page_size}}
     batches: list[LoopBatch] = []
     gaps: list[float] = []
+    admits: list[float] = []
     hand: list[float] = []
     for _ in range(repeats):
         res = run_scenario(dict(d), device=device, shape=shape, name="in-situ")
         batches += loop_batches(res)
-        g, h = driver_gaps(res.timeline)
+        g, a, h = driver_gaps(res.timeline)
         gaps += g
+        admits += a
         hand += h
-    if len(batches) < 10 or len(gaps) < 10:
-        raise ValueError(f"in-situ calibration saw {len(batches)} batches and {len(gaps)} "
-                         f"gaps, need 10 of each")
-    cuda = device.startswith("cuda")
+    if len(batches) < 10 or len(gaps) < 10 or len(admits) < 5:
+        raise ValueError(f"in-situ calibration saw {len(batches)} batches, {len(gaps)} decode "
+                         f"and {len(admits)} prefill gaps, need 10, 10 and 5")
     biggest = max((len(b.slices), max(n + c for n, c in b.slices)) for b in batches)
     bench = ComputeBench(shape, device, page_size, [(biggest[0], biggest[1], 0)])
     scale, first, sample, setup = [], [], [], []
@@ -107,7 +105,7 @@ def in_situ(shape: ModelShape, device: str, page_size: int, op_submit_s: float,
         key = tuple(b.slices)
         if key not in hot:
             hot[key] = (bench.layer(b.slices), bench.embed(b.slices), bench.sample(b.slices),
-                        host_time(lambda s=b.slices: bench.index(s), cuda))
+                        host_time(lambda s=b.slices: bench.index(s), False))
         layer, embed, samp, setup_hot = hot[key]
         scale.append(b.layer_s / layer)
         sample.append(b.sample_s / samp)
@@ -119,5 +117,6 @@ def in_situ(shape: ModelShape, device: str, page_size: int, op_submit_s: float,
     return {"compute_scale": s, "first_op_s": max(0.0, statistics.median(first)),
             "sample_scale": statistics.median(sample),
             "setup_s": max(0.0, statistics.median(setup)), "batches": len(batches),
-            "scheduler_step_s": trimmed_mean(gaps), "handoff_s": trimmed_mean(hand),
-            "gaps": len(gaps)}
+            "scheduler_step_s": median(gaps),
+            "admit_step_s": max(0.0, median(admits) - median(gaps)),
+            "handoff_s": median(hand), "gaps": len(gaps) + len(admits)}

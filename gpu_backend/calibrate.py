@@ -101,14 +101,18 @@ def calibrate(shape: ModelShape, device: str = "cpu", page_size: int = 16,
     if scheduler:
         ins = in_situ(shape, device, page_size, host["op_submit_s"])
         prof["cpu"]["scheduler_step_s"] = ins.pop("scheduler_step_s")
+        prof["cpu"]["admit_step_s"] = ins.pop("admit_step_s")
         handoff = ins.pop("handoff_s")
         prof["cpu"]["handoff_s"] = handoff if not b.cuda else 0.0
         gaps = ins.pop("gaps")
         prof["calibrated"]["in_situ"] = ins
         src["cpu.scheduler_step_s"] = (
-            f"measured: mean (2% trimmed) of {gaps} gaps from a batch's completion to the "
-            f"next batch's prepare_batch (calibration scenario, {device}, {shape.name})")
-        src["cpu.handoff_s"] = ("measured: mean (2% trimmed) from execute_batch's end to the "
+            f"measured: median of the gaps from a batch's completion to the next "
+            f"decode batch's prepare_batch ({gaps} gaps timed, calibration scenario, "
+            f"{device}, {shape.name})")
+        src["cpu.admit_step_s"] = ("measured: how much longer the gap is before a prefill "
+                                   "batch (finish, admit, prefix match)")
+        src["cpu.handoff_s"] = ("measured: median from execute_batch's end to the "
                                 "batch's first device-lane op (0 on CUDA)")
     src["cpu.device_waits_for_host"] = "CPU lanes are threads under one GIL; CUDA: false"
     for k in ("pcie.h2d_bytes_per_s", "pcie.d2h_bytes_per_s", "pcie.bidirectional_bytes_per_s",

@@ -5,7 +5,8 @@ in flight) is what :mod:`gpu_backend.calib_insitu` runs. The simulator models th
 calls themselves (its ``cpu`` lane, :mod:`sim.host`) and charges ``cpu.scheduler_step_s``
 before a step's batches reach the runtime, so that figure is what separates a batch's
 completion from the next batch's ``prepare_batch`` on the driver thread: waking up, the
-scheduler's step, the loop. ``cpu.handoff_s`` separates execute_batch's end from the
+scheduler's step, the loop; a step that admits requests costs ``cpu.admit_step_s`` more.
+``cpu.handoff_s`` separates execute_batch's end from the
 batch's first device-lane op: on CPU the lanes' worker threads wait for the driver thread
 to block (the GIL); on CUDA about 0.
 """
@@ -28,26 +29,36 @@ SCENARIO: dict[str, Any] = {
 }
 
 
-def driver_gaps(timeline: Any) -> tuple[list[float], list[float]]:
-    """(completion -> next prepare, execute end -> first device op) per batch, from one
-    run's timeline rows (batches in id order; a next batch that was prepared before the
-    previous one completed is skipped: its gap is not the driver's)."""
+def driver_gaps(timeline: Any) -> tuple[list[float], list[float], list[float]]:
+    """(completion -> next prepare before a decode batch, the same before a prefill batch,
+    execute end -> first device op) per batch, from one run's timeline rows (batches in
+    id order; a next batch that was prepared before the previous one completed is skipped:
+    its gap is not the driver's). A step that admits requests (its batch prefills) does
+    more scheduler work than one that only decodes."""
     first: dict[int, float] = {}
     end: dict[int, float] = {}
     prep: dict[int, float] = {}
     exe: dict[int, float] = {}
+    prefill: set[int] = set()
     for r in timeline.rows:
         if r.batch < 0:
             continue
         if r.lane == "cpu":
-            (prep if r.op == "prepare" else exe)[r.batch] = r.start if r.op == "prepare" \
-                else r.end
+            if r.op == "prepare":
+                prep[r.batch] = r.start
+            else:
+                exe[r.batch] = r.end
         elif r.lane in ("compute", "h2d"):
             first[r.batch] = min(first.get(r.batch, r.start), r.start)
             if r.lane == "compute":
                 end[r.batch] = max(end.get(r.batch, r.end), r.end)
+                if r.op == "prefill":
+                    prefill.add(r.batch)
     ids = sorted(b for b in end if b in prep)
-    gaps = [prep[b] - end[a] for a, b in zip(ids, ids[1:], strict=False)
-            if prep[b] >= end[a]]
+    dec: list[float] = []
+    pre: list[float] = []
+    for a, b in zip(ids, ids[1:], strict=False):
+        if prep[b] >= end[a]:
+            (pre if b in prefill else dec).append(prep[b] - end[a])
     hand = [first[b] - exe[b] for b in ids if b in exe and first[b] >= exe[b]]
-    return gaps, hand
+    return dec, pre, hand

@@ -19,7 +19,9 @@ so what a real engine's scheduler thread does without CUDA graphs::
   a time (:meth:`HostLane.acquire`: the lanes' Python between torch calls holds the GIL,
   so small ops on different lanes serialize in the order they became ready);
 - the scheduler's own step (``scheduler_step_s``, charged by ``sim.driver`` through
-  :meth:`HostLane.run`) is driver-thread time too, so it queues on this lane.
+  :meth:`HostLane.run`) is driver-thread time too, so it queues on this lane; a batch
+  that prefills adds ``admit_step_s`` of scheduler work (admission, prefix match) just
+  before its prepare.
 Issue is pipelined with the copy engine: the engine moves call k while the host issues
 call k+1, so a copy ends no earlier than its last call's issue plus one call's transfer
 (:mod:`sim.copy_engine`). Datasheet profiles measure none of this: the lane is inactive
@@ -93,9 +95,10 @@ class HostLane:
         self.pipelined = "pipelined_issue" not in ab
         self.legacy_calls = "copy_calls" in ab
         self.exclusive = on and h.device_waits_for_host
+        self.admit = h.admit_step_s if on and "scheduler_step" not in ab else 0.0
         self.handoff = h.handoff_s if on else 0.0
         self.active = on and (self.submit > 0 or self.gap > 0 or self.launch > 0
-                              or self.issue > 0 or self.exclusive
+                              or self.issue > 0 or self.exclusive or self.admit > 0
                               or cost.setup_fit is not None or cost.prepare_fit is not None)
         self.stream = Stream(env, "cpu")
         self.interpreter = simpy.Resource(env, capacity=1) if self.exclusive else None
@@ -127,19 +130,25 @@ class HostLane:
         elif self.gap:
             yield self.env.timeout(self.gap)
 
-    def prepare(self, st: BatchState, requests: int, load_calls: Sequence[int]) -> None:
-        """Queue prepare_batch's host work; ``st.load_issued[g]`` fires when load op g's
-        first call is issued (``st.load_issue_end[g]``: when its last one is)."""
+    def prepare(self, st: BatchState, requests: int, load_calls: Sequence[int],
+                admits: bool = False) -> None:
+        """Queue prepare_batch's host work (after the scheduler's admission work when the
+        batch ``admits``); ``st.load_issued[g]`` fires when load op g's first call is
+        issued (``st.load_issue_end[g]``: when its last one is)."""
         st.load_issued = [self.env.event() for _ in load_calls]
         st.load_issue_end = [0.0] * len(load_calls)
         if not self.active:
             for ev in st.load_issued:
                 ev.succeed()
             return
-        self.stream.submit(lambda: self._prepare(st, requests, load_calls))
+        self.stream.submit(lambda: self._prepare(st, requests, load_calls, admits))
 
-    def _prepare(self, st: BatchState, requests: int, load_calls: Sequence[int]) -> Proc:
-        env, t0 = self.env, self.env.now
+    def _prepare(self, st: BatchState, requests: int, load_calls: Sequence[int],
+                 admits: bool) -> Proc:
+        env = self.env
+        if admits and self.admit:
+            yield env.timeout(self.admit)
+        t0 = env.now
         yield env.timeout(self.cost.prepare_time(requests))
         for g, calls in enumerate(load_calls):
             first = self.issue if self.pipelined else calls * self.issue

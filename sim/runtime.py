@@ -146,7 +146,8 @@ class SimRuntime:
         st.finished = tuple(s.rid for s in plan.slices if s.finishes)
         st.load_groups = self._load_groups(loads)
         self.host_lane.prepare(st, len(plan.slices),
-                               [g.calls if g.nbytes else 0 for g in st.load_groups])
+                               [g.calls if g.nbytes else 0 for g in st.load_groups],
+                               admits=bool(st.prefills))
         if loads:
             self._start_loads(st)
         for b in plan.backups:

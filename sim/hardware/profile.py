@@ -63,7 +63,8 @@ class HostSpec:
     queued ops; ``layer_launch_s``: issue one layer's kernels; ``copy_issue_s``: issue one
     copy call (cudaMemcpyAsync); ``device_waits_for_host``: device lanes start an op only
     while the driver thread is idle (the torch runtime on CPU: lane threads under one
-    GIL), ``handoff_s`` after it went idle."""
+    GIL), ``handoff_s`` after it went idle; ``admit_step_s``: the scheduler's extra time in
+    a step that admits requests (a prefill batch), beyond ``scheduler_step_s``."""
 
     op_submit_s: float = 0.0
     op_gap_s: float = 0.0
@@ -71,6 +72,7 @@ class HostSpec:
     copy_issue_s: float = 0.0
     handoff_s: float = 0.0
     device_waits_for_host: bool = False
+    admit_step_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +226,8 @@ def _host_spec(cpu: Section) -> HostSpec:
     if not isinstance(waits, bool):
         raise ValueError(f"{cpu.origin}: key 'cpu.device_waits_for_host' must be true or false")
     return HostSpec(*(cpu.num(k, 0.0) for k in (
-        "op_submit_s", "op_gap_s", "layer_launch_s", "copy_issue_s", "handoff_s")), waits)
+        "op_submit_s", "op_gap_s", "layer_launch_s", "copy_issue_s", "handoff_s")), waits,
+        cpu.num("admit_step_s", 0.0))
 
 
 def _shape(s: Section) -> tuple[tuple[str, Any], ...]:
