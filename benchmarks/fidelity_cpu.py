@@ -1,16 +1,17 @@
 """Predicted vs measured on CPU, every day: calibrate, measure held-out scenarios, predict.
 
-    python benchmarks/fidelity_cpu.py [--json] [--repeats 3] [--no-ablation] [--out DIR]
+    python benchmarks/fidelity_cpu.py [--json] [--repeats 5] [--no-ablation] [--out DIR]
 
 One process, back to back so the box's load affects calibration and measurement alike:
-calibrate this CPU (tiny shape, one torch thread), run each scenario ``--repeats`` times on
-the torch runtime (the reference is the per-item median; the runs against each other give
-the noise floor), predict them with the simulator and score. The held-out scenarios
-(``scenarios/validation/cpu_{docs_overlap,decode_batch,prefill_mix}.yaml``: other batch
-sizes, contexts, prompt mixes, overlap on in one) differ from the calibration grid and the
-calibration scenario; ``cpu_loop`` is close to the calibration scenario and is reported
-apart. Then the ablation table: each modelled effect switched off in turn (simulation only,
-same measurements); an effect earns its place when the error grows without it.
+calibrate this CPU (tiny shape, one torch thread), run each scenario ``--repeats`` times
+(5) on the torch runtime, round the scenarios (the reference is the per-item median; the
+runs against each other give the noise floor), predict them with the simulator and score.
+The held-out scenarios (``scenarios/validation/cpu_{docs_overlap,decode_batch,
+prefill_mix}.yaml``: other batch sizes, contexts, prompt mixes, overlap on in one) differ
+from the calibration grid and the calibration scenario; ``cpu_loop`` is close to the
+calibration scenario and is reported apart. Then the ablation table: each modelled effect
+switched off in turn (simulation only, same measurements); an effect earns its place when
+the error grows without it.
 
 Targets (issue 7): step median |error| <= 15 %, TTFT per-request median |error| <= 20 %
 on the held-out scenarios, decisions equal. Timing on a shared 2-core box is noisy: the
@@ -139,7 +140,7 @@ def report(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-ablation", action="store_true")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "fidelity_cpu")
     args = ap.parse_args(argv)

@@ -11,8 +11,9 @@ A measured folder is an artifact a user keeps and re-predicts anywhere
     DIR/<scenario>/run<k>/timeline.parquet, requests.parquet, decisions.json, run.json
 
 Invariant: each file is written as soon as its step finishes and the manifest is rewritten
-after every run, so a killed measurement leaves every finished run readable. Two runs per
-scenario (``--repeats 2``, the default) give the noise floor.
+after every run, so a killed measurement leaves every finished run readable. Several runs
+per scenario (``--repeats``, default 3, taken round the scenarios) give a median reference
+and the noise floor.
 """
 
 from __future__ import annotations
@@ -126,7 +127,10 @@ def save_run(res: Any, folder: Path) -> dict[str, Any]:
     tl["start"] -= res.t0
     tl["end"] -= res.t0
     write_timeline_parquet(tl, folder / "timeline.parquet")
-    write_requests_parquet(requests_frame(res.records), folder / "requests.parquet")
+    req = requests_frame(res.records)
+    for col in ("arrival", "admitted", "first_token", "finish"):  # the timeline's zero
+        req[col] -= res.t0
+    write_requests_parquet(req, folder / "requests.parquet")
     _write_json(folder / "decisions.json", [list(d) for d in res.decisions])
     info = {"wall_s": res.wall_time, "requests": res.requests,
             "finished": sum(1 for r in res.records if r.get("finish") is not None),
@@ -215,9 +219,13 @@ def measure(scenarios: list[tuple[str, dict, str, str]], device: str, out: Path,
         m.manifest["profile"] = "profile.yaml"
         log(f"measure: calibrated {device} ({shape.name}) in {time.perf_counter() - t:.1f} s")
     m.save()
-    for name, body, source, variant in scenarios:
-        folder, entry = m.add_scenario(name, body, source, variant)
-        for k in range(repeats):
+    # runs go round the scenarios (s1 r0, s2 r0, ..., s1 r1, ...): a burst of load from
+    # another process then spoils one run of several scenarios, which the per-item median
+    # over runs removes, rather than every run of one scenario
+    added = [(m.add_scenario(name, body, source, variant), body, source, variant)
+             for name, body, source, variant in scenarios]
+    for k in range(repeats):
+        for (folder, entry), body, source, variant in added:
             t = time.perf_counter()
             res = run_scenario(dict(body), device=device, shape=shape, name=variant,
                                source=source, torch_trace=torch_trace if k == 0 else None)
@@ -225,13 +233,13 @@ def measure(scenarios: list[tuple[str, dict, str, str]], device: str, out: Path,
             entry["runs"].append(f"run{k}")
             m.save()
             lost = info["requests"] - info["finished"]
-            log(f"measure: {name} run{k}: {info['requests']} requests, "
+            log(f"measure: {entry['dir']} run{k}: {info['requests']} requests, "
                 f"{res.wall_time:.2f} s measured, {time.perf_counter() - t:.1f} s wall"
                 + (f", {lost} NOT FINISHED" if lost else ""))
             if lost:
-                raise RuntimeError(f"measure: {name} run{k}: {lost} of {info['requests']} "
-                                   f"requests did not finish; the run is saved in "
-                                   f"{folder / f'run{k}'}")
+                raise RuntimeError(f"measure: {entry['dir']} run{k}: {lost} of "
+                                   f"{info['requests']} requests did not finish; the run is "
+                                   f"saved in {folder / f'run{k}'}")
     _write_json(out / "environment.json", {**environment(device), "finished": True})
     return out
 
