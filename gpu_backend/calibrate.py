@@ -58,7 +58,7 @@ def calibrate(shape: ModelShape, device: str = "cpu", page_size: int = 16,
     quick = (not device.startswith("cuda")) if quick is None else quick
     grid = "quick" if quick else "full"
     counts = [1, 4, 16, 64] if quick else [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
-    b = CopyBench(shape, device, page_size, pages=2 * max(counts) + 8)
+    b = CopyBench(shape, device, page_size, pages=max(counts) + 16)
     prof = copy.deepcopy(BASE)
     src: dict[str, str] = {}
     where = f"measured by gpu_backend.calibrate on {device} ({shape.name})"
