@@ -10,7 +10,8 @@
 #                                                 #   unimportable for the measure half
 #
 # Measure half (needs torch, pandas, pyarrow, matplotlib, pyyaml, pytest; no simpy, no
-# registry): GPU tests, calibration of Llama-3-8B, then the three scenarios of
+# registry): GPU tests, calibration of the scenarios' model (Llama-3-8B with its 128K-token
+# LM head), then the three scenarios of
 # scenarios/validation/gpu_*.yaml (transfer_bound, compute_bound, layerwise), two runs each.
 # Every step has its own time limit (they add to TOTAL_S = 285 s < 5 min on one H200) and
 # is packed into $OUT/gpu_check.tgz as soon as it finishes, so a kill leaves what was
@@ -114,7 +115,7 @@ if [[ "$MODE" == dry ]]; then
   "${MPY[@]}" -c "import simpy" 2>/dev/null && die "the simpy blocker does not work"
 else
   TOTAL_S=${TOTAL_S:-285}
-  DEVICE=cuda; MODEL=(--model llama-3-8b)
+  DEVICE=cuda; MODEL=(--model "$DEST/scenarios/model.yaml")  # the scenarios' model
 fi
 missing=$("${MPY[@]}" -c "
 import importlib.util as u
@@ -140,6 +141,7 @@ for name in names:
         if k in w:
             w[k] = [n(v) for v in w[k]] if isinstance(w[k], list) else n(w[k])
     yaml.safe_dump(d, open(f"{out}/{name}.yaml", "w"), sort_keys=False)
+    yaml.safe_dump(d["model"], open(f"{out}/model.yaml", "w"), sort_keys=False)
 print("scenarios:", ", ".join(names), "(scaled 1/16)" if dry else "")
 EOF
 
