@@ -100,6 +100,14 @@ class CopyBench:
             rows.append([n * self.page_bytes, t])
         return rows
 
+    def device_copy_rate(self) -> float:
+        """Bytes/s of a device-to-device copy (read + write counted), the bandwidth a
+        gather/scatter through a staging buffer gets: HBM on a GPU, DRAM on a CPU."""
+        n = (256 << 20) if self.cuda else (32 << 20)
+        src = torch.empty(n // 2, dtype=torch.uint8, device=self.device)
+        dst = torch.empty_like(src)
+        return n / time_op(lambda: dst.copy_(src), self.cuda)
+
     def issue_per_call(self, n: int = 8) -> float:
         """Host seconds per copy call the driver thread issues (CUDA: cudaMemcpyAsync;
         CPU: 0, the lane's worker thread issues and moves in one go)."""

@@ -77,6 +77,7 @@ def calibrate(shape: ModelShape, device: str = "cpu", page_size: int = 16,
     # torch cannot build SGLang's zero-copy SM kernel: its "kernel" backend gathers on the
     # device and moves the staging buffer by DMA; the profile names that mechanism
     prof["io_kernel"].update({"bytes_per_s": rate["h2d/kernel"], "mechanism": "gather_dma"})
+    prof["gpu"]["hbm_bytes_per_s"] = b.device_copy_rate()
     compute = measure_compute(shape, device, page_size, grid)
     # the profile models a fractional slowdown (< 1); CPU threads under the GIL can measure
     # more than that, which means "copies and compute do not overlap": cap it at 0.95
@@ -115,6 +116,7 @@ def calibrate(shape: ModelShape, device: str = "cpu", page_size: int = 16,
         src["cpu.handoff_s"] = ("measured: median from execute_batch's end to the "
                                 "batch's first device-lane op (0 on CUDA)")
     src["cpu.device_waits_for_host"] = "CPU lanes are threads under one GIL; CUDA: false"
+    src["gpu.hbm_bytes_per_s"] = where + ": a device-to-device copy, read + write"
     for k in ("pcie.h2d_bytes_per_s", "pcie.d2h_bytes_per_s", "pcie.bidirectional_bytes_per_s",
               "pcie.call_overhead_s", "pcie.half_efficiency_bytes", "io_kernel.bytes_per_s",
               "io_kernel.compute_slowdown", "cpu.op_submit_s", "cpu.op_gap_s",

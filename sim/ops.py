@@ -30,19 +30,15 @@ def load_op(rt: SimRuntime, st: BatchState) -> Proc:
     layers): each starts once the host issued its first call, then fires its layers'
     events."""
     bid = st.plan.batch_id
+    slot = None
     for g, group in enumerate(st.load_groups):
         if group.nbytes:
-            yield st.load_issued[g]
-            yield from rt.host_lane.before_device_op()
-            slot = rt.host_lane.acquire()
-            if slot is not None:
-                yield slot
+            slot = yield from _start(rt, [st.load_issued[g]], slot)
             t0 = rt.env.now
             layer = group.layers.start if len(group.layers) == 1 else -1
             start, end = yield from rt.copies.copy(
                 "h2d", group.nbytes, group.calls, op="load", batch=bid, layer=layer,
                 issue_end=st.load_issue_end[g])
-            rt.host_lane.release(slot)
             rt.timeline.record("h2d", "load", t0, end, batch=bid, layer=layer,
                                nbytes=group.nbytes)
             rt.timeline.record("pcie:h2d", "load", start, end, batch=bid, layer=layer,
@@ -50,24 +46,40 @@ def load_op(rt: SimRuntime, st: BatchState) -> Proc:
         assert st.layer_events is not None
         for i in group.layers:
             st.layer_events[i].succeed()
+    rt.host_lane.release(slot)
 
 
-def _op(rt: SimRuntime, st: BatchState, i: int, seconds: float, op: str,
-        layer: int = -1) -> Proc:
-    """One compute-lane op: after its launch and the lane's hand-off gap, ``seconds`` of
-    compute (slowed while copy kernels hold SMs), one timeline row."""
-    env = rt.env
-    if st.launched is not None:
-        yield st.launched[i]
+def _start(rt: SimRuntime, waits: list[simpy.Event], slot: simpy.Event | None
+           ) -> Generator[simpy.Event, Any, simpy.Event | None]:
+    """Wait until a device-lane op may start: its events, then the host (sim.host). A lane
+    that holds the one-at-a-time slot (CPU runtime: the GIL) keeps it for its next op when
+    that op is ready at once, as a running thread keeps the GIL; else it lets it go."""
+    if slot is not None and all(e.processed for e in waits):
+        if rt.host_lane.gap:
+            yield rt.env.timeout(rt.host_lane.gap)
+        return slot
+    rt.host_lane.release(slot)
+    for e in waits:
+        if not e.processed:
+            yield e
     yield from rt.host_lane.before_device_op()
     slot = rt.host_lane.acquire()
     if slot is not None:
         yield slot
+    return slot
+
+
+def _op(rt: SimRuntime, st: BatchState, waits: list[simpy.Event], seconds: float, op: str,
+        layer: int, slot: simpy.Event | None
+        ) -> Generator[simpy.Event, Any, tuple[float, simpy.Event | None]]:
+    """One compute-lane op: once it may start (:func:`_start`), ``seconds`` of compute
+    (slowed while copy kernels hold SMs), one timeline row. Returns (start, slot)."""
+    env = rt.env
+    slot = yield from _start(rt, waits, slot)
     t0 = env.now
     yield rt.fluid.submit(FluidJob(seconds, "compute"))
-    rt.host_lane.release(slot)
     rt.timeline.record("compute", op, t0, env.now, batch=st.plan.batch_id, layer=layer)
-    return t0
+    return t0, slot
 
 
 def compute_op(rt: SimRuntime, st: BatchState) -> Proc:
@@ -84,6 +96,7 @@ def compute_op(rt: SimRuntime, st: BatchState) -> Proc:
                      or st.launched is not None)
         if st.loads_done is not None and not rt.layerwise:
             yield st.loads_done  # layerwise=False: every load lands before layer 0
+        slot = None
         if not per_layer:
             t0 = env.now
             yield rt.fluid.submit(FluidJob(sum(times), "compute"))
@@ -91,13 +104,16 @@ def compute_op(rt: SimRuntime, st: BatchState) -> Proc:
             start = t0
         else:
             for layer, t in enumerate(times):
+                waits = [] if st.launched is None else [st.launched[layer]]
                 if st.layer_events is not None and rt.layerwise:
-                    yield st.layer_events[layer]
-                t0 = yield from _op(rt, st, layer, t, op, layer)
+                    waits.append(st.layer_events[layer])
+                t0, slot = yield from _op(rt, st, waits, t, op, layer, slot)
                 start = t0 if layer == 0 else start
         sample = rt.cost.sample_time(len(st.prefills) + len(st.decodes))
         if sample > 0 or st.launched is not None:
-            yield from _op(rt, st, len(times), sample, "sample")
+            waits = [] if st.launched is None else [st.launched[len(times)]]
+            _, slot = yield from _op(rt, st, waits, sample, "sample", -1, slot)
+        rt.host_lane.release(slot)
     elif st.loads_done is not None:
         yield st.loads_done  # a plan without slices still completes after its loads
     if st.generation == rt.generation:
@@ -108,10 +124,7 @@ def backup_op(rt: SimRuntime, st: BatchState) -> Proc:
     """One all-layer D2H copy for all of the batch's backups (after its compute)."""
     payload = sum(b.dst.num_pages * rt.bytes_per_page[b.intent.src.pool] for b in st.backups)
     calls = rt.backup_calls(st)
-    yield from rt.host_lane.before_device_op()
-    slot = rt.host_lane.acquire()
-    if slot is not None:
-        yield slot
+    slot = yield from _start(rt, [], None)
     t0 = rt.env.now
     if payload:
         bid = st.plan.batch_id
