@@ -11,7 +11,7 @@ messages and time. Replicas have their own L1/L2 (runtime + scheduler) and may s
 from __future__ import annotations
 
 import heapq
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,14 +164,22 @@ class Router:
 
 
 def simulate(d: dict, *, name: str = "run", source: str = "<scenario>",
-             progress: bool | None = None) -> SimResult:
+             progress: bool | Callable[[int, int, float], None] | None = None) -> SimResult:
+    """Run one (expanded) scenario. ``progress``: a callable ``(done, issued, sim_now)``
+    called after each finished request, True for the console's (:mod:`sim.progress`),
+    False for none, None to follow the scenario's ``run.progress``."""
     env = simpy.Environment()
     replicas, cache = build(env, d, source)
     workload = make_workload(d["workload"], int(d.get("seed", 0)))
     router = Router(d.get("router", "round_robin"), replicas, cache.page_size)
     run = dict(d.get("run") or {})
     show = run.get("progress", False) if progress is None else progress
-    feed = _Feed(env, workload, router, len(replicas), show)
+    bar = None
+    if show is True:
+        from sim.progress import Progress, expected_requests
+
+        show = bar = Progress(name, expected_requests(d.get("workload")))
+    feed = _Feed(env, workload, router, len(replicas), show or None)
     env.process(feed.route())
     for i, rep in enumerate(replicas):
         env.process(_replica(env, i, rep, feed))
@@ -180,8 +188,8 @@ def simulate(d: dict, *, name: str = "run", source: str = "<scenario>",
     records = [r for rep in replicas for r in rep.scheduler.records()]
     records.sort(key=lambda r: r["rid"])
     decisions = [(i, *dec) for i, rep in enumerate(replicas) for dec in rep.scheduler.decisions]
-    if show:
-        print(file=sys.stderr)
+    if bar is not None:
+        bar.close()
     return SimResult(name, replicas, records, decisions, env.now, feed.issued)
 
 
@@ -189,7 +197,7 @@ class _Feed:
     """Arrivals in time order, routed into per-replica inboxes (the simulated frontend)."""
 
     def __init__(self, env: simpy.Environment, workload: Any, router: Router, n: int,
-                 show: bool) -> None:
+                 show: Callable[[int, int, float], None] | None) -> None:
         self.env, self.workload, self.router, self.show = env, workload, router, show
         self.pending: list[tuple[float, int, Request]] = []
         self.inbox: list[list[Request]] = [[] for _ in range(n)]
@@ -208,9 +216,8 @@ class _Feed:
     def finished(self, rid: int, now: float) -> None:
         self.done += 1
         self.push(self.workload.on_finished(rid, now))
-        if self.show and self.done % 50 == 0:
-            print(f"\r  t={now:9.2f}s  requests {self.done}/{self.issued}", end="",
-                  file=sys.stderr)
+        if self.show is not None:
+            self.show(self.done, self.issued, now)
 
     def route(self):  # noqa: ANN201 - a simpy process
         env = self.env
