@@ -8,14 +8,30 @@ from __future__ import annotations
 
 import argparse
 
+from hicache.cli_common import HelpFormatter
+from hicache.units import size_arg
+
+DESCRIPTION = """\
+Measure this machine into a hardware profile the simulator can load in place of a
+datasheet one: copies per size and io backend (both directions alone and at once, per
+call), compute per layer (prefill by tokens, decode by batch), compute slowdown under
+copies, and the scheduler's step time. Prints the measured figures and sanity checks.
+
+examples:
+  hicache-lab calibrate --device cpu --out results/cpu_profile.yaml
+  hicache-lab calibrate --model llama-3-8b --out results/h100_profile.yaml
+"""
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=("cuda", "cpu"), default=None,
                    help="default: cuda when available")
     p.add_argument("--model", help="model preset: a name in scenarios/models/ or a YAML path "
                                    "(default: the tiny test shape)")
-    p.add_argument("--page-size", type=int, default=16)
-    p.add_argument("--name", default=None)
+    p.add_argument("--page-size", type=size_arg(1), default=16,
+                   help="tokens per page of the copies measured (default 16)")
+    p.add_argument("--name", default=None,
+                   help="the profile's name (default: calibrated-<device>)")
     p.add_argument("--out", help="write the profile YAML here (default: stdout)")
     p.add_argument("--no-scheduler", action="store_true",
                    help="keep the default cpu.scheduler_step_s (skip the short driver run)")
@@ -23,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("calibrate", help="microbenchmark copies and compute into a profile",
-                       description=__doc__)
+                       description=DESCRIPTION, formatter_class=HelpFormatter)
     add_arguments(p)
     p.set_defaults(func=run)
 
@@ -32,4 +48,13 @@ def run(args: argparse.Namespace) -> int:
     from gpu_backend.calibrate import run_args
 
     run_args(args)
+    if args.out:  # with no --out the profile itself went to stdout: keep stdout clean
+        import yaml
+
+        from hicache.report.profile_summary import format_profile_summary
+
+        with open(args.out) as f:
+            text, _ = format_profile_summary(yaml.safe_load(f))
+        print(text)
+        print(f"-> {args.out}")
     return 0

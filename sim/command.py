@@ -129,6 +129,10 @@ def run(args: argparse.Namespace) -> int:
     source = scenario_source(args)
     variants = select_variants(d, args.variant, source)
     check_variants(variants, source)
+    if args.baseline:  # a missing, malformed or other scenario's baseline fails now
+        from sim.baseline import read_baseline
+
+        read_baseline(args.baseline, d["name"])
     out = args.out or Path("results") / safe_name(d["name"])
     options = ReportOptions(plots=not args.no_plots, trace=not args.no_trace,
                             trace_window=args.trace_window)

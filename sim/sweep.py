@@ -232,12 +232,15 @@ def run_sweep(d: Mapping[str, Any], grid: Mapping[str, Sequence[Any]], *,
               source: str = "<scenario>", log: TextIO | bool | None = True,
               seeds: Sequence[int] | None = None, executor: str = "serial",
               store: PointStore | None = None, address: str | None = None,
-              timings: dict[int, float] | None = None) -> pd.DataFrame:
+              timings: dict[int, float] | None = None,
+              tasks: Sequence[Task] | None = None) -> pd.DataFrame:
     """One row per point x variant x seed (see :func:`tasks_for`, :func:`sweep_table`).
     ``log``: a stream for one line per finished run, True for ``sys.stderr``, None/False
-    for none. ``executor``: serial (this process), local (processes) or ray."""
+    for none. ``executor``: serial (this process), local (processes) or ray. ``tasks``:
+    from :func:`tasks_for` when the caller checked the grid already."""
     log = sys.stderr if log is True else (log or None)
-    tasks = tasks_for(d, grid, variants=variants, seeds=seeds, source=source)
+    if tasks is None:
+        tasks = tasks_for(d, grid, variants=variants, seeds=seeds, source=source)
     shown = target.metric if target else "ttft_p90_s"
 
     def report(task: Task, row: dict, wall: float, done: int, total: int) -> None:

@@ -108,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
         parse_grid,
         parse_target,
         run_sweep,
+        tasks_for,
     )
     from sim.sweep_exec import PointStore
 
@@ -115,12 +116,14 @@ def run(args: argparse.Namespace) -> int:
     target = parse_target(args.target) if args.target else None
     d = load_scenario_arg(args.scenario, args.overrides)
     spec = {"scenario": d, "grid": grid, "variants": args.variant, "seeds": args.seeds}
+    tasks = tasks_for(d, grid, variants=args.variant, seeds=args.seeds,
+                      source=str(args.scenario))  # every point checked before --out exists
     out: Path = args.out
     _open_folder(out, spec, resume=args.resume, overwrite=args.overwrite)
     timings: dict[int, float] = {}
     df = run_sweep(d, grid, variants=args.variant, target=target, source=str(args.scenario),
                    seeds=args.seeds, executor=args.executor, address=args.address,
-                   store=PointStore(out), timings=timings)
+                   store=PointStore(out), timings=timings, tasks=tasks)
     with open(out / "timings.csv", "a") as f:  # appended across --resume
         f.writelines(f"{i},{wall:.3f}\n" for i, wall in sorted(timings.items()))
     write_table(df, out / "sweep.parquet")

@@ -13,15 +13,30 @@ import argparse
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas loads when the command runs: --help must start fast
+    import pandas as pd
 
-from hicache.report.compare import format_table
+
+DESCRIPTION = """\
+Run one variant of a scenario on the real torch runtime (CUDA streams, or one worker thread
+per stream on CPU) and in the simulator with the given hardware profile, then compare them
+batch by batch: step times, TTFT, the fraction of loads hidden behind compute, and whether
+both made the same decisions. Writes comparison.json/.csv, steps.csv, both timelines and
+overlay.png into --out.
+
+example:
+  hicache-lab validate scenarios/validation/cpu_loop.yaml --profile results/cpu.yaml \\
+      --device cpu --out results/validate
+"""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from hicache.cli_common import HelpFormatter
+
     p = sub.add_parser("validate", help="compare the simulator's prediction with a torch run",
-                       description=__doc__)
+                       description=DESCRIPTION, formatter_class=HelpFormatter)
     p.add_argument("scenario", type=Path)
     p.add_argument("--profile", type=Path, required=True, help="hardware profile YAML")
     p.add_argument("--device", choices=("cuda", "cpu"), default=None,
@@ -65,6 +80,8 @@ def _clean(x):
 
 def headline(cmp: dict) -> pd.DataFrame:
     """The printed table: quantity x (predicted, measured, rel_error)."""
+    import pandas as pd
+
     st, lh = cmp["step_time"], cmp["load_hidden_fraction"]
     rows = {
         "step_time_median_s": (st["predicted_median_s"], st["measured_median_s"],
@@ -119,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
                  torch_trace=args.torch_trace)
     out = args.out or Path("results") / "validate" / str(d["name"])
     write(v, out, {"scenario": str(args.scenario), "name": d["name"], "variant": name})
+    from hicache.report.compare import format_table
+
     print(format_table(headline(v.comparison), units=False))
     print(f"-> {out}")
     return 0

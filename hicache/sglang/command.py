@@ -10,8 +10,8 @@ from hicache.units import size_arg
 
 def add_sglang_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
-        "SGLang in", "simulate your own SGLang server: its cache and scheduler flags become "
-        "the scenario (the SCENARIO file, if given, supplies workload and hardware)")
+        "SGLang in", "simulate your own SGLang server: its cache and scheduler flags\n"
+        "become the scenario; SCENARIO, if given, supplies workload and hardware")
     g.add_argument("--from-sglang", metavar="COMMAND|FILE", default=None,
                    help="an SGLang launch command in quotes, or a file holding one, a JSON/"
                         "YAML server_args dump or the ServerArgs(...) line SGLang logs")
