@@ -45,6 +45,9 @@ REFUSED = {
 }
 
 
+_OFF = ("false", "0", "1", "none", "")  # a flag left off (or pp/dp size 1)
+
+
 class MappingError(ValueError):
     """A server arg we cannot honour; the message names the flag."""
 
@@ -119,7 +122,8 @@ def _extra_config(raw: Any) -> dict[str, Any]:
 def map_server_args(fields: Mapping[str, Any]) -> Mapped:
     """The cache / scheduler keys and counts the server args set (see module docstring)."""
     for name, why in REFUSED.items():
-        if name in fields and fields[name] not in (False, None, 1, "1", "false", "False"):
+        v = fields.get(name)
+        if v is True or (v not in (None, False) and str(v).lower() not in _OFF):
             raise MappingError(f"{flag(name)}: {why}")
     m = Mapped()
     c = m.cache
