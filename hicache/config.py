@@ -1,4 +1,4 @@
-"""HiCache configuration, named after SGLang's server flags (REFERENCE section 2).
+"""HiCache configuration, named after SGLang's server flags (docs/SOURCES.md §2).
 
 Invariant: a :class:`CacheConfig` that exists is valid. Every field is checked in
 ``__post_init__``; :meth:`CacheConfig.from_mapping` adds unknown-key detection (with a

@@ -1,6 +1,6 @@
 """Serving metrics from a requests frame and a timeline frame (see :mod:`frames`).
 
-Definitions (REFERENCE.md section 3):
+Definitions (docs/SOURCES.md §3):
 - hit rates are ``sum(cached) / sum(prompt)`` (never a mean of per-request ratios), split
   into device (L1), host (L2) and L3 by the same denominator;
 - TTFT percentiles use numpy's linear interpolation over finished-prefill requests;
