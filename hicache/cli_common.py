@@ -37,14 +37,29 @@ def add_output_args(p: argparse.ArgumentParser, default: str) -> None:
                    help="replace an existing output folder of a previous run")
 
 
+BUNDLED = Path(__file__).resolve().parents[1] / "scenarios"  # a checkout's scenarios
+
+
+def find_scenario(name_or_path: str | Path) -> Path:
+    """A scenario file: the path as given when it exists, else a bundled scenario by name
+    (``quick`` -> ``scenarios/quick.yaml`` of this checkout), else the path as given (its
+    loader then says it cannot be read)."""
+    path = Path(name_or_path)
+    if path.exists() or path.suffix or len(path.parts) != 1:
+        return path
+    bundled = BUNDLED / f"{path.name}.yaml"
+    return bundled if bundled.is_file() else path
+
+
 def load_scenario_arg(scenario: str | Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """The scenario a command runs, from a path (``--set`` overrides applied, validated).
+    """The scenario a command runs, from a path or a bundled name (``--set`` overrides
+    applied, validated).
 
     The one function that turns a SCENARIO argument into a scenario: switch it to the
-    typed loader (bundled names, package data) in one place."""
+    typed loader (package data) in one place."""
     from hicache.scenario import load_scenario
 
-    return load_scenario(scenario, overrides)
+    return load_scenario(find_scenario(scenario), overrides)
 
 
 def scenario_source(args: argparse.Namespace) -> str:
