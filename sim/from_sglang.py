@@ -93,8 +93,8 @@ def scenario_from_args(args: argparse.Namespace) -> dict[str, Any]:
     base = (load_scenario_arg(args.scenario) if args.scenario is not None
             else copy.deepcopy(DEFAULT_BASE))
     if base.pop("variants", None):
-        print(f"--from-sglang: the base scenario's variants are dropped; the server args "
-              f"define the one variant", file=sys.stderr)
+        print("--from-sglang: the base scenario's variants are dropped; the server args "
+              "define the one variant", file=sys.stderr)
     d = {**base, "name": f"{base['name']}-sglang" if args.scenario else "sglang"}
     if args.hardware:
         d["hardware"] = args.hardware
@@ -121,11 +121,11 @@ def scenario_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def _say(m: Mapped, cache: dict, model: Any) -> None:
     gib = cache["device_tokens"] * model.kv_bytes_per_token() / 2**30
+    tiers = "L1+L2" if cache.get("enable_hierarchical_cache") else "L1 only"
+    if cache.get("hicache_storage_backend"):
+        tiers += f" +L3 {cache['hicache_storage_backend']}"
     print(f"--from-sglang: L1 = {cache['device_tokens']:,} tokens ({gib:.1f} GiB of KV per "
-          f"rank), page {cache['page_size']}, "
-          f"{'L1+L2' if cache.get('enable_hierarchical_cache') else 'L1 only'}"
-          f"{' +L3 ' + cache['hicache_storage_backend'] if cache.get('hicache_storage_backend') else ''}",
-          file=sys.stderr)
+          f"rank), page {cache['page_size']}, {tiers}", file=sys.stderr)
     for a in m.assumed:
         print(f"--from-sglang: assumed {a}", file=sys.stderr)
     if m.ignored:

@@ -45,7 +45,8 @@ def count_hits(exists_per_batch: Iterable[Iterable[bool]]) -> int:
 
 
 def prefetch_timeout(hit_tokens: int, cfg: CacheConfig) -> float:
-    """``min(max, base + per_ki_token * hit_tokens / 1024)`` seconds (docs/SOURCES.md §2, timeout)."""
+    """``min(max, base + per_ki_token * hit_tokens / 1024)`` seconds (docs/SOURCES.md §2,
+    timeout)."""
     grown = cfg.prefetch_timeout_base + cfg.prefetch_timeout_per_ki_token * hit_tokens / 1024
     return min(cfg.prefetch_timeout_max, grown)
 

@@ -21,7 +21,8 @@ def _check(policy: str) -> None:
 
 
 def backup_threshold(policy: str) -> int | None:
-    """Hits that trigger backup: write_through 1, selective 2, write_back None (docs/SOURCES.md §2)."""
+    """Hits that trigger backup: write_through 1, selective 2, write_back None
+    (docs/SOURCES.md §2)."""
     _check(policy)
     return _THRESHOLDS[policy]
 

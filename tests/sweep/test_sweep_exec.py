@@ -7,10 +7,10 @@ import importlib.util
 
 import pandas as pd
 import pytest
+from test_sweep import TINY
 
 from sim.sweep import sweep_table, tasks_for
 from sim.sweep_exec import PointStore, Task, execute
-from test_sweep import TINY
 
 GRID = {"workload.num_clients": [2, 3]}
 
