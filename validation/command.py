@@ -134,7 +134,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"[{d['name']}/{name}] running on {device} and simulating ...", flush=True)
     v = validate(body, args.profile, device=device, name=name, source=str(args.scenario),
                  torch_trace=args.torch_trace)
-    out = args.out or Path("results") / "validate" / str(d["name"])
+    from hicache.report.outputs import safe_name
+
+    out = args.out or Path("results") / "validate" / safe_name(str(d["name"]))
     write(v, out, {"scenario": str(args.scenario), "name": d["name"], "variant": name})
     from hicache.report.compare import format_table
 

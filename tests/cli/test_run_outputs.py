@@ -207,3 +207,26 @@ def test_replay_names_the_capacity_it_used(tmp_path, capsys, size: str) -> None:
     out = capsys.readouterr().out
     expected = 4_000_000 if size != "4000Ki" else 4000 * 1024
     assert f"L1 capacity {expected:,} tokens" in out
+
+
+def test_a_real_sigint_exits_130_and_leaves_no_output(tmp_path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hicache.cli", "run", str(ROOT / "scenarios/multiturn_tiers.yaml"),
+         "--out", str(out), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, cwd=tmp_path)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # "[L1] simulating ..." (the run has begun)
+    assert "simulating" in line
+    time.sleep(0.5)
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []  # neither the run folder nor a partial one
