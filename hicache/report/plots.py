@@ -43,26 +43,37 @@ def _no_data(ax) -> None:
     ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
 
 
-def plot_hit_rate_by_round(frames_by_variant: dict[str, pd.DataFrame], path) -> Path:
-    """Hit rate (sum cached / sum prompt, %) per round, one line per variant. Each frame is a
-    requests frame or an already computed :func:`hit_rate_by_round` table."""
+def _rate_lines(curves: dict[str, tuple], path, *, title: str, xlabel: str,
+                integer_x: bool = False) -> Path:
+    """Hit rate [%] against ``x``, one line per variant (``{name: (x, rate)}``)."""
     fig, ax = _figure()
     drawn = False
-    for name, df in frames_by_variant.items():
-        by_round = df if "hit_rate" in df.columns else hit_rate_by_round(df)
-        if len(by_round):
-            ax.plot(by_round["round"], 100 * by_round["hit_rate"], marker="o", ms=3, label=name)
+    for name, (x, rate) in curves.items():
+        if len(x):
+            ax.plot(x, 100 * rate, marker="o", ms=3, label=name)
             drawn = True
-    from matplotlib.ticker import MaxNLocator
+    if integer_x:
+        from matplotlib.ticker import MaxNLocator
 
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set(title="Prefix-cache hit rate by round", xlabel="round",
-           ylabel="hit rate [% of prompt tokens]", ylim=(0, 100))  # fmt: skip
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set(title=title, xlabel=xlabel, ylabel="hit rate [% of prompt tokens]",
+           ylim=(0, 100))  # fmt: skip
     if drawn:
         ax.legend()
     else:
         _no_data(ax)
     return _save(fig, path)
+
+
+def plot_hit_rate_by_round(frames_by_variant: dict[str, pd.DataFrame], path) -> Path:
+    """Hit rate (sum cached / sum prompt, %) per round, one line per variant. Each frame is a
+    requests frame or an already computed :func:`hit_rate_by_round` table."""
+    curves = {}
+    for name, df in frames_by_variant.items():
+        by_round = df if "hit_rate" in df.columns else hit_rate_by_round(df)
+        curves[name] = (by_round["round"], by_round["hit_rate"])
+    return _rate_lines(curves, path, title="Prefix-cache hit rate by round", xlabel="round",
+                       integer_x=True)
 
 
 def has_rounds(requests_df: pd.DataFrame) -> bool:
@@ -93,21 +104,12 @@ def plot_hit_rate_over_time(requests_by_variant: dict[str, pd.DataFrame], path,
                             bins: int = 40) -> Path:
     """Hit rate of the requests arriving in each time bin, one line per variant (for
     workloads without rounds, such as traces)."""
-    fig, ax = _figure()
-    drawn = False
+    curves = {}
     for name, df in requests_by_variant.items():
         h = hit_rate_over_time(df, bins)
-        if len(h):
-            mid = (h["t_start"] + h["t_end"]) / 2
-            ax.plot(mid, 100 * h["hit_rate"], marker="o", ms=3, label=name)
-            drawn = True
-    ax.set(title="Prefix-cache hit rate over time (by arrival)", xlabel="arrival time [s]",
-           ylabel="hit rate [% of prompt tokens]", ylim=(0, 100))  # fmt: skip
-    if drawn:
-        ax.legend()
-    else:
-        _no_data(ax)
-    return _save(fig, path)
+        curves[name] = ((h["t_start"] + h["t_end"]) / 2, h["hit_rate"])
+    return _rate_lines(curves, path, title="Prefix-cache hit rate over time (by arrival)",
+                       xlabel="arrival time [s]")
 
 
 def plot_hit_rate(requests_by_variant: dict[str, pd.DataFrame], folder: Path) -> Path:

@@ -15,20 +15,18 @@ import yaml
 from hicache.cli import main
 from hicache.report.perfetto import chrome_trace
 from hicache.report.plots import _gantt_rows
+from hicache.scenario import apply_overrides, load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = {
-    "name": "tiny", "seed": 0, "model": "llama-3-8b", "hardware": "h100-sxm",
-    "cache": {"page_size": 64, "device_tokens": 2048, "hicache_ratio": 2,
-              "hicache_write_policy": "write_through"},
-    "scheduler": {"max_running_requests": 8, "chunked_prefill_size": 4096},
-    "workload": {"kind": "multiturn", "num_clients": 4, "num_rounds": 3, "request_length": 256,
-                 "output_length": 8, "request_rate": 100, "max_parallel": 4},
-    "variants": [{"name": "L1", "set": {"cache.enable_hierarchical_cache": False}},
-                 {"name": "L1 L2", "set": {"cache.enable_hierarchical_cache": True}},
-                 {"name": "L1_L2", "set": {"cache.enable_hierarchical_cache": True,
-                                           "cache.hicache_ratio": 3}}],
-}  # fmt: skip
+# quick.yaml shrunk to a fraction of a second, with two variants whose names clean alike
+TINY = apply_overrides(load_scenario(ROOT / "scenarios/quick.yaml"), [
+    "name=tiny", "cache.device_tokens=2048", "cache.hicache_ratio=2",
+    "scheduler.max_running_requests=8", "workload.num_clients=4", "workload.num_rounds=3",
+    "workload.request_length=256", "workload.output_length=8", "workload.request_rate=100",
+    "workload.max_parallel=4",
+    "variants=[{name: L1, set: {cache.enable_hierarchical_cache: false}},"
+    " {name: L1 L2, set: {cache.enable_hierarchical_cache: true}},"
+    " {name: L1_L2, set: {cache.enable_hierarchical_cache: true, cache.hicache_ratio: 3}}]"])
 
 
 def scenario(tmp_path: Path, d: dict | None = None) -> str:
