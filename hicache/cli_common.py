@@ -22,8 +22,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 def add_scenario_args(p: argparse.ArgumentParser, *, optional: bool = False) -> None:
     p.add_argument("scenario", nargs="?" if optional else None, default=None,
-                   help="a scenario YAML file (or, once presets ship with the package, a "
-                        "bundled scenario's name)")
+                   help="a scenario YAML file, or a bundled scenario's name (quick, "
+                        "multiturn_tiers, long_context, ...)")
     p.add_argument("--set", dest="overrides", action="append", default=[],
                    metavar="KEY=VALUE",
                    help="override a scenario key, e.g. --set cache.page_size=32 "
