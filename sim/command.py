@@ -26,11 +26,9 @@ from hicache.report.plots import (
     plot_ttft_cdf,
     plot_variant_bars,
 )
-from hicache.scenario import expand_variants, load_scenario
-from hicache.workload.factory import make_config
+from hicache.scenario import load_scenario
 from sim.baseline import check_baseline, write_baseline
 from sim.driver import SimResult, simulate
-from sim.hardware.model import load_model
 from sim.hardware.profile import load_profile
 
 TABLE_METRICS = ["hit_rate", "device_hit_rate", "host_hit_rate", "l3_hit_rate", "ttft_mean_s",
@@ -98,29 +96,22 @@ def _slug(name: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    d = load_scenario(args.scenario, args.overrides)
-    variants = expand_variants(d, source=str(args.scenario))
+    sc = load_scenario(args.scenario, args.overrides)
+    variants = sc.expand()
     if args.variant:
         names = {n for n, _ in variants}
         unknown = set(args.variant) - names
         if unknown:
             raise ValueError(f"--variant: unknown {sorted(unknown)}; scenario has {sorted(names)}")
         variants = [(n, v) for n, v in variants if n in args.variant]
-    for name, vd in variants:  # every variant is checked before anything runs
-        where = f"{args.scenario} [variant {name}]" if len(variants) > 1 else str(args.scenario)
-        try:
-            make_config(vd.get("workload") or {})
-        except ValueError as e:
-            raise ValueError(f"{where}: workload: {e}") from None
-        load_profile(vd.get("hardware", "h100-sxm"))
-        load_model(vd.get("model", "llama-3-8b"))
-    out = args.out or Path("results") / _slug(d["name"])
+    for _, vd in variants:  # every variant is validated; hardware files checked before runs
+        load_profile(vd.hardware)
+    out = args.out or Path("results") / _slug(sc.name)
     summaries, requests = {}, {}
     for name, vd in variants:
         print(f"[{name}] simulating ...", flush=True)
         t0 = time.perf_counter()
-        res = simulate(vd, name=name, source=str(args.scenario),
-                       progress=not args.no_progress)
+        res = simulate(vd, name=name, progress=not args.no_progress)
         wall = time.perf_counter() - t0
         folder = out if len(variants) == 1 else out / _slug(name)
         summaries[name] = write_variant(res, folder, wall)

@@ -32,8 +32,7 @@ import yaml
 
 from hicache.report.frames import requests_frame
 from hicache.report.metrics import METRIC_UNITS, summarize
-from hicache.scenario import apply_overrides, expand_variants, load_scenario, validate
-from hicache.workload.factory import make_config
+from hicache.scenario import Scenario, as_scenario, load_scenario
 from sim.command import timeline_of
 from sim.driver import build, simulate
 from sim.sweep_plots import fmt, plot_sweep
@@ -126,16 +125,16 @@ def _yaml_text(value: Any) -> str:
     return text.removesuffix("\n...\n").strip()
 
 
-def apply_point(d: Mapping[str, Any], point: Mapping[str, Any], *,
-                source: str = "<sweep>") -> dict[str, Any]:
-    """A copy of scenario ``d`` with each grid key set to its value."""
-    return apply_overrides(d, [f"{k}={_yaml_text(v)}" for k, v in point.items()],
-                           source=source)
+def apply_point(d: Scenario, point: Mapping[str, Any], *,
+                source: str = "<sweep>") -> Scenario:
+    """Scenario ``d`` with each grid key set to its value (validated again)."""
+    return d.with_overrides([f"{k}={_yaml_text(v)}" for k, v in point.items()],
+                            source=f"{source} (--grid)")
 
 
-def _variants_of(d: Mapping[str, Any], only: Sequence[str] | None,
-                 source: str) -> list[tuple[str, dict]]:
-    variants = expand_variants(d, source=source)
+def _variants_of(d: Scenario, only: Sequence[str] | None,
+                 source: str) -> list[tuple[str, Scenario]]:
+    variants = d.expand()
     if only:
         unknown = sorted(set(only) - {n for n, _ in variants})
         if unknown:
@@ -145,25 +144,25 @@ def _variants_of(d: Mapping[str, Any], only: Sequence[str] | None,
     return variants
 
 
-def _check(d: Mapping[str, Any], point: Mapping[str, Any], only: Sequence[str] | None,
-           source: str) -> list[tuple[str, dict]]:
-    """Validate one point for every selected variant (cache, scheduler, run, workload)."""
+def _check(d: Scenario, point: Mapping[str, Any], only: Sequence[str] | None,
+           source: str) -> list[tuple[str, Scenario]]:
+    """Validate one point for every selected variant (every section, then the runtime)."""
     what = " ".join(f"{k}={v!r}" for k, v in point.items())
     try:
-        pt = validate(apply_point(d, point, source=source), source=source)
+        pt = apply_point(d, point, source=source)
         variants = _variants_of(pt, only, source)
-        for name, vd in variants:
-            build(simpy.Environment(), vd, f"{source} [variant {name}]")
-            make_config(vd.get("workload"))
+        for _, vd in variants:
+            build(simpy.Environment(), vd)
     except SweepError:
         raise
-    except (ValueError, KeyError, TypeError) as e:
+    except ValueError as e:
         raise SweepError(f"--grid {what}: {e}") from None
-    for key, value in point.items():
+    for key in point:
         for name, vd in variants:
-            if _get(vd, key) != value:
+            got = _get(vd.to_mapping(), key)
+            if got != _get(pt.to_mapping(), key):
                 raise SweepError(f"--grid {key}: variant {name!r} sets it to "
-                                 f"{_get(vd, key)!r}, overriding the grid; drop the key or "
+                                 f"{got!r}, overriding the grid; drop the key or "
                                  "pick other variants with --variant")
     return variants
 
@@ -175,7 +174,7 @@ def _get(d: Mapping[str, Any], dotted: str) -> Any:
     return node
 
 
-def run_sweep(d: Mapping[str, Any], grid: Mapping[str, Sequence[Any]], *,
+def run_sweep(d: Scenario | Mapping[str, Any], grid: Mapping[str, Sequence[Any]], *,
               variants: Sequence[str] | None = None, target: Target | None = None,
               source: str = "<scenario>", log: TextIO | bool | None = True) -> pd.DataFrame:
     """One row per point x variant: grid keys, ``variant``, :data:`METRICS` (and the target
@@ -183,6 +182,7 @@ def run_sweep(d: Mapping[str, Any], grid: Mapping[str, Sequence[Any]], *,
     so a bad key fails before any simulation. ``log``: a stream for one progress line per run,
     True for the current ``sys.stderr``, None/False for none."""
     log = sys.stderr if log is True else (log or None)
+    d = as_scenario(d, source=source)
     empty = [k for k, vs in grid.items() if not len(vs)] or ([] if grid else ["(none)"])
     if empty:
         raise SweepError(f"--grid {empty[0]}: no values")

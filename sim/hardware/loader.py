@@ -1,48 +1,32 @@
 """Shared YAML loading: resolve a name, a path or a mapping, and read keys strictly.
 
 Invariant: every missing or malformed key raises ValueError naming the source and the
-dotted key, so a bad scenario file fails at load time, never mid-simulation.
+dotted key (numbers must be finite), so a bad file fails at load time, never
+mid-simulation. YAML is read strictly (:mod:`hicache.schema.yamlio`: duplicate keys are
+errors, ``1e12`` is a number).
 """
 
 from __future__ import annotations
 
-import re
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads ``989.0e12`` (YAML 1.2 floats; PyYAML needs ``e+12``)."""
+from hicache.presets import find_preset
+from hicache.schema.yamlio import read_yaml
 
 
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)?(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789."),
-)
-
-
-def resolve(source: str | Path | Mapping[str, Any], subdir: str) -> tuple[dict[str, Any], str]:
-    """Return (mapping, origin). A bare name maps to ``scenarios/<subdir>/<name>.yaml``."""
+def resolve(source: str | Path | Mapping[str, Any], subdir: str, *,
+            base: Path | None = None) -> tuple[dict[str, Any], str]:
+    """Return (mapping, origin). A bare name is a bundled preset of ``subdir``
+    (:func:`hicache.presets.find_preset`); a relative path resolves against ``base``."""
     if isinstance(source, Mapping):
         return dict(source), "<mapping>"
-    path = Path(source)
-    if not path.suffix and len(path.parts) == 1:
-        path = REPO_ROOT / "scenarios" / subdir / f"{path.name}.yaml"
-    if not path.is_file():
-        known = sorted(p.stem for p in (REPO_ROOT / "scenarios" / subdir).glob("*.yaml"))
-        raise ValueError(f"{path}: no such {subdir} file; known {subdir}: {', '.join(known)} "
-                         f"(or give a path to a YAML file)")
-    with path.open() as fh:
-        data = yaml.load(fh, Loader=_Loader)  # noqa: S506 (safe subclass)
-    if not isinstance(data, Mapping):
-        raise ValueError(f"{path}: top level must be a mapping")
-    return dict(data), str(path)
+    doc = read_yaml(find_preset(subdir, source, base=base))
+    if not isinstance(doc.data, Mapping):
+        raise ValueError(f"{doc.source}: top level must be a mapping")
+    return dict(doc.data), doc.source
 
 
 class Section:
@@ -68,9 +52,10 @@ class Section:
 
     def num(self, key: str, default: Any = ..., *, positive: bool = False) -> float:
         value = self.raw(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if isinstance(value, bool) or not isinstance(value, int | float) or (
+                not math.isfinite(value)):
             raise ValueError(
-                f"{self.origin}: key {self._key(key)!r} must be a number, got {value!r}")
+                f"{self.origin}: key {self._key(key)!r} must be a finite number, got {value!r}")
         if value < 0 or (positive and value == 0):
             raise ValueError(f"{self.origin}: key {self._key(key)!r} must be > 0, got {value!r}")
         return float(value)
@@ -95,6 +80,8 @@ class Section:
         rows = self.raw(key)
         try:
             pts = tuple((float(x), float(y)) for x, y in rows)
+            if not all(map(math.isfinite, (v for p in pts for v in p))):
+                raise ValueError("not finite")
         except (TypeError, ValueError) as exc:
             raise ValueError(
                 f"{self.origin}: key {self._key(key)!r} must be [[x, y], ...]") from exc
