@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import argparse
 
+from hicache.schema.cli_args import count
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=("cuda", "cpu"), default=None,
                    help="default: cuda when available")
     p.add_argument("--model", help="model preset: a name in scenarios/models/ or a YAML path "
                                    "(default: the tiny test shape)")
-    p.add_argument("--page-size", type=int, default=16)
+    p.add_argument("--page-size", type=count(1), default=16)
     p.add_argument("--name", default=None)
     p.add_argument("--out", help="write the profile YAML here (default: stdout)")
     p.add_argument("--no-scheduler", action="store_true",

@@ -129,7 +129,7 @@ def apply_point(d: Scenario, point: Mapping[str, Any], *,
                 source: str = "<sweep>") -> Scenario:
     """Scenario ``d`` with each grid key set to its value (validated again)."""
     return d.with_overrides([f"{k}={_yaml_text(v)}" for k, v in point.items()],
-                            source=f"{source} (--grid)")
+                            flag="--grid")
 
 
 def _variants_of(d: Scenario, only: Sequence[str] | None,

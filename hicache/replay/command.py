@@ -12,6 +12,7 @@ from pathlib import Path
 from hicache.config import EVICTION_POLICIES, WRITE_POLICIES, CacheConfig
 from hicache.replay.engine import L3Set, ReplayCache, ReplayRecord
 from hicache.replay.hybrid import HybridReplayCache
+from hicache.schema.cli_args import count, count_list
 from hicache.workload.traces import FORMATS, load_trace
 
 
@@ -21,24 +22,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", required=True, type=Path, help="trace file (JSONL)")
     p.add_argument("--format", default="auto", choices=FORMATS,
                    help="mooncake (hash_ids over 512-token blocks) or tokens (see docs)")
-    p.add_argument("--page-size", type=int, default=64)
-    p.add_argument("--capacity-tokens", type=_capacities, default=[1_000_000],
+    p.add_argument("--page-size", type=count(1), default=64)
+    p.add_argument("--capacity-tokens", type=count_list(1), default=[1_000_000],
                    help="L1 (GPU) tokens; a comma list (100000,1e6,4e6) replays each size "
                         "and prints one row (or JSON line) per size")
     p.add_argument("--policy", default="lru", choices=EVICTION_POLICIES,
                    help="radix_eviction_policy")
-    p.add_argument("--l2-tokens", type=int, default=0, help="L2 (host) tokens; 0 = no L2")
+    p.add_argument("--l2-tokens", type=count(0), default=0, help="L2 (host) tokens; 0 = no L2")
     p.add_argument("--write-policy", default="write_through", choices=WRITE_POLICIES)
     p.add_argument("--l3", action="store_true", help="add an unbounded L3 (storage) tier")
-    p.add_argument("--l3-tokens", type=int, default=None, help="bound L3 (LRU)")
+    p.add_argument("--l3-tokens", type=count(1), default=None, help="bound L3 (LRU)")
     p.add_argument("--session-aware", action="store_true")
-    p.add_argument("--swa-window", type=int, default=0,
+    p.add_argument("--swa-window", type=count(0), default=0,
                    help="hybrid model: add an SWA component with this window (tokens)")
-    p.add_argument("--swa-tokens", type=int, default=None,
+    p.add_argument("--swa-tokens", type=count(1), default=None,
                    help="SWA pool size in tokens (default: --capacity-tokens)")
-    p.add_argument("--mamba-slots", type=int, default=0,
+    p.add_argument("--mamba-slots", type=count(0), default=0,
                    help="hybrid model: add a MAMBA component with this many checkpoint slots")
-    p.add_argument("--max-requests", type=int, default=None)
+    p.add_argument("--max-requests", type=count(1), default=None)
     p.add_argument("--out", type=Path, default=None, help="write requests.csv here")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
@@ -81,16 +82,6 @@ def _cache(args: argparse.Namespace, capacity: int):  # noqa: ANN202 - ReplayCac
     # L3 fetches land in L2; with --l3 and no --l2-tokens, L2 is a staging buffer of L1's size
     host = args.l2_tokens if args.l2_tokens > 0 else (capacity if args.l3 else 0)
     return ReplayCache(cfg, l3=l3, host_tokens=host)
-
-
-def _capacities(text: str) -> list[int]:
-    try:
-        caps = [int(float(v)) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a token count or comma list: {text!r}") from None
-    if not caps or min(caps) <= 0:
-        raise argparse.ArgumentTypeError(f"token counts must be > 0: {text!r}")
-    return caps
 
 
 def run(args: argparse.Namespace) -> int:

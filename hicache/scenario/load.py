@@ -39,7 +39,7 @@ def load_scenario(name_or_path: str | Path, overrides: Iterable[str] = ()) -> Sc
         raise ScenarioError(f"{source}: expected a mapping at the top level, got "
                             f"{type(doc.data).__name__}")
     items = list(overrides)
-    raw = apply_overrides(doc.data, items, source=f"{source} (--set)", base=Path.cwd())
+    raw = apply_overrides(doc.data, items, source=source, base=Path.cwd())
     lines: dict[tuple, int | str] = dict(doc.lines)
     for item in items:
         key = tuple(item.partition("=")[0].strip().split("."))

@@ -198,14 +198,14 @@ class Scenario(BaseModel):
         raise ScenarioError(f"{self.source}: unknown variant {name!r}; scenario has "
                             f"{[n for n, _ in self.expand()]}")
 
-    def with_overrides(self, overrides: Iterable[str], *, source: str | None = None
-                       ) -> Scenario:
+    def with_overrides(self, overrides: Iterable[str], *, flag: str = "--set") -> Scenario:
         """A new Scenario with each ``dotted.key=value`` set (values read as YAML),
-        validated again; relative paths in values resolve against the cwd."""
+        validated again; relative paths in values resolve against the cwd. ``flag`` names
+        where the items came from in messages (``--set``, ``--grid``)."""
         items = list(overrides)
-        raw = apply_overrides(self._raw, items, source=source or f"{self.source} (--set)",
-                              base=Path.cwd())
-        labels = {tuple(i.partition("=")[0].strip().split(".")): f"--set {i}" for i in items}
+        raw = apply_overrides(self._raw, items, source=self.source, base=Path.cwd(),
+                              flag=flag)
+        labels = {tuple(i.partition("=")[0].strip().split(".")): f"{flag} {i}" for i in items}
         return Scenario.from_mapping(raw, source=self.source, base=self._base, lines=labels)
 
     def to_mapping(self) -> dict[str, Any]:

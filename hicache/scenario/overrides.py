@@ -64,18 +64,20 @@ def _absolute(key: str, value: Any, base: Path) -> Any:
 
 
 def apply_overrides(d: Mapping[str, Any], overrides: Iterable[str], *,
-                    source: str = "<overrides>", base: Path | None = None) -> dict[str, Any]:
+                    source: str = "<overrides>", base: Path | None = None,
+                    flag: str = "--set") -> dict[str, Any]:
     """A copy of ``d`` with each ``"dotted.key=value"`` set (see module docstring);
     relative paths in ``model``, ``hardware`` and ``workload.path`` values resolve against
-    ``base`` when given."""
+    ``base`` when given. Errors name ``source`` and the item (``flag`` labels it)."""
     out = copy.deepcopy(dict(d))
     for item in overrides:
+        where = f"{source} ({flag} {item})"
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep:
-            raise ScenarioError(f"{source}: override {item!r} is not of the form key=value")
-        value = read_yaml_text(raw, f"{source}: override {item!r}").data
+            raise ScenarioError(f"{where}: not of the form key=value")
+        value = read_yaml_text(raw, where).data
         if base is not None and key in PATH_KEYS:
             value = _absolute(key, value, base)
-        set_path(out, key, value, source)
+        set_path(out, key, value, where)
     return out

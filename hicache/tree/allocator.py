@@ -2,6 +2,16 @@
 
 The tree never allocates: whoever drives it owns an allocator per pool and tier. Runtimes
 own their own placement; this one serves zero-time replay and tests.
+
+Capacity is accounted, not materialised: pages never handed out are a counter
+(``_fresh``, the high-water mark), freed pages a queue of runs, so memory grows with the
+pages used, not with ``capacity`` (``1e12`` tokens is fine)::
+
+    0 ........ _fresh ........................ capacity
+    [ used or freed ]  [ never handed out: no memory ]
+
+Order (as a FIFO over 0..capacity-1 with frees appended): fresh pages first, lowest
+first; then freed pages in the order they were freed.
 """
 
 from __future__ import annotations
@@ -20,29 +30,46 @@ class PageAllocator:
 
     def __init__(self, capacity: int, *, tier: Tier = Tier.DEVICE, pool: str = "full",
                  runtime_id: str = "local", generation: int = 0) -> None:
-        if capacity < 0:
-            raise ValueError(f"capacity must be >= 0, got {capacity}")
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+            raise ValueError(f"capacity must be an integer >= 0, got {capacity!r}")
         self.capacity = capacity
         self.tier, self.pool = tier, pool
         self.runtime_id, self.generation = runtime_id, generation
-        self._free: deque[int] = deque(range(capacity))
-        self._used = bytearray(capacity)
+        self._fresh = 0  # pages 0.._fresh-1 were handed out at least once
+        self._freed: deque[list[int]] = deque()  # runs [start, length] in free order
+        self._n_freed = 0
+        self._used = bytearray()  # of pages below _fresh: 1 = allocated
 
     @property
     def free_pages(self) -> int:
-        return len(self._free)
+        return self.capacity - self._fresh + self._n_freed
 
     @property
     def used_pages(self) -> int:
-        return self.capacity - len(self._free)
+        return self.capacity - self.free_pages
 
     def alloc(self, n: int) -> CacheExtentRef:
         if n <= 0:
             raise ValueError(f"alloc of {n} pages")
-        if n > len(self._free):
+        if n > self.free_pages:
             raise OutOfPages(
-                f"{self.tier.value}/{self.pool}: need {n} pages, {len(self._free)} free")
-        pages = [self._free.popleft() for _ in range(n)]
+                f"{self.tier.value}/{self.pool}: need {n} pages, {self.free_pages} free")
+        pages: list[int] = []
+        take = min(n, self.capacity - self._fresh)
+        if take:
+            pages.extend(range(self._fresh, self._fresh + take))
+            self._fresh += take
+            if len(self._used) < self._fresh:
+                self._used.extend(bytes(max(self._fresh - len(self._used), len(self._used))))
+        while len(pages) < n:
+            run = self._freed[0]
+            k = min(run[1], n - len(pages))
+            pages.extend(range(run[0], run[0] + k))
+            run[0] += k
+            run[1] -= k
+            if not run[1]:
+                self._freed.popleft()
+        self._n_freed -= n - take
         for p in pages:
             self._used[p] = 1
         return CacheExtentRef(
@@ -53,8 +80,16 @@ class PageAllocator:
         if extent.tier is not self.tier or extent.pool != self.pool:
             raise ValueError(f"extent of {extent.tier.value}/{extent.pool} freed to "
                              f"{self.tier.value}/{self.pool}")
-        for p in extent.pages():
-            if not self._used[p]:
-                raise ValueError(f"page {p} of {self.tier.value}/{self.pool} freed twice")
+        pages = list(extent.pages())
+        bad = [p for p in pages if not 0 <= p < self._fresh or not self._used[p]]
+        if bad or len(set(pages)) != len(pages):
+            p = bad[0] if bad else next(q for q in pages if pages.count(q) > 1)
+            raise ValueError(f"page {p} of {self.tier.value}/{self.pool} freed twice")
+        for p in pages:
             self._used[p] = 0
-            self._free.append(p)
+            last = self._freed[-1] if self._freed else None
+            if last is not None and last[0] + last[1] == p:
+                last[1] += 1
+            else:
+                self._freed.append([p, 1])
+        self._n_freed += len(pages)
