@@ -76,7 +76,10 @@ def apply_overrides(d: Mapping[str, Any], overrides: Iterable[str], *,
         key = key.strip()
         if not sep:
             raise ScenarioError(f"{where}: not of the form key=value")
-        value = read_yaml_text(raw, where).data
+        try:
+            value = read_yaml_text(raw, where).data
+        except InputError as e:
+            raise ScenarioError(str(e)) from None
         if base is not None and key in PATH_KEYS:
             value = _absolute(key, value, base)
         set_path(out, key, value, where)

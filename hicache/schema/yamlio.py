@@ -75,8 +75,9 @@ def _walk(node: yaml.Node, path: Path_, lines: dict[Path_, int], source: str,
 
 def read_yaml_text(text: str, source: str) -> YamlDoc:
     """Parse one YAML document strictly (see module docstring)."""
-    loader = StrictLoader(text)
+    loader = None
     try:
+        loader = StrictLoader(text)
         node = loader.get_single_node()
         if node is None:
             return YamlDoc(None, source)
@@ -87,12 +88,16 @@ def read_yaml_text(text: str, source: str) -> YamlDoc:
         mark = e.problem_mark or e.context_mark
         raise InputError(f"{_where(source, mark)}: YAML syntax error: "
                          f"{e.problem or e.context}") from None
+    except yaml.reader.ReaderError as e:
+        raise InputError(f"{source}: character {e.position + 1}: {e.reason} "
+                         f"(#x{e.character:04x})") from None
     except yaml.YAMLError as e:
         raise InputError(f"{source}: YAML error: {e}") from None
     except RecursionError:
         raise InputError(f"{source}: YAML nested too deeply") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return YamlDoc(data, source, lines)
 
 
