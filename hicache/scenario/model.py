@@ -33,7 +33,7 @@ from pydantic import (
 from hicache.config import DERIVED_KEYS, CacheConfig
 from hicache.modelspec import DEFAULT_MODEL, ModelSpec, load_model_spec
 from hicache.presets import find_preset, is_name, trace_hint
-from hicache.routing import RouterConfig
+from hicache.routing import ROUTERS, RouterConfig
 from hicache.scenario.overrides import ScenarioError, apply_overrides, set_path
 from hicache.scenario.sections import (
     DEFAULT_HARDWARE,
@@ -115,7 +115,8 @@ class Scenario(BaseModel):
     cache: Annotated[CacheConfig, BeforeValidator(_cache)] = Field(default_factory=CacheConfig)
     scheduler: SchedulerSection = SchedulerSection()
     replicas: int_(ge=1, le=4096) = 1
-    router: RouterConfig = RouterConfig()
+    router: Annotated[RouterConfig, WithJsonSchema({"anyOf": [
+        {"enum": list(ROUTERS)}, RouterConfig.model_json_schema()]})] = RouterConfig()
     workload: Annotated[WorkloadConfig, BeforeValidator(_workload)]
     run: RunSection = RunSection()
     variants: tuple[Variant, ...] = ()
