@@ -31,6 +31,8 @@ REPRODUCTIONS = [  # (--set item, what the message must say)
     ("cache=", "cache: is a section; set its keys"),
     ("cache.device_tokens=1e400", "cache.device_tokens: expected an integer, got inf"),
     ("workload.request_rate=-1", "workload.request_rate: expected a rate > 0"),
+    ("scheduler.max_running_requests=0",
+     "scheduler.max_running_requests: expected a value >= 1, got 0"),
 ]
 
 
@@ -70,7 +72,7 @@ def test_a_huge_l1_runs_in_memory_proportional_to_use():
     assert res.requests == 4 and all(r["finish"] is not None for r in res.records)
     pool = res.replicas[0].runtime.device.pools["full"]
     assert pool.size == 10**14 // 64 and pool.used_count < 1000
-    assert len(pool._used) < 10_000  # accounted, not materialised
+    assert len(pool._ids._used) < 10_000  # accounted, not materialised
 
 
 def test_allocators_account_capacity_instead_of_materialising_it():
@@ -79,7 +81,7 @@ def test_allocators_account_capacity_instead_of_materialising_it():
     assert list(e.pages()) == [0, 1, 2, 3, 4] and a.free_pages == 10**15 - 5
     a.free(e)
     assert list(a.alloc(7).pages()) == [5, 6, 7, 8, 9, 10, 11]  # fresh first, then freed
-    assert len(a._used) < 100 and a.used_pages == 7
+    assert len(a._ids._used) < 100 and a.used_pages == 7
 
 
 def test_a_full_allocator_reuses_freed_runs_in_free_order():
@@ -174,7 +176,7 @@ def test_the_simulators_pools_account_capacity_and_reuse_the_last_freed_first():
     p.free(a)
     p.free(b)
     assert p.allocate(4) == [3, 4, 0, 1] and p.free_count == 10**15 - 4
-    assert len(p._used) < 100
+    assert len(p._ids._used) < 100
     with pytest.raises(ValueError, match="page 2 is not allocated"):
         p.free([3, 2])
     with pytest.raises(ValueError, match="page 3 is not allocated"):

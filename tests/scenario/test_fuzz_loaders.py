@@ -8,11 +8,12 @@ import copy
 import math
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hicache.modelspec import ModelSpec, load_model_spec
+from hicache.modelspec import load_model_spec
 from hicache.scenario import Scenario, ScenarioError, load_scenario
 from hicache.schema.errors import InputError
 from hicache.schema.yamlio import read_yaml
@@ -114,23 +115,17 @@ def test_random_overrides_load_or_fail_naming_the_file(key, value):
         assert "quick.yaml" in str(e).splitlines()[0], str(e)
 
 
-@FUZZ
-@given(data=st.data())
-def test_mutated_model_presets_load_or_fail_naming_the_key(data):
-    path = data.draw(st.sampled_from(_paths(MODEL)))
-    doc = _mutate(MODEL, path, data.draw(nasty), data.draw(st.booleans()))
-    try:
-        assert isinstance(load_model_spec(doc), ModelSpec)
-    except InputError as e:
-        assert str(e).startswith("<model>"), str(e)
+PRESETS = [(MODEL, load_model_spec, InputError, "<model>"),
+           (HARDWARE, load_profile, ValueError, "<mapping>")]
 
 
+@pytest.mark.parametrize("base, load, error, source", PRESETS, ids=["model", "hardware"])
 @FUZZ
 @given(data=st.data())
-def test_mutated_hardware_profiles_load_or_fail_naming_the_key(data):
-    path = data.draw(st.sampled_from(_paths(HARDWARE)))
-    doc = _mutate(HARDWARE, path, data.draw(nasty), data.draw(st.booleans()))
+def test_mutated_presets_load_or_fail_naming_the_source(base, load, error, source, data):
+    path = data.draw(st.sampled_from(_paths(base)))
+    doc = _mutate(base, path, data.draw(nasty), data.draw(st.booleans()))
     try:
-        load_profile(doc)
-    except ValueError as e:
-        assert str(e).startswith("<mapping>"), str(e)
+        load(doc)
+    except error as e:
+        assert str(e).startswith(source), str(e)
