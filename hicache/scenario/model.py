@@ -151,12 +151,16 @@ class Scenario(BaseModel):
                                 f"{type(d).__name__}")
         out = cls._validate(d, source, base, lines)
         expanded = []
-        for v in out.variants:
+        for i, v in enumerate(out.variants):
             body = {k: copy.deepcopy(val) for k, val in d.items() if k != "variants"}
             where = f"{source} [variant {v.name}]"
+            here: dict[tuple, int | str] = {}  # a set key's errors point at its line
             for key, value in v.set.items():
                 set_path(body, str(key), copy.deepcopy(value), f"{where}: set")
-            expanded.append((v.name, cls._validate(body, where, base, None)))
+                at = (lines or {}).get(("variants", i, "set", key))
+                if at is not None:
+                    here[tuple(str(key).split("."))] = at
+            expanded.append((v.name, cls._validate(body, where, base, here)))
         out._expanded = tuple(expanded)
         return out
 

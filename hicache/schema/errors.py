@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import reprlib
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -32,8 +33,14 @@ def suggest(key: str, known: Sequence[str]) -> str:
     return f"unknown key{hint}; allowed keys: {', '.join(sorted(known))}"
 
 
+_REPR = reprlib.Repr()  # keyword arguments need Python 3.12
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 3, 4, 4, 4
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = 40
+
+
 def short(v: Any, limit: int = 60) -> str:
-    text = repr(v)
+    """A bounded repr: nested or aliased data never expands (a YAML alias bomb is cheap)."""
+    text = _REPR.repr(v)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

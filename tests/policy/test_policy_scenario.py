@@ -176,7 +176,8 @@ def test_cache_section_errors_name_file_line_and_key(tmp_path):
 
 def test_a_bad_cache_value_inside_a_variant_names_the_variant(tmp_path):
     text = BASE + "  - name: bad\n    set: {cache.hicache_ratio: 0.5}\n"
-    with pytest.raises(ScenarioError, match=r"\[variant bad\]: cache.hicache_ratio"):
+    with pytest.raises(ScenarioError, match=r"\[variant bad\]:17: cache.hicache_ratio: "
+                                            r"expected a value > 1.0, got 0.5"):
         load_scenario(write(tmp_path, text))
 
 

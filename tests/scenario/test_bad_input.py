@@ -185,3 +185,16 @@ def test_the_simulators_pools_account_capacity_and_reuse_the_last_freed_first():
     small = PagePool(Tier.HOST, "full", 2)
     with pytest.raises(CapacityError):
         small.allocate(3)
+
+
+def test_a_yaml_alias_bomb_fails_fast_with_bounded_messages(tmp_path):
+    rows = ["name: bomb", "a: &a [x, x, x, x, x, x, x, x, x]"]
+    for prev, name in zip("abcdef", "bcdefg", strict=True):
+        rows.append(f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]")
+    rows += ["workload: {kind: agent}", "model: {name: m, num_layers: 2, num_heads: 2, "
+             "num_kv_heads: 2, head_dim: 2, hidden_size: 2, ffn_size: 2, layers: *g}"]
+    p = tmp_path / "bomb.yaml"
+    p.write_text("\n".join(rows) + "\n")  # 9**7 leaves if expanded
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(p)
+    assert len(str(e.value)) < 5000 and "model.layers[0]: got" in str(e.value)
