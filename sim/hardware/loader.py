@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache.presets import find_preset
+from hicache.schema.errors import suggest
 from hicache.schema.yamlio import read_yaml
 
 
@@ -30,25 +31,52 @@ def resolve(source: str | Path | Mapping[str, Any], subdir: str, *,
 
 
 class Section:
-    """A mapping read with strict typed accessors; errors name ``origin`` and the key path."""
+    """A mapping read with strict typed accessors; errors name ``origin`` and the key path.
+
+    Every key the loader asks about (read, defaulted or tested with :meth:`has`) is known;
+    :meth:`finish` then refuses any other key in this section or its sub-sections (a typo
+    such as ``l3: {mooncak: ...}`` fails instead of being ignored). Reading :attr:`data`
+    directly makes every key of the section known (the caller checks them).
+    """
 
     def __init__(self, data: Any, origin: str, prefix: str = "") -> None:
         if not isinstance(data, Mapping):
             raise ValueError(f"{origin}: {prefix or 'top level'} must be a mapping")
-        self.data, self.origin, self.prefix = data, origin, prefix
+        self._data, self.origin, self.prefix = data, origin, prefix
+        self._known: set[str] = set()
+        self._subs: list[Section] = []
+
+    @property
+    def data(self) -> Mapping[str, Any]:
+        self._known.update(map(str, self._data))
+        return self._data
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}.{key}" if self.prefix else key
 
     def has(self, key: str) -> bool:
-        return key in self.data
+        self._known.add(key)
+        return key in self._data
 
     def raw(self, key: str, default: Any = ...) -> Any:
-        if key not in self.data:
+        self._known.add(key)
+        if key not in self._data:
             if default is ...:
                 raise ValueError(f"{self.origin}: missing key {self._key(key)!r}")
             return default
-        return self.data[key]
+        return self._data[key]
+
+    def finish(self, skip: tuple[str, ...] = ()) -> None:
+        """Raise for a key of this section (or a sub-section) the loader never asked about;
+        sub-sections whose key path is in ``skip`` are not checked."""
+        if self.prefix in skip:
+            return
+        for k in self._data:
+            if str(k) not in self._known:
+                raise ValueError(f"{self.origin}: key {self._key(str(k))!r}: "
+                                 f"{suggest(str(k), sorted(self._known))}")
+        for s in self._subs:
+            s.finish(skip)
 
     def num(self, key: str, default: Any = ..., *, positive: bool = False) -> float:
         value = self.raw(key, default)
@@ -73,7 +101,9 @@ class Section:
         return value
 
     def sub(self, key: str, default: Any = ...) -> Section:
-        return Section(self.raw(key, default), self.origin, self._key(key))
+        s = Section(self.raw(key, default), self.origin, self._key(key))
+        self._subs.append(s)
+        return s
 
     def table(self, key: str) -> tuple[tuple[float, float], ...]:
         """A list of [x, y] pairs with x strictly increasing and y >= 0."""

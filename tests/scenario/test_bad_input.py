@@ -198,3 +198,17 @@ def test_a_yaml_alias_bomb_fails_fast_with_bounded_messages(tmp_path):
     with pytest.raises(ScenarioError) as e:
         load_scenario(p)
     assert len(str(e.value)) < 5000 and "model.layers[0]: got" in str(e.value)
+
+
+@pytest.mark.parametrize("section, typo, right", [("l3", "mooncak", "mooncake"),
+                                                  ("pcie", "copy_engine", "copy_engines"),
+                                                  (None, "calibratd", "calibrated")])
+def test_a_typo_in_a_hardware_profile_is_named_not_ignored(section, typo, right):
+    from hicache.schema.yamlio import read_yaml
+    d = read_yaml(load_profile("h100-sxm").source).data
+    node = d if section is None else d[section]
+    node[typo] = node.pop(right) if right in node else {}
+    key = typo if section is None else f"{section}.{typo}"
+    with pytest.raises(ValueError, match=rf"key '{key}': unknown key \(did you mean "
+                                         rf"'{right}'\?\)"):
+        load_profile(d)
