@@ -207,7 +207,7 @@ def test_a_typo_in_a_hardware_profile_is_named_not_ignored(section, typo, right)
     from hicache.schema.yamlio import read_yaml
     d = read_yaml(load_profile("h100-sxm").source).data
     node = d if section is None else d[section]
-    node[typo] = node.pop(right) if right in node else {}
+    node[typo] = node.get(right, {})  # the right key stays: only the typo is extra
     key = typo if section is None else f"{section}.{typo}"
     with pytest.raises(ValueError, match=rf"key '{key}': unknown key \(did you mean "
                                          rf"'{right}'\?\)"):
