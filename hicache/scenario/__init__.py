@@ -10,7 +10,7 @@ Public API (what drivers, the CLI and notebooks use)::
     scenario.to_mapping()    -> dict (validates back)
     as_scenario(scenario_or_mapping) -> Scenario             what drivers call on entry
     apply_overrides(d, items) -> dict                        the same dotted sets on data
-    json_schema()            -> dict                         for editors
+    json_schema() / json_schema_text()                       for editors (docs/...json)
     ScenarioError (a ValueError): every message starts with the file (and line) and key
 
 Fields: ``name``, ``seed``, ``model`` (:class:`hicache.modelspec.ModelSpec`), ``hardware``
@@ -22,7 +22,7 @@ per kind, :mod:`hicache.workload.factory`), ``run`` (:class:`RunSection`), ``var
 
 from hicache.modelspec import DEFAULT_MODEL
 from hicache.scenario.load import load_scenario, scenario_path
-from hicache.scenario.model import Scenario, as_scenario, json_schema
+from hicache.scenario.model import Scenario, as_scenario, json_schema, json_schema_text
 from hicache.scenario.overrides import TOP_LEVEL_KEYS, ScenarioError, apply_overrides
 from hicache.scenario.sections import (
     DEFAULT_HARDWARE,
@@ -36,5 +36,6 @@ from hicache.scenario.sections import (
 __all__ = [
     "DEFAULT_HARDWARE", "DEFAULT_MODEL", "RUN_KEYS", "SCHEDULER_KEYS", "TOP_LEVEL_KEYS",
     "RunSection", "Scenario", "ScenarioError", "SchedulerSection", "Variant",
-    "apply_overrides", "as_scenario", "json_schema", "load_scenario", "scenario_path",
+    "apply_overrides", "as_scenario", "json_schema", "json_schema_text", "load_scenario",
+    "scenario_path",
 ]

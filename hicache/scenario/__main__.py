@@ -6,19 +6,13 @@ editor's YAML language server at it for completion and checks while writing scen
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-from hicache.scenario.model import json_schema
-
-
-def schema_text() -> str:
-    return json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
-
+from hicache.scenario.model import json_schema_text
 
 if __name__ == "__main__":
     if len(sys.argv) > 1:
-        Path(sys.argv[1]).write_text(schema_text())
+        Path(sys.argv[1]).write_text(json_schema_text())
     else:
-        sys.stdout.write(schema_text())
+        sys.stdout.write(json_schema_text())

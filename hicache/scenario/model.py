@@ -13,6 +13,7 @@ trace it names exists.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -247,4 +248,9 @@ def json_schema() -> dict[str, Any]:
     return schema
 
 
-__all__ = ["Scenario", "as_scenario", "json_schema"]
+def json_schema_text() -> str:
+    """:func:`json_schema` as the text of ``docs/scenario.schema.json``."""
+    return json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+__all__ = ["Scenario", "as_scenario", "json_schema", "json_schema_text"]

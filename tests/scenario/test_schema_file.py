@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 from hicache.presets import known
-from hicache.scenario.__main__ import schema_text
+from hicache.scenario import json_schema_text
 from hicache.schema.yamlio import read_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,7 +18,7 @@ COMMITTED = ROOT / "docs" / "scenario.schema.json"
 
 
 def test_the_committed_schema_is_current():
-    assert COMMITTED.read_text() == schema_text(), (
+    assert COMMITTED.read_text() == json_schema_text(), (
         "docs/scenario.schema.json is stale: run python -m hicache.scenario "
         "docs/scenario.schema.json")
 
