@@ -195,6 +195,9 @@ class Scenario(BaseModel):
 
     def expand(self) -> list[tuple[str, Scenario]]:
         """``[(variant name, Scenario)]``; without variants ``[(name, self)]``."""
+        if self.variants and not self._expanded:  # built with Scenario(...), not from_mapping
+            self._expanded = Scenario.from_mapping(self.to_mapping(), source=self.source,
+                                                   base=self._base)._expanded
         return list(self._expanded) if self._expanded else [(self.name, self)]
 
     def variant(self, name: str) -> Scenario:

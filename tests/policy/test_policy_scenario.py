@@ -195,3 +195,9 @@ def test_to_mapping_validates_back_to_the_same_scenario(tmp_path):
     s = load_scenario(write(tmp_path, BASE))
     again = Scenario.from_mapping(s.to_mapping(), base=tmp_path)
     assert again == s and [v for _, v in again.expand()] == [v for _, v in s.expand()]
+
+
+def test_a_scenario_built_directly_still_expands_its_variants():
+    s = Scenario(name="x", workload={"kind": "agent"},
+                 variants=[{"name": "a", "set": {"seed": 3}}, {"name": "b"}])
+    assert [(n, v.seed) for n, v in s.expand()] == [("a", 3), ("b", 0)]
