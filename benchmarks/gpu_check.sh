@@ -19,7 +19,10 @@
 # no registry. One-time, here, in the repo root (.whl/ is git-ignored):
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-#     --platform manylinux2014_x86_64 -d .whl simpy==4.1.2
+#     --platform manylinux2014_x86_64 -d .whl simpy==4.1.2 pydantic==2.14.4 \
+#     pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
+#     typing-extensions==4.16.0
+#   (pydantic: hicache's scenario and model schemas)
 # then call the device tool with carry [".whl"] and command `bash benchmarks/gpu_check.sh`.
 set -euo pipefail
 
@@ -77,8 +80,8 @@ else
 fi
 
 # 1. packages: carried wheels for whatever is missing (simpy on the GPU machine)
-if ! "$PY" -c "import simpy" 2>/dev/null; then
-  compgen -G "$WHL/*.whl" >/dev/null || die "simpy is missing and $WHL has no wheels: \
+if ! "$PY" -c "import simpy, pydantic" 2>/dev/null; then
+  compgen -G "$WHL/*.whl" >/dev/null || die "simpy or pydantic is missing and $WHL has no wheels: \
 download them here once (see this script's header) and carry .whl"
   step "installing carried wheels from $WHL into $SITE"
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -88,7 +91,7 @@ fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 missing=$("$PY" -c "
 import importlib.util as u
-print(' '.join(m for m in ('torch','simpy','pandas','pyarrow','matplotlib','yaml','pytest')
+print(' '.join(m for m in ('torch','simpy','pandas','pyarrow','matplotlib','yaml','pytest','pydantic')
                if u.find_spec(m) is None))")
 [[ -z "$missing" ]] || die "python modules missing: $missing (carry them as wheels in .whl)"
 if [[ "$DEVICE" == cuda ]]; then

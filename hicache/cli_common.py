@@ -2,7 +2,7 @@
 
 Kept free of heavy imports (pandas, matplotlib, simpy): ``hicache-lab CMD --help`` builds
 every parser, and must start fast. :func:`load_scenario_arg` is the one place the CLI turns
-what the user typed into a scenario dict.
+what the user typed into a Scenario.
 """
 
 from __future__ import annotations
@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pydantic loads with the scenario, when a command runs
+    from hicache.scenario import Scenario
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -37,29 +40,13 @@ def add_output_args(p: argparse.ArgumentParser, default: str) -> None:
                    help="replace an existing output folder of a previous run")
 
 
-BUNDLED = Path(__file__).resolve().parents[1] / "scenarios"  # a checkout's scenarios
-
-
-def find_scenario(name_or_path: str | Path) -> Path:
-    """A scenario file: the path as given when it exists, else a bundled scenario by name
-    (``quick`` -> ``scenarios/quick.yaml`` of this checkout), else the path as given (its
-    loader then says it cannot be read)."""
-    path = Path(name_or_path)
-    if path.exists() or path.suffix or len(path.parts) != 1:
-        return path
-    bundled = BUNDLED / f"{path.name}.yaml"
-    return bundled if bundled.is_file() else path
-
-
-def load_scenario_arg(scenario: str | Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """The scenario a command runs, from a path or a bundled name (``--set`` overrides
-    applied, validated).
-
-    The one function that turns a SCENARIO argument into a scenario: switch it to the
-    typed loader (package data) in one place."""
+def load_scenario_arg(scenario: str | Path, overrides: Sequence[str] = ()) -> Scenario:
+    """The scenario a command runs, from a path or a bundled name (``quick``), with the
+    ``--set`` overrides applied and everything validated: the one place the CLI turns a
+    SCENARIO argument into a :class:`hicache.scenario.Scenario`."""
     from hicache.scenario import load_scenario
 
-    return load_scenario(find_scenario(scenario), overrides)
+    return load_scenario(scenario, overrides)
 
 
 def scenario_source(args: argparse.Namespace) -> str:

@@ -10,7 +10,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hicache.cli_common import (
     HelpFormatter,
@@ -19,6 +19,9 @@ from hicache.cli_common import (
     load_scenario_arg,
     scenario_source,
 )
+
+if TYPE_CHECKING:  # pydantic loads with the scenario, when the command runs
+    from hicache.scenario import Scenario
 
 DESCRIPTION = """\
 Simulate a scenario: every variant it defines (or those picked with --variant) runs on the
@@ -81,7 +84,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def scenario_of(args: argparse.Namespace) -> dict[str, Any]:
+def scenario_of(args: argparse.Namespace) -> Scenario:
     """The scenario to run: a file, an SGLang launch command over a base, or both."""
     if getattr(args, "from_sglang", None):
         from sim.from_sglang import scenario_from_args
@@ -92,10 +95,8 @@ def scenario_of(args: argparse.Namespace) -> dict[str, Any]:
     return load_scenario_arg(args.scenario, args.overrides)
 
 
-def select_variants(d: dict, only: list[str] | None, source: str) -> list[tuple[str, dict]]:
-    from hicache.scenario import expand_variants
-
-    variants = expand_variants(d, source=source)
+def select_variants(sc: Scenario, only: list[str] | None) -> list[tuple[str, Scenario]]:
+    variants = sc.expand()
     if only:
         names = [n for n, _ in variants]
         unknown = sorted(set(only) - set(names))
@@ -105,49 +106,42 @@ def select_variants(d: dict, only: list[str] | None, source: str) -> list[tuple[
     return variants
 
 
-def check_variants(variants: list[tuple[str, dict]], source: str) -> None:
-    """Every variant's workload and presets, before anything runs (errors name them)."""
-    from hicache.workload.factory import make_config
-    from sim.hardware.model import load_model
+def check_variants(variants: list[tuple[str, Scenario]]) -> None:
+    """Every variant's hardware profile, before anything runs (the scenario itself was
+    validated when it loaded; a profile's contents are the simulator's to check)."""
     from sim.hardware.profile import load_profile
 
-    for name, vd in variants:
-        where = f"{source} [variant {name}]" if len(variants) > 1 else source
-        try:
-            make_config(vd.get("workload") or {})
-        except ValueError as e:
-            raise ValueError(f"{where}: workload: {e}") from None
-        load_profile(vd.get("hardware", "h100-sxm"))
-        load_model(vd.get("model", "llama-3-8b"))
+    for _, vd in variants:
+        load_profile(vd.hardware)
 
 
 def run(args: argparse.Namespace) -> int:
     from hicache.report.outputs import RunFolder, safe_name, safe_names
     from sim.report import ReportOptions
 
-    d = scenario_of(args)
+    sc = scenario_of(args)
     source = scenario_source(args)
-    variants = select_variants(d, args.variant, source)
-    check_variants(variants, source)
+    variants = select_variants(sc, args.variant)
+    check_variants(variants)
     if args.baseline:  # a missing, malformed or other scenario's baseline fails now
         from sim.baseline import read_baseline
 
-        read_baseline(args.baseline, d["name"])
-    out = args.out or Path("results") / safe_name(d["name"])
+        read_baseline(args.baseline, sc.name)
+    out = args.out or Path("results") / safe_name(sc.name)
     options = ReportOptions(plots=not args.no_plots, trace=not args.no_trace,
                             trace_window=args.trace_window)
     with RunFolder(out, overwrite=args.overwrite) as folder:  # checked before simulating
         summaries, requests = simulate_variants(variants, folder.path, source, options,
                                                 progress=not args.no_progress)
-        text = write_run_files(folder.path, d, summaries, requests, options)
-        folder.commit({"command": "run", "scenario": d["name"], "source": source,
+        text = write_run_files(folder.path, sc, summaries, requests, options)
+        folder.commit({"command": "run", "scenario": sc.name, "source": source,
                        "argv": sys.argv[1:], "variants": safe_names(summaries)})
     print(text)
     print(f"-> {out}")
-    return _baselines(args, d["name"], summaries)
+    return _baselines(args, sc.name, summaries)
 
 
-def simulate_variants(variants: list[tuple[str, dict]], root: Path, source: str,
+def simulate_variants(variants: list[tuple[str, Scenario]], root: Path, source: str,
                       options: Any, *, progress: bool) -> tuple[dict[str, dict], dict]:
     """Simulate each variant into ``root/<safe name>``; (summaries, requests frames)."""
     from hicache.report.outputs import safe_names
@@ -170,13 +164,13 @@ def simulate_variants(variants: list[tuple[str, dict]], root: Path, source: str,
     return summaries, requests
 
 
-def write_run_files(root: Path, d: dict, summaries: dict[str, dict], requests: dict,
+def write_run_files(root: Path, sc: Scenario, summaries: dict[str, dict], requests: dict,
                     options: Any) -> str:
     """The run folder's own files; returns the comparison table's text."""
     from hicache.report.compare import comparison_table, format_comparison
     from sim.report import dump_scenario, write_joint
 
-    dump_scenario(d, root / "scenario.yaml")
+    dump_scenario(sc.to_mapping(), root / "scenario.yaml")
     metrics = [m for m in TABLE_METRICS if any(s.get(m) is not None
                                                for s in summaries.values())]
     table = comparison_table(summaries, metrics)

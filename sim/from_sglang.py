@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hicache.sglang.hf_config import load_hf_config, preset_from_hf
 from hicache.sglang.launch import read_server_args
 from hicache.sglang.mapping import Mapped, MappingError, device_tokens, map_server_args
 from sim.hardware.loader import resolve
 from sim.hardware.model import load_model
+
+if TYPE_CHECKING:
+    from hicache.scenario import Scenario
 
 DEFAULT_BASE: dict[str, Any] = {
     "name": "sglang", "seed": 0, "hardware": "h100-sxm",
@@ -83,15 +87,15 @@ def _weight_bytes(model: Any, vocab: int | None) -> int:
     return int(params * model.dtype_bytes)
 
 
-def scenario_from_args(args: argparse.Namespace) -> dict[str, Any]:
+def scenario_from_args(args: argparse.Namespace) -> Scenario:
     """The scenario ``run --from-sglang`` simulates (see the module docstring)."""
     from hicache.cli_common import load_scenario_arg
-    from hicache.scenario import apply_overrides, validate
+    from hicache.scenario import Scenario, apply_overrides
 
     fields, source = read_server_args(args.from_sglang)
     m: Mapped = map_server_args(fields)
-    base = (load_scenario_arg(args.scenario) if args.scenario is not None
-            else copy.deepcopy(DEFAULT_BASE))
+    base_sc = load_scenario_arg(args.scenario) if args.scenario is not None else None
+    base = base_sc.to_mapping() if base_sc is not None else copy.deepcopy(DEFAULT_BASE)
     if base.pop("variants", None):
         print("--from-sglang: the base scenario's variants are dropped; the server args "
               "define the one variant", file=sys.stderr)
@@ -113,10 +117,11 @@ def scenario_from_args(args: argparse.Namespace) -> dict[str, Any]:
     d["replicas"] = m.replicas
     if m.replicas > 1:
         d.setdefault("router", "round_robin")  # SGLang's DP load balancing default
-    d = validate(apply_overrides(d, args.overrides, source=f"{source} (override)"),
-                 source=source)
-    _say(m, cache, model)
-    return d
+    d = apply_overrides(d, args.overrides, source=f"{source} (override)", base=Path.cwd())
+    sc = Scenario.from_mapping(d, source=source,
+                               base=base_sc.base_dir if base_sc is not None else None)
+    _say(m, dataclasses.asdict(sc.cache), model)
+    return sc
 
 
 def _say(m: Mapped, cache: dict, model: Any) -> None:

@@ -14,15 +14,18 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 
-def expected_requests(workload: Mapping[str, Any] | None) -> int | None:
-    """Requests a workload spec will issue in all, when the spec fixes it."""
-    w = workload or {}
-    if w.get("kind") == "multiturn":
-        try:
-            return int(w.get("num_clients", 256)) * int(w.get("num_rounds", 5))
-        except (TypeError, ValueError):
-            return None
-    return None
+def expected_requests(workload: Any) -> int | None:
+    """Requests a workload will issue in all, when its kind fixes it (multiturn: clients x
+    rounds). ``workload`` is a typed workload config or a mapping."""
+    def get(key: str) -> Any:
+        return workload.get(key) if isinstance(workload, Mapping) else getattr(workload, key,
+                                                                                None)
+    if workload is None or get("kind") != "multiturn":
+        return None
+    try:
+        return int(get("num_clients")) * int(get("num_rounds"))
+    except (TypeError, ValueError):
+        return None
 
 
 class Progress:

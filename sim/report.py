@@ -91,12 +91,14 @@ def _json_safe(v: Any) -> Any:
     return v
 
 
-def dump_scenario(d: Mapping[str, Any], path: Path) -> Path:
-    path.write_text(yaml.safe_dump(dict(d), sort_keys=False, default_flow_style=None))
+def dump_scenario(d: Any, path: Path) -> Path:
+    """The resolved scenario as YAML (a Scenario, or a plain mapping)."""
+    data = d.to_mapping() if hasattr(d, "to_mapping") else dict(d)
+    path.write_text(yaml.safe_dump(data, sort_keys=False, default_flow_style=None))
     return path
 
 
-def write_variant(result: SimResult, folder: Path, scenario: Mapping[str, Any], *,
+def write_variant(result: SimResult, folder: Path, scenario: Any, *,
                   wall: float | None = None, options: ReportOptions = ReportOptions()
                   ) -> tuple[dict[str, Any], pd.DataFrame]:
     """Write one variant's files into ``folder``; return its summary and requests frame."""

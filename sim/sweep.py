@@ -30,8 +30,7 @@ import simpy
 import yaml
 
 from hicache.report.metrics import METRIC_UNITS
-from hicache.scenario import apply_overrides, expand_variants, validate
-from hicache.workload.factory import make_config
+from hicache.scenario import Scenario, as_scenario
 from sim.driver import build
 from sim.sweep_exec import PointStore, Task, execute
 from sim.sweep_plots import fmt
@@ -131,16 +130,15 @@ def _yaml_text(value: Any) -> str:
     return text.removesuffix("\n...\n").strip()
 
 
-def apply_point(d: Mapping[str, Any], point: Mapping[str, Any], *,
-                source: str = "<sweep>") -> dict[str, Any]:
-    """A copy of scenario ``d`` with each grid key set to its value."""
-    return apply_overrides(d, [f"{k}={_yaml_text(v)}" for k, v in point.items()],
-                           source=source)
+def apply_point(d: Scenario, point: Mapping[str, Any], *,
+                source: str = "<sweep>") -> Scenario:
+    """Scenario ``d`` with each grid key set to its value (validated again)."""
+    return d.with_overrides([f"{k}={_yaml_text(v)}" for k, v in point.items()],
+                            flag="--grid")
 
 
-def _variants_of(d: Mapping[str, Any], only: Sequence[str] | None,
-                 source: str) -> list[tuple[str, dict]]:
-    variants = expand_variants(d, source=source)
+def _variants_of(d: Scenario, only: Sequence[str] | None) -> list[tuple[str, Scenario]]:
+    variants = d.expand()
     if only:
         unknown = sorted(set(only) - {n for n, _ in variants})
         if unknown:
@@ -150,25 +148,25 @@ def _variants_of(d: Mapping[str, Any], only: Sequence[str] | None,
     return variants
 
 
-def _check(d: Mapping[str, Any], point: Mapping[str, Any], only: Sequence[str] | None,
-           source: str) -> list[tuple[str, dict]]:
-    """Validate one point for every selected variant (cache, scheduler, run, workload)."""
+def _check(d: Scenario, point: Mapping[str, Any], only: Sequence[str] | None,
+           source: str) -> list[tuple[str, Scenario]]:
+    """Validate one point for every selected variant (every section, then the runtime)."""
     what = " ".join(f"{k}={v!r}" for k, v in point.items())
     try:
-        pt = validate(apply_point(d, point, source=source), source=source)
-        variants = _variants_of(pt, only, source)
-        for name, vd in variants:
-            build(simpy.Environment(), vd, f"{source} [variant {name}]")
-            make_config(vd.get("workload"))
+        pt = apply_point(d, point, source=source)
+        variants = _variants_of(pt, only)
+        for _, vd in variants:
+            build(simpy.Environment(), vd)
     except SweepError:
         raise
-    except (ValueError, KeyError, TypeError) as e:
+    except ValueError as e:
         raise SweepError(f"--grid {what}: {e}") from None
-    for key, value in point.items():
+    for key in point:
         for name, vd in variants:
-            if _get(vd, key) != value:
+            got = _get(vd.to_mapping(), key)
+            if got != _get(pt.to_mapping(), key):
                 raise SweepError(f"--grid {key}: variant {name!r} sets it to "
-                                 f"{_get(vd, key)!r}, overriding the grid; drop the key or "
+                                 f"{got!r}, overriding the grid; drop the key or "
                                  "pick other variants with --variant")
     return variants
 
@@ -180,26 +178,28 @@ def _get(d: Mapping[str, Any], dotted: str) -> Any:
     return node
 
 
-def tasks_for(d: Mapping[str, Any], grid: Mapping[str, Sequence[Any]], *,
+def tasks_for(d: Scenario | Mapping[str, Any], grid: Mapping[str, Sequence[Any]], *,
               variants: Sequence[str] | None = None, seeds: Sequence[int] | None = None,
               source: str = "<scenario>") -> list[Task]:
     """Every (point, variant, seed) as a :class:`Task`, in table order: the grid's
     cartesian product (first key outermost), then the variants, then the seeds. Every
     point is checked first (each key alone, then the point): a bad key fails before any
     simulation."""
+    d = as_scenario(d, source=source)
     empty = [k for k, vs in grid.items() if not len(vs)] or ([] if grid else ["(none)"])
     if empty:
         raise SweepError(f"--grid {empty[0]}: no values")
     for key, values in grid.items():
         for v in values:
             _check(d, {key: v}, variants, source)
-    base_seed = d.get("seed", 0)
+    base_seed = d.seed
     seeds = list(seeds) if seeds else [base_seed]
     tasks: list[Task] = []
     for p in expand_grid(grid):
         for name, vd in _check(d, p, variants, source):
             for seed in seeds:
-                tasks.append(Task(len(tasks), dict(p), name, int(seed), {**vd, "seed": seed}))
+                tasks.append(Task(len(tasks), dict(p), name, int(seed),
+                                  {**vd.to_mapping(), "seed": int(seed)}))
     return tasks
 
 
@@ -227,7 +227,7 @@ def sweep_table(rows: Sequence[Mapping[str, Any]], grid: Mapping[str, Sequence[A
     return df
 
 
-def run_sweep(d: Mapping[str, Any], grid: Mapping[str, Sequence[Any]], *,
+def run_sweep(d: Scenario | Mapping[str, Any], grid: Mapping[str, Sequence[Any]], *,
               variants: Sequence[str] | None = None, target: Target | None = None,
               source: str = "<scenario>", log: TextIO | bool | None = True,
               seeds: Sequence[int] | None = None, executor: str = "serial",

@@ -115,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
     grid = parse_grid(args.grid)
     target = parse_target(args.target) if args.target else None
     d = load_scenario_arg(args.scenario, args.overrides)
-    spec = {"scenario": d, "grid": grid, "variants": args.variant, "seeds": args.seeds}
+    spec = {"scenario": d.to_mapping(), "grid": grid, "variants": args.variant,
+            "seeds": args.seeds}
     tasks = tasks_for(d, grid, variants=args.variant, seeds=args.seeds,
                       source=str(args.scenario))  # every point checked before --out exists
     out: Path = args.out

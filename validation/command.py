@@ -52,10 +52,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def pick_variant(d: dict, variant: str | None, source: str) -> tuple[str, dict]:
-    from hicache.scenario import expand_variants
-
-    variants = expand_variants(d, source=source)
+def pick_variant(d, variant: str | None, source: str):  # noqa: ANN001, ANN201 - Scenario
+    variants = d.expand()
     if variant is None:
         return variants[0]
     for name, body in variants:
@@ -131,13 +129,13 @@ def run(args: argparse.Namespace) -> int:
     name, body = pick_variant(d, args.variant, str(args.scenario))
     from validation.runner import validate
 
-    print(f"[{d['name']}/{name}] running on {device} and simulating ...", flush=True)
+    print(f"[{d.name}/{name}] running on {device} and simulating ...", flush=True)
     v = validate(body, args.profile, device=device, name=name, source=str(args.scenario),
                  torch_trace=args.torch_trace)
     from hicache.report.outputs import safe_name
 
-    out = args.out or Path("results") / "validate" / safe_name(str(d["name"]))
-    write(v, out, {"scenario": str(args.scenario), "name": d["name"], "variant": name})
+    out = args.out or Path("results") / "validate" / safe_name(str(d.name))
+    write(v, out, {"scenario": str(args.scenario), "name": d.name, "variant": name})
     from hicache.report.compare import format_table
 
     print(format_table(headline(v.comparison), units=False))

@@ -8,7 +8,6 @@ that it starts at the torch loop's start (``t0``), as the simulator's starts at 
 
 from __future__ import annotations
 
-import copy
 import statistics
 import sys
 import time
@@ -19,9 +18,10 @@ from typing import Any
 
 import pandas as pd
 
-from gpu_backend.driver import TorchResult, load_shape, run_scenario
+from gpu_backend.driver import TorchResult, run_scenario
 from gpu_backend.shapes import ModelShape
 from hicache.report.frames import requests_frame, timeline_frame
+from hicache.scenario import Scenario, as_scenario
 from sim.driver import SimResult, simulate
 from sim.hardware.profile import HardwareProfile, load_profile
 from validation.compare import compare
@@ -72,45 +72,36 @@ def shape_warnings(profile: HardwareProfile, shape: ModelShape) -> list[str]:
             f"describe this model"]
 
 
-def shape_for(d: Mapping[str, Any], device: str) -> ModelShape:
-    """The shape run_scenario uses: tiny on CPU, else the scenario's model preset (a name
-    under scenarios/models or an inline mapping)."""
-    if device == "cpu":
-        return ModelShape.tiny()
-    model = d.get("model", "llama-3-8b")
-    if isinstance(model, Mapping):
-        return ModelShape.from_mapping(model)
-    return load_shape(str(model))
+def shape_for(d: Scenario | Mapping[str, Any], device: str) -> ModelShape:
+    """The shape run_scenario uses: tiny on CPU, else the scenario's model."""
+    return ModelShape.tiny() if device == "cpu" else as_scenario(d).model
 
 
-def sim_scenario(d: Mapping[str, Any], profile: str | Path, shape: ModelShape,
-                 device: str) -> dict[str, Any]:
+def sim_scenario(d: Scenario | Mapping[str, Any], profile: str | Path, shape: ModelShape,
+                 device: str) -> Scenario:
     """The scenario the simulator runs: ``hardware`` = the profile, ``model`` = the torch
-    run's shape (as a mapping on CPU; the preset itself elsewhere)."""
-    out = copy.deepcopy(dict(d))
-    out["hardware"] = str(profile)
-    if isinstance(out.get("run"), Mapping):  # torch-only key; the simulator rejects it
-        out["run"] = {k: v for k, v in out["run"].items() if k != "torch_profiler"}
-    if device == "cpu" or isinstance(d.get("model"), Mapping):
-        out["model"] = model_mapping(shape)
-    else:
-        out.setdefault("model", "llama-3-8b")
-    return out
+    run's shape."""
+    sc = as_scenario(d)
+    out = sc.to_mapping()
+    out["hardware"] = str(Path(profile).resolve())
+    out["model"] = model_mapping(shape)
+    return Scenario.from_mapping(out, source=sc.source, base=sc.base_dir)
 
 
-def validate(d: Mapping[str, Any], profile: str | Path, *, device: str = "cpu",
+def validate(d: Scenario | Mapping[str, Any], profile: str | Path, *, device: str = "cpu",
              name: str = "run", source: str = "<scenario>",
              torch_trace: str | Path | None = None) -> Validation:
     """Run ``d`` measured then predicted and compare them. Shape warnings
     (:func:`shape_warnings`) go to stderr and to ``info["warnings"]``; ``torch_trace``
     writes a torch.profiler Chrome trace of the measured run (gpu_backend.trace)."""
     prof = load_profile(str(profile))  # fail fast on a bad profile, before the long runs
+    d = as_scenario(d, source=source)
     shape = shape_for(d, device)
     warnings = shape_warnings(prof, shape)
     for w in warnings:
         print(f"validate: warning: {w}", file=sys.stderr)
     t = time.perf_counter()
-    meas = run_scenario(dict(d), device=device, shape=shape, name=name, source=source,
+    meas = run_scenario(d, device=device, shape=shape, name=name, source=source,
                         torch_trace=torch_trace)
     wall_meas = time.perf_counter() - t
     sd = sim_scenario(d, profile, shape, device)

@@ -15,18 +15,19 @@ import yaml
 from hicache.cli import main
 from hicache.report.perfetto import chrome_trace
 from hicache.report.plots import _gantt_rows
-from hicache.scenario import apply_overrides, load_scenario
+from hicache.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 # quick.yaml shrunk to a fraction of a second, with two variants whose names clean alike
-TINY = apply_overrides(load_scenario(ROOT / "scenarios/quick.yaml"), [
+TINY = load_scenario(ROOT / "scenarios/quick.yaml").with_overrides([
     "name=tiny", "cache.device_tokens=2048", "cache.hicache_ratio=2",
     "scheduler.max_running_requests=8", "workload.num_clients=4", "workload.num_rounds=3",
     "workload.request_length=256", "workload.output_length=8", "workload.request_rate=100",
     "workload.max_parallel=4",
     "variants=[{name: L1, set: {cache.enable_hierarchical_cache: false}},"
     " {name: L1 L2, set: {cache.enable_hierarchical_cache: true}},"
-    " {name: L1_L2, set: {cache.enable_hierarchical_cache: true, cache.hicache_ratio: 3}}]"])
+    " {name: L1_L2, set: {cache.enable_hierarchical_cache: true, cache.hicache_ratio: 3}}]"]
+).to_mapping()
 
 
 def scenario(tmp_path: Path, d: dict | None = None) -> str:

@@ -69,5 +69,5 @@ def test_layer_list_must_match_num_layers() -> None:
     from simtoys import TOY_MODEL
     with pytest.raises(ValueError, match="layers"):
         load_model({**TOY_MODEL, "layers": ["full", "swa"]})
-    with pytest.raises(ValueError, match="unknown kind"):
+    with pytest.raises(ValueError, match=r"layers\[2\]: got 'moe'; allowed values"):
         load_model({**TOY_MODEL, "layers": ["full", "swa", "moe", "full"]})
