@@ -18,8 +18,15 @@
 # measured. $OUT receives only gpu_check.tgz and gpu_check.log (the device tool returns at
 # most 8 files); the work tree is $WORK (default /tmp/gpu_check_work).
 # Local half: hicache-lab validate --measured, then python -m validation.targets (the
-# issue's GPU targets, docs/VALIDATION.md). One device call, then one local command:
-#   run(command="bash benchmarks/gpu_check.sh", timeout_s=330)
+# issue's GPU targets, docs/VALIDATION.md). hicache's scenario and model schemas need
+# pydantic, which the GPU machine lacks: download its wheels here once (.whl/ is
+# git-ignored; the pins match pyproject's range):
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+#     --platform manylinux2014_x86_64 -d .whl pydantic==2.14.4 pydantic-core==2.50.5 \
+#     annotated-types==0.8.0 typing-inspection==0.4.5 typing-extensions==4.16.0
+# then one device call, then one local command:
+#   run(command="bash benchmarks/gpu_check.sh", carry=[".whl"], timeout_s=330)
 #   bash benchmarks/gpu_check.sh --local <files_at>/gpu_check.tgz
 set -euo pipefail
 
@@ -117,9 +124,21 @@ else
   TOTAL_S=${TOTAL_S:-285}
   DEVICE=cuda; MODEL=(--model "$DEST/scenarios/model.yaml")  # the scenarios' model
 fi
+# carried wheels for what the machine lacks (pydantic on the GPU machine; never simpy)
+WHL="${WHL_DIR:-$ROOT/.whl}"
+SITE="$WORK/site"
+if ! "${MPY[@]}" -c "import pydantic" 2>/dev/null; then
+  compgen -G "$WHL/*.whl" >/dev/null || die "pydantic is missing and $WHL has no wheels: \
+download them here once (see this script's header) and carry .whl"
+  step "installing carried wheels from $WHL into $SITE"
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$SITE" "$WHL"/*.whl || die "pip could not install the wheels in $WHL"
+  export PYTHONPATH="$SITE:$PYTHONPATH"
+  [[ "$MODE" == dry ]] && MPY=(env "PYTHONPATH=$BLOCK:$PYTHONPATH" "$PY")
+fi
 missing=$("${MPY[@]}" -c "
 import importlib.util as u
-print(' '.join(m for m in ('torch','pandas','pyarrow','matplotlib','yaml','pytest')
+print(' '.join(m for m in ('torch','pandas','pyarrow','matplotlib','yaml','pytest','pydantic')
                if u.find_spec(m) is None))")
 [[ -z "$missing" ]] || die "python modules missing: $missing"
 if [[ "$DEVICE" == cuda ]]; then

@@ -13,7 +13,7 @@ import json
 import time
 from pathlib import Path
 
-from hicache.scenario import apply_overrides, expand_variants, load_scenario
+from hicache.scenario import load_scenario
 from sim.driver import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,9 +30,9 @@ def main() -> None:
     cases = [("quick", "scenarios/quick.yaml", [])] if args.quick else CASES
     rows = []
     for label, path, sets in cases:
-        d = apply_overrides(load_scenario(ROOT / path), sets)
+        d = load_scenario(ROOT / path, sets)
         total = 0.0
-        for name, vd in expand_variants(d):
+        for name, vd in d.expand():
             t0 = time.perf_counter()
             res = simulate(vd, name=name, progress=False)
             wall = time.perf_counter() - t0

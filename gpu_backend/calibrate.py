@@ -32,7 +32,7 @@ from gpu_backend.calib_host import measure_host
 from gpu_backend.calib_insitu import in_situ
 from gpu_backend.shapes import ModelShape
 
-BASE: dict[str, Any] = {  # REFERENCE.md section 4 (H100/H200 SXM) unless measured
+BASE: dict[str, Any] = {  # docs/SOURCES.md §4 (H100/H200 SXM) unless measured
     "name": "calibrated",
     "gpu": {"bf16_flops": 989.0e12, "matmul_efficiency": 0.6, "hbm_bytes_per_s": 4.3e12,
             "kernel_launch_s": 5.0e-6},
@@ -129,7 +129,7 @@ def calibrate(shape: ModelShape, device: str = "cpu", page_size: int = 16,
 
 
 def to_yaml(prof: dict[str, Any], src: dict[str, str]) -> str:
-    """YAML with a source comment on every number (measured here, or REFERENCE.md)."""
+    """YAML with a source comment on every number (measured here, or docs/SOURCES.md)."""
     lines: list[str] = []
 
     def emit(d: dict[str, Any], indent: int, path: str) -> None:
@@ -143,7 +143,7 @@ def to_yaml(prof: dict[str, Any], src: dict[str, str]) -> str:
                 lines.append(f"{pad}calibrated:  # {src.get(key, 'measured')}")
                 lines.extend(f"{pad}  {x}" for x in _dump(v).splitlines())
             else:
-                note = src.get(key, "default: REFERENCE.md section 4" if path else "")
+                note = src.get(key, "default: docs/SOURCES.md §4" if path else "")
                 lines.append(f"{pad}{k}: {_dump(v).strip()}" + (f"  # {note}" if note else ""))
     emit(prof, 0, "")
     return "\n".join(lines) + "\n"

@@ -1,16 +1,27 @@
-"""``hicache-lab calibrate`` and ``hicache-lab measure``: torch only, never simpy.
+"""``hicache-lab calibrate``: measure this machine (CUDA or CPU) into a hardware profile.
 
-``calibrate`` measures this machine (CUDA or CPU) into a hardware profile
-(:mod:`gpu_backend.calibrate`); ``measure`` runs scenarios on the torch runtime into a
-folder that ``hicache-lab validate --measured`` predicts on any machine
-(:mod:`gpu_backend.measure`). torch is imported only when a command runs.
-``python -m gpu_backend.calibrate`` takes calibrate's arguments (:func:`add_arguments`).
+The work is in :mod:`gpu_backend.calibrate`; torch is imported only when the command runs.
+``python -m gpu_backend.calibrate`` takes the same arguments (:func:`add_arguments`).
+(``hicache-lab measure`` is :mod:`gpu_backend.measure_command`.)
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+
+from hicache.cli_common import HelpFormatter
+from hicache.units import size_arg
+
+DESCRIPTION = """\
+Measure this machine into a hardware profile the simulator can load in place of a
+datasheet one: copies per size and io backend (both directions alone and at once, per
+call), compute per layer (prefill by tokens, decode by batch), compute slowdown under
+copies, and the scheduler's step time. Prints the measured figures and sanity checks.
+
+examples:
+  hicache-lab calibrate --device cpu --out results/cpu_profile.yaml
+  hicache-lab calibrate --model llama-3-8b --out results/h100_profile.yaml
+"""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -18,8 +29,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="default: cuda when available")
     p.add_argument("--model", help="model preset: a name in scenarios/models/ or a YAML path "
                                    "(default: the tiny test shape)")
-    p.add_argument("--page-size", type=int, default=16)
-    p.add_argument("--name", default=None)
+    p.add_argument("--page-size", type=size_arg(1), default=16,
+                   help="tokens per page of the copies measured (default 16)")
+    p.add_argument("--name", default=None,
+                   help="the profile's name (default: calibrated-<device>)")
     p.add_argument("--out", help="write the profile YAML here (default: stdout)")
     p.add_argument("--no-scheduler", action="store_true",
                    help="keep the default cpu.scheduler_step_s (skip the short driver run)")
@@ -27,40 +40,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("calibrate", help="microbenchmark copies and compute into a profile",
-                       description=__doc__)
+                       description=DESCRIPTION, formatter_class=HelpFormatter)
     add_arguments(p)
     p.set_defaults(func=run)
-    m = sub.add_parser("measure", help="run scenarios on the torch runtime into a folder "
-                       "that validate --measured predicts anywhere", description=__doc__)
-    m.add_argument("scenarios", nargs="+", type=Path, metavar="SCENARIO")
-    m.add_argument("--device", choices=("cuda", "cpu"), default=None,
-                   help="default: cuda when available")
-    m.add_argument("--out", type=Path, required=True, help="the measured folder to write")
-    m.add_argument("--repeats", type=int, default=3,
-                   help="runs per scenario (the reference is their median; runs after "
-                   "the first give the noise floor)")
-    m.add_argument("--profile", type=Path, default=None,
-                   help="keep this hardware profile instead of calibrating")
-    m.add_argument("--no-calibrate", action="store_true",
-                   help="write no profile (validate --measured then needs --profile)")
-    m.add_argument("--append", action="store_true",
-                   help="add scenarios to an existing measured folder (keeps its profile)")
-    m.add_argument("--variant", default=None, help="variant to run (default: the first)")
-    m.add_argument("--threads", type=int, default=None,
-                   help="torch intra-op threads (default on cpu: 1)")
-    m.add_argument("--set", dest="overrides", action="append", default=[],
-                   metavar="KEY=VALUE", help="override a scenario key, e.g. seed=3")
-    m.set_defaults(func=run_measure)
 
 
 def run(args: argparse.Namespace) -> int:
     from gpu_backend.calibrate import run_args
 
     run_args(args)
+    if args.out:  # with no --out the profile itself went to stdout: keep stdout clean
+        import yaml
+
+        from hicache.report.profile_summary import format_profile_summary
+
+        with open(args.out) as f:
+            text, _ = format_profile_summary(yaml.safe_load(f))
+        print(text)
+        print(f"-> {args.out}")
     return 0
-
-
-def run_measure(args: argparse.Namespace) -> int:
-    from gpu_backend.measure import run_args
-
-    return run_args(args)

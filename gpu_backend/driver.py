@@ -24,25 +24,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpu_backend.l3_protocol import L3Store
 from gpu_backend.runtime import TorchRuntime
 from gpu_backend.shapes import ModelShape
 from gpu_backend.trace import add_lanes, torch_profiler, wall_epoch
 from hicache.config import CacheConfig
+from hicache.modelspec import load_model_spec
 from hicache.runtime.interface import BatchCompletion, Completion
-from hicache.scenario import cache_config, check_keys
-from hicache.scheduler.scheduler import SCHEDULER_KEYS, Scheduler, SchedulerConfig
+from hicache.scenario import Scenario, as_scenario
+from hicache.scheduler.scheduler import Scheduler
 from hicache.timeline import Timeline
 from hicache.workload.factory import make_workload
 from hicache.workload.request import Request
 
-# the simulator's run keys are accepted (one scenario drives both); max_sim_time bounds
-# the run's wall time here, the other sim-only keys are ignored
-RUN_KEYS = {"layerwise", "trace_layers", "backup_throttle_bytes_per_s", "progress",
-            "max_sim_time", "torch_profiler"}  # torch_profiler: Chrome trace path (torch only)
-MODELS_DIR = Path(__file__).resolve().parent.parent / "scenarios" / "models"
+# one scenario drives both runtimes: max_sim_time bounds the run's wall time here, the
+# simulator-only run keys are ignored, torch_profiler is read here only
 
 
 @dataclass
@@ -57,13 +53,9 @@ class TorchResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def load_shape(name: str, models_dir: Path = MODELS_DIR) -> ModelShape:
-    """The ModelShape of preset ``scenarios/models/NAME.yaml``."""
-    path = models_dir / f"{name}.yaml"
-    if not path.is_file():
-        raise ValueError(f"model preset {name!r}: no file {path}")
-    with path.open() as f:
-        return ModelShape.from_mapping(yaml.safe_load(f))
+def load_shape(name: str | Path) -> ModelShape:
+    """The ModelShape of a model preset name (``scenarios/models/NAME.yaml``) or path."""
+    return load_model_spec(name)
 
 
 
@@ -84,7 +76,7 @@ def make_l3(cache: CacheConfig, directory: str) -> L3Store | None:
     return FileL3(directory)
 
 
-def build_runtime(d: dict, cache: CacheConfig, shape: ModelShape, device: str,
+def build_runtime(sc: Scenario, cache: CacheConfig, shape: ModelShape, device: str,
                   l3: L3Store | None) -> TorchRuntime:
     """One replica's TorchRuntime sized as sim/driver.py sizes its SimRuntime."""
     page = cache.page_size
@@ -94,15 +86,14 @@ def build_runtime(d: dict, cache: CacheConfig, shape: ModelShape, device: str,
     layout = cache.effective_mem_layout
     if layout == "page_first_direct":  # page_first host layout, per-page direct copies
         layout = "page_first"
-    run = dict(d.get("run") or {})
     return TorchRuntime(shape, page_size=page, device_pages={"full": cache.device_tokens // page},
                         host_pages={"full": host_pages}, device=device,
                         io_backend=cache.hicache_io_backend, mem_layout=layout,
-                        layerwise=bool(run.get("layerwise", True)), l3=l3,
-                        runtime_id="torch0", seed=int(d.get("seed", 0)))
+                        layerwise=sc.run.layerwise, l3=l3,
+                        runtime_id="torch0", seed=sc.seed)
 
 
-def run_scenario(d: dict, *, device: str = "cpu", shape: ModelShape | None = None,
+def run_scenario(scenario: Scenario | dict, *, device: str = "cpu", shape: ModelShape | None = None,
                  name: str = "run", source: str = "<scenario>",
                  stall_timeout: float = 120.0, torch_trace: str | Path | None = None
                  ) -> TorchResult:
@@ -110,31 +101,28 @@ def run_scenario(d: dict, *, device: str = "cpu", shape: ModelShape | None = Non
     ModelShape.tiny() on CPU and to the scenario's model preset elsewhere. ``torch_trace``
     (or the scenario's ``run.torch_profiler``) writes a torch.profiler Chrome trace there
     (:mod:`gpu_backend.trace`)."""
-    if int(d.get("replicas", 1)) != 1:
+    sc = as_scenario(scenario, source=source)
+    source = sc.source
+    if sc.replicas != 1:
         raise ValueError(f"{source}: replicas: the torch driver runs exactly 1 replica, got "
-                         f"{d.get('replicas')}")
-    cache = cache_config(d, source=source)
-    sched = dict(d.get("scheduler") or {})
-    run = dict(d.get("run") or {})
-    check_keys(sched, SCHEDULER_KEYS, "scheduler", source)
-    check_keys(run, RUN_KEYS, "run", source)
-    if sched.get("track_components"):
+                         f"{sc.replicas}")
+    cache, run = sc.cache, sc.run
+    if sc.scheduler.track_components:
         raise ValueError(f"{source}: scheduler.track_components: the torch runtime has FULL "
                          f"pools only; SWA/MAMBA pools exist in the simulator for now")
     if shape is None:
-        shape = (ModelShape.tiny() if device == "cpu"
-                 else load_shape(str(d.get("model", "llama-3-8b"))))
-    trace = torch_trace if torch_trace is not None else run.get("torch_profiler")
+        shape = ModelShape.tiny() if device == "cpu" else sc.model
+    trace = torch_trace if torch_trace is not None else run.torch_profiler
     with tempfile.TemporaryDirectory(prefix="hicache-l3-") as l3_dir:
         l3 = make_l3(cache, l3_dir)
         try:
-            rt = build_runtime(d, cache, shape, device, l3)
+            rt = build_runtime(sc, cache, shape, device, l3)
             with rt:
-                scheduler = Scheduler(cache, rt.info(),
-                                      SchedulerConfig(**sched, l3=l3 is not None), replica=0)
-                workload = make_workload(d["workload"], int(d.get("seed", 0)))
-                loop = _Loop(rt, scheduler, workload, float(run.get("max_sim_time", math.inf)),
-                             stall_timeout)
+                scheduler = Scheduler(cache, rt.info(), sc.scheduler_config(l3=l3 is not None),
+                                      replica=0)
+                workload = make_workload(sc.workload, sc.seed)
+                limit = run.max_sim_time if run.max_sim_time is not None else math.inf
+                loop = _Loop(rt, scheduler, workload, limit, stall_timeout)
                 with (torch_profiler(trace, rt.lanes.cuda) if trace else nullcontext()):
                     wall0 = wall_epoch(rt.now())
                     loop.run()

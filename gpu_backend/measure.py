@@ -25,7 +25,6 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,33 +40,20 @@ def safe_name(text: str) -> str:
     return out or "scenario"
 
 
-def pick_variant(d: Mapping[str, Any], variant: str | None, source: str
-                 ) -> tuple[str, dict]:
-    """(variant name, body): the named variant, else the first (the base without any)."""
-    from hicache.scenario import expand_variants
-
-    variants = expand_variants(d, source=source)
+def pick_variant(sc: Any, variant: str | None) -> tuple[str, Any]:
+    """(variant name, Scenario): the named variant, else the first (the base without
+    any)."""
+    variants = sc.expand()
     if variant is None:
         return variants[0]
-    for name, body in variants:
-        if name == variant:
-            return name, body
-    raise ValueError(f"--variant: unknown {variant!r}; {source} has "
-                     f"{[n for n, _ in variants]}")
+    return variant, sc.variant(variant)
 
 
-def shape_for(d: Mapping[str, Any], device: str):  # noqa: ANN201 - ModelShape
-    """The shape the torch run uses: tiny on CPU, else the scenario's model preset (a name
-    under scenarios/models or an inline mapping)."""
-    from gpu_backend.driver import load_shape
+def shape_for(sc: Any, device: str):  # noqa: ANN201 - ModelShape
+    """The shape the torch run uses: tiny on CPU, else the scenario's model."""
     from gpu_backend.shapes import ModelShape
 
-    if device == "cpu":
-        return ModelShape.tiny()
-    model = d.get("model", "llama-3-8b")
-    if isinstance(model, Mapping):
-        return ModelShape.from_mapping(model)
-    return load_shape(str(model))
+    return ModelShape.tiny() if device == "cpu" else sc.model
 
 
 def environment(device: str) -> dict[str, Any]:
@@ -165,21 +151,22 @@ class Measurement:
     def save(self) -> None:
         _write_json(self.out / MANIFEST, self.manifest)
 
-    def add_scenario(self, name: str, body: Mapping[str, Any], source: str,
+    def add_scenario(self, name: str, body: Any, source: str,
                      variant: str) -> tuple[Path, dict[str, Any]]:
         folder = self.out / name
         if any(s["dir"] == name for s in self.manifest["scenarios"]):
             raise ValueError(f"two scenarios measure into {folder}: give them distinct names")
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "scenario.yaml").write_text(yaml.safe_dump(dict(body), sort_keys=False))
-        entry = {"dir": name, "name": str(body.get("name", name)), "variant": variant,
+        data = body.to_mapping()  # resolved: the model as a mapping, every default filled
+        (folder / "scenario.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+        entry = {"dir": name, "name": str(body.name), "variant": variant,
                  "source": source, "runs": []}
         self.manifest["scenarios"].append(entry)
         self.save()
         return folder, entry
 
 
-def measure(scenarios: list[tuple[str, dict, str, str]], device: str, out: Path, *,
+def measure(scenarios: list[tuple[str, Any, str, str]], device: str, out: Path, *,
             repeats: int = 3, profile: Path | None = None, calibrate: bool = True,
             torch_trace: Path | None = None, append: bool = False,
             log: Any = print) -> Path:
@@ -227,7 +214,7 @@ def measure(scenarios: list[tuple[str, dict, str, str]], device: str, out: Path,
     for k in range(repeats):
         for (folder, entry), body, source, variant in added:
             t = time.perf_counter()
-            res = run_scenario(dict(body), device=device, shape=shape, name=variant,
+            res = run_scenario(body, device=device, shape=shape, name=variant,
                                source=source, torch_trace=torch_trace if k == 0 else None)
             info = save_run(res, folder / f"run{k}")
             entry["runs"].append(f"run{k}")
@@ -245,15 +232,15 @@ def measure(scenarios: list[tuple[str, dict, str, str]], device: str, out: Path,
 
 
 def load_for_measure(paths: list[Path], overrides: list[str], variant: str | None
-                     ) -> list[tuple[str, dict, str, str]]:
-    """[(folder name, body, source, variant)] for every scenario file given."""
+                     ) -> list[tuple[str, Any, str, str]]:
+    """[(folder name, Scenario, source, variant)] for every scenario file given."""
     from hicache.scenario import load_scenario
 
     out = []
     for p in paths:
-        d = load_scenario(p, overrides)
-        vname, body = pick_variant(d, variant, str(p))
-        name = safe_name(str(d["name"]) if variant is None else f"{d['name']}.{vname}")
+        sc = load_scenario(p, overrides)
+        vname, body = pick_variant(sc, variant)
+        name = safe_name(str(sc.name) if variant is None else f"{sc.name}.{vname}")
         out.append((name, body, str(p), vname))
     return out
 

@@ -7,6 +7,10 @@
 The simulator is deterministic for a (scenario, seed), so drift means a model, policy or
 scheduler change: intended changes rewrite the baseline in the same commit. A metric
 drifts when |new - old| > rel * |old| + abs (defaults 1% and 1e-9).
+
+File format: ``{"scenario": NAME, "variants": {VARIANT: {METRIC: value}}}``; a baseline
+for another scenario is refused. (A bare ``{VARIANT: {...}}`` from before baselines named
+their scenario is still read.)
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from pathlib import Path
 
 GUARDED = ["hit_rate", "device_hit_rate", "host_hit_rate", "l3_hit_rate", "ttft_mean_s",
            "ttft_p50_s", "ttft_p90_s", "itl_p50_s", "request_throughput_rps",
-           "effective_input_throughput_tps", "gpu_busy_fraction", "load_hidden_fraction",
+           "effective_input_throughput_tps", "load_hidden_fraction",
            "h2d_bytes", "d2h_bytes", "sim_time_s"]
 
 
@@ -27,19 +31,37 @@ def _value(v: object) -> float | None:
     return float(v)  # type: ignore[arg-type]
 
 
-def write_baseline(summaries: dict[str, dict], path: Path) -> None:
-    data = {name: {m: _value(s.get(m)) for m in GUARDED} for name, s in summaries.items()}
+def write_baseline(summaries: dict[str, dict], path: Path, *, scenario: str) -> None:
+    data = {"scenario": scenario,
+            "variants": {name: {m: _value(s.get(m)) for m in GUARDED}
+                         for name, s in summaries.items()}}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
-def check_baseline(summaries: dict[str, dict], path: Path, *, rel: float = 0.01,
-                   abs_tol: float = 1e-9) -> list[str]:
-    """Drift messages, one per (variant, metric) out of tolerance; [] when all match."""
+def read_baseline(path: Path, scenario: str | None = None) -> dict[str, dict]:
+    """``{variant: {metric: value}}``; ValueError for a malformed file or a baseline that
+    names another scenario."""
     try:
-        base = json.loads(Path(path).read_text())
+        data = json.loads(Path(path).read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not a baseline file: {e}") from None
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read the baseline ({e.strerror})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a baseline file (expected a JSON object)")
+    if "variants" not in data:  # the format before baselines named their scenario
+        return data
+    named = data.get("scenario")
+    if scenario is not None and named is not None and named != scenario:
+        raise ValueError(f"{path}: a baseline of scenario {named!r}, not of {scenario!r}")
+    return data["variants"]
+
+
+def check_baseline(summaries: dict[str, dict], path: Path, *, scenario: str | None = None,
+                   rel: float = 0.01, abs_tol: float = 1e-9) -> list[str]:
+    """Drift messages, one per (variant, metric) out of tolerance; [] when all match."""
+    base = read_baseline(path, scenario)
     out = []
     for name in sorted(set(base) | set(summaries)):
         if name not in summaries:

@@ -1,150 +1,193 @@
-"""``hicache-lab run SCENARIO.yaml``: simulate a scenario (and its variants), write reports.
+"""``hicache-lab run``: simulate a scenario (and its variants) and write the reports.
 
-Per variant: summary.json, requests.csv, rounds.csv, decisions.csv, timeline.parquet,
-trace.json (Perfetto), hit_rate_by_round.png, ttft_cdf.png, gantt.png. With several
-variants each goes to DIR/<variant>/ and DIR gets comparison.csv/.txt and joint plots.
+Top-level imports stay light (argparse, pathlib): ``--help`` must start fast; the
+simulator, pandas and matplotlib load when the command runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import json
-import re
+import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from hicache.report.compare import comparison_table, format_table
-from hicache.report.frames import requests_frame, timeline_frame, write_timeline_parquet
-from hicache.report.metrics import hit_rate_by_round, summarize
-from hicache.report.perfetto import write_chrome_trace
-from hicache.report.plots import (
-    plot_gantt,
-    plot_hit_rate_by_round,
-    plot_ttft_cdf,
-    plot_variant_bars,
+from hicache.cli_common import (
+    HelpFormatter,
+    add_output_args,
+    add_scenario_args,
+    load_scenario_arg,
+    scenario_source,
 )
-from hicache.scenario import expand_variants, load_scenario
-from hicache.workload.factory import make_config
-from sim.baseline import check_baseline, write_baseline
-from sim.driver import SimResult, simulate
-from sim.hardware.model import load_model
-from sim.hardware.profile import load_profile
+
+if TYPE_CHECKING:  # pydantic loads with the scenario, when the command runs
+    from hicache.scenario import Scenario
+
+DESCRIPTION = """\
+Simulate a scenario: every variant it defines (or those picked with --variant) runs on the
+SimPy model of the GPU's streams, PCIe links, host memory and L3 store, driven by the same
+scheduler and cache tree as the real runtime. Prints a comparison table and writes, into
+one folder per variant: summary.json, requests.csv, decisions.csv, timeline.parquet,
+scenario.yaml (the resolved scenario), trace.json (open in https://ui.perfetto.dev) and
+plots. The run folder appears only when the run is complete (run.json is its marker).
+
+examples:
+  hicache-lab run scenarios/quick.yaml
+  hicache-lab run scenarios/quick.yaml --variant L1+L2 --set cache.hicache_ratio=3
+  hicache-lab run --from-sglang "python -m sglang.launch_server --model-path \\
+      meta-llama/Meta-Llama-3-8B-Instruct --enable-hierarchical-cache --hicache-ratio 2"
+  hicache-lab run scenarios/quick.yaml --baseline scenarios/baselines/quick.json
+"""
 
 TABLE_METRICS = ["hit_rate", "device_hit_rate", "host_hit_rate", "l3_hit_rate", "ttft_mean_s",
                  "ttft_p90_s", "itl_p50_s", "request_throughput_rps",
-                 "effective_input_throughput_tps", "gpu_busy_fraction", "load_hidden_fraction",
+                 "effective_input_throughput_tps", "load_hidden_fraction",
                  "h2d_gbps", "d2h_gbps"]
 
 
+def _window(text: str) -> tuple[float, float]:
+    a, sep, b = text.partition(":")
+    try:
+        lo, hi = float(a), float(b)
+    except ValueError:
+        lo = hi = float("nan")
+    if not sep or not (0 <= lo < hi < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected START:END in simulated seconds with "
+                                         f"0 <= START < END, got {text!r}")
+    return lo, hi
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="simulate a YAML scenario", description=__doc__)
-    p.add_argument("scenario", type=Path)
-    p.add_argument("--out", type=Path, default=None, help="output folder (results/<name>)")
-    p.add_argument("--set", dest="overrides", action="append", default=[],
-                   metavar="KEY=VALUE", help="override a scenario key, e.g. cache.page_size=32")
-    p.add_argument("--variant", action="append", default=None,
-                   help="run only this variant (repeatable)")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--baseline", type=Path, default=None,
-                   help="compare with this baseline (JSON); exit 1 when a metric drifts")
+    p = sub.add_parser("run", help="simulate a scenario and write reports",
+                       description=DESCRIPTION, formatter_class=HelpFormatter)
+    add_scenario_args(p, optional=True)
+    p.add_argument("--variant", action="append", default=None, metavar="NAME",
+                   help="run only this variant (repeatable; default: all)")
+    from hicache.sglang.command import add_sglang_args
+
+    add_sglang_args(p)
+    add_output_args(p, "results/<scenario name>")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar or progress lines on stderr")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--no-trace", action="store_true",
+                   help="skip trace.json (it can be tens of MB for long traces)")
+    p.add_argument("--trace-window", type=_window, default=None, metavar="START:END",
+                   help="write only the trace rows overlapping this window of simulated "
+                        "seconds, e.g. 10:12")
+    p.add_argument("--baseline", type=Path, default=None, metavar="FILE",
+                   help="compare the guarded metrics with this baseline; exit 1 on drift")
     p.add_argument("--tolerance", type=float, default=0.01,
-                   help="relative drift allowed against --baseline (default 0.01)")
-    p.add_argument("--write-baseline", type=Path, default=None,
-                   help="write this run's guarded metrics as a baseline (JSON)")
+                   help="relative drift allowed against --baseline (default 0.01 = 1%%)")
+    p.add_argument("--write-baseline", type=Path, default=None, metavar="FILE",
+                   help="record this run's guarded metrics as a baseline")
     p.set_defaults(func=run)
 
 
-def timeline_of(result: SimResult) -> pd.DataFrame:
-    frames = []
-    for i, rep in enumerate(result.replicas):
-        df = timeline_frame(rep.timeline)
-        if len(result.replicas) > 1:
-            df["replica"] = i
-        frames.append(df)
-    return pd.concat(frames, ignore_index=True) if frames else timeline_frame([])
+def scenario_of(args: argparse.Namespace) -> Scenario:
+    """The scenario to run: a file, an SGLang launch command over a base, or both."""
+    if getattr(args, "from_sglang", None):
+        from sim.from_sglang import scenario_from_args
+
+        return scenario_from_args(args)
+    if args.scenario is None:
+        raise ValueError("run: give a SCENARIO file or --from-sglang COMMAND")
+    return load_scenario_arg(args.scenario, args.overrides)
 
 
-def write_variant(result: SimResult, out: Path, wall: float) -> dict:
-    out.mkdir(parents=True, exist_ok=True)
-    req = requests_frame(result.records)
-    tl = timeline_of(result)
-    summary = summarize(req, tl)
-    summary.update({"variant": result.name, "sim_time_s": result.sim_time,
-                    "wall_s": round(wall, 3), "timeline_rows": len(tl)})
-    rt = [rep.runtime for rep in result.replicas]
-    summary["h2d_bytes_accounted"] = sum(r.bytes_accounted["h2d"] for r in rt)
-    summary["d2h_bytes_accounted"] = sum(r.bytes_accounted["d2h"] for r in rt)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
-    req.to_csv(out / "requests.csv", index=False)
-    hit_rate_by_round(req).to_csv(out / "rounds.csv", index=False)
-    with open(out / "decisions.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["replica", "decision", "args"])
-        for d in result.decisions:
-            w.writerow([d[0], d[1], " ".join(map(str, d[2:]))])
-    write_timeline_parquet(tl, out / "timeline.parquet")
-    write_chrome_trace(tl, out / "trace.json", process_name=result.name)
-    plot_hit_rate_by_round({result.name: req}, out / "hit_rate_by_round.png")
-    plot_ttft_cdf({result.name: req}, out / "ttft_cdf.png")
-    plot_gantt(tl, out / "gantt.png")
-    return summary
+def select_variants(sc: Scenario, only: list[str] | None) -> list[tuple[str, Scenario]]:
+    variants = sc.expand()
+    if only:
+        names = [n for n, _ in variants]
+        unknown = sorted(set(only) - set(names))
+        if unknown:
+            raise ValueError(f"--variant: unknown {unknown}; scenario has {names}")
+        variants = [(n, v) for n, v in variants if n in only]
+    return variants
 
 
-def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+def check_variants(variants: list[tuple[str, Scenario]]) -> None:
+    """Every variant's hardware profile, before anything runs (the scenario itself was
+    validated when it loaded; a profile's contents are the simulator's to check)."""
+    from sim.hardware.profile import load_profile
+
+    for _, vd in variants:
+        load_profile(vd.hardware)
 
 
 def run(args: argparse.Namespace) -> int:
-    d = load_scenario(args.scenario, args.overrides)
-    variants = expand_variants(d, source=str(args.scenario))
-    if args.variant:
-        names = {n for n, _ in variants}
-        unknown = set(args.variant) - names
-        if unknown:
-            raise ValueError(f"--variant: unknown {sorted(unknown)}; scenario has {sorted(names)}")
-        variants = [(n, v) for n, v in variants if n in args.variant]
-    for name, vd in variants:  # every variant is checked before anything runs
-        where = f"{args.scenario} [variant {name}]" if len(variants) > 1 else str(args.scenario)
-        try:
-            make_config(vd.get("workload") or {})
-        except ValueError as e:
-            raise ValueError(f"{where}: workload: {e}") from None
-        load_profile(vd.get("hardware", "h100-sxm"))
-        load_model(vd.get("model", "llama-3-8b"))
-    out = args.out or Path("results") / _slug(d["name"])
-    summaries, requests = {}, {}
+    from hicache.report.outputs import RunFolder, safe_name, safe_names
+    from sim.report import ReportOptions
+
+    sc = scenario_of(args)
+    source = scenario_source(args)
+    variants = select_variants(sc, args.variant)
+    check_variants(variants)
+    if args.baseline:  # a missing, malformed or other scenario's baseline fails now
+        from sim.baseline import read_baseline
+
+        read_baseline(args.baseline, sc.name)
+    out = args.out or Path("results") / safe_name(sc.name)
+    options = ReportOptions(plots=not args.no_plots, trace=not args.no_trace,
+                            trace_window=args.trace_window)
+    with RunFolder(out, overwrite=args.overwrite) as folder:  # checked before simulating
+        summaries, requests = simulate_variants(variants, folder.path, source, options,
+                                                progress=not args.no_progress)
+        text = write_run_files(folder.path, sc, summaries, requests, options)
+        folder.commit({"command": "run", "scenario": sc.name, "source": source,
+                       "argv": sys.argv[1:], "variants": safe_names(summaries)})
+    print(text)
+    print(f"-> {out}")
+    return _baselines(args, sc.name, summaries)
+
+
+def simulate_variants(variants: list[tuple[str, Scenario]], root: Path, source: str,
+                      options: Any, *, progress: bool) -> tuple[dict[str, dict], dict]:
+    """Simulate each variant into ``root/<safe name>``; (summaries, requests frames)."""
+    from hicache.report.outputs import safe_names
+    from sim.driver import simulate
+    from sim.report import write_variant
+
+    folders = safe_names(n for n, _ in variants)
+    summaries: dict[str, dict] = {}
+    requests: dict[str, Any] = {}
     for name, vd in variants:
         print(f"[{name}] simulating ...", flush=True)
         t0 = time.perf_counter()
-        res = simulate(vd, name=name, source=str(args.scenario),
-                       progress=not args.no_progress)
+        res = simulate(vd, name=name, source=source, progress=progress)
         wall = time.perf_counter() - t0
-        folder = out if len(variants) == 1 else out / _slug(name)
-        summaries[name] = write_variant(res, folder, wall)
-        requests[name] = requests_frame(res.records)
+        summaries[name], requests[name] = write_variant(res, root / folders[name], vd,
+                                                        wall=wall, options=options)
         s = summaries[name]
-        print(f"[{name}] {res.requests} requests, {s['sim_time_s']:.1f} s simulated in "
-              f"{wall:.1f} s wall -> {folder}")
-    table = comparison_table(summaries, [m for m in TABLE_METRICS
-                                         if any(m in s for s in summaries.values())])
-    text = format_table(table)
-    print(text)
-    if len(variants) > 1:
-        out.mkdir(parents=True, exist_ok=True)
-        table.to_csv(out / "comparison.csv")
-        (out / "comparison.txt").write_text(text + "\n")
-        plot_hit_rate_by_round(requests, out / "hit_rate_by_round.png")
-        plot_ttft_cdf(requests, out / "ttft_cdf.png")
-        plot_variant_bars(summaries, "effective_input_throughput_tps",
-                          out / "effective_throughput.png")
+        print(f"[{name}] {s['n_finished']}/{res.requests} requests finished, "
+              f"{s['sim_time_s']:.1f} s simulated in {wall:.1f} s wall")
+    return summaries, requests
+
+
+def write_run_files(root: Path, sc: Scenario, summaries: dict[str, dict], requests: dict,
+                    options: Any) -> str:
+    """The run folder's own files; returns the comparison table's text."""
+    from hicache.report.compare import comparison_table, format_comparison
+    from sim.report import dump_scenario, write_joint
+
+    dump_scenario(sc.to_mapping(), root / "scenario.yaml")
+    metrics = [m for m in TABLE_METRICS if any(s.get(m) is not None
+                                               for s in summaries.values())]
+    table = comparison_table(summaries, metrics)
+    text = format_comparison(table)
+    write_joint(root, summaries, requests, table, text, plots=options.plots)
+    return text
+
+
+def _baselines(args: argparse.Namespace, scenario: str, summaries: dict[str, dict]) -> int:
+    from sim.baseline import check_baseline, write_baseline
+
     if args.write_baseline:
-        write_baseline(summaries, args.write_baseline)
+        write_baseline(summaries, args.write_baseline, scenario=scenario)
         print(f"baseline written: {args.write_baseline}")
     if args.baseline:
-        drift = check_baseline(summaries, args.baseline, rel=args.tolerance)
+        drift = check_baseline(summaries, args.baseline, scenario=scenario,
+                               rel=args.tolerance)
         for line in drift:
             print(f"DRIFT {line}")
         print(f"baseline {args.baseline}: {'drift' if drift else 'ok'} "

@@ -6,34 +6,30 @@
 
 The scheduler is the same object the torch backend's driver uses; this file only moves
 messages and time. Replicas have their own L1/L2 (runtime + scheduler) and may share one L3.
+The driver receives a validated :class:`hicache.scenario.Scenario` (a mapping is validated
+on entry); routing is :mod:`hicache.routing`'s policy.
 """
 
 from __future__ import annotations
 
 import heapq
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import simpy
 
 from hicache.config import CacheConfig
-from hicache.scenario import cache_config, check_keys
-from hicache.scheduler.scheduler import SCHEDULER_KEYS, Scheduler, SchedulerConfig
+from hicache.routing import Router, SchedulerView
+from hicache.scenario import Scenario, as_scenario
+from hicache.scheduler.scheduler import Scheduler
 from hicache.timeline import Timeline
-from hicache.tree.radix import page_keys
 from hicache.workload.factory import make_workload
 from hicache.workload.request import Request
-from sim.hardware.model import ModelPreset, load_model
+from sim.hardware.model import ModelPreset
 from sim.hardware.profile import HardwareProfile, load_profile
 from sim.l3 import L3Store
 from sim.runtime import SimRuntime
-
-RUN_KEYS = {"layerwise", "trace_layers", "backup_throttle_bytes_per_s", "progress",
-            "max_sim_time",
-            "swa_tokens", "mamba_slots",  # state pools of scheduler.track_components
-            "torch_profiler"}  # read by the torch backend's driver; the simulator ignores it
-ROUTERS = ("round_robin", "cache_aware")
 
 
 @dataclass
@@ -54,7 +50,6 @@ class SimResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-
 def _l3(env: simpy.Environment, cache: CacheConfig, hw: HardwareProfile) -> L3Store | None:
     backend = cache.hicache_storage_backend
     if backend is None:
@@ -65,124 +60,79 @@ def _l3(env: simpy.Environment, cache: CacheConfig, hw: HardwareProfile) -> L3St
     return L3Store.mooncake(env, spec) if backend == "mooncake" else L3Store.file(env, spec)
 
 
-def build(env: simpy.Environment, d: dict, source: str) -> tuple[list[Replica], CacheConfig]:
-    cache = cache_config(d, source=source)
-    hw: HardwareProfile = load_profile(d.get("hardware", "h100-sxm"))
-    model: ModelPreset = load_model(d.get("model", "llama-3-8b"))
-    sched = dict(d.get("scheduler") or {})
-    run = dict(d.get("run") or {})
-    check_keys(sched, SCHEDULER_KEYS, "scheduler", source)
-    check_keys(run, RUN_KEYS, "run", source)
+def build(env: simpy.Environment, scenario: Scenario | dict,
+          source: str = "<scenario>") -> tuple[list[Replica], CacheConfig]:
+    """One SimRuntime + Scheduler per replica, sized from the (validated) scenario."""
+    sc = as_scenario(scenario, source=source)
+    cache, run, model = sc.cache, sc.run, sc.model
+    hw: HardwareProfile = load_profile(sc.hardware)
     page = cache.page_size
     device_pages = cache.device_tokens // page
     host_pages = 0
     if cache.enable_hierarchical_cache:
-        host_pages = cache.host_tokens(model.kv_bytes_per_token()) // page
+        try:
+            host_pages = cache.host_tokens(model.kv_bytes_per_token()) // page
+        except ValueError as e:
+            raise ValueError(f"{sc.source}: cache: {e}") from None
     l3 = _l3(env, cache, hw)
     pools = {"full": device_pages}
-    if sched.get("track_components", False):
-        pools.update(_state_pools(model, cache, sched, run))
+    if sc.scheduler.track_components:
+        pools.update(_state_pools(model, sc))
     replicas = []
-    n = int(d.get("replicas", 1))
-    if n < 1:
-        raise ValueError(f"{source}: replicas: must be >= 1, got {n}")
-    for i in range(n):
+    for i in range(sc.replicas):
         tl = Timeline()
         rt = SimRuntime(env, profile=hw, model=model, page_size=page,
                         device_pages=pools, host_pages={"full": host_pages},
                         l3=l3, io_backend=cache.hicache_io_backend,
-                        layerwise=bool(run.get("layerwise", True)),
+                        layerwise=run.layerwise,
                         mem_layout=cache.effective_mem_layout,
-                        backup_throttle_bytes_per_s=run.get("backup_throttle_bytes_per_s"),
+                        backup_throttle_bytes_per_s=run.backup_throttle_bytes_per_s,
                         runtime_id=f"sim{i}", timeline=tl,
-                        trace_layers=bool(run.get("trace_layers", False)))
-        cfg = SchedulerConfig(**sched, l3=l3 is not None)
+                        trace_layers=run.trace_layers)
+        cfg = sc.scheduler_config(l3=l3 is not None)
         replicas.append(Replica(Scheduler(cache, rt.info(), cfg, replica=i), rt, tl))
     return replicas, cache
 
 
-def _state_pools(model: ModelPreset, cache: CacheConfig, sched: dict, run: dict
-                 ) -> dict[str, int]:
+def _state_pools(model: ModelPreset, sc: Scenario) -> dict[str, int]:
     """L1 pools of a hybrid model's other components (scheduler.track_components):
     ``run.swa_tokens`` (default: cache.device_tokens) sized into SWA pages, and
     ``run.mamba_slots`` (default: 3 x max_running_requests) MAMBA state slots."""
     out = {}
     if model.count("swa"):
-        out["swa"] = int(run.get("swa_tokens", cache.device_tokens)) // cache.page_size
+        out["swa"] = (sc.run.swa_tokens or sc.cache.device_tokens) // sc.cache.page_size
     if model.count("mamba"):
-        running = int(sched.get("max_running_requests",
-                                SchedulerConfig.max_running_requests))
-        out["mamba"] = int(run.get("mamba_slots", 3 * running))
+        out["mamba"] = sc.run.mamba_slots or 3 * sc.scheduler.max_running_requests
     return out
 
 
-class Router:
-    """Spreads arrivals over replicas.
-
-    ``round_robin``; or ``cache_aware``, shaped like SGLang's router: when the replicas'
-    loads (running + waiting requests) are imbalanced (max - min > balance_abs_threshold
-    and max > min * balance_rel_threshold) send to the least loaded; else, if some
-    replica's L1+L2 holds at least ``cache_threshold`` of the prompt, send to the longest
-    match; else to the least loaded. The thresholds are scenario keys (hicache-lab's
-    defaults below), e.g. ``router: {policy: cache_aware, cache_threshold: 0.5}``.
-    """
-
-    DEFAULTS = {"cache_threshold": 0.5, "balance_abs_threshold": 32,
-                "balance_rel_threshold": 1.5}
-
-    def __init__(self, spec: str | dict, replicas: list[Replica], page: int) -> None:
-        spec = {"policy": spec} if isinstance(spec, str) else dict(spec)
-        kind = spec.pop("policy", "round_robin")
-        if kind not in ROUTERS:
-            raise ValueError(f"router.policy: unknown {kind!r}; allowed: {', '.join(ROUTERS)}")
-        for k in spec:
-            if k not in self.DEFAULTS:
-                raise ValueError(f"router.{k}: unknown key; allowed: policy, "
-                                 f"{', '.join(self.DEFAULTS)}")
-        self.opts = self.DEFAULTS | spec
-        self.kind, self.replicas, self.page, self._next = kind, replicas, page, -1
-
-    def route(self, req: Request) -> int:
-        n = len(self.replicas)
-        if n == 1:
-            return 0
-        if self.kind == "round_robin":
-            self._next = (self._next + 1) % n
-            return self._next
-        loads = [len(r.scheduler.running) + len(r.scheduler.waiting) for r in self.replicas]
-        least = min(range(n), key=lambda i: (loads[i], i))
-        hi, lo = max(loads), min(loads)
-        o = self.opts
-        if hi - lo > o["balance_abs_threshold"] and hi > lo * o["balance_rel_threshold"]:
-            return least
-        keys = page_keys(req.tokens, self.page)
-        matched = [r.scheduler.tree.match(keys, touch=False).total_tokens
-                   for r in self.replicas]
-        best = max(range(n), key=lambda i: (matched[i], -loads[i], -i))
-        if req.prompt_len and matched[best] / req.prompt_len >= o["cache_threshold"]:
-            return best
-        return least
-
-
-def simulate(d: dict, *, name: str = "run", source: str = "<scenario>",
-             progress: bool | None = None) -> SimResult:
+def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<scenario>",
+             progress: bool | Callable[[int, int, float], None] | None = None) -> SimResult:
+    """Simulate one scenario (one variant: ``Scenario.expand()`` gives the others).
+    ``progress``: a callable ``(done, issued, sim_now)`` called after each finished
+    request, True for the console's (:mod:`sim.progress`), False for none, None to follow
+    the scenario's ``run.progress``."""
+    sc = as_scenario(scenario, source=source)
     env = simpy.Environment()
-    replicas, cache = build(env, d, source)
-    workload = make_workload(d["workload"], int(d.get("seed", 0)))
-    router = Router(d.get("router", "round_robin"), replicas, cache.page_size)
-    run = dict(d.get("run") or {})
-    show = run.get("progress", False) if progress is None else progress
-    feed = _Feed(env, workload, router, len(replicas), show)
+    replicas, _ = build(env, sc)
+    workload = make_workload(sc.workload, sc.seed)
+    router = Router(sc.router, [SchedulerView(r.scheduler) for r in replicas])
+    show = sc.run.progress if progress is None else progress
+    bar = None
+    if show is True:
+        from sim.progress import Progress, expected_requests
+
+        show = bar = Progress(name, expected_requests(sc.workload))
+    feed = _Feed(env, workload, router, len(replicas), show or None)
     env.process(feed.route())
     for i, rep in enumerate(replicas):
         env.process(_replica(env, i, rep, feed))
-    limit = run.get("max_sim_time")
-    env.run(until=None if limit is None else float(limit))
+    env.run(until=sc.run.max_sim_time)
     records = [r for rep in replicas for r in rep.scheduler.records()]
     records.sort(key=lambda r: r["rid"])
     decisions = [(i, *dec) for i, rep in enumerate(replicas) for dec in rep.scheduler.decisions]
-    if show:
-        print(file=sys.stderr)
+    if bar is not None:
+        bar.close()
     return SimResult(name, replicas, records, decisions, env.now, feed.issued)
 
 
@@ -190,7 +140,7 @@ class _Feed:
     """Arrivals in time order, routed into per-replica inboxes (the simulated frontend)."""
 
     def __init__(self, env: simpy.Environment, workload: Any, router: Router, n: int,
-                 show: bool) -> None:
+                 show: Callable[[int, int, float], None] | None) -> None:
         self.env, self.workload, self.router, self.show = env, workload, router, show
         self.pending: list[tuple[float, int, Request]] = []
         self.inbox: list[list[Request]] = [[] for _ in range(n)]
@@ -209,9 +159,8 @@ class _Feed:
     def finished(self, rid: int, now: float) -> None:
         self.done += 1
         self.push(self.workload.on_finished(rid, now))
-        if self.show and self.done % 50 == 0:
-            print(f"\r  t={now:9.2f}s  requests {self.done}/{self.issued}", end="",
-                  file=sys.stderr)
+        if self.show is not None:
+            self.show(self.done, self.issued, now)
 
     def route(self):  # noqa: ANN201 - a simpy process
         env = self.env

@@ -2,8 +2,11 @@
 
 Invariant: every page id in 0..size-1 is either free or allocated, never both; allocating
 beyond the free count raises :class:`CapacityError` before anything changes; freeing a page
-that is not allocated raises ValueError. Allocation pops the lowest recently-freed pages
-first, so fresh pools hand out contiguous runs.
+that is not allocated raises ValueError. Allocation pops the most recently freed pages
+first (a stack), then fresh pages lowest first, so fresh pools hand out contiguous runs.
+
+Capacity is accounted, not materialised (:class:`hicache.runtime.page_ids.PageIds`, LIFO):
+memory grows with the pages used, not with ``size``.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hicache.runtime.handles import Tier
+from hicache.runtime.page_ids import PageIds
 
 
 class CapacityError(RuntimeError):
@@ -22,40 +26,32 @@ class PagePool:
         if size < 0:
             raise ValueError(f"pool {pool!r} size must be >= 0")
         self.tier, self.pool, self.size = tier, pool, size
-        self._free = list(range(size - 1, -1, -1))  # pop() yields 0, 1, 2, ...
-        self._used = bytearray(size)
+        self._ids = PageIds(size, "lifo")
 
     @property
     def free_count(self) -> int:
-        return len(self._free)
+        return self._ids.free
 
     @property
     def used_count(self) -> int:
-        return self.size - len(self._free)
+        return self.size - self._ids.free
 
     def allocate(self, n: int) -> list[int]:
-        if n > len(self._free):
+        if n > self.free_count:
             raise CapacityError(
                 f"{self.tier.value} pool {self.pool!r}: {n} pages requested, "
-                f"{len(self._free)} of {self.size} free (allocation not accounted for)")
-        if n <= 0:
-            return []
-        pages = self._free[-n:][::-1]
-        del self._free[-n:]
-        for p in pages:
-            self._used[p] = 1
-        return pages
+                f"{self.free_count} of {self.size} free (allocation not accounted for)")
+        return self._ids.take(n) if n > 0 else []
 
     def free(self, pages: Iterable[int]) -> None:
         pages = list(pages)
-        for p in pages:
-            if not 0 <= p < self.size or not self._used[p]:
-                raise ValueError(f"{self.tier.value} pool {self.pool!r}: page {p} is not allocated")
-            self._used[p] = 0
-        self._free.extend(reversed(pages))
+        p = self._ids.bad(pages)
+        if p is not None:
+            raise ValueError(f"{self.tier.value} pool {self.pool!r}: page {p} is not allocated")
+        self._ids.give(pages)
 
     def is_allocated(self, page: int) -> bool:
-        return 0 <= page < self.size and bool(self._used[page])
+        return self._ids.is_used(page)
 
 
 class TierPools:

@@ -1,11 +1,13 @@
 """``hicache-lab sweep SCENARIO --grid KEY=V1,V2 ...``: a scenario over a grid of overrides.
 
 The capacity planner's question ("how much L2/L3 for N users at a TTFT target?") as a table:
-one row per grid point x variant, in a fixed order (the cartesian product of the grids with
-the first ``--grid`` outermost, the scenario's variants innermost), each row the grid values
-and the run's summary metrics (:func:`hicache.report.metrics.summarize`). With a target such
-as ``ttft_p90_s<=2.0`` each row gets ``meets_target`` and :func:`answer` gives, for every
-value of the first key (and variant), the smallest value of the second key that meets it.
+one row per grid point x variant x seed, in a fixed order (the cartesian product of the
+grids with the first ``--grid`` outermost, then the scenario's variants, then the seeds),
+each row the grid values and the run's summary metrics (:func:`sim.report.summary_of`).
+With a target such as ``ttft_p90_s<=2.0`` each row gets ``meets_target`` and
+:func:`answer` gives, for every value of the first key (and variant), the smallest value of
+the second key that meets it, in GiB of host memory and L3 too. The points run as
+independent tasks (:mod:`sim.sweep_exec`): here, in local processes, or on Ray.
 
 Invariants: grid values are parsed with ``yaml.safe_load``; every point is validated before
 any is simulated, and an error names the grid key (and variant) at fault; the same inputs
@@ -14,36 +16,38 @@ give the same rows in the same order.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import math
 import operator
 import re
 import sys
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TextIO
 
 import pandas as pd
 import simpy
 import yaml
 
-from hicache.report.frames import requests_frame
-from hicache.report.metrics import METRIC_UNITS, summarize
-from hicache.scenario import apply_overrides, expand_variants, load_scenario, validate
-from hicache.workload.factory import make_config
-from sim.command import timeline_of
-from sim.driver import build, simulate
-from sim.sweep_plots import fmt, plot_sweep
+from hicache.report.metrics import METRIC_UNITS
+from hicache.scenario import Scenario, as_scenario
+from sim.driver import build
+from sim.sweep_exec import PointStore, Task, execute
+from sim.sweep_plots import fmt
 
+# Columns every table has (a failed point leaves them empty); the Parquet table has every
+# summary metric besides. Wall time is not among them: it differs from run to run.
 METRICS = ["hit_rate", "device_hit_rate", "host_hit_rate", "l3_hit_rate", "ttft_mean_s",
            "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "request_throughput_rps",
-           "output_throughput_tps", "effective_input_throughput_tps", "gpu_busy_fraction",
-           "load_hidden_fraction", "n_requests", "n_finished", "sim_time_s", "wall_s"]
-TABLE_METRICS = ["hit_rate", "l3_hit_rate", "ttft_mean_s", "ttft_p90_s", "ttft_p99_s",
-                 "effective_input_throughput_tps", "gpu_busy_fraction"]
+           "output_throughput_tps", "effective_input_throughput_tps",
+           "load_hidden_fraction", "n_requests", "n_finished", "sim_time_s",
+           "l1_gib", "l2_gib", "l3_stored_gib", "l2_tokens"]
+TABLE_METRICS = ["hit_rate", "l3_hit_rate", "ttft_p90_s", "effective_input_throughput_tps",
+                 "l2_gib"]
+COUNT_COLUMNS = {"n_requests", "n_finished", "prompt_tokens", "cached_tokens", "h2d_bytes",
+                 "d2h_bytes", "replicas", "timeline_rows", "h2d_bytes_accounted",
+                 "d2h_bytes_accounted", "l1_tokens", "l2_tokens", "kv_bytes_per_token"}
+TEXT_COLUMNS = {"error", "variant"}
 OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt}
 Grid = dict[str, list[Any]]
@@ -126,16 +130,15 @@ def _yaml_text(value: Any) -> str:
     return text.removesuffix("\n...\n").strip()
 
 
-def apply_point(d: Mapping[str, Any], point: Mapping[str, Any], *,
-                source: str = "<sweep>") -> dict[str, Any]:
-    """A copy of scenario ``d`` with each grid key set to its value."""
-    return apply_overrides(d, [f"{k}={_yaml_text(v)}" for k, v in point.items()],
-                           source=source)
+def apply_point(d: Scenario, point: Mapping[str, Any], *,
+                source: str = "<sweep>") -> Scenario:
+    """Scenario ``d`` with each grid key set to its value (validated again)."""
+    return d.with_overrides([f"{k}={_yaml_text(v)}" for k, v in point.items()],
+                            flag="--grid")
 
 
-def _variants_of(d: Mapping[str, Any], only: Sequence[str] | None,
-                 source: str) -> list[tuple[str, dict]]:
-    variants = expand_variants(d, source=source)
+def _variants_of(d: Scenario, only: Sequence[str] | None) -> list[tuple[str, Scenario]]:
+    variants = d.expand()
     if only:
         unknown = sorted(set(only) - {n for n, _ in variants})
         if unknown:
@@ -145,25 +148,25 @@ def _variants_of(d: Mapping[str, Any], only: Sequence[str] | None,
     return variants
 
 
-def _check(d: Mapping[str, Any], point: Mapping[str, Any], only: Sequence[str] | None,
-           source: str) -> list[tuple[str, dict]]:
-    """Validate one point for every selected variant (cache, scheduler, run, workload)."""
+def _check(d: Scenario, point: Mapping[str, Any], only: Sequence[str] | None,
+           source: str) -> list[tuple[str, Scenario]]:
+    """Validate one point for every selected variant (every section, then the runtime)."""
     what = " ".join(f"{k}={v!r}" for k, v in point.items())
     try:
-        pt = validate(apply_point(d, point, source=source), source=source)
-        variants = _variants_of(pt, only, source)
-        for name, vd in variants:
-            build(simpy.Environment(), vd, f"{source} [variant {name}]")
-            make_config(vd.get("workload"))
+        pt = apply_point(d, point, source=source)
+        variants = _variants_of(pt, only)
+        for _, vd in variants:
+            build(simpy.Environment(), vd)
     except SweepError:
         raise
-    except (ValueError, KeyError, TypeError) as e:
+    except ValueError as e:
         raise SweepError(f"--grid {what}: {e}") from None
-    for key, value in point.items():
+    for key in point:
         for name, vd in variants:
-            if _get(vd, key) != value:
+            got = _get(vd.to_mapping(), key)
+            if got != _get(pt.to_mapping(), key):
                 raise SweepError(f"--grid {key}: variant {name!r} sets it to "
-                                 f"{_get(vd, key)!r}, overriding the grid; drop the key or "
+                                 f"{got!r}, overriding the grid; drop the key or "
                                  "pick other variants with --variant")
     return variants
 
@@ -175,45 +178,83 @@ def _get(d: Mapping[str, Any], dotted: str) -> Any:
     return node
 
 
-def run_sweep(d: Mapping[str, Any], grid: Mapping[str, Sequence[Any]], *,
-              variants: Sequence[str] | None = None, target: Target | None = None,
-              source: str = "<scenario>", log: TextIO | bool | None = True) -> pd.DataFrame:
-    """One row per point x variant: grid keys, ``variant``, :data:`METRICS` (and the target
-    metric, ``meets_target``). Every point is checked first (each key alone, then the point),
-    so a bad key fails before any simulation. ``log``: a stream for one progress line per run,
-    True for the current ``sys.stderr``, None/False for none."""
-    log = sys.stderr if log is True else (log or None)
+def tasks_for(d: Scenario | Mapping[str, Any], grid: Mapping[str, Sequence[Any]], *,
+              variants: Sequence[str] | None = None, seeds: Sequence[int] | None = None,
+              source: str = "<scenario>") -> list[Task]:
+    """Every (point, variant, seed) as a :class:`Task`, in table order: the grid's
+    cartesian product (first key outermost), then the variants, then the seeds. Every
+    point is checked first (each key alone, then the point): a bad key fails before any
+    simulation."""
+    d = as_scenario(d, source=source)
     empty = [k for k, vs in grid.items() if not len(vs)] or ([] if grid else ["(none)"])
     if empty:
         raise SweepError(f"--grid {empty[0]}: no values")
     for key, values in grid.items():
         for v in values:
             _check(d, {key: v}, variants, source)
-    points = expand_grid(grid)
-    checked = [(p, _check(d, p, variants, source)) for p in points]
-    total = sum(len(vs) for _, vs in checked)
-    metrics = METRICS + ([target.metric] if target and target.metric not in METRICS else [])
-    rows = []
-    for p, vs in checked:
-        for name, vd in vs:
-            t0 = time.perf_counter()
-            res = simulate(vd, name=name, source=source, progress=False)
-            s = summarize(requests_frame(res.records), timeline_of(res))
-            s.update(sim_time_s=res.sim_time, wall_s=round(time.perf_counter() - t0, 3))
-            row = {**p, "variant": name, **{m: s.get(m) for m in metrics}}
-            if target:
-                row["meets_target"] = target.meets(s.get(target.metric))
-            rows.append(row)
-            if log is not None:
-                shown = target.metric if target else "ttft_p90_s"
-                print(f"[{len(rows)}/{total}] " + " ".join(f"{k}={v}" for k, v in p.items())
-                      + f" {name}: {shown}={fmt(s.get(shown))} ({s['wall_s']:.2f} s)",
-                      file=log, flush=True)
-    df = pd.DataFrame(rows).astype({m: "Int64" if m.startswith("n_") else "float64"
-                                    for m in metrics})
+    base_seed = d.seed
+    seeds = list(seeds) if seeds else [base_seed]
+    tasks: list[Task] = []
+    for p in expand_grid(grid):
+        for name, vd in _check(d, p, variants, source):
+            for seed in seeds:
+                tasks.append(Task(len(tasks), dict(p), name, int(seed),
+                                  {**vd.to_mapping(), "seed": int(seed)}))
+    return tasks
+
+
+def sweep_table(rows: Sequence[Mapping[str, Any]], grid: Mapping[str, Sequence[Any]],
+                target: Target | None = None) -> pd.DataFrame:
+    """Rows -> the sweep's table: grid keys (values as given), ``variant``, ``seed``,
+    ``error``, every metric a column (float; counts Int64), ``meets_target``."""
+    df = pd.DataFrame(list(rows))
+    for col in ("seed", "error", *METRICS):
+        if col not in df.columns:
+            df[col] = None
+    front = [*grid, "variant", "seed", "error"]
+    metric_cols = [c for c in df.columns if c not in front]
+    df = df[front + metric_cols]
+    for c in metric_cols:
+        if c in TEXT_COLUMNS:
+            continue
+        df[c] = pd.to_numeric(df[c], errors="coerce")
+        df[c] = df[c].astype("Int64" if c in COUNT_COLUMNS else "float64")
+    df["error"] = df["error"].astype(object).where(df["error"].notna(), None)
+    if target:
+        df["meets_target"] = [target.meets(v) for v in df[target.metric]]
     for key in grid:  # keep the values as given (2 stays 2 next to 1.5)
         df[key] = pd.Series([r[key] for r in rows], dtype=object)
     return df
+
+
+def run_sweep(d: Scenario | Mapping[str, Any], grid: Mapping[str, Sequence[Any]], *,
+              variants: Sequence[str] | None = None, target: Target | None = None,
+              source: str = "<scenario>", log: TextIO | bool | None = True,
+              seeds: Sequence[int] | None = None, executor: str = "serial",
+              store: PointStore | None = None, address: str | None = None,
+              timings: dict[int, float] | None = None,
+              tasks: Sequence[Task] | None = None) -> pd.DataFrame:
+    """One row per point x variant x seed (see :func:`tasks_for`, :func:`sweep_table`).
+    ``log``: a stream for one line per finished run, True for ``sys.stderr``, None/False
+    for none. ``executor``: serial (this process), local (processes) or ray. ``tasks``:
+    from :func:`tasks_for` when the caller checked the grid already."""
+    log = sys.stderr if log is True else (log or None)
+    if tasks is None:
+        tasks = tasks_for(d, grid, variants=variants, seeds=seeds, source=source)
+    shown = target.metric if target else "ttft_p90_s"
+
+    def report(task: Task, row: dict, wall: float, done: int, total: int) -> None:
+        if log is None:
+            return
+        what = row["error"] or f"{shown}={fmt(row.get(shown))}"
+        seed = f" seed={task.seed}" if seeds and len(seeds) > 1 else ""
+        print(f"[{done}/{total}] " + " ".join(f"{k}={v}" for k, v in task.point.items())
+              + f" {task.variant}{seed}: {what} ({wall:.2f} s)", file=log, flush=True)
+
+    rows, walls = execute(tasks, executor, store=store, address=address, report=report)
+    if timings is not None:
+        timings.update(walls)
+    return sweep_table(rows, grid, target)
 
 
 def _order_key(values: Sequence[Any]) -> Callable[[Any], Any]:
@@ -221,44 +262,91 @@ def _order_key(values: Sequence[Any]) -> Callable[[Any], Any]:
     return (lambda v: v) if numeric else (lambda v: list(values).index(v))
 
 
+L2_KEYS = ("cache.hicache_ratio", "cache.hicache_size")
+
+
 def answer(df: pd.DataFrame, grid: Mapping[str, Sequence[Any]]) -> pd.DataFrame:
     """Per value of the other grid keys (first key first) and variant: ``smallest``, the
-    smallest value of the answer key (the second, or the only one) whose row meets the
-    target (None if none does), and ``monotone``: every larger value meets it too."""
+    smallest value of the answer key (the second, or the only one) whose rows (every seed)
+    meet the target (None if none does); ``monotone``: every larger value meets it too;
+    ``edge``: ``lower`` when the smallest grid value already meets it (smaller ones are
+    untested), ``beyond`` when no value does; ``applies``: False when the answer key sizes
+    L2 and the variant has none; ``l2_gib`` / ``l3_stored_gib`` at the answer."""
     keys = list(grid)
     ans_key = keys[1] if len(keys) > 1 else keys[0]
     by = [k for k in keys if k != ans_key] + ["variant"]
     order = _order_key(grid[ans_key])
+    lowest = min(grid[ans_key], key=order)
     out = []
     for group, g in df.groupby(by, sort=False):
-        met = {v: bool(m) for v, m in zip(g[ans_key], g["meets_target"], strict=True)}
+        met: dict[Any, bool] = {}
+        for v, m in zip(g[ans_key], g["meets_target"], strict=True):
+            met[v] = met.get(v, True) and bool(m)
         ok = sorted((v for v, m in met.items() if m), key=order)
         best = ok[0] if ok else None
         mono = best is None or all(m for v, m in met.items() if order(v) >= order(best))
+        applies = not (ans_key in L2_KEYS and "l2_tokens" in g and (g["l2_tokens"] == 0).all())
+        at = g[g[ans_key].map(lambda v, b=best: v == b)] if best is not None else g.iloc[:0]
         out.append({**dict(zip(by, group, strict=True)), "answer_key": ans_key,
-                    "smallest": best, "monotone": mono})
+                    "smallest": best if applies else None, "monotone": mono,
+                    "edge": None if not applies else ("beyond" if best is None else
+                                                      "lower" if best == lowest else None),
+                    "applies": applies,
+                    "l2_gib": _mean(at, "l2_gib"), "l3_stored_gib": _mean(at, "l3_stored_gib")})
     ans = pd.DataFrame(out)
     ans["smallest"] = pd.Series([r["smallest"] for r in out], dtype=object)
     return ans
 
 
+def _mean(df: pd.DataFrame, col: str) -> float | None:
+    if col not in df or not len(df) or df[col].isna().all():
+        return None
+    return float(df[col].mean())
+
+
 def format_answer(ans: pd.DataFrame, target: Target) -> str:
     lines = []
+    skip = ("answer_key", "smallest", "monotone", "variant", "edge", "applies", "l2_gib",
+            "l3_stored_gib")
     for r in ans.to_dict("records"):
-        where = " ".join(f"{k}={r[k]}" for k in r if k not in
-                         ("answer_key", "smallest", "monotone", "variant"))
-        what = "none" if r["smallest"] is None else f"{r['answer_key']}={r['smallest']}"
-        note = "" if r["monotone"] else "  (some larger value misses the target)"
+        where = " ".join(f"{k}={r[k]}" for k in r if k not in skip)
+        if not r["applies"]:
+            lines.append(f"{where} [{r['variant']}]: {r['answer_key']} does not apply "
+                         "(this variant has no L2)".strip())
+            continue
+        if r["smallest"] is None:
+            what = f"none in the grid (every {r['answer_key']} tried misses it)"
+        else:
+            what = f"{r['answer_key']}={r['smallest']}"
+            sizes = [f"{label} {r[col]:.1f} GiB" for col, label in
+                     (("l2_gib", "L2 host memory"), ("l3_stored_gib", "L3 holds"))
+                     if r.get(col) is not None and r[col] > 0]
+            if sizes:
+                what += f" ({', '.join(sizes)} per GPU)" if len(sizes) == 1 else \
+                    f" ({sizes[0]} per GPU, {sizes[1]})"
+        notes = []
+        if r["edge"] == "lower":
+            notes.append("at the grid's lower edge: smaller values were not tried")
+        if not r["monotone"]:
+            notes.append("some larger value misses the target")
+        note = f"  ({'; '.join(notes)})" if notes else ""
         lines.append(f"{where} [{r['variant']}]: smallest {what} for {target}{note}".strip())
     return "\n".join(lines)
 
 
 def format_sweep(df: pd.DataFrame, columns: Sequence[str]) -> str:
-    """Aligned text: text columns left-aligned, numbers right-aligned."""
+    """Aligned text: text columns left-aligned, numbers right-aligned; an L2 size key
+    (``cache.hicache_ratio``) reads ``n/a`` in rows without L2."""
     cols = [c for c in columns if c in df.columns]
-    cells = [[fmt(v) for v in df[c]] for c in cols]
+    no_l2 = (df["l2_tokens"] == 0).fillna(False).tolist() if "l2_tokens" in df else \
+        [False] * len(df)
+    cells = [["n/a" if c in L2_KEYS and skip else fmt(v) for v, skip in zip(df[c], no_l2,
+                                                                          strict=True)]
+             for c in cols]
     widths = [max([len(c), *map(len, col)]) for c, col in zip(cols, cells, strict=True)]
-    left = [df[c].dtype == object and c != "meets_target" for c in cols]
+    left = [not pd.api.types.is_numeric_dtype(df[c]) and c != "meets_target"
+            and not all(isinstance(v, int | float) for v in df[c] if v is not None)
+            for c in cols]
 
     def line(vals: Sequence[str]) -> str:
         return "  ".join(v.ljust(w) if lf else v.rjust(w)
@@ -266,41 +354,3 @@ def format_sweep(df: pd.DataFrame, columns: Sequence[str]) -> str:
 
     body = [line([col[i] for col in cells]) for i in range(len(df))]
     return "\n".join([line(cols), "  ".join("-" * w for w in widths), *body])
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sweep", help="run a scenario over a grid of overrides",
-                       description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("scenario", type=Path)
-    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
-                   help="a dotted scenario key and its values (repeatable; first outermost)")
-    p.add_argument("--variant", action="append", default=None,
-                   help="run only this variant (repeatable); default: all")
-    p.add_argument("--target", default=None, help="e.g. ttft_p90_s<=2.0")
-    p.add_argument("--set", dest="overrides", action="append", default=[],
-                   metavar="KEY=VALUE", help="fixed override applied before the grid")
-    p.add_argument("--out", type=Path, required=True, help="output folder")
-    p.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    grid = parse_grid(args.grid)
-    target = parse_target(args.target) if args.target else None
-    d = load_scenario(args.scenario, args.overrides)
-    df = run_sweep(d, grid, variants=args.variant, target=target, source=str(args.scenario))
-    out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out / "sweep.csv", index=False)
-    cols = [*grid, "variant", *TABLE_METRICS]
-    if target:
-        cols += [target.metric, "meets_target"]
-    text = format_sweep(df, list(dict.fromkeys(cols)))
-    (out / "sweep.txt").write_text(text + "\n")
-    print(text)
-    plot_sweep(df, grid, out, target)
-    if target:
-        ans = answer(df, grid)
-        ans.to_csv(out / "answer.csv", index=False)
-        print("\n" + format_answer(ans, target))
-    print(f"-> {out}")
-    return 0

@@ -21,10 +21,25 @@ import argparse
 import json
 from pathlib import Path
 
+DESCRIPTION = """\
+Predict measured runs with the simulator and score the prediction: per batch step time,
+per request TTFT, per operation durations (signed median, median and p90 of the relative
+error), the fraction of loads hidden behind compute, each beside a noise floor (one
+measured run against another). Scenarios whose two control planes decided differently
+are not scored (the reason is printed) and the command exits 1.
+
+examples:
+  hicache-lab validate --measured results/m                 predict a measured folder
+  hicache-lab validate --measured results/m --ablate context   one modelled effect off
+  hicache-lab validate cpu_loop.yaml --profile cpu.yaml --device cpu   measure, predict
+"""
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from hicache.cli_common import HelpFormatter
+
     p = sub.add_parser("validate", help="compare the simulator's prediction with torch runs",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=DESCRIPTION, formatter_class=HelpFormatter)
     p.add_argument("scenario", type=Path, nargs="?", default=None,
                    help="a scenario to measure here first (else --measured)")
     p.add_argument("--measured", type=Path, default=None, metavar="DIR",
@@ -34,8 +49,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--only", action="append", default=None, metavar="NAME",
                    help="with --measured: predict only this scenario folder (repeatable)")
     p.add_argument("--ablate", default=None, metavar="EFFECT",
-                   help="switch one modelled effect off in the profile "
-                        "(validation.ablation.EFFECTS)")
+                   help="switch one modelled effect off in the profile: context, knee, "
+                        "lm_head, embed, in_situ, host_lane, op_gap, copy_calls, "
+                        "pipelined_issue, scheduler_step, gather_dma")
     p.add_argument("--device", choices=("cuda", "cpu"), default=None,
                    help="SCENARIO form: where to measure (default: cuda when available)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: "
@@ -77,9 +93,10 @@ def run(args: argparse.Namespace) -> int:
         if args.profile is None:
             raise ValueError("validate SCENARIO: --profile is required (calibrate first, or "
                              "use hicache-lab measure, which calibrates)")
+        from hicache.report.outputs import safe_name
         from hicache.scenario import load_scenario
 
-        name = str(load_scenario(args.scenario, args.overrides)["name"])
+        name = safe_name(str(load_scenario(args.scenario, args.overrides).name))
         out = args.out or Path("results") / "validate" / name
         measured = measure_here(args, out / "measured")
     else:

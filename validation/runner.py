@@ -30,6 +30,7 @@ from hicache.report.frames import (
     requests_frame,
     timeline_frame,
 )
+from hicache.scenario import Scenario
 from sim.driver import SimResult, simulate
 from sim.hardware.profile import HardwareProfile, load_profile
 from validation.compare import DecisionsDiffer, Run, compare, noise_floor
@@ -133,15 +134,16 @@ def shape_warnings(profile: HardwareProfile, shape: Mapping[str, Any]) -> list[s
 
 
 def sim_scenario(d: Mapping[str, Any], profile: str | Path | Mapping[str, Any],
-                 shape: Mapping[str, Any]) -> dict[str, Any]:
-    """The scenario the simulator runs: ``hardware`` = the profile, ``model`` = the torch
-    run's shape as a mapping, torch-only keys dropped."""
+                 shape: Mapping[str, Any], source: str = "<scenario>") -> Scenario:
+    """The scenario the simulator runs: ``hardware`` = the profile (a mapping, or a path
+    made absolute), ``model`` = the torch run's shape; the torch-only profiler key goes."""
     out = copy.deepcopy(dict(d))
-    out["hardware"] = profile if isinstance(profile, Mapping) else str(profile)
-    if isinstance(out.get("run"), Mapping):  # torch-only key; the simulator rejects it
+    out["hardware"] = (dict(profile) if isinstance(profile, Mapping)
+                       else str(Path(profile).resolve()))
+    if isinstance(out.get("run"), Mapping):
         out["run"] = {k: v for k, v in out["run"].items() if k != "torch_profiler"}
     out["model"] = dict(shape)
-    return out
+    return Scenario.from_mapping(out, source=source)
 
 
 @dataclass
@@ -163,7 +165,7 @@ def predict(body: Mapping[str, Any], profile: str | Path | Mapping[str, Any],
             shape: Mapping[str, Any], source: str = "<scenario>", name: str = "run"
             ) -> tuple[SimResult, pd.DataFrame, pd.DataFrame]:
     """Simulate one measured scenario: (result, timeline frame, requests frame)."""
-    pred = simulate(sim_scenario(body, profile, shape), name=name, source=source,
+    pred = simulate(sim_scenario(body, profile, shape, source), name=name, source=source,
                     progress=False)
     if len(pred.replicas) != 1:
         raise ValueError(f"{source}: validation compares one replica, got {len(pred.replicas)}")

@@ -1,4 +1,7 @@
-"""``hicache-lab replay``: hit rates of a request trace for a cache size, per tier."""
+"""``hicache-lab replay``: hit rates of a request trace for a cache size, per tier.
+
+Top-level imports stay light (``--help`` must start fast); the engine loads on run.
+"""
 
 from __future__ import annotations
 
@@ -8,43 +11,65 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from hicache.config import EVICTION_POLICIES, WRITE_POLICIES, CacheConfig
-from hicache.replay.engine import L3Set, ReplayCache, ReplayRecord
-from hicache.replay.hybrid import HybridReplayCache
-from hicache.workload.traces import FORMATS, load_trace
+from hicache.cli_common import HelpFormatter
+from hicache.config import EVICTION_POLICIES, WRITE_POLICIES
+from hicache.units import size_arg, size_list_arg
+from hicache.workload.traces import FORMATS
+
+DESCRIPTION = """\
+Replay a request trace through the cache tree and tier policies in zero time (no compute,
+no transfer time), in arrival order: what hit rate would a cache of this size get?
+Sizes take 4e6, 4M or 4Mi forms.
+
+examples:
+  hicache-lab replay --trace trace.jsonl --capacity-tokens 1M
+  hicache-lab replay --trace trace.jsonl --capacity-tokens 2e5,1M,4M,16M --json
+  hicache-lab replay --trace trace.jsonl --capacity-tokens 1M --l2-tokens 4M --l3
+"""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("replay", help="replay a request trace through the cache in zero time",
-                       description=__doc__)
+    p = sub.add_parser("replay", help="hit rate of a trace for a cache size (zero time)",
+                       description=DESCRIPTION, formatter_class=HelpFormatter)
     p.add_argument("--trace", required=True, type=Path, help="trace file (JSONL)")
     p.add_argument("--format", default="auto", choices=FORMATS,
-                   help="mooncake (hash_ids over 512-token blocks) or tokens (see docs)")
-    p.add_argument("--page-size", type=int, default=64)
-    p.add_argument("--capacity-tokens", type=_capacities, default=[1_000_000],
-                   help="L1 (GPU) tokens; a comma list (100000,1e6,4e6) replays each size "
-                        "and prints one row (or JSON line) per size")
+                   help="mooncake: FAST'25 JSONL with hash_ids over 512-token blocks; "
+                        "tokens: one JSON request per line (default: from the first line)")
+    p.add_argument("--page-size", type=size_arg(1), default=64,
+                   help="tokens per page (default 64)")
+    p.add_argument("--capacity-tokens", type=size_list_arg(1), default=[1_000_000],
+                   metavar="N[,N...]",
+                   help="L1 (GPU) size in tokens (default 1M); a comma list replays each "
+                        "size and prints one row (or JSON line) per size")
     p.add_argument("--policy", default="lru", choices=EVICTION_POLICIES,
-                   help="radix_eviction_policy")
-    p.add_argument("--l2-tokens", type=int, default=0, help="L2 (host) tokens; 0 = no L2")
-    p.add_argument("--write-policy", default="write_through", choices=WRITE_POLICIES)
-    p.add_argument("--l3", action="store_true", help="add an unbounded L3 (storage) tier")
-    p.add_argument("--l3-tokens", type=int, default=None, help="bound L3 (LRU)")
-    p.add_argument("--session-aware", action="store_true")
-    p.add_argument("--swa-window", type=int, default=0,
-                   help="hybrid model: add an SWA component with this window (tokens)")
-    p.add_argument("--swa-tokens", type=int, default=None,
+                   help="eviction policy (SGLang's --radix-eviction-policy; default lru)")
+    p.add_argument("--l2-tokens", type=size_arg(0), default=0, metavar="N",
+                   help="L2 (host) size in tokens; 0 = no L2 (default)")
+    p.add_argument("--write-policy", default="write_through", choices=WRITE_POLICIES,
+                   help="when L1 pages are copied to L2 (default write_through)")
+    p.add_argument("--l3", action="store_true", help="add an L3 (storage) tier, unbounded "
+                                                     "unless --l3-tokens")
+    p.add_argument("--l3-tokens", type=size_arg(1), default=None, metavar="N",
+                   help="bound L3 to N tokens (LRU)")
+    p.add_argument("--session-aware", action="store_true",
+                   help="evict closed sessions' pages first")
+    p.add_argument("--swa-window", type=size_arg(0), default=0, metavar="TOKENS",
+                   help="hybrid model: add an SWA component with this window")
+    p.add_argument("--swa-tokens", type=size_arg(1), default=None, metavar="N",
                    help="SWA pool size in tokens (default: --capacity-tokens)")
-    p.add_argument("--mamba-slots", type=int, default=0,
-                   help="hybrid model: add a MAMBA component with this many checkpoint slots")
-    p.add_argument("--max-requests", type=int, default=None)
-    p.add_argument("--out", type=Path, default=None, help="write requests.csv here")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--mamba-slots", type=size_arg(0), default=0, metavar="N",
+                   help="hybrid model: add a MAMBA component with N checkpoint slots")
+    p.add_argument("--max-requests", type=size_arg(1), default=None, metavar="N",
+                   help="replay only the first N requests")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help="write requests.csv and summary.json here")
+    p.add_argument("--json", action="store_true", help="print one JSON object per size")
     p.set_defaults(func=run)
 
 
-def summarize(records: list[ReplayRecord]) -> dict:
+def summarize(records: list[Any]) -> dict:
     prompt = sum(r.prompt_tokens for r in records)
 
     def rate(n: int) -> float:
@@ -63,6 +88,10 @@ def summarize(records: list[ReplayRecord]) -> dict:
 
 
 def _cache(args: argparse.Namespace, capacity: int):  # noqa: ANN202 - ReplayCache | Hybrid
+    from hicache.config import CacheConfig
+    from hicache.replay.engine import L3Set, ReplayCache
+    from hicache.replay.hybrid import HybridReplayCache
+
     if args.swa_window or args.mamba_slots:
         if args.l2_tokens or args.l3:
             raise ValueError("--swa-window/--mamba-slots replay L1 only: drop --l2-tokens/--l3")
@@ -83,17 +112,9 @@ def _cache(args: argparse.Namespace, capacity: int):  # noqa: ANN202 - ReplayCac
     return ReplayCache(cfg, l3=l3, host_tokens=host)
 
 
-def _capacities(text: str) -> list[int]:
-    try:
-        caps = [int(float(v)) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a token count or comma list: {text!r}") from None
-    if not caps or min(caps) <= 0:
-        raise argparse.ArgumentTypeError(f"token counts must be > 0: {text!r}")
-    return caps
-
-
 def run(args: argparse.Namespace) -> int:
+    from hicache.workload.traces import load_trace
+
     capacities = list(args.capacity_tokens)
     requests = list(load_trace(args.trace, args.format, args.max_requests))
     for capacity in capacities:
@@ -137,6 +158,7 @@ def _replay_one(args: argparse.Namespace, capacity: int, requests: list, out: Pa
               f"{summary['l3_hit_rate']:>6.4f}  {wall:.1f} s")
     else:
         print(f"{summary['requests']} requests, {summary['prompt_tokens']} prompt tokens "
-              f"in {wall:.1f} s")
+              f"in {wall:.1f} s; L1 capacity {capacity:,} tokens, page {args.page_size}"
+              + (f", L2 {host:,} tokens" if host else "") + (", L3" if args.l3 else ""))
         print(f"hit rate {summary['hit_rate']:.4f}  (L1 {summary['device_hit_rate']:.4f}, "
               f"L2 {summary['host_hit_rate']:.4f}, L3 {summary['l3_hit_rate']:.4f})")

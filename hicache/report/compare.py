@@ -51,3 +51,33 @@ def format_table(df: pd.DataFrame, *, units: bool = True) -> str:
 
     sep = "  ".join("-" * w for w in widths)
     return "\n".join([line(head), sep, *(line(r) for r in rows)])
+
+
+def format_comparison(df: pd.DataFrame, *, width: int = 100) -> str:
+    """Variants x metrics as text at most ``width`` columns wide: transposed (one line per
+    metric, with its unit; one column per variant), the variants split into blocks when
+    they do not fit side by side."""
+    names = [str(i) for i in df.index]
+    labels = [metric_label(c) for c in df.columns]
+    cells = {n: [_fmt(v) for v in row] for n, row in zip(names, df.itertuples(index=False),
+                                                        strict=True)}  # fmt: skip
+    first = max([len("metric"), *map(len, labels)])
+    col = {n: max(len(n), *(len(c) for c in cells[n])) if labels else len(n) for n in names}
+    blocks: list[list[str]] = [[]]
+    used = first
+    for n in names:
+        if blocks[-1] and used + 2 + col[n] > width:
+            blocks.append([])
+            used = first
+        blocks[-1].append(n)
+        used += 2 + col[n]
+    out = []
+    for block in blocks:
+        if out:
+            out.append("")
+        out.append("  ".join(["metric".ljust(first), *(n.rjust(col[n]) for n in block)]))
+        out.append("  ".join(["-" * first, *("-" * col[n] for n in block)]))
+        for i, label in enumerate(labels):
+            out.append("  ".join([label.ljust(first),
+                                  *(cells[n][i].rjust(col[n]) for n in block)]).rstrip())
+    return "\n".join(out)

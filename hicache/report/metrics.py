@@ -1,6 +1,6 @@
 """Serving metrics from a requests frame and a timeline frame (see :mod:`frames`).
 
-Definitions (REFERENCE.md section 3):
+Definitions (docs/SOURCES.md §3):
 - hit rates are ``sum(cached) / sum(prompt)`` (never a mean of per-request ratios), split
   into device (L1), host (L2) and L3 by the same denominator;
 - TTFT percentiles use numpy's linear interpolation over finished-prefill requests;
@@ -8,7 +8,9 @@ Definitions (REFERENCE.md section 3):
   gaps each). ``itl_p50_s``/``itl_p99_s`` are an APPROXIMATION: each request's gaps are
   taken to equal its ``itl_mean`` (inverted-CDF percentile weighted by gap count); true
   per-token gaps are not in the record;
-- GPU busy = |union of compute-lane rows| / (last compute end - first compute start);
+- GPU busy = |union of compute-lane rows| / (last compute end - first compute start) in
+  :func:`timeline_metrics`; :func:`summarize`, which knows the requests, divides by the run
+  (first arrival to last finish) per GPU instead (see there why);
 - H2D / D2H bandwidth = bytes on lane ``h2d`` / ``d2h`` over the union of that lane's busy
   time (engine and link lanes repeat the same bytes and are not counted);
 - load_hidden_fraction = sum over ``op == 'load'`` rows on lane ``h2d`` of their overlap
@@ -38,7 +40,8 @@ METRIC_UNITS: dict[str, str] = {
     "prompt_tokens": "tokens", "cached_tokens": "tokens",
     "hit_rate": "fraction", "device_hit_rate": "fraction", "host_hit_rate": "fraction",
     "l3_hit_rate": "fraction",
-    "compute_span_s": "s", "gpu_busy_fraction": "fraction", "gpu_bubble_fraction": "fraction",
+    "compute_span_s": "s", "compute_busy_s": "s",
+    "gpu_busy_fraction": "fraction", "gpu_bubble_fraction": "fraction",
     "h2d_bytes": "bytes", "d2h_bytes": "bytes", "h2d_busy_s": "s", "d2h_busy_s": "s",
     "h2d_gbps": "GB/s", "d2h_gbps": "GB/s", "load_time_s": "s", "load_hidden_fraction": "fraction",
 }  # fmt: skip
@@ -139,6 +142,7 @@ def timeline_metrics(tl: pd.DataFrame) -> dict:
     busy = _ratio(sums["compute_busy_s"], sums["compute_span_s"])
     out: dict = {
         "compute_span_s": sums["compute_span_s"],
+        "compute_busy_s": sums["compute_busy_s"],
         "gpu_busy_fraction": busy,
         "gpu_bubble_fraction": None if busy is None else 1.0 - busy,
     }
@@ -161,7 +165,17 @@ def summarize(
     """
     requests_df = _or_empty(requests_df, REQUEST_COLUMNS, lambda: requests_frame([]))
     timeline_df = _or_empty(timeline_df, ("lane", "duration"), lambda: timeline_frame([]))
-    return {**request_metrics(requests_df, duration=duration), **timeline_metrics(timeline_df)}
+    req, tl = request_metrics(requests_df, duration=duration), timeline_metrics(timeline_df)
+    span = req["duration_s"]
+    if span and tl["gpu_busy_fraction"] is not None:
+        # busy over the run (first arrival to last finish) per GPU, not over the compute
+        # span: a GPU computing back to back from its first to its last batch reads 1 there
+        # whatever the load, so that ratio tells nothing about spare capacity
+        comp = timeline_df[timeline_df["lane"] == "compute"]
+        gpus = comp["replica"].nunique() if "replica" in comp.columns else 1
+        busy = min(1.0, tl["compute_busy_s"] / (span * max(gpus, 1)))
+        tl |= {"gpu_busy_fraction": busy, "gpu_bubble_fraction": 1.0 - busy}
+    return {**req, **tl}
 
 
 def _or_empty(df, needed, make_empty) -> pd.DataFrame:

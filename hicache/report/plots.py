@@ -43,26 +43,81 @@ def _no_data(ax) -> None:
     ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
 
 
-def plot_hit_rate_by_round(frames_by_variant: dict[str, pd.DataFrame], path) -> Path:
-    """Hit rate (sum cached / sum prompt, %) per round, one line per variant. Each frame is a
-    requests frame or an already computed :func:`hit_rate_by_round` table."""
+def _rate_lines(curves: dict[str, tuple], path, *, title: str, xlabel: str,
+                integer_x: bool = False) -> Path:
+    """Hit rate [%] against ``x``, one line per variant (``{name: (x, rate)}``)."""
     fig, ax = _figure()
     drawn = False
-    for name, df in frames_by_variant.items():
-        by_round = df if "hit_rate" in df.columns else hit_rate_by_round(df)
-        if len(by_round):
-            ax.plot(by_round["round"], 100 * by_round["hit_rate"], marker="o", ms=3, label=name)
+    for name, (x, rate) in curves.items():
+        if len(x):
+            ax.plot(x, 100 * rate, marker="o", ms=3, label=name)
             drawn = True
-    from matplotlib.ticker import MaxNLocator
+    if integer_x:
+        from matplotlib.ticker import MaxNLocator
 
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set(title="Prefix-cache hit rate by round", xlabel="round",
-           ylabel="hit rate [% of prompt tokens]", ylim=(0, 100))  # fmt: skip
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set(title=title, xlabel=xlabel, ylabel="hit rate [% of prompt tokens]",
+           ylim=(0, 100))  # fmt: skip
     if drawn:
         ax.legend()
     else:
         _no_data(ax)
     return _save(fig, path)
+
+
+def plot_hit_rate_by_round(frames_by_variant: dict[str, pd.DataFrame], path) -> Path:
+    """Hit rate (sum cached / sum prompt, %) per round, one line per variant. Each frame is a
+    requests frame or an already computed :func:`hit_rate_by_round` table."""
+    curves = {}
+    for name, df in frames_by_variant.items():
+        by_round = df if "hit_rate" in df.columns else hit_rate_by_round(df)
+        curves[name] = (by_round["round"], by_round["hit_rate"])
+    return _rate_lines(curves, path, title="Prefix-cache hit rate by round", xlabel="round",
+                       integer_x=True)
+
+
+def has_rounds(requests_df: pd.DataFrame) -> bool:
+    """Whether requests carry conversation rounds (multi-turn, agent) rather than being
+    trace or open-loop requests (round -1)."""
+    return bool(len(requests_df)) and bool((requests_df["round"] >= 0).any())
+
+
+def hit_rate_over_time(requests_df: pd.DataFrame, bins: int = 40) -> pd.DataFrame:
+    """Hit rate ``sum(cached) / sum(prompt)`` of the requests arriving in each of ``bins``
+    equal arrival-time bins: ``t_start``, ``t_end``, ``n_requests``, ``hit_rate``."""
+    if not len(requests_df):
+        return pd.DataFrame(columns=["t_start", "t_end", "n_requests", "hit_rate"])
+    arrival = requests_df["arrival"].to_numpy(np.float64)
+    lo, hi = float(arrival.min()), float(arrival.max())
+    edges = np.linspace(lo, hi if hi > lo else lo + 1.0, bins + 1)
+    idx = np.clip(np.searchsorted(edges, arrival, side="right") - 1, 0, bins - 1)
+    prompt = np.bincount(idx, requests_df["prompt_tokens"].to_numpy(np.float64), bins)
+    cached = np.bincount(idx, requests_df["cached_tokens"].to_numpy(np.float64), bins)
+    count = np.bincount(idx, minlength=bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate = np.where(prompt > 0, cached / prompt, np.nan)
+    return pd.DataFrame({"t_start": edges[:-1], "t_end": edges[1:], "n_requests": count,
+                         "hit_rate": rate})
+
+
+def plot_hit_rate_over_time(requests_by_variant: dict[str, pd.DataFrame], path,
+                            bins: int = 40) -> Path:
+    """Hit rate of the requests arriving in each time bin, one line per variant (for
+    workloads without rounds, such as traces)."""
+    curves = {}
+    for name, df in requests_by_variant.items():
+        h = hit_rate_over_time(df, bins)
+        curves[name] = ((h["t_start"] + h["t_end"]) / 2, h["hit_rate"])
+    return _rate_lines(curves, path, title="Prefix-cache hit rate over time (by arrival)",
+                       xlabel="arrival time [s]")
+
+
+def plot_hit_rate(requests_by_variant: dict[str, pd.DataFrame], folder: Path) -> Path:
+    """The hit-rate plot that fits the workload: by round when requests have rounds
+    (``hit_rate_by_round.png``), else over time (``hit_rate_over_time.png``)."""
+    if any(has_rounds(df) for df in requests_by_variant.values()):
+        return plot_hit_rate_by_round(requests_by_variant, Path(folder) / "hit_rate_by_round.png")
+    return plot_hit_rate_over_time(requests_by_variant, Path(folder) / "hit_rate_over_time.png")
 
 
 def plot_ttft_cdf(requests_by_variant: dict[str, pd.DataFrame], path) -> Path:
@@ -103,20 +158,35 @@ def _bars(ax, df: pd.DataFrame, y: float, color, height: float = 0.8) -> None:
         ax.broken_barh(ranges, (y - height / 2, height), facecolors=color, linewidth=0)
 
 
+def _gantt_rows(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Row label -> rows: one row per lane, or per (replica, lane) labelled
+    ``replica<N> · lane`` when the timeline holds several replicas."""
+    if not len(df):
+        return {}
+    if "replica" not in df.columns or df["replica"].nunique() < 2:
+        return {lane: df[df["lane"] == lane] for lane in lane_order(df["lane"])}
+    out = {}
+    for replica, g in df.groupby("replica", sort=True):
+        for lane in lane_order(g["lane"]):
+            out[f"replica{replica} · {lane}"] = g[g["lane"] == lane]
+    return out
+
+
 def plot_gantt(timeline_df: pd.DataFrame, path, window=None, *, max_rows: int = 400) -> Path:
-    """Lanes as rows, operations as bars coloured by op, in ``window`` (start, end seconds);
-    by default the window with most H2D time overlapping compute (:func:`busiest_window`)."""
+    """Lanes as rows (per replica, labelled, when there are several), operations as bars
+    coloured by op, in ``window`` (start, end seconds); by default the window with most
+    H2D time overlapping compute (:func:`busiest_window`)."""
     from matplotlib.patches import Patch
 
     df = _tl(timeline_df)
     window = window if window is not None else busiest_window(df, max_rows=max_rows)
     df = _clip(df, window)
-    lanes = lane_order(df["lane"]) if len(df) else []
+    rows_of = _gantt_rows(df)
+    lanes = list(rows_of)
     fig, ax = _figure(10.0, 1.0 + 0.45 * max(len(lanes), 3))
     ops = sorted(set(df["op"])) if len(df) else []
     colors = {op: f"C{i % 10}" for i, op in enumerate(ops)}
-    for y, lane in enumerate(lanes):
-        rows = df[df["lane"] == lane]
+    for y, (_, rows) in enumerate(rows_of.items()):
         for op, g in rows.groupby("op", sort=True):
             _bars(ax, g, y, colors[op])
     title = "Timeline"

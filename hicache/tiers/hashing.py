@@ -1,4 +1,4 @@
-"""Page-hash chains: the L3 (storage) keys of KV pages (REFERENCE section 2).
+"""Page-hash chains: the L3 (storage) keys of KV pages (docs/SOURCES.md §2).
 
 ``key_i = sha256(raw(key_{i-1}) || tokens of page i as little-endian int64)``, with an empty
 prefix for the first page of a sequence, rendered as 64 lowercase hex characters.

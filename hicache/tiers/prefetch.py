@@ -1,4 +1,4 @@
-"""L3 (storage) prefetch decisions, as pure functions (REFERENCE section 2).
+"""L3 (storage) prefetch decisions, as pure functions (docs/SOURCES.md §2).
 
 Flow for one arriving request: :func:`should_query` (enough new tokens?) -> query the page-hash
 chain in :func:`query_plan` batches -> :func:`count_hits` (consecutive hits, stop at the first
@@ -20,13 +20,13 @@ StopReason = Literal["complete", "best_effort", "timeout", "waiting"]
 
 def should_query(new_tokens_not_in_l1_l2: int, cfg: CacheConfig) -> bool:
     """Query L3 only for at least ``prefetch_threshold`` tokens and at least one full page
-    beyond the L1/L2 match; below that the prefetch is revoked (REFERENCE 2, L3)."""
+    beyond the L1/L2 match; below that the prefetch is revoked (docs/SOURCES.md §2, L3)."""
     return new_tokens_not_in_l1_l2 >= max(cfg.prefetch_threshold, cfg.page_size)
 
 
 def query_plan(num_pages: int, batch_pages: int = 128) -> list[range]:
     """Page-index ranges of the L3 existence queries: consecutive batches of ``batch_pages``
-    (the last one shorter) covering pages ``0 .. num_pages - 1`` (REFERENCE 2, L3)."""
+    (the last one shorter) covering pages ``0 .. num_pages - 1`` (docs/SOURCES.md §2, L3)."""
     if num_pages < 0 or batch_pages < 1:
         raise ValueError(f"need num_pages >= 0 and batch_pages >= 1: {num_pages}, {batch_pages}")
     return [range(s, min(s + batch_pages, num_pages)) for s in range(0, num_pages, batch_pages)]
@@ -45,7 +45,8 @@ def count_hits(exists_per_batch: Iterable[Iterable[bool]]) -> int:
 
 
 def prefetch_timeout(hit_tokens: int, cfg: CacheConfig) -> float:
-    """``min(max, base + per_ki_token * hit_tokens / 1024)`` seconds (REFERENCE 2, timeout)."""
+    """``min(max, base + per_ki_token * hit_tokens / 1024)`` seconds (docs/SOURCES.md §2,
+    timeout)."""
     grown = cfg.prefetch_timeout_base + cfg.prefetch_timeout_per_ki_token * hit_tokens / 1024
     return min(cfg.prefetch_timeout_max, grown)
 
@@ -72,7 +73,7 @@ def stop_decision(
     hit_tokens: int,
     cfg: CacheConfig,
 ) -> StopDecision:
-    """Decide when the scheduler reaches the waiting request (REFERENCE 2, stop policy):
+    """Decide when the scheduler reaches the waiting request (docs/SOURCES.md §2, stop policy):
     complete -> proceed; ``best_effort`` -> stop now with what arrived; ``wait_complete`` ->
     wait; ``timeout`` -> stop once ``now - arrival >= prefetch_timeout(hit_tokens)``."""
     if policy not in PREFETCH_POLICIES:

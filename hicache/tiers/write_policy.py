@@ -1,6 +1,6 @@
 """When L1 (device) data is backed up to L2 (host): the three SGLang write policies.
 
-Each rule is REFERENCE section 2, "Write policies"; the tree asks these functions and emits
+Each rule is docs/SOURCES.md §2, "Write policies"; the tree asks these functions and emits
 the backup actions itself. A node being written stays locked until its copy completes.
 """
 
@@ -21,7 +21,8 @@ def _check(policy: str) -> None:
 
 
 def backup_threshold(policy: str) -> int | None:
-    """Hits that trigger backup: write_through 1, selective 2, write_back None (REFERENCE 2)."""
+    """Hits that trigger backup: write_through 1, selective 2, write_back None
+    (docs/SOURCES.md §2)."""
     _check(policy)
     return _THRESHOLDS[policy]
 
@@ -33,7 +34,7 @@ def should_backup_on_hit(policy: str, hit_count: int) -> bool:
 
 
 def eviction_needs_backup(policy: str, backed_up: bool) -> bool:
-    """Under write_back, L1 eviction of a node not yet in L2 first backs it up (REFERENCE 2);
+    """Under write_back, L1 eviction of a node not yet in L2 first backs it up (docs/SOURCES.md §2);
     under write-through policies an un-backed-up node is simply deleted."""
     _check(policy)
     return policy == "write_back" and not backed_up

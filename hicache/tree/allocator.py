@@ -2,13 +2,17 @@
 
 The tree never allocates: whoever drives it owns an allocator per pool and tier. Runtimes
 own their own placement; this one serves zero-time replay and tests.
+
+Capacity is accounted, not materialised (:class:`hicache.runtime.page_ids.PageIds`):
+memory grows with the pages used, not with ``capacity`` (``1e12`` tokens is fine). Order,
+as a FIFO over 0..capacity-1 with frees appended: fresh pages first, lowest first; then
+freed pages in the order they were freed.
 """
 
 from __future__ import annotations
 
-from collections import deque
-
 from hicache.runtime.handles import CacheExtentRef, Tier, check_generation, coalesce
+from hicache.runtime.page_ids import PageIds
 
 
 class OutOfPages(RuntimeError):
@@ -20,41 +24,35 @@ class PageAllocator:
 
     def __init__(self, capacity: int, *, tier: Tier = Tier.DEVICE, pool: str = "full",
                  runtime_id: str = "local", generation: int = 0) -> None:
-        if capacity < 0:
-            raise ValueError(f"capacity must be >= 0, got {capacity}")
+        self._ids = PageIds(capacity, "fifo")
         self.capacity = capacity
         self.tier, self.pool = tier, pool
         self.runtime_id, self.generation = runtime_id, generation
-        self._free: deque[int] = deque(range(capacity))
-        self._used = bytearray(capacity)
 
     @property
     def free_pages(self) -> int:
-        return len(self._free)
+        return self._ids.free
 
     @property
     def used_pages(self) -> int:
-        return self.capacity - len(self._free)
+        return self.capacity - self._ids.free
 
     def alloc(self, n: int) -> CacheExtentRef:
         if n <= 0:
             raise ValueError(f"alloc of {n} pages")
-        if n > len(self._free):
+        if n > self.free_pages:
             raise OutOfPages(
-                f"{self.tier.value}/{self.pool}: need {n} pages, {len(self._free)} free")
-        pages = [self._free.popleft() for _ in range(n)]
-        for p in pages:
-            self._used[p] = 1
-        return CacheExtentRef(
-            self.runtime_id, self.generation, self.tier, coalesce(pages), self.pool)
+                f"{self.tier.value}/{self.pool}: need {n} pages, {self.free_pages} free")
+        return CacheExtentRef(self.runtime_id, self.generation, self.tier,
+                              coalesce(self._ids.take(n)), self.pool)
 
     def free(self, extent: CacheExtentRef) -> None:
         check_generation(extent, self.runtime_id, self.generation, "extent")
         if extent.tier is not self.tier or extent.pool != self.pool:
             raise ValueError(f"extent of {extent.tier.value}/{extent.pool} freed to "
                              f"{self.tier.value}/{self.pool}")
-        for p in extent.pages():
-            if not self._used[p]:
-                raise ValueError(f"page {p} of {self.tier.value}/{self.pool} freed twice")
-            self._used[p] = 0
-            self._free.append(p)
+        pages = list(extent.pages())
+        p = self._ids.bad(pages)
+        if p is not None:
+            raise ValueError(f"page {p} of {self.tier.value}/{self.pool} freed twice")
+        self._ids.give(pages)

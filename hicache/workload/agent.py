@@ -15,51 +15,41 @@ Determinism: arrivals from ``Random(seed)``; session i's draws from
 
 from __future__ import annotations
 
+import dataclasses
 import random
-from dataclasses import dataclass
+from typing import Literal
 
+from pydantic.dataclasses import dataclass
+
+from hicache.schema.types import NonNegInt, PosInt
 from hicache.workload.closed_loop import ClosedLoopWorkload
 from hicache.workload.conversation import Conversation
 from hicache.workload.params import (
-    LengthSpec,
+    WORKLOAD_CONFIG,
+    FloatRange,
+    Length,
+    Rate,
     draw_float,
     draw_length,
-    float_range_param,
-    int_param,
-    length_param,
-    rate_param,
 )
 from hicache.workload.request import Request
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=WORKLOAD_CONFIG)
 class AgentConfig:
-    num_sessions: int = 64
-    max_sessions: int = 16  # sessions in flight
-    session_rate: float = 1.0  # session starts, per s; inf = all ready at 0
-    steps: LengthSpec = (4, 16)
-    system_prompt_length: int = 2048  # shared tool definitions / instructions
-    task_length: LengthSpec = 512
-    tool_output_length: LengthSpec = (64, 1024)
-    output_length: LengthSpec = (32, 256)  # the model's tool call
-    tool_time: float | tuple[float, float] = 0.5  # seconds, number or [lo, hi]
-
-    def __post_init__(self) -> None:
-        s = object.__setattr__
-        s(self, "num_sessions", int_param("num_sessions", self.num_sessions, 1))
-        s(self, "max_sessions", int_param("max_sessions", self.max_sessions, 1))
-        s(self, "session_rate", rate_param("session_rate", self.session_rate))
-        s(self, "steps", length_param("steps", self.steps))
-        s(self, "system_prompt_length", int_param("system_prompt_length",
-                                                  self.system_prompt_length, 0))
-        s(self, "task_length", length_param("task_length", self.task_length))
-        s(self, "tool_output_length", length_param("tool_output_length",
-                                                   self.tool_output_length))
-        s(self, "output_length", length_param("output_length", self.output_length))
-        s(self, "tool_time", float_range_param("tool_time", self.tool_time))
+    kind: Literal["agent"] = "agent"
+    num_sessions: PosInt = 64
+    max_sessions: PosInt = 16  # sessions in flight
+    session_rate: Rate = 1.0  # session starts, per s; inf = all ready at 0
+    steps: Length() = (4, 16)
+    system_prompt_length: NonNegInt = 2048  # shared tool definitions / instructions
+    task_length: Length() = 512
+    tool_output_length: Length() = (64, 1024)
+    output_length: Length() = (32, 256)  # the model's tool call
+    tool_time: FloatRange = 0.5  # seconds, number or [lo, hi]
 
 
-@dataclass(slots=True)
+@dataclasses.dataclass(slots=True)
 class _Session:
     conv: Conversation
     rng: random.Random

@@ -9,41 +9,31 @@ Token namespaces: document d -> d, request i -> num_documents + i (disjoint).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Literal
 
+from pydantic.dataclasses import dataclass
+
+from hicache.schema.types import NonNegInt, PosInt
 from hicache.workload.open_loop import OpenLoopWorkload, prefixed_request
-from hicache.workload.params import (
-    LengthSpec,
-    draw_length,
-    int_param,
-    length_param,
-    poisson_arrivals,
-    rate_param,
-)
+from hicache.workload.params import WORKLOAD_CONFIG, Length, Rate, draw_length, poisson_arrivals
 from hicache.workload.request import Request
 from hicache.workload.tokens import draw_tokens
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=WORKLOAD_CONFIG)
 class LongContextConfig:
-    count: int = 32
-    prompt_length: LengthSpec = 32768  # total prompt tokens, document included
-    output_length: LengthSpec = 64
-    request_rate: float = 1.0
-    num_documents: int = 0  # 0: no shared prefix
-    document_length: int = 0
+    kind: Literal["long_context"] = "long_context"
+    count: PosInt = 32
+    prompt_length: Length() = 32768  # total prompt tokens, document included
+    output_length: Length() = 64
+    request_rate: Rate = 1.0
+    num_documents: NonNegInt = 0  # 0: no shared prefix
+    document_length: NonNegInt = 0
 
     def __post_init__(self) -> None:
-        s = object.__setattr__
-        s(self, "count", int_param("count", self.count, 1))
-        s(self, "prompt_length", length_param("prompt_length", self.prompt_length))
-        s(self, "output_length", length_param("output_length", self.output_length))
-        s(self, "request_rate", rate_param("request_rate", self.request_rate))
-        s(self, "num_documents", int_param("num_documents", self.num_documents, 0))
-        s(self, "document_length", int_param("document_length", self.document_length, 0))
         if self.num_documents and self.prompt_length[0] <= self.document_length:
             raise ValueError(
-                f"key 'prompt_length': must exceed document_length={self.document_length} "
+                f"prompt_length: must exceed document_length={self.document_length} "
                 f"(each prompt adds fresh tokens after its document), got {self.prompt_length}"
             )
 

@@ -15,48 +15,30 @@ Token namespaces: system prompt 0, client c -> c + 1 (clients share only the sys
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from typing import Literal
 
+from pydantic.dataclasses import dataclass
+
+from hicache.schema.types import Bool, NonNegFloat, NonNegInt, PosInt
 from hicache.workload.closed_loop import ClosedLoopWorkload
 from hicache.workload.conversation import Conversation
-from hicache.workload.params import (
-    LengthSpec,
-    bool_param,
-    draw_length,
-    float_param,
-    int_param,
-    length_param,
-    rate_param,
-)
+from hicache.workload.params import WORKLOAD_CONFIG, Length, Rate, draw_length
 from hicache.workload.request import Request
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=WORKLOAD_CONFIG)
 class MultiturnConfig:
-    num_clients: int = 256
-    num_rounds: int = 5
-    request_length: LengthSpec = 512  # new question tokens per turn: int or [lo, hi]
-    output_length: LengthSpec = 64
-    request_rate: float = 1.0  # first turns, req/s; inf = all at 0
-    max_parallel: int = 128
-    round_barrier: bool = False
-    think_time: float = 0.0  # seconds between a turn's finish and the next turn's readiness
-    system_prompt_length: int = 0  # shared by all clients
-    sessions: bool = False  # tag requests with session_id; close it after the last round
-
-    def __post_init__(self) -> None:
-        s = object.__setattr__
-        s(self, "num_clients", int_param("num_clients", self.num_clients, 1))
-        s(self, "num_rounds", int_param("num_rounds", self.num_rounds, 1))
-        s(self, "request_length", length_param("request_length", self.request_length))
-        s(self, "output_length", length_param("output_length", self.output_length))
-        s(self, "request_rate", rate_param("request_rate", self.request_rate))
-        s(self, "max_parallel", int_param("max_parallel", self.max_parallel, 1))
-        s(self, "round_barrier", bool_param("round_barrier", self.round_barrier))
-        s(self, "think_time", float_param("think_time", self.think_time))
-        s(self, "system_prompt_length", int_param("system_prompt_length",
-                                                  self.system_prompt_length, 0))
-        s(self, "sessions", bool_param("sessions", self.sessions))
+    kind: Literal["multiturn"] = "multiturn"
+    num_clients: PosInt = 256
+    num_rounds: PosInt = 5
+    request_length: Length() = 512  # new question tokens per turn: int or [lo, hi]
+    output_length: Length() = 64
+    request_rate: Rate = 1.0  # first turns, req/s; inf = all at 0
+    max_parallel: PosInt = 128
+    round_barrier: Bool = False
+    think_time: NonNegFloat = 0.0  # seconds between a turn's finish and the next turn's readiness
+    system_prompt_length: NonNegInt = 0  # shared by all clients
+    sessions: Bool = False  # tag requests with session_id; close it after the last round
 
 
 class MultiturnWorkload(ClosedLoopWorkload):

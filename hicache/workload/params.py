@@ -1,15 +1,19 @@
-"""Validation of workload parameters and the shared random draws.
+"""Types of workload parameters (for the pydantic config dataclasses) and shared draws.
 
-Every checker raises ``ValueError`` whose message names the key and what is allowed, and
-returns the normalised value. Lengths are ``int`` or ``[lo, hi]`` (uniform integer in
-``[lo, hi]``) and normalise to a ``(lo, hi)`` tuple.
+Lengths are ``int`` or ``[lo, hi]`` (uniform integer in ``[lo, hi]``) and normalise to a
+``(lo, hi)`` tuple; rates are a number > 0 or ``inf`` (everything at time 0). Scalar types
+(``PosInt``, ``NonNegFloat``, ...) come from :mod:`hicache.schema.types`.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, ConfigDict, WithJsonSchema
+
+from hicache.schema.types import MAX_COUNT
 
 LengthSpec = int | tuple[int, int]
 
@@ -22,63 +26,59 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
-def int_param(name: str, v: Any, minimum: int = 0) -> int:
-    if not _is_int(v) or v < minimum:
-        raise ValueError(f"key {name!r}: expected an integer >= {minimum}, got {v!r}")
-    return v
+def _integral(v: Any) -> Any:
+    return int(v) if isinstance(v, float) and math.isfinite(v) and v == int(v) else v
 
 
-def optional_int_param(name: str, v: Any, minimum: int = 0) -> int | None:
-    return None if v is None else int_param(name, v, minimum)
+def _length(minimum: int) -> Any:
+    def check(v: Any) -> tuple[int, int]:
+        v = _integral(v)
+        if _is_int(v) and minimum <= v <= MAX_COUNT:
+            return (v, v)
+        if isinstance(v, list | tuple) and len(v) == 2:
+            lo, hi = (_integral(x) for x in v)
+            if _is_int(lo) and _is_int(hi) and minimum <= lo <= hi <= MAX_COUNT:
+                return (lo, hi)
+        raise ValueError(f"expected an integer >= {minimum} or a range [lo, hi] with "
+                         f"{minimum} <= lo <= hi, got {v!r}")
+
+    return check
 
 
-def bool_param(name: str, v: Any) -> bool:
-    if not isinstance(v, bool):
-        raise ValueError(f"key {name!r}: expected true or false, got {v!r}")
-    return v
-
-
-def float_param(name: str, v: Any, minimum: float = 0.0) -> float:
-    if not _is_number(v) or not math.isfinite(v) or v < minimum:
-        raise ValueError(f"key {name!r}: expected a finite number >= {minimum}, got {v!r}")
-    return float(v)
-
-
-def rate_param(name: str, v: Any) -> float:
-    """Requests per second: a number > 0, or inf / "inf" (everything at time 0)."""
-    if v == "inf":
+def _rate(v: Any) -> float:
+    if v == "inf" or (_is_number(v) and v == math.inf):
         return math.inf
     if not _is_number(v) or math.isnan(v) or v <= 0:
-        raise ValueError(f"key {name!r}: expected a rate > 0 (req/s) or 'inf', got {v!r}")
+        raise ValueError(f"expected a rate > 0 (req/s) or 'inf', got {v!r}")
     return float(v)
 
 
-def length_param(name: str, v: Any, minimum: int = 1) -> tuple[int, int]:
-    if _is_int(v) and v >= minimum:
-        return (v, v)
-    if (
-        isinstance(v, list | tuple)
-        and len(v) == 2
-        and all(_is_int(x) for x in v)
-        and minimum <= v[0] <= v[1]
-    ):
-        return (v[0], v[1])
-    raise ValueError(
-        f"key {name!r}: expected an integer >= {minimum} or a range [lo, hi] with "
-        f"{minimum} <= lo <= hi, got {v!r}"
-    )
+def _float_range(v: Any) -> tuple[float, float]:
+    def ok(x: Any) -> bool:
+        return _is_number(x) and math.isfinite(x) and x >= 0
+
+    if ok(v):
+        return (float(v), float(v))
+    if isinstance(v, list | tuple) and len(v) == 2 and all(map(ok, v)) and v[0] <= v[1]:
+        return (float(v[0]), float(v[1]))
+    raise ValueError(f"expected a number >= 0 or [lo, hi] with 0 <= lo <= hi, got {v!r}")
 
 
-def float_range_param(name: str, v: Any) -> tuple[float, float]:
-    if _is_number(v):
-        lo = hi = float_param(name, v)
-    elif isinstance(v, list | tuple) and len(v) == 2:
-        lo, hi = (float_param(name, x) for x in v)
-    else:
-        lo, hi = 1.0, 0.0
-    if lo > hi:
-        raise ValueError(f"key {name!r}: expected a number >= 0 or [lo, hi], got {v!r}")
-    return (lo, hi)
+_RANGE_SCHEMA = {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}
+
+
+def Length(minimum: int = 1) -> Any:  # noqa: N802 - a type factory
+    """A length in tokens: an int, or ``[lo, hi]`` (uniform in [lo, hi]) -> ``(lo, hi)``."""
+    return Annotated[tuple[int, int], BeforeValidator(_length(minimum)), WithJsonSchema(
+        {"anyOf": [{"type": "integer", "minimum": minimum}, _RANGE_SCHEMA]})]
+
+
+Rate = Annotated[float, BeforeValidator(_rate), WithJsonSchema(
+    {"anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"const": "inf"}]})]
+FloatRange = Annotated[tuple[float, float], BeforeValidator(_float_range), WithJsonSchema(
+    {"anyOf": [{"type": "number", "minimum": 0},
+               {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}]})]
+WORKLOAD_CONFIG = ConfigDict(extra="forbid", validate_default=True)
 
 
 def draw_length(rng: random.Random, spec: tuple[int, int]) -> int:

@@ -8,39 +8,26 @@ rid = arrival order. Token namespaces: group g -> g, request i -> num_groups + i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Literal
 
+from pydantic.dataclasses import dataclass
+
+from hicache.schema.types import NonNegInt, PosInt
 from hicache.workload.open_loop import OpenLoopWorkload, prefixed_request
-from hicache.workload.params import (
-    LengthSpec,
-    draw_length,
-    int_param,
-    length_param,
-    poisson_arrivals,
-    rate_param,
-)
+from hicache.workload.params import WORKLOAD_CONFIG, Length, Rate, draw_length, poisson_arrivals
 from hicache.workload.request import Request
 from hicache.workload.tokens import draw_tokens
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=WORKLOAD_CONFIG)
 class SharedPrefixConfig:
-    num_groups: int = 64
-    prefix_length: int = 2048
-    suffix_length: LengthSpec = 128
-    requests_per_group: int = 16
-    output_length: LengthSpec = 256
-    request_rate: float = 1.0
-
-    def __post_init__(self) -> None:
-        s = object.__setattr__
-        s(self, "num_groups", int_param("num_groups", self.num_groups, 1))
-        s(self, "prefix_length", int_param("prefix_length", self.prefix_length, 0))
-        s(self, "suffix_length", length_param("suffix_length", self.suffix_length))
-        s(self, "requests_per_group", int_param("requests_per_group",
-                                                self.requests_per_group, 1))
-        s(self, "output_length", length_param("output_length", self.output_length))
-        s(self, "request_rate", rate_param("request_rate", self.request_rate))
+    kind: Literal["shared_prefix"] = "shared_prefix"
+    num_groups: PosInt = 64
+    prefix_length: NonNegInt = 2048
+    suffix_length: Length() = 128
+    requests_per_group: PosInt = 16
+    output_length: Length() = 256
+    request_rate: Rate = 1.0
 
 
 class SharedPrefixWorkload(OpenLoopWorkload):

@@ -8,31 +8,27 @@ Open loop: :meth:`TraceReplayWorkload.start` returns every request, sorted by ar
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
+from pydantic.dataclasses import dataclass
+
+from hicache.schema.types import NonEmptyStr, NonNegFloat, PosInt
 from hicache.workload.open_loop import OpenLoopWorkload
-from hicache.workload.params import float_param, optional_int_param
+from hicache.workload.params import WORKLOAD_CONFIG
 from hicache.workload.request import Request
 from hicache.workload.traces import FORMATS, load_trace
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=WORKLOAD_CONFIG)
 class TraceConfig:
-    path: str = ""
-    format: str = "auto"  # auto | mooncake | tokens
-    time_scale: float = 1.0
-    max_requests: int | None = None
+    """``path`` is resolved against the scenario file's folder when the scenario loads."""
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.path, str | Path) or not str(self.path):
-            raise ValueError(f"key 'path': expected a trace file path, got {self.path!r}")
-        if self.format not in FORMATS:
-            raise ValueError(f"key 'format': expected one of {list(FORMATS)}, "
-                             f"got {self.format!r}")
-        object.__setattr__(self, "time_scale", float_param("time_scale", self.time_scale))
-        object.__setattr__(self, "max_requests",
-                           optional_int_param("max_requests", self.max_requests, 1))
+    kind: Literal["trace"] = "trace"
+    path: NonEmptyStr = ""
+    format: Literal[FORMATS] = "auto"  # auto | mooncake | tokens
+    time_scale: NonNegFloat = 1.0
+    max_requests: PosInt | None = None
 
 
 class TraceReplayWorkload(OpenLoopWorkload):

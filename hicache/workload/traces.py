@@ -88,6 +88,8 @@ class _Line:
             raise self.error(key, "expected a list of integers")
         if v and min(v) < 0:
             raise self.error(key, f"negative id {min(v)}")
+        if v and max(v) >= 1 << 63:
+            raise self.error(key, f"id {max(v)} does not fit 64 bits (must be < 2**63)")
         return v
 
 

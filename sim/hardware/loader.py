@@ -1,76 +1,89 @@
 """Shared YAML loading: resolve a name, a path or a mapping, and read keys strictly.
 
 Invariant: every missing or malformed key raises ValueError naming the source and the
-dotted key, so a bad scenario file fails at load time, never mid-simulation.
+dotted key (numbers must be finite), so a bad file fails at load time, never
+mid-simulation. YAML is read strictly (:mod:`hicache.schema.yamlio`: duplicate keys are
+errors, ``1e12`` is a number).
 """
 
 from __future__ import annotations
 
-import re
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads ``989.0e12`` (YAML 1.2 floats; PyYAML needs ``e+12``)."""
+from hicache.presets import find_preset
+from hicache.schema.errors import suggest
+from hicache.schema.yamlio import read_yaml
 
 
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)?(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789."),
-)
-
-
-def resolve(source: str | Path | Mapping[str, Any], subdir: str) -> tuple[dict[str, Any], str]:
-    """Return (mapping, origin). A bare name maps to ``scenarios/<subdir>/<name>.yaml``."""
+def resolve(source: str | Path | Mapping[str, Any], subdir: str, *,
+            base: Path | None = None) -> tuple[dict[str, Any], str]:
+    """Return (mapping, origin). A bare name is a bundled preset of ``subdir``
+    (:func:`hicache.presets.find_preset`); a relative path resolves against ``base``."""
     if isinstance(source, Mapping):
         return dict(source), "<mapping>"
-    path = Path(source)
-    if not path.suffix and len(path.parts) == 1:
-        path = REPO_ROOT / "scenarios" / subdir / f"{path.name}.yaml"
-    if not path.is_file():
-        known = sorted(p.stem for p in (REPO_ROOT / "scenarios" / subdir).glob("*.yaml"))
-        raise ValueError(f"{path}: no such {subdir} file; known {subdir}: {', '.join(known)} "
-                         f"(or give a path to a YAML file)")
-    with path.open() as fh:
-        data = yaml.load(fh, Loader=_Loader)  # noqa: S506 (safe subclass)
-    if not isinstance(data, Mapping):
-        raise ValueError(f"{path}: top level must be a mapping")
-    return dict(data), str(path)
+    doc = read_yaml(find_preset(subdir, source, base=base))
+    if not isinstance(doc.data, Mapping):
+        raise ValueError(f"{doc.source}: top level must be a mapping")
+    return dict(doc.data), doc.source
 
 
 class Section:
-    """A mapping read with strict typed accessors; errors name ``origin`` and the key path."""
+    """A mapping read with strict typed accessors; errors name ``origin`` and the key path.
+
+    Every key the loader asks about (read, defaulted or tested with :meth:`has`) is known;
+    :meth:`finish` then refuses any other key in this section or its sub-sections (a typo
+    such as ``l3: {mooncak: ...}`` fails instead of being ignored). Reading :attr:`data`
+    directly makes every key of the section known (the caller checks them).
+    """
 
     def __init__(self, data: Any, origin: str, prefix: str = "") -> None:
         if not isinstance(data, Mapping):
             raise ValueError(f"{origin}: {prefix or 'top level'} must be a mapping")
-        self.data, self.origin, self.prefix = data, origin, prefix
+        self._data, self.origin, self.prefix = data, origin, prefix
+        self._known: set[str] = set()
+        self._subs: list[Section] = []
+
+    @property
+    def data(self) -> Mapping[str, Any]:
+        self._known.update(map(str, self._data))
+        return self._data
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}.{key}" if self.prefix else key
 
     def has(self, key: str) -> bool:
-        return key in self.data
+        self._known.add(key)
+        return key in self._data
 
     def raw(self, key: str, default: Any = ...) -> Any:
-        if key not in self.data:
+        self._known.add(key)
+        if key not in self._data:
             if default is ...:
                 raise ValueError(f"{self.origin}: missing key {self._key(key)!r}")
             return default
-        return self.data[key]
+        return self._data[key]
+
+    def finish(self, skip: tuple[str, ...] = ()) -> None:
+        """Raise for a key of this section (or a sub-section) the loader never asked about;
+        sub-sections whose key path is in ``skip`` are not checked."""
+        if self.prefix in skip:
+            return
+        for k in self._data:
+            if str(k) not in self._known:
+                raise ValueError(f"{self.origin}: key {self._key(str(k))!r}: "
+                                 f"{suggest(str(k), sorted(self._known))}")
+        for s in self._subs:
+            s.finish(skip)
 
     def num(self, key: str, default: Any = ..., *, positive: bool = False) -> float:
         value = self.raw(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if isinstance(value, bool) or not isinstance(value, int | float) or (
+                not math.isfinite(value)):
             raise ValueError(
-                f"{self.origin}: key {self._key(key)!r} must be a number, got {value!r}")
+                f"{self.origin}: key {self._key(key)!r} must be a finite number, got {value!r}")
         if value < 0 or (positive and value == 0):
             raise ValueError(f"{self.origin}: key {self._key(key)!r} must be > 0, got {value!r}")
         return float(value)
@@ -88,13 +101,17 @@ class Section:
         return value
 
     def sub(self, key: str, default: Any = ...) -> Section:
-        return Section(self.raw(key, default), self.origin, self._key(key))
+        s = Section(self.raw(key, default), self.origin, self._key(key))
+        self._subs.append(s)
+        return s
 
     def table(self, key: str) -> tuple[tuple[float, float], ...]:
         """A list of [x, y] pairs with x strictly increasing and y >= 0."""
         rows = self.raw(key)
         try:
             pts = tuple((float(x), float(y)) for x, y in rows)
+            if not all(map(math.isfinite, (v for p in pts for v in p))):
+                raise ValueError("not finite")
         except (TypeError, ValueError) as exc:
             raise ValueError(
                 f"{self.origin}: key {self._key(key)!r} must be [[x, y], ...]") from exc

@@ -38,7 +38,7 @@ def test_cpu_calibration_fills_the_schema_and_round_trips_through_yaml(calibrate
         assert sizes == sorted(sizes) and all(t > 0 for _, t in table)
     assert src["pcie.h2d_bytes_per_s"].startswith("measured")
     text = to_yaml(prof, src)
-    assert "# default: REFERENCE.md" in text and "# measured" in text
+    assert "# default: docs/SOURCES.md" in text and "# measured" in text
     assert yaml.safe_load(text) == prof
     assert load_profile(yaml.safe_load(text)).calibrated.compute["attention"] == "padded"
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from hicache.runtime.handles import Tier
-from hicache.scenario import expand_variants, load_scenario
+from hicache.scenario import load_scenario
 from sim.driver import simulate
 
 SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "hybrid_swa_mamba.yaml"
 
 
 def test_hybrid_aware_variant_balances_every_pool() -> None:
-    variants = dict(expand_variants(load_scenario(SCENARIO)))
+    variants = dict(load_scenario(SCENARIO).expand())
     res = simulate(variants["L1 hybrid-aware"], name="L1 hybrid-aware")
     (rep,) = res.replicas
     rt, sched = rep.runtime, rep.scheduler

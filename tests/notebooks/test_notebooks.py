@@ -1,13 +1,18 @@
-"""Every notebook in notebooks/ runs top to bottom: its code cells are executed in order in one
-namespace, from the repository root, with matplotlib's Agg backend (no Jupyter needed).
+"""Every notebook in notebooks/ runs top to bottom from any folder, and is saved with its
+outputs (GitHub shows the figures).
 
+Where Jupyter is installed (the ``notebooks`` extra; ``scripts/setup.sh --test``), through a
+real kernel started in ``notebooks/``, as ``jupyter nbconvert --execute`` and JupyterLab do;
+elsewhere the code cells run in one namespace from a temporary folder (no Jupyter needed).
 A notebook's own ``assert`` lines (e.g. "more L2 never hurts the hit rate") fail here too.
+No wall-clock bounds: speed targets live in benchmarks/.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import time
+import re
 from pathlib import Path
 
 import matplotlib
@@ -15,42 +20,62 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
-# Notebooks taking over ~40 s on 2 cores go here (both take < 15 s today).
-SLOW: set[str] = set()
+NAMES = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
+MACHINE_PATH = re.compile(r"(/work/|/root/|/home/|\.\./shared)")
 
 
-def code_cells(path: Path) -> list[str]:
+def cells(path: Path, kind: str = "code") -> list[dict]:
     nb = json.loads(path.read_text())
     assert nb["nbformat"] == 4
-    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    return [c for c in nb["cells"] if c["cell_type"] == kind]
 
 
-def run_notebook(path: Path) -> dict:
-    namespace: dict = {"__name__": "__main__"}
-    for i, source in enumerate(code_cells(path)):
-        try:
-            exec(compile(source, f"{path.name}[cell {i}]", "exec"), namespace)  # noqa: S102
-        except Exception as e:
-            raise AssertionError(f"{path.name}: code cell {i} failed: {e!r}\n{source}") from e
-    return namespace
+def test_there_are_notebooks_saved_with_outputs_and_no_machine_paths() -> None:
+    assert {"quick_tour", "capacity_planning"} <= set(NAMES)
+    for name in NAMES:
+        path = NOTEBOOKS / f"{name}.ipynb"
+        code = cells(path)
+        assert code, name
+        assert all(c.get("execution_count") for c in code), f"{name}: not saved executed"
+        outputs = [o for c in code for o in c.get("outputs", [])]
+        assert not [o for o in outputs if o.get("output_type") == "error"], name
+        assert any("image/png" in o.get("data", {}) for o in outputs), f"{name}: no figure"
+        sources = "".join("".join(c["source"]) for c in code)
+        assert not MACHINE_PATH.search(sources), f"{name}: a path outside the repository"
 
 
-def test_there_are_notebooks_and_all_are_nbformat_4() -> None:
-    names = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
-    assert {"quick_tour", "capacity_planning"} <= set(names)
-    for p in NOTEBOOKS.glob("*.ipynb"):
-        assert code_cells(p), p
+HAS_JUPYTER = (importlib.util.find_spec("nbclient") is not None
+               and importlib.util.find_spec("ipykernel") is not None)
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(p.stem, marks=[pytest.mark.slow] if p.stem in SLOW else [])
-    for p in sorted(NOTEBOOKS.glob("*.ipynb"))
-])  # fmt: skip
-def test_notebook_runs_top_to_bottom(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.skipif(HAS_JUPYTER, reason="run in a Jupyter kernel instead (below)")
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_code_runs_top_to_bottom_from_another_folder(
+        name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     matplotlib.use("Agg")
-    monkeypatch.chdir(ROOT)
-    monkeypatch.syspath_prepend(str(ROOT))
-    t0 = time.perf_counter()
-    ns = run_notebook(NOTEBOOKS / f"{name}.ipynb")
-    assert time.perf_counter() - t0 < 60, f"{name} takes over 60 s"
-    assert "OUT" in ns and any(Path(ns["OUT"]).glob("*.png"))
+    monkeypatch.chdir(tmp_path)  # not the repository, not notebooks/
+    namespace: dict = {"__name__": "__main__"}
+    for i, cell in enumerate(cells(NOTEBOOKS / f"{name}.ipynb")):
+        source = "".join(cell["source"])
+        try:
+            exec(compile(source, f"{name}.ipynb[cell {i}]", "exec"), namespace)  # noqa: S102
+        except Exception as e:
+            raise AssertionError(f"{name}: code cell {i} failed: {e!r}\n{source}") from e
+    assert any(Path(namespace["OUT"]).glob("*.png"))
+    assert list(tmp_path.iterdir()) == []  # nothing written where the kernel started
+
+
+@pytest.mark.skipif(not HAS_JUPYTER, reason="Jupyter not installed (pip install .[notebooks])")
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_runs_in_a_jupyter_kernel_started_in_notebooks(name: str) -> None:
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    before = sorted(NOTEBOOKS.iterdir())
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+              if o.output_type == "error"]
+    assert not errors
+    assert sorted(NOTEBOOKS.iterdir()) == before  # nothing written where the kernel started

@@ -62,7 +62,10 @@ def test_bad_choice_lists_the_allowed_values():
     "key, value",
     [
         ("page_size", 0),
-        ("page_size", 16.0),
+        ("page_size", 16.5),
+        ("page_size", "16"),
+        ("hicache_ratio", float("nan")),
+        ("hicache_size", float("inf")),
         ("page_size", True),
         ("hicache_ratio", 1.0),
         ("hicache_ratio", 0.5),
@@ -83,8 +86,13 @@ def test_bad_values_raise_config_error_naming_the_key(key, value):
 
 
 def test_direct_construction_is_validated_too():
-    with pytest.raises(ConfigError, match="CacheConfig: hicache_ratio"):
+    with pytest.raises(ValueError, match="hicache_ratio"):
         CacheConfig(hicache_ratio=1.0)
+
+
+def test_integral_numbers_such_as_yaml_1e6_are_integers():
+    c = CacheConfig.from_mapping({"device_tokens": 1e6, "page_size": 64.0})
+    assert c.device_tokens == 1_000_000 and type(c.device_tokens) is int
 
 
 def test_extra_config_accepts_a_json_string_as_on_the_sglang_command_line():

@@ -1,4 +1,4 @@
-"""L3 prefetch rules, one test per rule of REFERENCE section 2."""
+"""L3 prefetch rules, one test per rule of docs/SOURCES.md §2."""
 
 import pytest
 

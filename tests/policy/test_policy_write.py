@@ -1,4 +1,4 @@
-"""Write policies: when L1 data is backed up to L2 (REFERENCE section 2)."""
+"""Write policies: when L1 data is backed up to L2 (docs/SOURCES.md §2)."""
 
 import pytest
 

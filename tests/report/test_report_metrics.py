@@ -140,3 +140,22 @@ def test_replicas_are_unioned_separately_then_pooled():
     assert m["load_hidden_fraction"] == pytest.approx(0.5)
     pooled = timeline_metrics(df.drop(columns="replica"))  # one GPU: loads overlap [0,2]
     assert pooled["load_hidden_fraction"] == pytest.approx(3 / 4)
+
+
+def test_gpu_busy_in_a_summary_is_over_the_run_not_the_compute_span() -> None:
+    """A GPU that computes 2 s back to back inside a 10 s run is 20% busy, not 100%."""
+    from hicache.report.frames import requests_frame as _req
+    from hicache.report.frames import timeline_frame as _tl
+    from hicache.report.metrics import summarize as _sum
+
+    req = _req([{"rid": 0, "arrival": 0.0, "finish": 1.0, "first_token": 0.5,
+                 "prompt_tokens": 4, "output_tokens": 1},
+                {"rid": 1, "arrival": 9.0, "finish": 10.0, "first_token": 9.5,
+                 "prompt_tokens": 4, "output_tokens": 1}])
+    tl = _tl([("compute", "prefill", 1, -1, -1, 0.0, 1.0, 0),
+              ("compute", "prefill", 2, -1, -1, 9.0, 10.0, 0)])
+    s = _sum(req, tl)
+    assert s["gpu_busy_fraction"] == pytest.approx(0.2)
+    assert s["gpu_bubble_fraction"] == pytest.approx(0.8)
+    two = tl.assign(replica=[0, 1])  # two GPUs, each busy 1 s of the 10 s run
+    assert _sum(req, two)["gpu_busy_fraction"] == pytest.approx(0.1)

@@ -77,8 +77,7 @@ def test_rows_follow_the_grid_then_the_scenario_variants_and_repeat_exactly() ->
                    strict=True))
     assert got == [(3, 4, "L1"), (3, 4, "L1+L2"), (3, 1.5, "L1"), (3, 1.5, "L1+L2"),
                    (2, 4, "L1"), (2, 4, "L1+L2"), (2, 1.5, "L1"), (2, 1.5, "L1+L2")]
-    pd.testing.assert_frame_equal(df.drop(columns="wall_s"),
-                                  run_sweep(TINY, grid, log=None).drop(columns="wall_s"))
+    pd.testing.assert_frame_equal(df, run_sweep(TINY, grid, log=None))
 
 
 def test_only_the_chosen_variants_run_and_a_progress_line_is_written_per_run() -> None:
@@ -159,23 +158,32 @@ def test_more_l2_reaches_the_hit_rate_of_an_unbounded_cache_at_a_known_ratio() -
 
 
 # -- the command ------------------------------------------------------------------------------
-def test_the_command_writes_csv_table_plots_and_prints_the_answer(tmp_path, capsys) -> None:
+def test_the_command_writes_tables_plots_and_prints_the_answer(tmp_path, capsys) -> None:
     scenario = tmp_path / "tiny.yaml"
     scenario.write_text(yaml.safe_dump(TINY))
     out = tmp_path / "out"
     rc = main(["sweep", str(scenario), "--grid", "workload.num_clients=2,4",
                "--grid", "cache.hicache_ratio=1.5,8", "--target", "ttft_p90_s<=1000",
-               "--out", str(out)])
+               "--out", str(out), "--executor", "serial"])
     assert rc == 0
-    df = pd.read_csv(out / "sweep.csv")
-    assert list(df.columns) == ["workload.num_clients", "cache.hicache_ratio", "variant",
-                                *METRICS, "meets_target"]
-    assert len(df) == 2 * 2 * 2 and df["meets_target"].all()
+    df = pd.read_parquet(out / "sweep.parquet")
+    assert list(df.columns[:5]) == ["workload.num_clients", "cache.hicache_ratio", "variant",
+                                    "seed", "error"]
+    assert set(METRICS) <= set(df.columns) and df.columns[-1] == "meets_target"
+    assert "wall_s" not in df.columns  # tables must not differ between runs
+    assert len(df) == 2 * 2 * 2 and df["meets_target"].all() and df["error"].isna().all()
+    assert len(pd.read_csv(out / "sweep.csv")) == len(df)
     table = (out / "sweep.txt").read_text().splitlines()
     assert len(table) == 2 + len(df) and table[0].split()[:3] == list(df.columns[:3])
+    l1_rows = [line for line in table[2:] if " L1 " in f"{line} "]
+    assert l1_rows and all(line.split()[1] == "n/a" for line in l1_rows)  # L1 has no L2
     assert {p.name for p in out.glob("*.png")} == {"heatmap_L1.png", "heatmap_L1_L2.png"}
+    assert (out / ".complete").exists() and len(list((out / "points").iterdir())) == len(df)
     captured = capsys.readouterr()
-    assert "workload.num_clients=4 [L1+L2]: smallest cache.hicache_ratio=1.5" in captured.out
+    assert ("workload.num_clients=4 [L1+L2]: smallest cache.hicache_ratio=1.5 "
+            "(L2 host memory 0.2 GiB per GPU)") in captured.out
+    assert "(at the grid's lower edge" in captured.out
+    assert "workload.num_clients=4 [L1]: cache.hicache_ratio does not apply" in captured.out
     assert captured.err.count("\n") == len(df)
 
 
@@ -184,7 +192,7 @@ def test_the_command_with_one_key_plots_metric_lines_and_fails_cleanly_on_a_bad_
     scenario = tmp_path / "tiny.yaml"
     scenario.write_text(yaml.safe_dump(TINY))
     rc = main(["sweep", str(scenario), "--grid", "workload.num_clients=2,3", "--variant", "L1",
-               "--out", str(tmp_path / "one")])
+               "--out", str(tmp_path / "one"), "--executor", "serial"])
     assert rc == 0
     assert {p.name for p in (tmp_path / "one").glob("*.png")} == {
         "ttft_p90_s.png", "hit_rate.png", "effective_input_throughput_tps.png"}
@@ -193,3 +201,22 @@ def test_the_command_with_one_key_plots_metric_lines_and_fails_cleanly_on_a_bad_
                str(tmp_path / "bad")])
     assert rc == 2 and "cache.pagesize" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+
+
+def test_an_existing_sweep_folder_is_refused_resumed_or_replaced(tmp_path, capsys) -> None:
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(yaml.safe_dump(TINY))
+    out = tmp_path / "out"
+    args = ["sweep", str(scenario), "--grid", "workload.num_clients=2,3", "--variant", "L1",
+            "--out", str(out), "--executor", "serial"]
+    assert main(args) == 0
+    first = pd.read_parquet(out / "sweep.parquet")
+    capsys.readouterr()
+    assert main(args) == 2 and "--resume" in capsys.readouterr().err
+    assert main([*args, "--resume"]) == 0
+    assert capsys.readouterr().err == ""  # every point was done: nothing ran again
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "sweep.parquet"), first)
+    other = [*args[:3], "workload.num_clients=2,4", *args[4:], "--resume"]
+    assert main(other) == 2 and "different sweep" in capsys.readouterr().err
+    assert main([*args, "--overwrite"]) == 0
+    assert capsys.readouterr().err.count("\n") == 2  # ran again from scratch

@@ -1,4 +1,4 @@
-"""Matching, splitting and inserting happen at page granularity (REFERENCE section 1).
+"""Matching, splitting and inserting happen at page granularity (docs/SOURCES.md §1).
 
 A page key is a tuple of ``page_size`` token ids; a trailing partial page is never cached.
 Insert hands back duplicates as free actions, except when the caller passes the tree's own

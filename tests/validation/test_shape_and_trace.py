@@ -43,10 +43,13 @@ def test_tables_without_a_recorded_shape_warn_and_no_tables_do_not():
     assert shape_warnings(load_profile(profile(None, tables=False)), TINY.to_mapping()) == []
 
 
-def test_the_simulator_scenario_drops_the_torch_only_key():
-    d = {"run": {"layerwise": True, "torch_profiler": "x.json"}}
-    sd = sim_scenario(d, "p.yaml", TINY.to_mapping())
-    assert sd["run"] == {"layerwise": True} and sd["model"] == TINY.to_mapping()
+def test_the_simulator_scenario_runs_the_profile_and_the_measured_shape(tmp_path):
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(profile(TINY.to_mapping())))
+    d = {"name": "x", "workload": {"kind": "agent"},
+         "run": {"layerwise": True, "torch_profiler": "x.json"}}
+    sc = sim_scenario(d, tmp_path / "p.yaml", TINY.to_mapping())
+    assert sc.model == TINY and sc.hardware == str(tmp_path / "p.yaml")
+    assert sc.run.torch_profiler is None and sc.run.layerwise  # torch-only key dropped
     assert d["run"]["torch_profiler"] == "x.json"  # the input is not changed
 
 

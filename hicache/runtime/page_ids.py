@@ -1,0 +1,98 @@
+"""Page ids of one pool, accounted rather than materialised.
+
+    0 ........ fresh ........................ capacity
+    [ used or freed ]  [ never handed out: a counter, no memory ]
+
+Freed pages wait as runs ``[start, length]``; memory grows with the pages ever handed out
+(one byte each), never with ``capacity``, so any size a user can type is cheap.
+
+``order="fifo"``: fresh pages first (lowest first), then freed pages in the order they were
+freed (a replay allocator). ``order="lifo"``: the most recently freed pages first, then
+fresh pages (a runtime's free list: hot pages are reused). :meth:`give` checks every page
+before it changes anything.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from typing import Literal
+
+
+class PageIds:
+    def __init__(self, capacity: int, order: Literal["fifo", "lifo"]) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+            raise ValueError(f"capacity must be an integer >= 0, got {capacity!r}")
+        self.capacity, self.order = capacity, order
+        self._fresh = 0  # pages 0.._fresh-1 were handed out at least once
+        self._runs: deque[list[int]] = deque()  # freed runs [start, length]
+        self._n_runs = 0
+        self._used = bytearray()  # of pages below _fresh: 1 = handed out
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self._fresh + self._n_runs
+
+    def is_used(self, page: int) -> bool:
+        return 0 <= page < self._fresh and bool(self._used[page])
+
+    def take(self, n: int) -> list[int]:
+        """``n`` free page ids (the caller checked ``n <= free``)."""
+        pages: list[int] = []
+        if self.order == "fifo":
+            self._take_fresh(pages, n)
+        while self._runs and len(pages) < n:
+            run = self._runs[0] if self.order == "fifo" else self._runs[-1]
+            k = min(run[1], n - len(pages))
+            pages.extend(range(run[0], run[0] + k))
+            run[0] += k
+            run[1] -= k
+            self._n_runs -= k
+            if not run[1]:
+                self._runs.popleft() if self.order == "fifo" else self._runs.pop()
+        self._take_fresh(pages, n)
+        for p in pages:
+            self._used[p] = 1
+        return pages
+
+    def _take_fresh(self, pages: list[int], n: int) -> None:
+        k = min(n - len(pages), self.capacity - self._fresh)
+        if k <= 0:
+            return
+        pages.extend(range(self._fresh, self._fresh + k))
+        self._fresh += k
+        if len(self._used) < self._fresh:  # grow geometrically, up to what is used
+            self._used.extend(bytes(max(self._fresh - len(self._used), len(self._used))))
+
+    def bad(self, pages: Sequence[int]) -> int | None:
+        """The first page of ``pages`` that is not handed out (or repeats), else None."""
+        seen: set[int] = set()
+        for p in pages:
+            if not self.is_used(p) or p in seen:
+                return p
+            seen.add(p)
+        return None
+
+    def give(self, pages: Sequence[int]) -> None:
+        """Return ``pages`` (all checked first: see :meth:`bad`)."""
+        p = self.bad(pages)
+        if p is not None:
+            raise ValueError(f"page {p} is not handed out")
+        for p in pages:
+            self._used[p] = 0
+        if self.order == "fifo":
+            for p in pages:
+                last = self._runs[-1] if self._runs else None
+                if last is not None and last[0] + last[1] == p:
+                    last[1] += 1
+                else:
+                    self._runs.append([p, 1])
+        else:
+            for p in reversed(pages):  # the first page given ends on top
+                top = self._runs[-1] if self._runs else None
+                if top is not None and top[0] == p + 1:
+                    top[0] = p
+                    top[1] += 1
+                else:
+                    self._runs.append([p, 1])
+        self._n_runs += len(pages)

@@ -1,0 +1,41 @@
+"""Scenarios: one typed, validated :class:`Scenario` per run, from a YAML file or data.
+
+Public API (what drivers, the CLI and notebooks use)::
+
+    load_scenario(name_or_path, overrides=()) -> Scenario   bundled name or YAML path
+    Scenario.from_mapping(d, source=, base=)  -> Scenario   from plain data
+    scenario.expand()        -> [(variant name, Scenario)]  every variant, validated
+    scenario.variant(name)   -> Scenario
+    scenario.with_overrides(["key.path=value", ...]) -> Scenario
+    scenario.to_mapping()    -> dict (validates back)
+    as_scenario(scenario_or_mapping) -> Scenario             what drivers call on entry
+    apply_overrides(d, items) -> dict                        the same dotted sets on data
+    json_schema() / json_schema_text()                       for editors (docs/...json)
+    ScenarioError (a ValueError): every message starts with the file (and line) and key
+
+Fields: ``name``, ``seed``, ``model`` (:class:`hicache.modelspec.ModelSpec`), ``hardware``
+(profile name, absolute path or mapping; the simulator loads it), ``cache``
+(:class:`hicache.config.CacheConfig`), ``scheduler`` (:class:`SchedulerSection`),
+``replicas``, ``router`` (:class:`hicache.routing.RouterConfig`), ``workload`` (one config
+per kind, :mod:`hicache.workload.factory`), ``run`` (:class:`RunSection`), ``variants``.
+"""
+
+from hicache.modelspec import DEFAULT_MODEL
+from hicache.scenario.load import load_scenario, scenario_path
+from hicache.scenario.model import Scenario, as_scenario, json_schema, json_schema_text
+from hicache.scenario.overrides import TOP_LEVEL_KEYS, ScenarioError, apply_overrides
+from hicache.scenario.sections import (
+    DEFAULT_HARDWARE,
+    RUN_KEYS,
+    SCHEDULER_KEYS,
+    RunSection,
+    SchedulerSection,
+    Variant,
+)
+
+__all__ = [
+    "DEFAULT_HARDWARE", "DEFAULT_MODEL", "RUN_KEYS", "SCHEDULER_KEYS", "TOP_LEVEL_KEYS",
+    "RunSection", "Scenario", "ScenarioError", "SchedulerSection", "Variant",
+    "apply_overrides", "as_scenario", "json_schema", "json_schema_text", "load_scenario",
+    "scenario_path",
+]

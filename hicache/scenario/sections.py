@@ -1,0 +1,60 @@
+"""The scenario's small sections: scheduler, run options, variants; the shared defaults.
+
+Each is a frozen pydantic model that forbids unknown keys; the cache section is
+:class:`hicache.config.CacheConfig`, the router :class:`hicache.routing.RouterConfig`, the
+workload one of :data:`hicache.workload.factory.WorkloadConfig`, the model
+:class:`hicache.modelspec.ModelSpec`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from hicache.scheduler.scheduler import SchedulerConfig
+from hicache.schema.types import Bool, NonEmptyStr, PosFloat, PosInt, Str
+
+DEFAULT_HARDWARE = "h100-sxm"
+_D = SchedulerConfig()
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SchedulerSection(_Section):
+    """``scheduler:`` keys (the rest of :class:`SchedulerConfig` is derived)."""
+
+    max_running_requests: PosInt = _D.max_running_requests
+    chunked_prefill_size: PosInt = _D.chunked_prefill_size  # prompt tokens per prefill batch
+    overlap: Bool = _D.overlap  # plan batch N+1 while N executes
+    requery_lost_prefix: Bool = _D.requery_lost_prefix  # re-ask L3 if L1/L2 lost the prefix
+    track_components: Bool = _D.track_components  # SWA / MAMBA pools too (L1, simulator)
+
+    def config(self, *, l3: bool) -> SchedulerConfig:
+        return SchedulerConfig(**self.model_dump(), l3=l3)
+
+
+class RunSection(_Section):
+    """``run:`` options of a run (both runtimes read the same keys)."""
+
+    layerwise: Bool = True  # load KV layer by layer, overlapping compute
+    trace_layers: Bool = False  # one timeline row per layer
+    backup_throttle_bytes_per_s: PosFloat | None = None  # cap on L1 -> L2 backup bandwidth
+    max_sim_time: PosFloat | None = None  # stop after this many (simulated or wall) seconds
+    progress: Bool = False
+    swa_tokens: PosInt | None = None  # SWA pool (scheduler.track_components); default L1's
+    mamba_slots: PosInt | None = None  # MAMBA slots; default 3 x max_running_requests
+    torch_profiler: Str | None = None  # torch runtime only: a Chrome trace path
+
+
+RUN_KEYS = frozenset(RunSection.model_fields)
+SCHEDULER_KEYS = frozenset(SchedulerSection.model_fields)
+
+
+class Variant(_Section):
+    """One entry of ``variants:``: a name and dotted keys set over the base."""
+
+    name: NonEmptyStr
+    set: dict[str, Any] = {}

@@ -1,0 +1,58 @@
+"""The router is pure policy over ReplicaViews: no scheduler, runtime or clock needed."""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass
+
+import pytest
+from pydantic import ValidationError
+
+from hicache.routing import Router, RouterConfig
+from hicache.workload.request import Request
+
+
+@dataclass
+class View:
+    queued: int
+    cached: int
+
+    def load(self) -> int:
+        return self.queued
+
+    def match_tokens(self, request: Request) -> int:
+        return self.cached
+
+
+def req(n: int = 100) -> Request:
+    return Request(rid=0, arrival=0.0, tokens=array("q", range(n)), output_len=1)
+
+
+def test_round_robin_cycles_and_one_replica_always_gets_it():
+    r = Router(RouterConfig(), [View(0, 0)] * 3)
+    assert [r.route(req()) for _ in range(4)] == [0, 1, 2, 0]
+    assert Router(RouterConfig(policy="cache_aware"), [View(9, 0)]).route(req()) == 0
+
+
+def test_cache_aware_follows_the_longest_match_above_the_threshold():
+    cfg = RouterConfig(policy="cache_aware", cache_threshold=0.5)
+    assert Router(cfg, [View(0, 10), View(3, 60), View(1, 50)]).route(req()) == 1
+    # below the threshold: the least loaded, ties to the lowest index
+    assert Router(cfg, [View(2, 40), View(1, 49), View(1, 0)]).route(req()) == 1
+
+
+def test_cache_aware_balances_first_when_loads_are_imbalanced():
+    cfg = RouterConfig(policy="cache_aware", balance_abs_threshold=4,
+                       balance_rel_threshold=1.5)
+    views = [View(10, 100), View(2, 0)]
+    assert Router(cfg, views).route(req()) == 1  # 10 - 2 > 4 and 10 > 2 * 1.5
+    views = [View(5, 100), View(2, 0)]
+    assert Router(cfg, views).route(req()) == 0  # 5 - 2 <= 4: the cache decides
+
+
+def test_the_router_config_takes_a_name_or_a_mapping_and_names_bad_keys():
+    assert RouterConfig.model_validate("cache_aware").policy == "cache_aware"
+    with pytest.raises(ValidationError, match="cache_treshold"):
+        RouterConfig.model_validate({"policy": "cache_aware", "cache_treshold": 0.3})
+    with pytest.raises(ValidationError):
+        RouterConfig.model_validate({"cache_threshold": 1.5})
