@@ -10,8 +10,8 @@ Measured with the runtime's own pieces (:class:`gpu_backend.streams.Lanes`,
   runs the layer and its time is compute time);
 - ``setup``: ``[requests, new each, context each, seconds]`` of building a batch's index
   and moving it to the device (before the first layer can be issued);
-- ``prepare``: ``[requests, seconds]`` of ``TorchRuntime.prepare_batch`` for new requests
-  without loads (row bookkeeping and page allocation).
+- ``prepare``: ``[requests, tokens each, seconds]`` of ``TorchRuntime.prepare_batch`` for
+  new requests without loads (row bookkeeping and page allocation).
 Invariant: every figure is a median of repeated runs after warm-ups.
 """
 
@@ -63,34 +63,35 @@ def _lane_figures(device: str, reps: int = 40) -> tuple[float, float]:
         lanes.close()
 
 
-def _prepare_table(shape: ModelShape, device: str, page_size: int,
-                   requests: list[int], reps: int = 9) -> list[list[float]]:
-    """[requests, seconds] of prepare_batch for that many new 16-token requests."""
+def _prepare_table(shape: ModelShape, device: str, page_size: int, requests: list[int],
+                   tokens: list[int], reps: int = 9) -> list[list[float]]:
+    """[requests, tokens each, seconds] of prepare_batch for that many new requests."""
     from gpu_backend.runtime import TorchRuntime
 
-    pages = 4 * max(requests) * (-(-16 // page_size)) + 8
+    pages = 2 * max(requests) * (-(-max(tokens) // page_size)) + 8
     out = []
     with TorchRuntime(shape, page_size=page_size, device_pages={"full": pages},
                       host_pages={"full": 0}, device=device) as rt:
         bid = rid = 0
         for n in requests:
-            times = []
-            for _ in range(reps + 2):
-                bid += 1
-                slices = []
-                for _ in range(n):
-                    rid += 1
-                    slices.append(RequestSlice(rid, Phase.PREFILL, 0, 16, finishes=True))
-                t = time.perf_counter()
-                h = rt.prepare_batch(BatchPlan(bid, slices=tuple(slices)))
-                times.append(time.perf_counter() - t)
-                rt.execute_batch(h)
-                _wait_batch(rt, bid)
-                bid += 1
-                rt.execute_batch(rt.prepare_batch(BatchPlan(bid, releases=tuple(
-                    Release(s.request) for s in h.slices))))
-                _wait_batch(rt, bid)
-            out.append([n, statistics.median(times[2:])])
+            for t in tokens:
+                times = []
+                for _ in range(reps + 2):
+                    bid += 1
+                    slices = []
+                    for _ in range(n):
+                        rid += 1
+                        slices.append(RequestSlice(rid, Phase.PREFILL, 0, t, finishes=True))
+                    t0 = time.perf_counter()
+                    h = rt.prepare_batch(BatchPlan(bid, slices=tuple(slices)))
+                    times.append(time.perf_counter() - t0)
+                    rt.execute_batch(h)
+                    _wait_batch(rt, bid)
+                    bid += 1
+                    rt.execute_batch(rt.prepare_batch(BatchPlan(bid, releases=tuple(
+                        Release(s.request) for s in h.slices))))
+                    _wait_batch(rt, bid)
+                out.append([n, t, statistics.median(times[2:])])
     return out
 
 
@@ -122,4 +123,5 @@ def measure_host(shape: ModelShape, device: str, page_size: int, points: list[Po
                 lambda idx=idx, x=x: bench.model.forward_layer(0, x, idx, bench.pool), True))
         launch = statistics.median(launches)
     return {"op_submit_s": submit, "op_gap_s": gap, "layer_launch_s": launch,
-            "setup": setup, "prepare": _prepare_table(shape, device, page_size, [1, 4, 16])}
+            "setup": setup,
+            "prepare": _prepare_table(shape, device, page_size, [1, 4, 16], [16, 256])}

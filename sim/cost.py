@@ -156,7 +156,8 @@ class CostModel:
             h = cal.host
             self.setup_fit = _line([[b, b * n, b * (n + c), t] for b, n, c, t in h["setup"]],
                                    ("1", "requests", "tokens", "keys"))
-            self.prepare_fit = _line(h["prepare"], ("1", "requests"))
+            self.prepare_fit = _line([[b, b * t, s] for b, t, s in h["prepare"]],
+                                     ("1", "requests", "tokens"))
 
     def _window(self, kind: str) -> int | None:
         return self.model.sliding_window if kind == "swa" else None
@@ -241,6 +242,9 @@ class CostModel:
         tk = max((n + c for n, c in reqs), default=0)
         return self.setup_fit([1.0, b, sum(n for n, _ in reqs), b * tk]) + self.in_situ["setup_s"]
 
-    def prepare_time(self, requests: int) -> float:
-        """Host time of prepare_batch's own bookkeeping (copy issue is separate)."""
-        return 0.0 if self.prepare_fit is None else self.prepare_fit([1.0, requests])
+    def prepare_time(self, requests: int, tokens: int = 0) -> float:
+        """Host time of prepare_batch's own bookkeeping for ``requests`` slices of
+        ``tokens`` new tokens in all (copy issue is separate)."""
+        if self.prepare_fit is None:
+            return 0.0
+        return self.prepare_fit([1.0, requests, tokens])

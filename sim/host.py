@@ -8,7 +8,7 @@ so what a real engine's scheduler thread does without CUDA graphs::
     compute                                      [L0][L1]..   call is issued; a layer once
                                                               it is launched
 
-- prepare: ``prepare_time(requests)``; then per load op ``op_submit_s`` and one
+- prepare: ``prepare_time(requests, tokens)``; then per load op ``op_submit_s`` and one
   ``copy_issue_s`` per copy call (CUDA; on CPU the lane's worker issues its own copies);
 - execute: batch setup (index build and move), then per layer and for the sampling op
   ``op_submit_s + layer_launch_s``, then the backup's submit and copy issue;
@@ -149,7 +149,8 @@ class HostLane:
         if admits and self.admit:
             yield env.timeout(self.admit)
         t0 = env.now
-        yield env.timeout(self.cost.prepare_time(requests))
+        reqs = [(n, c) for n, c in st.prefills] + [(1, c) for c in st.decodes]
+        yield env.timeout(self.cost.prepare_time(requests, sum(n for n, _ in reqs)))
         for g, calls in enumerate(load_calls):
             first = self.issue if self.pipelined else calls * self.issue
             yield env.timeout(self.submit + first)

@@ -208,7 +208,7 @@ def _compute(s: Section) -> dict[str, Any]:
 
 
 def _host_grids(s: Section) -> dict[str, Any]:
-    return {"setup": _rows(s, "setup", 4), "prepare": _rows(s, "prepare", 2)}
+    return {"setup": _rows(s, "setup", 4), "prepare": _rows(s, "prepare", 3)}
 
 
 ABLATIONS = ("context", "knee", "lm_head", "embed", "in_situ", "host_lane", "op_gap",

@@ -54,7 +54,8 @@ def test_compute_grids_vary_tokens_context_and_batch_and_take_real_time(calibrat
     assert max(pre, key=lambda r: r[1] * (r[1] + r[2]))[3] > 3 * min(pre, key=lambda r: r[1])[3]
     assert [r[0] for r in c["sample"]] == sorted(r[0] for r in c["sample"])
     host = prof["calibrated"]["host"]
-    assert len(host["setup"]) == len(pre) + len(dec) and len(host["prepare"]) == 3
+    assert len(host["setup"]) == len(pre) + len(dec) and len(host["prepare"]) == 6
+    assert all(len(r) == 3 and r[2] > 0 for r in host["prepare"])
 
 
 def test_in_situ_figures_and_the_driver_times_are_measured(calibrated):

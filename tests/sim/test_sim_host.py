@@ -24,7 +24,7 @@ def host_profile(**cpu):
                         "copy_issue_s": ISSUE, **cpu})
     data["calibrated"] = {"device": "cuda", "host": {
         "setup": [[1, 16, 0, SETUP], [4, 16, 0, SETUP]],
-        "prepare": [[1, PREPARE], [4, PREPARE]]}}
+        "prepare": [[1, 16, PREPARE], [4, 16, PREPARE]]}}
     return load_profile(data)
 
 
