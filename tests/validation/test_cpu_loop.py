@@ -7,7 +7,8 @@ load back): both runtimes decide alike, so batches and requests match by id.
 
 Bounds: two-sided, so that a predictor of zero (error -1) or of twice the time (+1) fails
 them, and wide enough for this shared 2-core box, where other jobs move single runs by
-30-50 % (the noise floor is reported beside every error). Accuracy targets live in
+30-50 % (the noise floor is reported beside every error) and stretch TTFT, a sum of thread
+wake-ups, most: at a load average of 5 the TTFT error reached -0.58 (step: -0.25). Accuracy targets live in
 benchmarks/fidelity_cpu.py, not here: the test checks the loop and that the scoring
 discriminates, on the measured data itself (the zero and 2x predictor test).
 Why the old version was flaky: it compared one run with one-sided bounds; a loaded run
@@ -29,7 +30,7 @@ from validation.runner import load_measured
 from validation.targets import Targets, comparison_checks
 
 SCENARIO = Path(__file__).resolve().parents[2] / "scenarios/validation/cpu_loop.yaml"
-BOUNDS = Targets(step=0.6, step_p90=None, ttft=0.7, hidden=None)
+BOUNDS = Targets(step=0.6, step_p90=None, ttft=0.8, hidden=None)
 FIELDS = {"scored", "decisions_equal", "decisions", "runs", "batches", "step_time", "ops",
           "ttft", "load_hidden_fraction", "summary", "noise", "shape", "profile", "variant",
           "warnings", "scheduler_step_s"}
