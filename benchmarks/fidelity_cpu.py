@@ -73,7 +73,8 @@ def headline(p: dict) -> dict:
             "hidden_fraction_abs_diff": p["hidden_fraction_abs_diff_max"],
             "noise_floor_step": p["noise_floor_step_median"],
             "noise_floor_ttft": p["noise_floor_ttft_median"],
-            "decisions_equal": p["decisions_equal"], "scenarios": p["scenarios"]}
+            "decisions_equal": p["decisions_equal"],
+            "runs_decided_alike": p.get("runs_decided_alike"), "scenarios": p["scenarios"]}
 
 
 def ablation(measured: Path, profile: Path, base: dict) -> list[dict]:
@@ -116,7 +117,8 @@ def report(result: dict) -> str:
             ("hidden fraction |diff| (max)", h["hidden_fraction_abs_diff"], None, None)]
     for name, v, t, n in rows:
         lines.append(f"{name:34} {_f(v):>8} {_f(t, '.2f'):>8} {_f(n):>8}")
-    lines.append(f"{'decisions equal':34} {str(h['decisions_equal']):>8}")
+    lines.append(f"{'decisions equal (scored)':34} {str(h['decisions_equal']):>8}   "
+                 f"runs that decided as predicted: {h['runs_decided_alike']}")
     lines.append(f"targets met: {result['targets_met']}")
     d = result["in_distribution"]
     lines.append(f"in distribution (cpu_loop): step {_f(d['step_median_abs_rel_error'])}, "

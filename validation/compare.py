@@ -23,8 +23,9 @@ the measured value is 0 or missing):
 - load_hidden_fraction as :func:`hicache.report.metrics.summarize`.
 
 With several measured runs of one scenario the reference is, item by item (batch,
-request, op), the median over the runs that decided like the first: one run disturbed
-by another process on the machine then moves the reference less. Comparing one
+request, op), the median over the runs that decided exactly like the prediction (a run
+whose timing flipped a race decided other work; it is counted, not scored): one run
+disturbed by another process on the machine then moves the reference less. Comparing one
 measured run with another is the noise floor (:func:`noise_floor`): the error a perfect
 predictor would still show against a single run.
 
@@ -207,12 +208,13 @@ def hidden(p: float | None, m: float | None) -> dict:
 
 def compare(pred: Run, meas: Run | list[Run], *, what: str = "predicted") -> dict:
     """The comparison record (JSON-ready dict) of one predicted run and one or more
-    measured runs of the same scenario. Raises :class:`DecisionsDiffer` when the
-    prediction's decision log differs from the first measured run's; later measured runs
-    that decided otherwise are left out of the reference (counted in ``runs``)."""
+    measured runs of the same scenario. The reference is the measured runs that decided
+    exactly as the prediction did (``runs``: how many of how many); raises
+    :class:`DecisionsDiffer`, naming the first difference with the first run, when none
+    did."""
     runs = meas if isinstance(meas, list) else [meas]
-    decisions = check_decisions(pred.decisions, runs[0].decisions, what)
-    same = [r for r in runs if r.decisions == runs[0].decisions]
+    same = [r for r in runs if r.decisions == pred.decisions]
+    decisions = check_decisions(pred.decisions, (same or runs)[0].decisions, what)
     tls, reqs = [r.timeline for r in same], [r.requests for r in same]
     steps = match_steps(pred.timeline, tls)
     ttft = match_ttft(pred.requests, reqs)
@@ -231,7 +233,8 @@ def compare(pred: Run, meas: Run | list[Run], *, what: str = "predicted") -> dic
         "scored": True,
         "decisions_equal": True,
         "decisions": decisions,
-        "runs": {"measured": len(runs), "reference": len(same)},
+        "runs": {"measured": len(runs), "reference": len(same),
+                 "all_decided_alike": len(same) == len(runs)},
         "batches": {"predicted": int(len(step_times(pred.timeline))),
                     "measured": int(len(step_times(tls[0]))), "matched": len(steps)},
         "step_time": {

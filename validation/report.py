@@ -124,10 +124,13 @@ def pooled(validations: list) -> dict:  # noqa: ANN001 - list of Validation
                   for v in scored if v.comparison.get("noise", {}).get("scored")]
     hid = [v.comparison["load_hidden_fraction"]["abs_diff"] for v in scored
            if v.comparison["load_hidden_fraction"]["abs_diff"] is not None]
+    alike = sum(v.comparison["runs"]["reference"] for v in scored)
+    runs = sum(v.comparison["runs"]["measured"] for v in scored)
     return {
         "scenarios": [v.name for v in validations],
         "scored": [v.name for v in scored],
         "decisions_equal": len(scored) == len(validations) and bool(validations),
+        "runs_decided_alike": f"{alike}/{runs}",
         "step": error_stats(cat(steps)),
         "ttft_per_request": error_stats(cat(ttft)),
         "hidden_fraction_abs_diff_max": max(hid) if hid else None,
@@ -155,14 +158,16 @@ def table(records: list[dict]) -> str:
         nz = r.get("noise") or {}
         ns = (nz.get("step_time") or {}).get("median_abs_rel_error")
         nt = ((nz.get("ttft") or {}).get("per_request") or {}).get("median_abs_rel_error")
+        ok = f"{r['runs']['reference']}/{r['runs']['measured']}"
         lines.append(
-            f"{name:22} {'yes':>4} {r['batches']['matched']:>7} "
+            f"{name:22} {ok:>4} {r['batches']['matched']:>7} "
             f"{_f(st['median_rel_error']):>9} {_f(st['median_abs_rel_error'], '.3f'):>6} "
             f"{_f(st['p90_abs_rel_error'], '.3f'):>6} {_f(ns, '.3f'):>6} "
             f"{_f(tt['median_abs_rel_error'], '.3f'):>7} {_f(nt, '.3f'):>6} "
             f"{_f(lh['predicted'], '.2f'):>5}/{_f(lh['measured'], '.2f'):<5}")
-    lines.append("errors: (predicted - measured) / measured; step per batch, TTFT per request; "
-                 "noise: a second measured run against the first")
+    lines.append("dec=: measured runs that decided as the prediction did (the reference); "
+                 "errors: (predicted - measured) / measured,\nstep per batch, TTFT per "
+                 "request; noise: a second measured run against the first")
     return "\n".join(lines)
 
 

@@ -190,8 +190,8 @@ def validate_scenario(ms: MeasuredScenario, profile: str | Path | Mapping[str, A
         cmp = compare(Run(pred_tl, pred_req, pred.decisions), runs)
     except DecisionsDiffer as e:
         cmp = {"scored": False, "reason": str(e), "decisions_equal": False}
-    cmp["noise"] = noise_floor(runs)
-    same = [r for r in runs if r.decisions == runs[0].decisions]
+    same = [r for r in runs if r.decisions == pred.decisions]
+    cmp["noise"] = noise_floor(same or runs)
     work = ref.info.get("work_step_s") or [0.0]
     info = {
         "scenario": ms.source, "name": ms.dir, "variant": ms.variant,

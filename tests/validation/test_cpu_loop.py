@@ -8,9 +8,10 @@ load back): both runtimes decide alike, so batches and requests match by id.
 Bounds: two-sided, so that a predictor of zero (error -1) or of twice the time (+1) fails
 them, and wide enough for this shared 2-core box, where other jobs move single runs by
 30-50 % (the noise floor is reported beside every error) and stretch TTFT, a sum of thread
-wake-ups, most: at a load average of 5 the TTFT error reached -0.58 (step: -0.25). Accuracy targets live in
-benchmarks/fidelity_cpu.py, not here: the test checks the loop and that the scoring
-discriminates, on the measured data itself (the zero and 2x predictor test).
+wake-ups, most: at a load average of 5 the TTFT error reached -0.58 (step: -0.25).
+Accuracy targets live in benchmarks/fidelity_cpu.py, not here: the test checks the loop
+and that the scoring discriminates, on the measured data itself (the zero and 2x predictor
+test).
 Why the old version was flaky: it compared one run with one-sided bounds; a loaded run
 fell outside them. Now the reference is the per-batch median of three runs.
 """
