@@ -18,12 +18,12 @@ loop differs (``calibrated.in_situ``):
 From the same runs: ``scheduler_step_s`` (completion to next prepare, before a decode
 batch), ``admit_step_s`` (how much longer that gap is before a prefill batch: finishing
 the last request, admitting the next, matching its prefix) and ``handoff_s`` (execute end
-to the first device op). All three are thread wake-ups, which on a loaded box now and then
-wait a whole time slice of another process (3-5 ms here). The hand-off lies inside a
-batch's step, which is scored by its median, so it is a median, like every op time; the
-two gaps lie between steps and only add up into TTFT, a sum, whose expectation needs
-their mean (2 % trimmed): that mean carries the box's load at calibration time, which is
-why calibration runs back to back with the measurement.
+to the first device op), as medians like every op time. All three are thread wake-ups,
+which on a loaded box now and then wait a whole time slice of another process (3-5 ms
+here). A mean would carry that into the prediction, but how often it happens is the
+load's, not the runtime's, and it moved by 5x between two calibrations a minute apart
+(0.075 vs 0.53 ms): the median is the runtime's figure, stable, and the noise floor
+shows what the load adds.
 On a GPU the device-time factors come out near 1 and 0 (kernels do not run colder), the
 host ones may not. Invariant: every factor is a ratio or difference of two measurements
 of the same batch shape on this device.
@@ -43,16 +43,6 @@ from gpu_backend.shapes import ModelShape
 
 def median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else 0.0
-
-
-def trimmed_mean(xs: list[float], cut: float = 0.02) -> float:
-    """Mean of ``xs`` without its lowest and highest ``cut`` fraction."""
-    if not xs:
-        return 0.0
-    s = sorted(xs)
-    k = int(len(s) * cut)
-    s = s[k:len(s) - k] or s
-    return sum(s) / len(s)
 
 
 @dataclass
@@ -128,6 +118,6 @@ def in_situ(shape: ModelShape, device: str, page_size: int, op_submit_s: float,
     return {"compute_scale": s, "first_op_s": max(0.0, statistics.median(first)),
             "sample_scale": statistics.median(sample),
             "setup_s": max(0.0, statistics.median(setup)), "batches": len(batches),
-            "scheduler_step_s": trimmed_mean(gaps),
-            "admit_step_s": max(0.0, trimmed_mean(admits) - trimmed_mean(gaps)),
+            "scheduler_step_s": median(gaps),
+            "admit_step_s": max(0.0, median(admits) - median(gaps)),
             "handoff_s": median(hand), "gaps": len(gaps) + len(admits)}

@@ -108,7 +108,7 @@ def calibrate(shape: ModelShape, device: str = "cpu", page_size: int = 16,
         gaps = ins.pop("gaps")
         prof["calibrated"]["in_situ"] = ins
         src["cpu.scheduler_step_s"] = (
-            f"measured: mean (2% trimmed) of the gaps from a batch's completion to the next "
+            f"measured: median of the gaps from a batch's completion to the next "
             f"decode batch's prepare_batch ({gaps} gaps timed, calibration scenario, "
             f"{device}, {shape.name})")
         src["cpu.admit_step_s"] = ("measured: how much longer the gap is before a prefill "

@@ -68,7 +68,7 @@ def test_in_situ_figures_and_the_driver_times_are_measured(calibrated):
     assert cpu["device_waits_for_host"] is True  # CPU lanes: threads under one GIL
     assert 1e-6 < cpu["scheduler_step_s"] < 0.05  # a real measurement, not the 2e-4 default
     assert cpu["layer_launch_s"] == 0.0 and cpu["copy_issue_s"] == 0.0  # CPU: workers do it
-    assert src["cpu.scheduler_step_s"].startswith("measured: mean (2% trimmed) of the gaps")
+    assert src["cpu.scheduler_step_s"].startswith("measured: median of the gaps")
     shape = prof["calibrated"]["shape"]
     assert shape == ModelShape.tiny().to_mapping()
     assert ModelShape.from_mapping(shape).to_mapping() == shape  # round-trips

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import gpu_backend.sched_timing as st
-from gpu_backend.calib_insitu import loop_batches, trimmed_mean
+from gpu_backend.calib_insitu import loop_batches
 from gpu_backend.driver import run_scenario
 from gpu_backend.shapes import ModelShape
 from hicache.timeline import Timeline
@@ -22,11 +22,6 @@ def test_gaps_come_from_the_cpu_and_compute_rows():
     dec, pre, hand = st.driver_gaps(tl)
     assert dec == [] and pre == [pytest.approx(0.3)]  # 0.7 -> 1.0, before a prefill
     assert hand == [pytest.approx(0.05), pytest.approx(0.05)]
-
-
-def test_trimmed_mean_drops_the_tails():
-    assert trimmed_mean([1.0] * 8 + [100.0, -100.0], cut=0.1) == 1.0
-    assert trimmed_mean([]) == 0.0
 
 
 def test_the_runtime_records_the_driver_rows_and_batch_shapes_in_situ_reads():
