@@ -41,6 +41,10 @@ from hicache.workload.request import Request
 # simulator-only run keys are ignored, torch_profiler is read here only
 
 
+class StallError(TimeoutError):
+    """The run cannot make progress (the message names the stuck requests and why)."""
+
+
 @dataclass
 class TorchResult:
     name: str
@@ -133,7 +137,7 @@ def run_scenario(scenario: Scenario | dict, *, device: str = "cpu", shape: Model
             close = getattr(l3, "close", None)
             if close is not None:
                 close()
-    return TorchResult(name, scheduler.records(), [(0, *dec) for dec in scheduler.decisions],
+    return TorchResult(name, scheduler.records(), [(0, *d.row()) for d in scheduler.decisions],
                        rt.timeline, loop.end - loop.t0, loop.n, loop.t0,
                        {"scheduler_s": loop.sched_s, "steps": loop.steps,
                         "step_s": loop.step_s, "work_step_s": loop.work_step_s,
@@ -171,19 +175,21 @@ class _Loop:
         """One scheduler step for the events of time ``at`` (<= ``now``)."""
         t = time.perf_counter()
         sch, rt = self.scheduler, self.rt
-        plans = sch.step(now, arrivals, completions)
-        for rid in sch.just_finished:
+        step = sch.step(now, arrivals, completions)
+        for rid in step.ended:
             self.push(self.workload.on_finished(rid, at - self.t0))
-        worked = bool(plans)
-        while plans:
-            for plan in plans:
+        worked = bool(step.plans)
+        while step.plans:
+            for plan in step.plans:
                 handle = rt.prepare_batch(plan)
                 sch.prepared(handle)
                 rt.execute_batch(handle)
                 self.queue.append(plan.batch_id)
                 if not plan.slices:
                     self.empty.add(plan.batch_id)
-            plans = sch.step(now)
+            step = sch.step(now)
+            for rid in step.ended:
+                self.push(self.workload.on_finished(rid, at - self.t0))
         dt = time.perf_counter() - t
         self.steps += 1
         self.sched_s += dt
@@ -262,10 +268,12 @@ class _Loop:
                 break
             wake = [t for t in (self.pending[0][0] if self.pending else None,
                                 sch.next_deadline(now)) if t is not None]
+            if not wake and not sch.awaiting_runtime:
+                raise StallError(f"stalled: nothing can make progress: {sch.diagnose()}")
             if not wake and rt.now() - last_progress > self.stall_timeout:
-                raise TimeoutError(
-                    f"no completion for {self.stall_timeout} s and nothing to wait for: "
-                    f"{len(sch.waiting)} waiting, {len(sch.running)} running requests")
+                raise StallError(
+                    f"no completion for {self.stall_timeout} s while the runtime holds work: "
+                    f"{sch.diagnose()}")
             cap = min([self.stall_timeout, *(t - rt.now() for t in wake)])
             completions = rt.wait(cap) if cap > 0 else []
         self.end = rt.now()

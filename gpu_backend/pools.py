@@ -20,12 +20,9 @@ from typing import Protocol
 import torch
 
 from hicache.runtime.handles import RequestRuntimeHandle, StaleHandleError
+from hicache.runtime.interface import CapacityError  # one type for every runtime
 
 LAYOUTS = ("layer_first", "page_first")
-
-
-class CapacityError(RuntimeError):
-    """More pages were requested than the pool holds: the control side did not account."""
 
 
 class Fence(Protocol):

@@ -27,7 +27,8 @@ STORAGE_BACKENDS = (None, "mooncake", "file")
 PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
 EVICTION_POLICIES = ("lru", "lfu", "fifo", "mru", "filo", "priority", "slru")
 MOONCAKE_PROTOCOLS = ("tcp", "rdma")
-DERIVED_KEYS = {"write_through_threshold": "it is derived from hicache_write_policy"}
+DERIVED_KEYS = {"write_through_threshold": "it is derived from hicache_write_policy "
+                                           "(hicache.tiers.write_policy)"}
 EXTRA_KEY = "hicache_storage_backend_extra_config"
 
 
@@ -164,11 +165,6 @@ class CacheConfig:
             raise ConfigError(source, key, problem) from None
 
     # ---- derived values -------------------------------------------------------------------
-    @property
-    def write_through_threshold(self) -> int:
-        """Hits before an L1 node is backed up to L2: 1 for write_through, else 2 (as SGLang)."""
-        return 1 if self.hicache_write_policy == "write_through" else 2
-
     @property
     def effective_mem_layout(self) -> str:
         """SGLang switches page_first to layer_first under the direct IO backend."""

@@ -129,7 +129,7 @@ def pressure_run(name: str, overlap: bool = True, seed: int = 2):  # noqa: ANN20
 def test_memory_pressure_conserves_every_pool(name: str, overlap: bool) -> None:
     rt, sched, violations = pressure_run(name, overlap)
     assert len(sched.finished) == 200 and rt.open_requests() == 0
-    assert any(d[0] == "evict" for d in sched.decisions), "no pressure: nothing evicted"
+    assert any(d.kind == "evict" for d in sched.decisions), "no pressure: nothing evicted"
     assert sum(hits(sched)) > 0
     for pool, (accounted, capacity) in balance(rt, sched).items():
         assert accounted == capacity, f"{pool}: free + tree-held {accounted} != {capacity}"
