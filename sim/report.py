@@ -61,7 +61,9 @@ def summary_of(result: SimResult, req: pd.DataFrame, tl: pd.DataFrame,
     s.update({"variant": result.name, "replicas": len(result.replicas),
               "sim_time_s": result.sim_time, "timeline_rows": len(tl),
               "h2d_bytes_accounted": sum(r.bytes_accounted["h2d"] for r in rt),
-              "d2h_bytes_accounted": sum(r.bytes_accounted["d2h"] for r in rt)})
+              "d2h_bytes_accounted": sum(r.bytes_accounted["d2h"] for r in rt),
+              "l3_write_bytes": sum(r.l3_bytes["write"] for r in rt),  # L2 -> L3 stores
+              "l3_read_bytes": sum(r.l3_bytes["read"] for r in rt)})  # L3 -> L2 prefetches
     s.update(capacity_of(result))
     if wall is not None:
         s["wall_s"] = round(wall, 3)

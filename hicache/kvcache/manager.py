@@ -256,9 +256,13 @@ class KVCacheManager:
         ext = st.kv.slice(first, n)
         res = self.tree.insert(pages, {Kind.FULL: ext})
         dup = {p for a in res.actions for p in a.extent.pages()}
-        own = [p for p in ext.pages() if p not in dup and p not in st.donated_ids]
-        if own:
-            st.donated.append(ext.with_pages(own))
+        if dup or st.donated_ids:
+            own = [p for p in ext.pages() if p not in dup and p not in st.donated_ids]
+            taken = ext.with_pages(own) if own else None
+        else:  # the common case: the tree took every new page
+            own, taken = list(ext.pages()), ext
+        if taken is not None:
+            st.donated.append(taken)
             st.donated_ids.update(own)
             st.donated_pages += len(own)
             self.budget.own -= len(own)

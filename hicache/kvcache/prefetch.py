@@ -109,13 +109,18 @@ class L3Prefetcher:
         if rest <= 0 or not should_query(rest * self.page, self.cache):
             st.prefetch_job = 0  # decided: nothing worth fetching
             return True
+        # protect the L1/L2 prefix the prefetch continues, before making L2 room for it:
+        # if L2 evicted it (now, or while the request queues), the fetched pages would
+        # hang on nothing (SGLang host-locks last_host_node first, too)
+        lock = self.tree.locks.lock_host(self.tree.match(st.pages[:reused], touch=False).path)
         budget = rest if at_head else self._share_left()
         if at_head and rest > self.budget.host_free():
             self.kv.make_room(Tier.HOST, rest)
         max_pages = min(rest, budget, self.budget.host_free())
-        if max_pages < rest and not at_head:
-            return False  # a partial prefetch would fetch a sliver; wait for room or the head
-        if max_pages < self.cache.prefetch_threshold_pages:
+        if max_pages < self.cache.prefetch_threshold_pages or (max_pages < rest
+                                                                 and not at_head):
+            # no room: a partial prefetch would fetch a sliver; wait for room or the head
+            self.tree.unlock(lock)
             if at_head:
                 st.prefetch_job = 0
             return at_head
@@ -125,10 +130,7 @@ class L3Prefetcher:
         self.jobs[job] = st
         st.prefetch_job, st.prefetch_from, st.prefetch_reserved = job, reused, max_pages
         st.status = Status.PREFETCHING
-        # protect the L1/L2 prefix the prefetch continues: if L2 evicted it while the
-        # request queues, the fetched pages would hang on nothing
-        st.prefix_lock = self.tree.locks.lock_host(
-            self.tree.match(st.pages[:reused], touch=False).path)
+        st.prefix_lock = lock
         self.kv.log(Prefetch(st.rid, reused, max_pages))
         self.kv.sink.prefetch(PrefetchIntent(
             tuple(st.hashes[reused:reused + max_pages]), max_pages,
