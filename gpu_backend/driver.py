@@ -41,10 +41,6 @@ from hicache.workload.request import Request
 # simulator-only run keys are ignored, torch_profiler is read here only
 
 
-class StallError(TimeoutError):
-    """The run cannot make progress (the message names the stuck requests and why)."""
-
-
 @dataclass
 class TorchResult:
     name: str
@@ -55,6 +51,13 @@ class TorchResult:
     requests: int
     t0: float  # the loop's start on the runtime clock (records and timeline use it)
     extra: dict[str, Any] = field(default_factory=dict)
+    unfinished: dict[int, str] = field(default_factory=dict)  # rid -> why it did not finish
+    stall: str | None = None  # the diagnosis when the run stalled
+
+    @property
+    def rejected(self) -> dict[int, str]:
+        """rid -> reason, for requests refused on arrival."""
+        return {r["rid"]: r["rejected"] for r in self.records if r.get("rejected")}
 
 
 def load_shape(name: str | Path) -> ModelShape:
@@ -137,12 +140,17 @@ def run_scenario(scenario: Scenario | dict, *, device: str = "cpu", shape: Model
             close = getattr(l3, "close", None)
             if close is not None:
                 close()
-    return TorchResult(name, scheduler.records(), [(0, *d.row()) for d in scheduler.decisions],
+    records = scheduler.records()
+    open_ = [r["rid"] for r in records if r["finish"] is None and not r.get("rejected")]
+    why = (f"stalled: {loop.stall}" if loop.stall else
+           f"run.max_sim_time ({loop.limit:g} s of wall time) reached first")
+    return TorchResult(name, records, [(0, *d.row()) for d in scheduler.decisions],
                        rt.timeline, loop.end - loop.t0, loop.n, loop.t0,
                        {"scheduler_s": loop.sched_s, "steps": loop.steps,
                         "step_s": loop.step_s, "work_step_s": loop.work_step_s,
                         "device": device, "shape": shape.name,
-                        **({"torch_trace": str(trace)} if trace else {})})
+                        **({"torch_trace": str(trace)} if trace else {})},
+                       unfinished=dict.fromkeys(open_, why), stall=loop.stall)
 
 
 class _Loop:
@@ -161,6 +169,7 @@ class _Loop:
         self.step_s: list[float] = []  # wall time of every step
         self.work_step_s: list[float] = []  # of the steps that submitted a plan
         self.t0 = self.end = 0.0
+        self.stall: str | None = None  # why the loop stopped with work left, if it did
         self.queue: deque[int] = deque()  # executed, uncompleted batches (compute-lane order)
         self.empty: set[int] = set()  # of those, plans without slices (no compute)
 
@@ -269,11 +278,12 @@ class _Loop:
             wake = [t for t in (self.pending[0][0] if self.pending else None,
                                 sch.next_deadline(now)) if t is not None]
             if not wake and not sch.awaiting_runtime:
-                raise StallError(f"stalled: nothing can make progress: {sch.diagnose()}")
+                self.stall = f"nothing can make progress: {sch.diagnose()}"
+                break
             if not wake and rt.now() - last_progress > self.stall_timeout:
-                raise StallError(
-                    f"no completion for {self.stall_timeout} s while the runtime holds work: "
-                    f"{sch.diagnose()}")
+                self.stall = (f"no completion for {self.stall_timeout:g} s while the runtime "
+                              f"holds work: {sch.diagnose()}")
+                break
             cap = min([self.stall_timeout, *(t - rt.now() for t in wake)])
             completions = rt.wait(cap) if cap > 0 else []
         self.end = rt.now()

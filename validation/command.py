@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -140,4 +141,12 @@ def run(args: argparse.Namespace) -> int:
 
     print(format_table(headline(v.comparison), units=False))
     print(f"-> {out}")
-    return 0
+    incomplete = 0
+    for side, res in (("measured", v.measured), ("predicted", v.predicted)):
+        if res.rejected:
+            print(f"[{side}] {len(res.rejected)} request(s) rejected: "
+                  f"{sorted(set(r.split(':', 1)[0] for r in res.rejected.values()))}")
+        for rid, why in sorted(res.unfinished.items())[:8]:
+            print(f"[{side}] ERROR: request {rid} did not finish: {why}", file=sys.stderr)
+        incomplete += len(res.unfinished)
+    return 1 if incomplete else 0

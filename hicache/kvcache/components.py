@@ -93,7 +93,8 @@ class ComponentTracker:
         st.prefix_tokens = prefix
         for pool, n in needs.items():
             if n > self.total[pool]:
-                return f"needs {n} {pool} pages at once, the {pool} pool holds {self.total[pool]}"
+                return (f"exceeds_{pool}_pool: needs {n} {pool} pages at once, the {pool} "
+                        f"pool holds {self.total[pool]}")
         return None
 
     def start(self, st: RequestState) -> bool:

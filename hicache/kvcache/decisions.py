@@ -89,7 +89,8 @@ class Finish(Decision):
 
 @dataclass(frozen=True, slots=True)
 class Reject(Decision):
-    """A request that can never be served is refused at admission; ``reason`` says why."""
+    """A request that can never be served is refused on arrival; ``reason`` is the code
+    (``exceeds_l1``, ``exceeds_swa_pool``, ``no_running_slots``, ...)."""
 
     kind: ClassVar[str] = "reject"
     rid: int

@@ -117,12 +117,13 @@ class KVCacheManager:
         return total - st.prefix_tokens // self.page - st.donated_pages
 
     def never_fits(self, st: RequestState) -> str | None:
-        """Why ``st`` can never be admitted (it needs more L1 pages than exist), or None."""
+        """Why ``st`` can never be admitted (it needs more L1 pages than exist), or None.
+        A reason reads ``code: detail``; the code groups reasons in summaries."""
         need = math.ceil((st.prompt_len + (st.req.output_len if self.reserve_output else 0))
                          / self.page)
         if need > self.budget.device_total:
-            return (f"needs {need} L1 pages ({st.prompt_len} prompt + {st.req.output_len} "
-                    f"output tokens), L1 holds {self.budget.device_total}")
+            return (f"exceeds_l1: needs {need} L1 pages ({st.prompt_len} prompt + "
+                    f"{st.req.output_len} output tokens), L1 holds {self.budget.device_total}")
         return None
 
     def make_room(self, tier: Tier, pages: int) -> bool:

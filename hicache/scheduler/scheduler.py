@@ -184,12 +184,12 @@ class Scheduler:
             self.waiting.append(st)
             return
         st.status, st.rejected = Status.REJECTED, reason
-        self.kv.log(Reject(st.rid, reason))
+        self.kv.log(Reject(st.rid, reason.split(":", 1)[0]))
         self._rejected.append(st.rid)
 
     def _never_servable(self, st: RequestState) -> str | None:
         if self.cfg.max_running_requests <= 0:
-            return "scheduler.max_running_requests is 0: no request can run"
+            return "no_running_slots: scheduler.max_running_requests is 0, no request can run"
         if self.components is not None:
             return self.components.never_fits(st)
         return self.kv.never_fits(st)
