@@ -190,6 +190,10 @@ class ReqToTokenTable:
     def __len__(self) -> int:
         return len(self._rows)
 
+    @property
+    def free_slots(self) -> int:
+        return len(self._free)
+
     def open(self, rid: int) -> tuple[RequestRuntimeHandle, Row]:
         if not self._free:
             raise CapacityError(f"all {len(self._gen)} request slots are open")

@@ -36,11 +36,13 @@ from hicache.runtime.handles import (
 from hicache.runtime.interface import (
     BatchCompletion,
     BatchPlan,
+    CapacityError,
     Completion,
     Phase,
     PrefetchIntent,
     PreparedBatchHandle,
     PreparedSlice,
+    Release,
     RuntimeInfo,
     TransferCompletion,
     TransferKind,
@@ -58,6 +60,7 @@ class _Prepared:
     backups: list[tuple[int, list[int], list[int]]] = field(default_factory=list)
     stores: list[tuple[int, list[int], tuple[str, ...]]] = field(default_factory=list)
     prefetches: list[tuple[PrefetchIntent, list[int]]] = field(default_factory=list)
+    handle: PreparedBatchHandle | None = None
 
 
 class TorchRuntime:
@@ -101,24 +104,18 @@ class TorchRuntime:
                            self.shape.num_layers)
 
     def prepare_batch(self, plan: BatchPlan) -> PreparedBatchHandle:
+        """Atomic: :meth:`_validate` checks every handle, free, release and the capacity
+        (counting what the frees and releases return) before anything changes."""
         if plan.batch_id in self._prepared:
             raise ValueError(f"batch {plan.batch_id} is already prepared")
         self._validate(plan)
         prep = _Prepared(plan.batch_id)
         fence = self.lanes.fence()
-        reads = {Tier.DEVICE: {p for b in plan.backups for p in b.src.pages()},
-                 Tier.HOST: {p for s in plan.stores for p in s.src.pages()}}
         for ext in plan.frees:
-            if reads[ext.tier].intersection(ext.pages()):
-                raise ValueError("plan frees pages that its own backups or stores read")
             self._alloc(ext.tier).free(list(ext.pages()), fence)
         for rel in plan.releases:
-            row = self.table.get(rel.request)
-            keep = set(rel.keep.pages()) if rel.keep is not None else set()
-            if not keep <= set(row.pages):
-                raise ValueError(f"release of rid {row.rid} keeps pages it does not hold")
-            self.table.close(rel.request)
-            self.dev_alloc.free([p for p in row.owned if p not in keep], fence)
+            row = self.table.close(rel.request)
+            self.dev_alloc.free(self._released(row, rel), fence)
         slices, load_dev, load_host = self._open_slices(plan, prep)
         if load_dev:
             self._start_loads(prep, load_dev, load_host)
@@ -130,18 +127,20 @@ class TorchRuntime:
             host_exts.append(self._extent(Tier.HOST, host_pages))
         prep.stores = [(s.job_id, list(s.src.pages()), s.keys) for s in plan.stores]
         prep.prefetches = [(p, self.host_alloc.alloc(p.max_pages)) for p in plan.prefetches]
+        prep.handle = PreparedBatchHandle(self.runtime_id, self.generation, plan.batch_id,
+                                          tuple(slices), tuple(host_exts))
         self._prepared[plan.batch_id] = prep
-        return PreparedBatchHandle(self.runtime_id, self.generation, plan.batch_id,
-                                   tuple(slices), tuple(host_exts))
+        return prep.handle
 
     def execute_batch(self, handle: PreparedBatchHandle) -> None:
         if handle.runtime_id != self.runtime_id or handle.generation != self.generation:
             raise StaleHandleError(f"batch handle of {handle.runtime_id!r} gen "
                                    f"{handle.generation} presented to {self.runtime_id!r} "
                                    f"gen {self.generation}")
-        prep = self._prepared.pop(handle.batch_id, None)
-        if prep is None:
+        prep = self._prepared.get(handle.batch_id)
+        if prep is None or prep.handle != handle:  # by value: a handle may cross a process
             raise ValueError(f"batch {handle.batch_id} was not prepared or already executed")
+        del self._prepared[handle.batch_id]
         done = self._queue_compute(prep)
         bid = prep.batch_id
         if prep.backups:
@@ -203,18 +202,45 @@ class TorchRuntime:
             raise ValueError(f"{what}: expected a {tier} 'full' extent, got {ext.tier}/{ext.pool}")
         self._alloc(tier).check_allocated(ext.pages(), what)
 
+    @staticmethod
+    def _released(row: Any, rel: Release) -> list[int]:
+        keep = {p for e in rel.kept() for p in e.pages()}
+        return [p for p in row.owned if p not in keep]
+
     def _validate(self, plan: BatchPlan) -> None:
-        """Every handle of the plan, before anything changes."""
+        """Every handle, free, release and the capacity of the plan, before anything
+        changes (prepare is atomic). Raises StaleHandleError, CapacityError or ValueError."""
         for ext in plan.frees:
             check_generation(ext, self.runtime_id, self.generation, "free")
             self._check(ext, ext.tier, "free")
+        released: dict[int, list[int]] = {}
         for rel in plan.releases:
-            self.table.get(rel.request)
-            if rel.keep is not None:
-                self._check(rel.keep, Tier.DEVICE, "release.keep")
+            row = self.table.get(rel.request)
+            for keep in rel.kept():
+                self._check(keep, Tier.DEVICE, "release.keep")
+                if not set(keep.pages()) <= set(row.pages):
+                    raise ValueError(f"release of rid {row.rid} keeps pages it does not hold")
+            if rel.request.slot_id in released:
+                raise ValueError(f"batch {plan.batch_id} releases rid {row.rid} twice")
+            released[rel.request.slot_id] = self._released(row, rel)
+        self._check_frees_once(plan, released)
+        rows = 0
         for s in plan.slices:
             if s.request is not None:
-                self.table.get(s.request)
+                row = self.table.get(s.request)
+                if s.attach or s.loads:
+                    raise ValueError(f"rid {s.rid}: attach/loads only on the first slice")
+                if s.request.slot_id in released:
+                    raise ValueError(f"batch {plan.batch_id} both releases and continues "
+                                     f"rid {s.rid}")
+                tokens = row.tokens
+            else:
+                rows += 1
+                tokens = (sum(e.num_pages for e in s.attach)
+                          + sum(ld.src.num_pages for ld in s.loads)) * self.page_size
+            if tokens != s.context_tokens or s.new_tokens <= 0:
+                raise ValueError(f"rid {s.rid}: row holds {tokens} tokens, slice says "
+                                 f"context {s.context_tokens} + new {s.new_tokens}")
             for ext in s.attach:
                 self._check(ext, Tier.DEVICE, f"rid {s.rid} attach")
             for load in s.loads:
@@ -228,6 +254,42 @@ class TorchRuntime:
                                  f"{st.src.num_pages} pages")
         if (plan.stores or plan.prefetches) and self.l3 is None:
             raise ValueError("plan has stores or prefetches but the runtime has no l3")
+        self._check_capacity(plan, released, rows)
+
+    def _check_frees_once(self, plan: BatchPlan, released: dict[int, list[int]]) -> None:
+        reads = {Tier.DEVICE: {p for b in plan.backups for p in b.src.pages()},
+                 Tier.HOST: {p for s in plan.stores for p in s.src.pages()}}
+        seen: dict[Tier, set[int]] = {Tier.DEVICE: set(), Tier.HOST: set()}
+        for tier, pages in [*((e.tier, list(e.pages())) for e in plan.frees),
+                            *((Tier.DEVICE, pages) for pages in released.values())]:
+            if reads[tier].intersection(pages):
+                raise ValueError("plan frees pages that its own backups or stores read")
+            if seen[tier].intersection(pages) or len(set(pages)) != len(pages):
+                raise ValueError(f"batch {plan.batch_id} frees a {tier.value} page twice")
+            seen[tier].update(pages)
+
+    def _check_capacity(self, plan: BatchPlan, released: dict[int, list[int]],
+                        rows: int) -> None:
+        dev = 0
+        for s in plan.slices:
+            have = (len(self.table.get(s.request).pages) if s.request is not None else
+                    sum(e.num_pages for e in s.attach))
+            loads = sum(ld.src.num_pages for ld in s.loads)
+            dev += loads + max(0, -(-(s.context_tokens + s.new_tokens) // self.page_size)
+                               - have - loads)
+        host = sum(b.src.num_pages for b in plan.backups) + sum(
+            p.max_pages for p in plan.prefetches)
+        back = {t: sum(e.num_pages for e in plan.frees if e.tier is t) for t in Tier}
+        back[Tier.DEVICE] += sum(len(p) for p in released.values())
+        for tier, need, alloc in ((Tier.DEVICE, dev, self.dev_alloc),
+                                  (Tier.HOST, host, self.host_alloc)):
+            free = alloc.num_free + back[tier]
+            if need > free:
+                raise CapacityError(f"batch {plan.batch_id} needs {need} {tier.value} pages "
+                                    f"of pool 'full', {free} free (not accounted for)")
+        slots = self.table.free_slots + len(released)
+        if rows > slots:
+            raise CapacityError(f"batch {plan.batch_id} opens {rows} request rows, {slots} free")
 
     def _open_slices(self, plan: BatchPlan, prep: _Prepared
                      ) -> tuple[list[PreparedSlice], list[int], list[int]]:
@@ -247,12 +309,7 @@ class TorchRuntime:
                     loaded.append(self._extent(Tier.DEVICE, dev_pages))
                 row.tokens = len(row.pages) * self.page_size
             else:
-                if s.attach or s.loads:
-                    raise ValueError(f"rid {s.rid}: attach/loads only on the first slice")
                 handle, row = s.request, self.table.get(s.request)
-            if row.tokens != s.context_tokens or s.new_tokens <= 0:
-                raise ValueError(f"rid {s.rid}: row holds {row.tokens} tokens, slice says "
-                                 f"context {s.context_tokens} + new {s.new_tokens}")
             total = s.context_tokens + s.new_tokens
             need = -(-total // self.page_size) - len(row.pages)
             if need > 0:

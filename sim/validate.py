@@ -94,7 +94,10 @@ def _released_full(rt: SimRuntime, rel: Release) -> list[int]:
 
 
 def _check_frees(rt: SimRuntime, plan: BatchPlan) -> None:
-    """Every page the plan frees is allocated and freed once (frees and releases)."""
+    """Every page the plan frees is allocated and freed once (frees and releases), and
+    none is read by the plan's own backups or stores."""
+    reads = {(b.src.tier, b.src.pool, p) for b in plan.backups for p in b.src.pages()} | {
+        (s.src.tier, s.src.pool, p) for s in plan.stores for p in s.src.pages()}
     seen: set[tuple[Tier, str, int]] = set()
     for what, tier, pool, pages in (
             *((f"free of {e.num_pages} pages", e.tier, e.pool, e.pages()) for e in plan.frees),
@@ -105,6 +108,9 @@ def _check_frees(rt: SimRuntime, plan: BatchPlan) -> None:
             if not pages_pool.is_allocated(p):
                 raise ValueError(f"{what}: {tier.value} page {p} of pool {pool!r} is not "
                                  "allocated (freed before?)")
+            if (tier, pool, p) in reads:
+                raise ValueError(f"{what}: plan frees {tier.value} page {p} that its own "
+                                 "backups or stores read")
             if (tier, pool, p) in seen:
                 raise ValueError(f"{what}: {tier.value} page {p} of pool {pool!r} is freed "
                                  f"twice in batch {plan.batch_id}")
