@@ -28,7 +28,8 @@ from hicache.tree.actions import FreeDevice
 from hicache.tree.components import Kind
 from hicache.tree.node import Node
 
-POOLS = ("full", "swa", "mamba")
+POOLS = (Kind.FULL, Kind.SWA, Kind.MAMBA)  # a Release keeps its extents in this order
+STATE = (Kind.SWA, Kind.MAMBA)
 
 
 class ComponentTracker:
@@ -42,30 +43,31 @@ class ComponentTracker:
         self.mamba = spec.get(Kind.MAMBA) is not None
         self.window_pages = math.ceil(info.swa_window / self.page) if self.swa else 0
         self.chunk_pages = math.ceil(chunk_tokens / self.page)
-        self.total = {p: info.device_pages.get(p, 0) for p in ("swa", "mamba")}
-        self.own = {"swa": 0, "mamba": 0}
+        self.total = {k: info.device_pages.get(k.value, 0) for k in STATE}
+        self.own = dict.fromkeys(STATE, 0)
 
     # -- accounting ------------------------------------------------------------------
-    def free(self, pool: str) -> int:
-        if pool == "full":
+    def free(self, pool: Kind) -> int:
+        if pool is Kind.FULL:
             return self.kv.budget.device_free()
-        return self.total[pool] - self.tree.held_pages(Tier.DEVICE, pool) - self.own[pool]
+        return (self.total[pool] - self.tree.held_pages(Tier.DEVICE, pool.value)
+                - self.own[pool])
 
-    def reserve(self, st: RequestState) -> dict[str, int]:
+    def reserve(self, st: RequestState) -> dict[Kind, int]:
         """Pages (slots) of each state pool the request may hold at once, at most."""
         page = self.page
         new = math.ceil((st.prompt_len + st.req.output_len) / page) - st.prefix_tokens // page
         out = {}
         if self.swa:
-            out["swa"] = min(new, 2 * self.window_pages + self.chunk_pages + 2)
+            out[Kind.SWA] = min(new, 2 * self.window_pages + self.chunk_pages + 2)
         if self.mamba:
-            out["mamba"] = 1 + self.checkpoints(st)
+            out[Kind.MAMBA] = 1 + self.checkpoints(st)
         return out
 
     def checkpoints(self, st: RequestState) -> bool:
         return (self.swa or self.mamba) and len(st.pages) > st.prefix_tokens // self.page
 
-    def make_room(self, needs: dict[str, int]) -> bool:
+    def make_room(self, needs: dict[Kind, int]) -> bool:
         """Evict, per short pool, that pool's component until every need fits."""
         for _ in range(16):
             short = [(p, n - self.free(p)) for p, n in needs.items() if self.free(p) < n]
@@ -73,7 +75,7 @@ class ComponentTracker:
                 return True
             moved = False
             for pool, deficit in short:
-                res = self.tree.evict_device(deficit, Kind(pool))
+                res = self.tree.evict_device(deficit, pool)
                 if res.actions:
                     self.kv.apply(res.actions)
                     moved = True
@@ -93,7 +95,8 @@ class ComponentTracker:
         st.prefix_tokens = prefix
         for pool, n in needs.items():
             if n > self.total[pool]:
-                return (f"exceeds_{pool}_pool: needs {n} {pool} pages at once, the {pool} "
+                name = pool.value
+                return (f"exceeds_{name}_pool: needs {n} {name} pages at once, the {name} "
                         f"pool holds {self.total[pool]}")
         return None
 
@@ -104,7 +107,7 @@ class ComponentTracker:
         dev = m.device_tokens
         lock = self.tree.lock(m.device_node)
         st.prefix_tokens = dev
-        needs = {"full": self.kv.footprint(st), **self.reserve(st)}
+        needs = {Kind.FULL: self.kv.footprint(st), **self.reserve(st)}
         if not self.make_room(needs):
             self.tree.unlock(lock)
             st.prefix_tokens = 0
@@ -113,8 +116,8 @@ class ComponentTracker:
         nodes = m.path[:m.device_nodes]
         st.attach = self.kv.device_extents(nodes, dev) + self._state_extents(nodes, dev)
         st.device_hit, st.host_hit, st.l3_hit = dev, 0, 0
-        st.reserved = {p: n for p, n in needs.items() if p != "full"}
-        self.kv.budget.own += needs["full"]
+        st.reserved = {p: n for p, n in needs.items() if p is not Kind.FULL}
+        self.kv.budget.own += needs[Kind.FULL]
         for p, n in st.reserved.items():
             self.own[p] += n
         self.kv.log(Admit(st.rid, dev, 0, 0))
@@ -158,29 +161,29 @@ class ComponentTracker:
             return None
         values = {Kind.FULL: st.kv.slice(first, n)}
         for ext in st.checkpoint:
-            if ext.pool == "swa":  # the run ends at the checkpoint's last page (n - 1)
+            if ext.pool == Kind.SWA.value:  # the run ends at the checkpoint's last page
                 take = min(ext.num_pages, n - first)
                 values[Kind.SWA] = ext.slice(ext.num_pages - take, ext.num_pages)
-            elif ext.pool == "mamba":
+            elif ext.pool == Kind.MAMBA.value:
                 values[Kind.MAMBA] = ext
         res = self.tree.insert(st.pages, values)
-        dup = {(a.extent.pool, p) for a in res.actions if isinstance(a, FreeDevice)
+        dup = {(a.kind, p) for a in res.actions if isinstance(a, FreeDevice)
                for p in a.extent.pages()}
-        for ext in values.values():
-            own = [p for p in ext.pages() if (ext.pool, p) not in dup
-                   and (ext.pool, p) not in st.donated_keys]
+        for kind, ext in values.items():
+            own = [p for p in ext.pages() if (kind, p) not in dup
+                   and (kind, p) not in st.donated_keys]
             if not own:
                 continue
-            st.donated_keys.update((ext.pool, p) for p in own)
-            st.state_donated.setdefault(ext.pool, []).append(ext.with_pages(own))
-            if ext.pool == "full":
+            st.donated_keys.update((kind, p) for p in own)
+            st.state_donated.setdefault(kind, []).append(ext.with_pages(own))
+            if kind is Kind.FULL:
                 st.donated.append(ext.with_pages(own))
                 st.donated_ids.update(own)
                 st.donated_pages += len(own)
                 self.kv.budget.own -= len(own)
             else:
-                self.own[ext.pool] -= len(own)
-                st.reserved[ext.pool] -= len(own)
+                self.own[kind] -= len(own)
+                st.reserved[kind] -= len(own)
         return res.node
 
     def finish(self, st: RequestState) -> tuple[CacheExtentRef, ...]:

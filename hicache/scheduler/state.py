@@ -17,6 +17,7 @@ import enum
 from dataclasses import dataclass, field
 
 from hicache.runtime.handles import CacheExtentRef, RequestRuntimeHandle
+from hicache.tree.components import Kind
 from hicache.tree.locks import LockHandle
 from hicache.workload.request import Request
 
@@ -64,10 +65,10 @@ class RequestState:
     rejected: str | None = None  # why the request was refused on arrival
     # track_components only: state-pool reservations, the last checkpoint's extents
     # (PreparedSlice.state), and every donated (pool, page) with the extents per pool
-    reserved: dict[str, int] = field(default_factory=dict)
+    reserved: dict[Kind, int] = field(default_factory=dict)
     checkpoint: tuple[CacheExtentRef, ...] = ()
-    state_donated: dict[str, list[CacheExtentRef]] = field(default_factory=dict)
-    donated_keys: set[tuple[str, int]] = field(default_factory=set)
+    state_donated: dict[Kind, list[CacheExtentRef]] = field(default_factory=dict)
+    donated_keys: set[tuple[Kind, int]] = field(default_factory=set)
     device_hit: int = 0
     host_hit: int = 0
     l3_hit: int = 0

@@ -134,7 +134,7 @@ def test_memory_pressure_conserves_every_pool(name: str, overlap: bool) -> None:
     for pool, (accounted, capacity) in balance(rt, sched).items():
         assert accounted == capacity, f"{pool}: free + tree-held {accounted} != {capacity}"
     assert violations == []
-    assert sched.components.own == {"swa": 0, "mamba": 0}
+    assert sched.components.own == {Kind.SWA: 0, Kind.MAMBA: 0}
 
 
 def test_a_run_is_reproducible() -> None:
