@@ -97,6 +97,7 @@ class KVCacheManager:
         self._backups: dict[int, _BackupJob] = {}
         self._backup_hosts: dict[int, CacheExtentRef] = {}
         self._stores: dict[int, tuple[list[Node], LockHandle]] = {}  # job -> (nodes, pin)
+        self._backups_refused = 0  # backups that found no L2 room
 
     def log(self, decision: Decision) -> None:
         self.decisions.append(decision)
@@ -127,7 +128,12 @@ class KVCacheManager:
         return None
 
     def make_room(self, tier: Tier, pages: int) -> bool:
-        """Evict until ``pages`` pages of ``tier`` are free; False if that is impossible now."""
+        """Evict until ``pages`` pages of ``tier`` are free; False if that is impossible now.
+
+        Under write_back, an L1 leaf is backed up before it leaves; when L2 has no room for
+        that copy, the leaf is deleted instead (SGLang's ``drop_subtree_no_host``), so L1
+        eviction keeps making progress under L2 pressure."""
+        refused = self._backups_refused
         for _ in range(MAKE_ROOM_ROUNDS):
             free = self.budget.free(tier)
             if free >= pages:
@@ -137,6 +143,14 @@ class KVCacheManager:
             if not res.actions:
                 break
             self.apply(res.actions)
+        free = self.budget.free(tier)
+        if free < pages and tier is Tier.DEVICE and self._backups_refused > refused:
+            residency = self.tree.residency
+            residency.write_back = False  # this round deletes what it cannot back up
+            try:
+                self.apply(self.tree.evict_device(pages - free).actions)
+            finally:
+                residency.write_back = True
         return self.budget.free(tier) >= pages
 
     def apply(self, actions: Iterable[Action]) -> None:
@@ -334,6 +348,7 @@ class KVCacheManager:
         full = dict(a.extents)[Kind.FULL]
         if not self.make_room(Tier.HOST, full.num_pages):
             self.tree.residency.abort_backup(a.node_id)
+            self._backups_refused += 1
             return
         job = self.sink.next_job_id()
         self.budget.host_reserved += full.num_pages
