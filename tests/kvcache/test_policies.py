@@ -70,7 +70,7 @@ def test_write_back_with_l3_puts_bytes_into_l3_in_a_simulated_run(tmp_path: Path
     assert main(["run", str(ROOT / "scenarios/quick.yaml"), "--variant", "L1+L2+L3",
                  "--set", "cache.hicache_write_policy=write_back", "--out", str(out),
                  "--no-progress"]) == 0
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / "L1+L2+L3" / "summary.json").read_text())
     assert summary["l3_write_bytes"] > 1e9 and summary["l3_read_bytes"] > 1e9
     assert summary["l3_hit_rate"] > 0.2
 

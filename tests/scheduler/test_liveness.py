@@ -88,10 +88,10 @@ def test_the_command_names_rejections_and_counts_them_in_the_summary(
     assert main(["run", str(path), "--out", str(out), "--no-progress"]) == 0
     text = capsys.readouterr().out
     assert "12 request(s) rejected, exceeds_l1" in text
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / "live" / "summary.json").read_text())
     assert summary["n_rejected"] == 12 and summary["n_unfinished"] == 0
     assert summary["rejected_by_reason"] == {"exceeds_l1": 12}
-    csv = (out / "requests.csv").read_text().splitlines()
+    csv = (out / "live" / "requests.csv").read_text().splitlines()
     assert csv[0].endswith(",rejected")
     assert sum("exceeds_l1" in line for line in csv[1:]) == 12
 
@@ -118,7 +118,7 @@ def test_a_stalled_run_exits_non_zero_naming_the_requests(tmp_path: Path, capsys
     assert main(["run", str(path), "--out", str(tmp_path / "o"), "--no-progress"]) == 1
     err = capsys.readouterr().err
     assert "ERROR: 2 request(s) did not finish (rid 0, 1): stalled" in err
-    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "o" / "live" / "summary.json").read_text())
     assert summary["n_unfinished"] == 2 and "queue head" in summary["stall"]
 
 
