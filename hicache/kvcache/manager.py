@@ -23,14 +23,13 @@ scheduler matches at most ``len - 1`` tokens).
 from __future__ import annotations
 
 import math
-from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import chain
 
 from hicache.config import CacheConfig
 from hicache.kvcache.budget import PageBudget
 from hicache.kvcache.decisions import Admit, Backup, Decision, Evict, Finish, Load
+from hicache.kvcache.keys import NodeKeys
 from hicache.kvcache.plans import IntentSink
 from hicache.runtime.handles import CacheExtentRef, Tier
 from hicache.runtime.interface import (
@@ -98,6 +97,7 @@ class KVCacheManager:
         self._backup_hosts: dict[int, CacheExtentRef] = {}
         self._stores: dict[int, tuple[list[Node], LockHandle]] = {}  # job -> (nodes, pin)
         self._backups_refused = 0  # backups that found no L2 room
+        self._keys = NodeKeys(self.page)
 
     def log(self, decision: Decision) -> None:
         self.decisions.append(decision)
@@ -387,13 +387,8 @@ class KVCacheManager:
         self.sink.store(StoreIntent(host, keys, store))
 
     def l3_keys(self, nodes: list[Node]) -> tuple[str, ...]:
-        """The page-hash keys of consecutive ``nodes`` (a backed-up span), from the
-        tokens of their path (the page keys are the tokens: tuples or ranges)."""
-        path = list(self.tree.path_to_root(nodes[-1]))[::-1]
-        span = sum(n.num_pages for n in nodes)
-        tokens = array("q", chain.from_iterable(chain.from_iterable(n.key for n in path)))
-        keys = page_hashes(tokens, self.page)
-        return tuple(keys[len(keys) - span:])
+        """The page-hash keys of consecutive ``nodes`` (a backed-up span)."""
+        return self._keys.span(nodes)
 
     def drop_staging(self, nodes: Iterable[Node]) -> None:
         """buffer_only: host memory was staging; free the L2 copy of nodes now on L1 (their
