@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from gpu_backend.driver import run_scenario
 from hicache.kvcache.manager import KVCacheManager
 
@@ -36,8 +38,8 @@ def test_a_stall_is_reported_at_once_with_a_diagnosis(monkeypatch) -> None:  # n
     assert "queue head: request 0" in res.stall
 
 
-def test_max_running_requests_zero_rejects_every_request() -> None:
+def test_max_running_requests_zero_fails_before_running() -> None:
     d = scenario(num_rounds=1)
     d["scheduler"]["max_running_requests"] = 0
-    res = run_scenario(d)
-    assert len(res.rejected) == 2 and not res.unfinished
+    with pytest.raises(ValueError, match="max_running_requests"):
+        run_scenario(d)

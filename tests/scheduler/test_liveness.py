@@ -13,7 +13,11 @@ import pytest
 import yaml
 
 from hicache.cli import main
+from hicache.config import CacheConfig
 from hicache.kvcache.manager import KVCacheManager
+from hicache.runtime.interface import RuntimeInfo
+from hicache.scheduler.scheduler import Scheduler, SchedulerConfig
+from hicache.workload.request import Request
 from sim.driver import simulate
 
 # quick.yaml's cache and scheduler, one variant
@@ -57,10 +61,16 @@ def test_a_request_larger_than_l1_is_rejected_not_stranded() -> None:
     assert all("L1 holds 625" in r for r in res.rejected.values())
 
 
-def test_max_running_requests_zero_rejects_every_request() -> None:
-    res = simulate(scenario({"num_rounds": 2}, scheduler={"max_running_requests": 0}))
-    assert accounted(res) == (8, 0, 8) and not res.unfinished
-    assert {r.split(":")[0] for r in res.rejected.values()} == {"no_running_slots"}
+def test_max_running_requests_zero_fails_before_running_or_rejects() -> None:
+    """A scenario refuses it up front; a Scheduler built directly rejects every request."""
+    with pytest.raises(ValueError, match="max_running_requests"):
+        simulate(scenario({"num_rounds": 2}, scheduler={"max_running_requests": 0}))
+    info = RuntimeInfo("r", 0, 64, {"full": 625}, {"full": 0})
+    sched = Scheduler(CacheConfig(page_size=64, device_tokens=40000), info,
+                      SchedulerConfig(max_running_requests=0))
+    step = sched.step(0.0, [Request(0, 0.0, list(range(100)), 4)])
+    assert step.rejected == (0,) and not step.plans and sched.idle
+    assert sched.records()[0]["rejected"].startswith("no_running_slots")
 
 
 def test_buffer_only_does_not_strand_a_request_that_fits() -> None:
