@@ -164,8 +164,16 @@ class TorchRuntime:
 
     # ---- driver helpers ---------------------------------------------------------------
     def wait(self, timeout: float | None = None) -> list[Completion]:
-        """Block until at least one completion arrived (or ``timeout``), then poll."""
-        return self.outbox.take(timeout)
+        """Block until at least one completion arrived (or ``timeout``), then poll. With
+        ``timeout`` None, also return ([]) once everything queued has finished: nothing more
+        can arrive (lane callbacks post before their event is done)."""
+        if timeout is not None:
+            return self.outbox.take(timeout)
+        fence = self.lanes.fence()
+        while True:
+            got = self.outbox.take(0.05)
+            if got or all(ev.is_done() for ev in fence):
+                return got + self.outbox.take(0.0)
 
     def now(self) -> float:
         return self.lanes.clock.now()

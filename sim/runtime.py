@@ -177,7 +177,7 @@ class SimRuntime:
         pass (None: until nothing more is scheduled). For callers outside the SimPy loop;
         a SimPy process yields :meth:`completion_event` instead."""
         end = math.inf if timeout is None else self.env.now + max(0.0, timeout)
-        while not self._completions and self.env.peek() <= end:
+        while not self._completions and self.env.peek() <= end and self.env.peek() < math.inf:
             self.env.step()
         if not self._completions and self.env.now < end < math.inf:
             self.env.run(until=end)  # nothing came: the clock still reaches the timeout

@@ -121,6 +121,10 @@ def test_both_runtimes_implement_the_interface(h: Harness) -> None:
     assert (info.page_size, info.device_pages, info.host_pages) == (
         PAGE, {"full": PAGES}, {"full": PAGES})
     assert h.rt.wait(0.01) == []  # nothing in flight: the wait times out empty
+    assert h.rt.wait(None) == []  # ... and without a timeout it does not hang
+    h.run(BatchPlan(1, slices=(prefill(1, PAGE),)))
+    got = h.rt.wait(None)  # the first completion ends the wait
+    assert [c.batch_id for c in got] == [1]
 
 
 def test_one_capacity_error_type_for_every_runtime() -> None:

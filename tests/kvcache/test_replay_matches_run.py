@@ -73,26 +73,19 @@ def run_hits(cfg: CacheConfig, requests: list[Request], l3: bool) -> list[tuple[
                     l3=store)
     sched = Scheduler(cfg, rt.info(), SchedulerConfig(max_running_requests=1, overlap=False,
                                                       l3=l3))
-    pending = list(requests)
-
-    def loop():  # noqa: ANN202 - a simpy process
-        while pending or not sched.idle:
-            arrivals = [r for r in pending if r.arrival <= env.now]
-            del pending[:len(arrivals)]
-            step = sched.step(env.now, arrivals, rt.poll())
-            while step.plans:
-                for plan in step.plans:
-                    handle = rt.prepare_batch(plan)
-                    sched.prepared(handle)
-                    rt.execute_batch(handle)
-                step = sched.step(env.now)
-            waits = [rt.completion_event()]
-            if pending:
-                waits.append(env.timeout(pending[0].arrival - env.now))
-            yield env.any_of(waits)
-
-    env.process(loop())
-    env.run()
+    pending, completions = list(requests), []
+    while pending or not sched.idle:  # a driver needs nothing but the interface's wait
+        arrivals = [r for r in pending if r.arrival <= env.now]
+        del pending[:len(arrivals)]
+        step = sched.step(env.now, arrivals, completions)
+        while step.plans:
+            for plan in step.plans:
+                handle = rt.prepare_batch(plan)
+                sched.prepared(handle)
+                rt.execute_batch(handle)
+            step = sched.step(env.now)
+        assert pending or sched.awaiting_runtime or sched.idle, "stalled"
+        completions = rt.wait(pending[0].arrival - env.now if pending else None)
     assert all(r["finish"] is not None for r in sched.records())
     kinds = {d.kind for d in sched.decisions}
     return [(r["device_hit"], r["host_hit"], r["l3_hit"]) for r in sched.records()], kinds
