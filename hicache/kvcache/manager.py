@@ -145,12 +145,12 @@ class KVCacheManager:
             self.apply(res.actions)
         free = self.budget.free(tier)
         if free < pages and tier is Tier.DEVICE and self._backups_refused > refused:
-            residency = self.tree.residency
+            residency, write_back = self.tree.residency, self.tree.residency.write_back
             residency.write_back = False  # this round deletes what it cannot back up
             try:
                 self.apply(self.tree.evict_device(pages - free).actions)
             finally:
-                residency.write_back = True
+                residency.write_back = write_back
         return self.budget.free(tier) >= pages
 
     def apply(self, actions: Iterable[Action]) -> None:
