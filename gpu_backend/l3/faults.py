@@ -57,6 +57,10 @@ class L3Faults:
         with self._lock:
             return any(self._counts.values())
 
+    def log_summary(self) -> None:
+        """Log :meth:`summary` as one warning (a run's end, when any fault was counted)."""
+        log.warning("%s; the pages involved were recomputed or not stored", self.summary())
+
     def summary(self) -> str:
         """One line for the console, e.g. ``L3 faults: 3 l3_errors, 2 l3_timeouts``."""
         counts = self.as_dict()

@@ -72,7 +72,7 @@ class ResilientL3:
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.inner = inner
         self.policy = policy or RetryPolicy()
-        self.faults = faults or L3Faults(type(inner).__name__)
+        self.faults = faults if faults is not None else L3Faults(type(inner).__name__)
         self._clock, self._sleep = clock, sleep
         self._lock = threading.Lock()
         self._stuck = 0
@@ -134,7 +134,7 @@ class ResilientL3:
             self.faults.count("l3_skipped")
             return miss
         deadline = self.policy.deadline(nbytes)
-        last: BaseException | str = ""
+        last = ""
         for attempt in range(1 if probe else 1 + self.policy.retries):
             if attempt:
                 self.faults.count("l3_retries")
@@ -155,12 +155,12 @@ class ResilientL3:
             except (ValueError, TypeError):
                 raise
             except Exception as exc:  # noqa: BLE001 - any store failure is a miss
-                last = exc
+                last = repr(exc)
                 continue
             self._answered()
             return result
         self.faults.count("l3_errors")
-        self.faults.warn("error", f"{what} of {len(args[0])} keys failed: {last!r}; "
+        self.faults.warn("error", f"{what} of {len(args[0])} keys failed ({last}); "
                                   f"answered as misses")
         self._failed(what, last)
         return miss
@@ -185,7 +185,7 @@ class ResilientL3:
             self.faults.count("l3_reconnects")
             self.faults.warn("reconnect", "the store answers again; L3 hits resume")
 
-    def _failed(self, what: str, why: BaseException | str) -> None:
+    def _failed(self, what: str, why: str) -> None:
         with self._lock:
             self._cooldown = min(self.policy.cooldown_max_s,
                                  max(self.policy.cooldown_s, 2 * self._cooldown))
@@ -194,7 +194,7 @@ class ResilientL3:
             cooldown = self._cooldown
         self.faults.warn("down", f"marked down for {cooldown:.3g} s (doubling up to "
                                  f"{self.policy.cooldown_max_s:.3g} s while it stays down) "
-                                 f"after {what} failed: {why!r}")
+                                 f"after {what} failed ({why})")
 
     def _attempt(self, what: str, fn: Callable[..., Any], args: tuple, timeout: float) -> Any:
         """``fn(*args)`` on a daemon thread; raise :class:`_Timeout` past ``timeout``."""

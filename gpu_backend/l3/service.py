@@ -13,6 +13,7 @@ import ctypes.util
 import importlib.util
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -103,11 +104,7 @@ class MooncakeService:
                          f"--metrics_port={self.metrics_port}", "--enable_metric_reporting=false"],
                         env, log)
             self._wait(lambda: self._capacity() is not None, "master metrics endpoint")
-            self._spawn([str(bins.client), f"--host={HOST}", f"--port={self.client_port}",
-                         f"--global_segment_size={self.segment_bytes}", "--local_buffer_size=0",
-                         "--metadata_server=P2PHANDSHAKE", "--protocol=tcp",
-                         f"--master_server_address={self.master_address}"], env, log)
-            self._wait(lambda: (self._capacity() or 0) > 0, "storage segment mount")
+            self._start_storage(env, log)
         except BaseException:
             self.stop()
             raise
@@ -115,6 +112,36 @@ class MooncakeService:
             log.close()
         self.startup_s = time.monotonic() - t0
         return self
+
+    def _start_storage(self, env: dict[str, str], log: object) -> None:
+        self._spawn([str(find_binaries().client), f"--host={HOST}", f"--port={self.client_port}",
+                     f"--global_segment_size={self.segment_bytes}", "--local_buffer_size=0",
+                     "--metadata_server=P2PHANDSHAKE", "--protocol=tcp",
+                     f"--master_server_address={self.master_address}"], env, log)
+        self._wait(lambda: (self._capacity() or 0) > 0, "storage segment mount")
+
+    @property
+    def master_process(self) -> subprocess.Popen[bytes]:
+        return self._procs[0]
+
+    @property
+    def storage_process(self) -> subprocess.Popen[bytes]:
+        return self._procs[-1]
+
+    def kill_storage(self) -> None:
+        """SIGKILL the storage process (its segment and the pages in it are gone)."""
+        self.storage_process.kill()
+        self.storage_process.wait(timeout=5)
+
+    def restart_storage(self) -> None:
+        """Start a fresh storage process (empty segment) after :meth:`kill_storage`."""
+        if self.storage_process.poll() is None:
+            raise RuntimeError("the storage process is still running: kill_storage() first")
+        self._procs.pop()
+        env = {**os.environ, "MC_LOG_LEVEL": "ERROR", "GLOG_minloglevel": "2"}
+        self.client_port = free_port()
+        with self.log_path.open("ab") as log:
+            self._start_storage(env, log)
 
     def _spawn(self, argv: list[str], env: dict[str, str], log: object) -> None:
         self._procs.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
@@ -154,9 +181,11 @@ class MooncakeService:
             return ""
 
     def stop(self) -> None:
-        """Stop the storage client first, then the master, each by PID."""
+        """Stop the storage client first, then the master, each by PID (a paused one is
+        resumed first, so that it can take the signal)."""
         for proc in reversed(self._procs):
             if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
                 proc.terminate()
                 try:
                     proc.wait(timeout=5)
