@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -99,7 +100,9 @@ class MooncakeL3:
                 f"Mooncake setup failed (rc={rc}) for master {master!r}, protocol {protocol!r}, "
                 f"metadata server {metadata_server!r}: is mooncake_master running there? "
                 "(MC_STORE_CLIENT_SETUP_RETRIES=1 makes a missing master fail in ~5 s)")
-        self._closed = False
+        self._closed = self._store_closed = False
+        self._inflight = 0  # store calls running now (some may be abandoned by a timeout)
+        self._lock = threading.Condition()
         self._max_value_bytes = 0  # largest page seen; sizes get_batch chunks
 
     @classmethod
@@ -117,7 +120,7 @@ class MooncakeL3:
         check_keys_values(keys)
         if not keys:
             return []
-        codes = self._store.batch_is_exist(keys)
+        codes = self._call("batch_is_exist", keys)
         bad = [c for c in codes if c < 0]
         if bad:
             raise L3Error(f"Mooncake batch_is_exist returned {error_name(bad[0])} for "
@@ -135,7 +138,7 @@ class MooncakeL3:
         while todo:
             for start in range(0, len(todo), per_chunk):
                 idx = todo[start:start + per_chunk]
-                for i, value in zip(idx, self._store.get_batch([keys[i] for i in idx]),
+                for i, value in zip(idx, self._call("get_batch", [keys[i] for i in idx]),
                                     strict=True):
                     if len(value):
                         out[i] = value
@@ -169,7 +172,7 @@ class MooncakeL3:
             if not stored[key]:
                 todo.setdefault(key, value)
         for chunk in self._chunks(todo):
-            rc = self._store.put_batch(chunk, [todo[k] for k in chunk])
+            rc = self._call("put_batch", chunk, [todo[k] for k in chunk])
             if rc == 0:
                 stored.update(dict.fromkeys(chunk, True))
             elif rc == NO_SPACE:  # the store is full: ask which keys made it
@@ -186,7 +189,7 @@ class MooncakeL3:
         check_keys_values(keys)
         if not keys:
             return []
-        return [c in (0, NOT_FOUND) for c in self._store.batch_remove(keys, True)]
+        return [c in (0, NOT_FOUND) for c in self._call("batch_remove", keys, True)]
 
     def _chunks(self, items: dict[str, bytes]) -> list[list[str]]:
         """Consecutive key groups whose values total at most half the local buffer."""
@@ -204,7 +207,35 @@ class MooncakeL3:
             chunks.append(current)
         return chunks
 
-    def close(self) -> None:
-        if not self._closed:
+    def _call(self, method: str, *args: Any) -> Any:
+        """One store call, counted in flight so that ``close`` never frees the store
+        under it (a call abandoned at its deadline may still be running)."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("MooncakeL3 is closed")
+            self._inflight += 1
+        try:
+            return getattr(self._store, method)(*args)
+        finally:
+            with self._lock:
+                self._inflight -= 1
+                self._lock.notify_all()
+                last = self._closed and self._inflight == 0 and not self._store_closed
+                self._store_closed |= last
+            if last:
+                self._store.close()
+
+    def close(self, wait_s: float = 10.0) -> None:
+        """Close once no store call is in flight, waiting up to ``wait_s`` for calls that
+        a deadline abandoned; past that, the last of them closes it when it returns.
+        (Closing the store under a running call crashes the process: measured, a
+        segfault; leaving it open at exit can abort it.)"""
+        with self._lock:
+            if self._closed:
+                return
             self._closed = True
+            self._lock.wait_for(lambda: self._inflight == 0, wait_s)
+            now = self._inflight == 0
+            self._store_closed = now
+        if now:
             self._store.close()
