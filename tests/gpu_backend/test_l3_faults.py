@@ -4,6 +4,7 @@ bounded wait, and no wait of the runtime is unbounded."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from pathlib import Path
@@ -86,10 +87,15 @@ def _run(monkeypatch: pytest.MonkeyPatch, d: dict, store: object | None):
 
 
 def test_corrupted_l3_pages_are_recomputed_and_outputs_equal_the_no_cache_run(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     trace = _trace(tmp_path / "trace.jsonl")
     good, out_good = _run(monkeypatch, _scenario(trace, True), FileL3(tmp_path / "good"))
-    rot, out_rot = _run(monkeypatch, _scenario(trace, True), BitRot(tmp_path / "rot"))
+    with caplog.at_level(logging.WARNING, logger="hicache.l3"):
+        rot, out_rot = _run(monkeypatch, _scenario(trace, True), BitRot(tmp_path / "rot"))
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("failed verification" in m for m in said) == 1  # one warning, then counted
+    assert any("l3_checksum_failures" in m for m in said)  # the run's summary line
     plain, out_plain = _run(monkeypatch, _scenario(trace, False), None)
     last = max(out_plain)
     l3_hit = {name: {r["rid"]: r["l3_hit"] for r in res.records}
