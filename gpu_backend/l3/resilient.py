@@ -60,6 +60,9 @@ class RetryPolicy:
         return min(self.backoff_max_s, self.backoff_s * 2 ** retry)
 
 
+CLOSE_GRACE_S = 5.0  # a Mooncake client's close waits this long for abandoned calls
+
+
 class _Timeout(Exception):
     pass
 
@@ -117,10 +120,11 @@ class ResilientL3:
         if close is None:
             return
         try:
-            self._attempt("close", close, (), self.policy.timeout_s)
+            self._attempt("close", close, (), self.policy.timeout_s + CLOSE_GRACE_S)
         except _Timeout:
             self.faults.warn("close", f"close() did not return within "
-                                      f"{self.policy.timeout_s} s; abandoned")
+                                      f"{self.policy.timeout_s + CLOSE_GRACE_S:.3g} s; "
+                                      f"abandoned")
         except Exception as exc:  # noqa: BLE001 - closing must not lose a finished run
             self.faults.warn("close", f"close() failed: {exc!r}")
 
