@@ -42,15 +42,17 @@ class RetryPolicy:
     cooldown_s: float = 1.0  # skip a failed store this long, doubling per failed probe
     cooldown_max_s: float = 30.0
     max_stuck: int = 4  # abandoned calls still running at which the store counts as down
+    close_grace_s: float = 5.0  # close: timeout_s + this (a Mooncake client's close waits
+    # up to 5 s for calls a deadline abandoned)
 
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
                 raise ValueError(f"RetryPolicy.{f.name}: expected a finite number, got {v!r}")
-            if v < 0 or (v == 0 and f.name in ("timeout_s", "min_bytes_per_s", "max_stuck")):
-                raise ValueError(f"RetryPolicy.{f.name}: must be "
-                                 f"{'>= 0' if f.name in ('retries', 'backoff_s') else '> 0'}"
+            positive = f.name in ("timeout_s", "min_bytes_per_s", "max_stuck")
+            if v < 0 or (positive and v == 0):
+                raise ValueError(f"RetryPolicy.{f.name}: must be {'> 0' if positive else '>= 0'}"
                                  f", got {v!r}")
 
     def deadline(self, nbytes: int) -> float:
@@ -58,9 +60,6 @@ class RetryPolicy:
 
     def backoff(self, retry: int) -> float:
         return min(self.backoff_max_s, self.backoff_s * 2 ** retry)
-
-
-CLOSE_GRACE_S = 5.0  # a Mooncake client's close waits this long for abandoned calls
 
 
 class _Timeout(Exception):
@@ -119,12 +118,11 @@ class ResilientL3:
         close = getattr(self.inner, "close", None)
         if close is None:
             return
+        limit = self.policy.timeout_s + self.policy.close_grace_s
         try:
-            self._attempt("close", close, (), self.policy.timeout_s + CLOSE_GRACE_S)
+            self._attempt("close", close, (), limit)
         except _Timeout:
-            self.faults.warn("close", f"close() did not return within "
-                                      f"{self.policy.timeout_s + CLOSE_GRACE_S:.3g} s; "
-                                      f"abandoned")
+            self.faults.warn("close", f"close() did not return within {limit:.3g} s; abandoned")
         except Exception as exc:  # noqa: BLE001 - closing must not lose a finished run
             self.faults.warn("close", f"close() failed: {exc!r}")
 

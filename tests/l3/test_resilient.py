@@ -13,7 +13,7 @@ from gpu_backend.l3 import L3Error, L3PartialError
 from gpu_backend.l3.resilient import ResilientL3, RetryPolicy
 from gpu_backend.l3_protocol import MemoryL3
 
-FAST = RetryPolicy(timeout_s=0.2, retries=1, backoff_s=0.0, cooldown_s=5.0)
+FAST = RetryPolicy(timeout_s=0.2, retries=1, backoff_s=0.0, cooldown_s=5.0, close_grace_s=0)
 
 
 class FakeClock:
