@@ -40,6 +40,12 @@ def _keys(tag: str, n: int = 4) -> list[str]:
     return [f"{tag}{os.getpid():08x}{i:054x}" for i in range(n)]
 
 
+def _pause(pid: int) -> None:
+    """SIGSTOP ``pid`` and return once it is stopped (the signal lands asynchronously)."""
+    os.kill(pid, signal.SIGSTOP)
+    _until(lambda: Path(f"/proc/{pid}/stat").read_text().split()[2] in ("T", "t"), 5.0)
+
+
 def _until(fn, timeout_s: float = 20.0):
     """Call ``fn`` until it returns something truthy (the store coming back)."""
     deadline = time.monotonic() + timeout_s
@@ -78,6 +84,29 @@ def test_storage_death_makes_counted_misses_and_a_restart_brings_hits_back(
         client.close()
 
 
+def test_a_restarted_master_brings_the_client_back(service: MooncakeService) -> None:
+    """The master dies and comes back (its metadata lost): the same client answers again,
+    without a new setup(), once the storage process has registered with the new master."""
+    from gpu_backend.l3.mooncake import MooncakeL3
+
+    client = MooncakeL3(service.master_address)
+    l3 = guard(client, POLICY)
+    try:
+        keys = _keys("dd")
+        pages = [os.urandom(PAGE) for _ in keys]
+        assert l3.batch_set(keys, pages) == [True] * 4
+        service.master_process.kill()
+        service.master_process.wait(timeout=5)
+        assert l3.batch_exists(keys) == [False] * 4  # an error (RPC_FAIL) or a timeout
+        assert l3.faults.as_dict()["l3_errors"] >= 1 and l3.inner.down
+        service.restart_master()
+        _until(lambda: all(l3.batch_set(keys, pages)))  # the new master knows no key
+        assert [bytes(v) for v in l3.batch_get(keys)] == pages
+        assert l3.faults.as_dict()["l3_reconnects"] >= 1
+    finally:
+        client.close()
+
+
 def test_a_paused_master_costs_bounded_timeouts_and_the_client_comes_back(
         service: MooncakeService) -> None:
     """SIGSTOP: the master's socket stays open and never answers (calls hang forever
@@ -89,16 +118,20 @@ def test_a_paused_master_costs_bounded_timeouts_and_the_client_comes_back(
     keys = _keys("cc")
     pages = [os.urandom(PAGE) for _ in keys]
     assert l3.batch_set(keys, pages) == [True] * 4
-    os.kill(service.master_process.pid, signal.SIGSTOP)
+    _pause(service.master_process.pid)
     try:
         t0 = time.monotonic()
-        assert l3.batch_exists(keys) == [False] * 4  # (a get may be served from the
-        for _ in range(5):  # client's cached replica list; an exists asks the master)
-            assert l3.batch_exists(keys) == [False] * 4
-            assert l3.batch_get(keys) == [None] * 4  # skipped while marked down
-        assert time.monotonic() - t0 < 10  # one 2 s timeout, then skipped or probed
+        # keys the client never saw (it may answer for keys it just wrote from a cache)
+        unknown = _keys("ce")
+        assert l3.batch_exists(unknown) == [False] * 4
+        assert l3.inner.down  # that call timed out and marked the store down
+        for _ in range(5):
+            assert l3.batch_exists(unknown) == [False] * 4
+            assert l3.batch_get(keys) == [None] * 4  # skipped, or a probe that times out
+        assert time.monotonic() - t0 < 15  # 2 s timeouts and skips, not a hang
         counts = l3.faults.as_dict()
         assert counts["l3_timeouts"] >= 1 and counts["l3_errors"] >= 1
+        assert counts["l3_skipped"] >= 1
     finally:
         os.kill(service.master_process.pid, signal.SIGCONT)
     time.sleep(POLICY.cooldown_max_s)
@@ -121,18 +154,21 @@ def _multiturn(name: str) -> dict:
                          "request_rate": 8.0, "max_parallel": 6}}
 
 
-@pytest.mark.parametrize("fault", ["kill", pytest.param("pause", marks=pytest.mark.slow)])
-def test_losing_the_master_mid_run_loses_no_request(
+@pytest.mark.parametrize("fault", ["kill", "storage",
+                                   pytest.param("pause", marks=pytest.mark.slow)])
+def test_losing_the_store_mid_run_loses_no_request(
         service: MooncakeService, monkeypatch: pytest.MonkeyPatch, fault: str) -> None:
     """The issue's hang: the master dies (kill: calls fail after Mooncake's ~4 s RPC
-    timeout) or stops answering (pause: calls never return) while the run stores and
-    prefetches. Every request still finishes, and the faults are counted. (pause: ~10 s,
-    most of it closing the client, which waits for its hung calls: slow.)"""
+    timeout) or stops answering (pause: calls never return), or the storage process dies
+    (storage: its pages cannot be read, puts fail), while the run stores and prefetches.
+    Every request still finishes, and the faults are counted. (pause: ~10 s, most of it
+    closing the client, which waits for its hung calls: slow.)"""
     from gpu_backend.driver import run_scenario
 
     monkeypatch.setenv("MOONCAKE_MASTER", service.master_address)
     master = service.master_process
-    hit = master.kill if fault == "kill" else lambda: os.kill(master.pid, signal.SIGSTOP)
+    hit = {"kill": master.kill, "storage": service.kill_storage,
+           "pause": lambda: _pause(master.pid)}[fault]
     killer = threading.Timer(0.6, hit)
     killer.start()
     try:
@@ -144,11 +180,11 @@ def test_losing_the_master_mid_run_loses_no_request(
         if fault == "pause":
             assert master.poll() is None  # still there, still paused
             os.kill(master.pid, signal.SIGCONT)
-    if fault == "kill":
-        assert master.poll() is not None  # it did die during the run
+    if fault != "pause":  # it did die during the run
+        assert (master if fault == "kill" else service.storage_process).poll() is not None
     assert len(res.records) == res.requests == 24
     assert all(math.isfinite(r["finish"]) for r in res.records)
     faults = res.extra["l3_faults"]
     assert faults["l3_timeouts"] + faults["l3_errors"] >= 1
-    assert faults["l3_skipped"] >= 1  # later L3 calls did not wait on the lost master
+    assert faults["l3_skipped"] >= 1  # later L3 calls did not wait on the lost store
     assert wall < 90
