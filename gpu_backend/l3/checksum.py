@@ -20,9 +20,13 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-import xxhash
-
 from gpu_backend.l3.faults import L3Faults
+
+try:
+    import xxhash
+except ImportError as exc:  # the torch extra installs it
+    raise ImportError("L3 page checksums need the Python package xxhash "
+                      "(pip install 'hicache-lab[torch]' or pip install xxhash)") from exc
 
 MAGIC = b"HKV1"
 HEADER = struct.Struct("<4sQQ")

@@ -24,7 +24,7 @@ from hicache.runtime.interface import BatchPlan, PrefetchIntent, StoreIntent, Tr
 from hicache.timeline import Timeline
 from tests.gpu_backend.builders import cached_prefix, collect, jobs_done, make_runtime, run
 
-FAST = RetryPolicy(timeout_s=0.3, retries=1, backoff_s=0.0, cooldown_s=0.5)
+FAST = RetryPolicy(timeout_s=0.3, retries=1, backoff_s=0.0, cooldown_s=30.0)
 
 
 def transfers(got):
