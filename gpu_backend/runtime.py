@@ -30,7 +30,7 @@ from gpu_backend.l3_protocol import L3Store, count_hits, fetch_pages, store_page
 from gpu_backend.model import BatchIndex, SliceSpec, SyntheticModel
 from gpu_backend.pools import DevicePool, HostPool, PageAllocator, ReqToTokenTable
 from gpu_backend.shapes import ModelShape
-from gpu_backend.streams import WAIT_TIMEOUT_S, LaneEvent, Lanes
+from gpu_backend.streams import DEVICE_LANES, HOST_LANES, WAIT_TIMEOUT_S, LaneEvent, Lanes
 from hicache.runtime.handles import (
     CacheExtentRef,
     StaleHandleError,
@@ -112,20 +112,23 @@ class TorchRuntime:
             raise ValueError(f"batch {plan.batch_id} is already prepared")
         self._validate(plan)
         prep = _Prepared(plan.batch_id)
-        fence = self.lanes.fence()
+        # a freed page waits only for the lanes that touch its tier: L1 pages never wait
+        # on the l3 lane, so a slow L3 cannot hold up device allocation
+        fence = {Tier.DEVICE: self.lanes.fence(DEVICE_LANES),
+                 Tier.HOST: self.lanes.fence(HOST_LANES)}
         reads = {Tier.DEVICE: {p for b in plan.backups for p in b.src.pages()},
                  Tier.HOST: {p for s in plan.stores for p in s.src.pages()}}
         for ext in plan.frees:
             if reads[ext.tier].intersection(ext.pages()):
                 raise ValueError("plan frees pages that its own backups or stores read")
-            self._alloc(ext.tier).free(list(ext.pages()), fence)
+            self._alloc(ext.tier).free(list(ext.pages()), fence[ext.tier])
         for rel in plan.releases:
             row = self.table.get(rel.request)
             keep = set(rel.keep.pages()) if rel.keep is not None else set()
             if not keep <= set(row.pages):
                 raise ValueError(f"release of rid {row.rid} keeps pages it does not hold")
             self.table.close(rel.request)
-            self.dev_alloc.free([p for p in row.owned if p not in keep], fence)
+            self.dev_alloc.free([p for p in row.owned if p not in keep], fence[Tier.DEVICE])
         slices, load_dev, load_host = self._open_slices(plan, prep)
         if load_dev:
             self._start_loads(prep, load_dev, load_host)

@@ -178,6 +178,8 @@ class CudaLane(Lane):
 
 
 LANES = ("compute", "h2d", "d2h", "l3")
+DEVICE_LANES = ("compute", "h2d", "d2h")  # the lanes that touch device (L1) pages
+HOST_LANES = ("h2d", "d2h", "l3")  # the lanes that touch host (L2) pages
 
 
 class Lanes:
@@ -203,9 +205,10 @@ class Lanes:
     def __getitem__(self, name: str) -> Lane:
         return self.lanes[name]
 
-    def fence(self) -> list[LaneEvent]:
-        """The last op of every lane: once all are done, everything queued so far is."""
-        return [lane.last for lane in self.lanes.values() if lane.last is not None]
+    def fence(self, names: Sequence[str] = LANES) -> list[LaneEvent]:
+        """The last op of the ``names`` lanes (default: all): once all are done,
+        everything queued on them so far is."""
+        return [lane.last for n in names if (lane := self.lanes[n]).last is not None]
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait for everything queued so far, at most ``timeout`` (default: the lanes'

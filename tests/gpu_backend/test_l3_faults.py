@@ -20,9 +20,24 @@ from gpu_backend.l3.resilient import RetryPolicy
 from gpu_backend.l3_protocol import MemoryL3
 from gpu_backend.pools import FenceTimeout, PageAllocator
 from gpu_backend.streams import LaneEvent, Lanes
-from hicache.runtime.interface import BatchPlan, PrefetchIntent, StoreIntent, TransferCompletion
+from hicache.runtime.interface import (
+    BatchCompletion,
+    BatchPlan,
+    Phase,
+    PrefetchIntent,
+    RequestSlice,
+    StoreIntent,
+    TransferCompletion,
+)
 from hicache.timeline import Timeline
-from tests.gpu_backend.builders import cached_prefix, collect, jobs_done, make_runtime, run
+from tests.gpu_backend.builders import (
+    batches_done,
+    cached_prefix,
+    collect,
+    jobs_done,
+    make_runtime,
+    run,
+)
 
 FAST = RetryPolicy(timeout_s=0.3, retries=1, backoff_s=0.0, cooldown_s=30.0)
 
@@ -162,6 +177,25 @@ def test_a_hung_store_delays_l3_jobs_by_a_bounded_time_and_nothing_else() -> Non
             assert faults["l3_timeouts"] == 2 and faults["l3_skipped"] == 2
             rt.drain(5)
             assert rt.host_alloc.num_allocated == 4  # the prefetch's reservation came back
+    finally:
+        store.release.set()
+
+
+def test_a_slow_l3_never_holds_up_device_allocation() -> None:
+    """Pages freed from L1 wait only for the lanes that touch L1: a prefill that needs
+    them runs while the l3 lane is still stuck in a store (before: after it)."""
+    store = Hung()
+    policy = RetryPolicy(timeout_s=1.0, retries=1, backoff_s=0.0, cooldown_s=30.0)
+    try:
+        with make_runtime(l3=store, l3_policy=policy, device_pages={"full": 8}) as rt:
+            kv, host = cached_prefix(rt)  # 4 of the 8 L1 pages, backed up to L2
+            run(rt, BatchPlan(80, stores=(StoreIntent(host, ("a", "b", "c", "d"), 1),)))
+            # all 8 L1 pages: 4 free, 4 freed by this very plan (fenced)
+            run(rt, BatchPlan(81, frees=(kv,), slices=(RequestSlice(9, Phase.PREFILL, 0, 32),)))
+            got = collect(rt, lambda g: batches_done(81)(g) and jobs_done(1)(g), timeout=20)
+            [prefill] = [c for c in got if isinstance(c, BatchCompletion) and c.batch_id == 81]
+            assert prefill.end < transfers(got)[1].end
+            assert rt.l3_faults()["l3_timeouts"] == 2
     finally:
         store.release.set()
 
