@@ -133,9 +133,14 @@ def run_scenario(scenario: Scenario | dict, *, device: str = "cpu", shape: Model
                 with (torch_profiler(trace, rt.lanes.cuda) if trace else nullcontext()):
                     wall0 = wall_epoch(rt.now())
                     loop.run()
-                    rt.drain(stall_timeout)
+                    if not rt.drain(stall_timeout):
+                        raise TimeoutError(f"ops still running {stall_timeout} s after the "
+                                           f"last request finished")
                 if trace:
                     add_lanes(trace, rt.timeline, wall0)
+            l3_faults = rt.l3_faults()
+            if any(l3_faults.values()):  # name on the console what the counters hold
+                rt.l3.faults.log_summary()
         finally:
             close = getattr(l3, "close", None)
             if close is not None:
@@ -148,7 +153,7 @@ def run_scenario(scenario: Scenario | dict, *, device: str = "cpu", shape: Model
                        rt.timeline, loop.end - loop.t0, loop.n, loop.t0,
                        {"scheduler_s": loop.sched_s, "steps": loop.steps,
                         "step_s": loop.step_s, "work_step_s": loop.work_step_s,
-                        "device": device, "shape": shape.name,
+                        "device": device, "shape": shape.name, "l3_faults": l3_faults,
                         **({"torch_trace": str(trace)} if trace else {})},
                        unfinished=dict.fromkeys(open_, why), stall=loop.stall)
 

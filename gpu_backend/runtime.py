@@ -9,6 +9,10 @@ the last layer, one all-layer D2H backup on the d2h lane; stores and prefetches 
 l3 lane. Completions and timeline rows are posted by the lanes as ops finish.
 Invariant: the runtime places pages, the control side only accounts for them; a request
 beyond the pools' capacity raises CapacityError.
+L3: the client given is used behind :func:`gpu_backend.l3.guard` (checksummed pages,
+deadlines, retries): an L3 fault is a miss or a failed store, counted in
+:meth:`TorchRuntime.l3_faults`, never an error of the run; no wait of the runtime is
+unbounded (``wait_timeout_s``: fences, lane dependencies, ``wait``/``drain``).
 """
 
 from __future__ import annotations
@@ -21,11 +25,12 @@ import torch
 
 from gpu_backend.completions import Outbox
 from gpu_backend.io import Mover
+from gpu_backend.l3.resilient import RetryPolicy
 from gpu_backend.l3_protocol import L3Store, count_hits, fetch_pages, store_pages
 from gpu_backend.model import BatchIndex, SliceSpec, SyntheticModel
 from gpu_backend.pools import DevicePool, HostPool, PageAllocator, ReqToTokenTable
 from gpu_backend.shapes import ModelShape
-from gpu_backend.streams import LaneEvent, Lanes
+from gpu_backend.streams import DEVICE_LANES, HOST_LANES, WAIT_TIMEOUT_S, LaneEvent, Lanes
 from hicache.runtime.handles import (
     CacheExtentRef,
     StaleHandleError,
@@ -71,26 +76,28 @@ class TorchRuntime:
                  mem_layout: str = "layer_first", layerwise: bool = True,
                  l3: L3Store | None = None, runtime_id: str = "torch0",
                  timeline: Timeline | None = None, seed: int = 0, generation: int = 0,
-                 max_requests: int = 4096) -> None:
+                 max_requests: int = 4096, l3_policy: RetryPolicy | None = None,
+                 wait_timeout_s: float = WAIT_TIMEOUT_S) -> None:
         for pools in (device_pages, host_pages):
             if set(pools) - {"full"}:
                 raise ValueError(f"TorchRuntime supports only the 'full' pool, got {pools}")
         self.shape, self.page_size, self.layerwise = shape, page_size, layerwise
-        self.runtime_id, self.generation, self.l3 = runtime_id, generation, l3
-        self.lanes = Lanes(device)
+        self.runtime_id, self.generation = runtime_id, generation
+        self.lanes = Lanes(device, wait_timeout_s)
         dtype = torch.bfloat16 if self.lanes.cuda else torch.float32
         dims = (shape.num_layers, page_size, shape.kv_heads_per_rank, shape.head_dim)
         L, ps, h, d = dims
         self.dev = DevicePool(L, device_pages.get("full", 0), ps, h, d, dtype, device)
         self.host = HostPool(mem_layout, L, host_pages.get("full", 0), ps, h, d, dtype,
                              pin=self.lanes.cuda)
-        self.dev_alloc = PageAllocator(device_pages.get("full", 0), "L1")
-        self.host_alloc = PageAllocator(host_pages.get("full", 0), "L2")
+        self.dev_alloc = PageAllocator(device_pages.get("full", 0), "L1", wait_timeout_s)
+        self.host_alloc = PageAllocator(host_pages.get("full", 0), "L2", wait_timeout_s)
         self.table = ReqToTokenTable(runtime_id, max_requests)
         self.mover = Mover(self.dev, self.host, io_backend)
         self.model = SyntheticModel(shape, device, dtype, seed)
         self.timeline = timeline if timeline is not None else Timeline()
-        self.outbox = Outbox(self.timeline)
+        self.outbox = Outbox(self.timeline, wait_timeout_s)
+        self.l3 = _guarded(l3, l3_policy, self.dev.bytes_per_page_layer * shape.num_layers)
         self.outputs: dict[int, torch.Tensor] = {}  # rid -> last hidden state (tests)
         self._prepared: dict[int, _Prepared] = {}
         self._closed = False
@@ -110,12 +117,15 @@ class TorchRuntime:
             raise ValueError(f"batch {plan.batch_id} is already prepared")
         self._validate(plan)
         prep = _Prepared(plan.batch_id)
-        fence = self.lanes.fence()
+        # a freed page waits only for the lanes that touch its tier: L1 pages never wait
+        # on the l3 lane, so a slow L3 cannot hold up device allocation
+        fence = {Tier.DEVICE: self.lanes.fence(DEVICE_LANES),
+                 Tier.HOST: self.lanes.fence(HOST_LANES)}
         for ext in plan.frees:
-            self._alloc(ext.tier).free(list(ext.pages()), fence)
+            self._alloc(ext.tier).free(list(ext.pages()), fence[ext.tier])
         for rel in plan.releases:
             row = self.table.close(rel.request)
-            self.dev_alloc.free(self._released(row, rel), fence)
+            self.dev_alloc.free(self._released(row, rel), fence[Tier.DEVICE])
         slices, load_dev, load_host = self._open_slices(plan, prep)
         if load_dev:
             self._start_loads(prep, load_dev, load_host)
@@ -177,6 +187,11 @@ class TorchRuntime:
 
     def now(self) -> float:
         return self.lanes.clock.now()
+
+    def l3_faults(self) -> dict[str, int]:
+        """The L3 fault counters (``gpu_backend.l3.faults.COUNTERS``); {} without an L3."""
+        faults = getattr(self.l3, "faults", None)
+        return faults.as_dict() if faults is not None else {}
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until everything queued so far has finished."""
@@ -412,3 +427,13 @@ class TorchRuntime:
 
 def _transfer(job: int, kind: TransferKind, end: float, **kw: Any) -> TransferCompletion:
     return TransferCompletion(job, kind, end, **kw)
+
+
+def _guarded(l3: L3Store | None, policy: RetryPolicy | None, page_bytes: int
+             ) -> L3Store | None:
+    """``l3`` behind checksums and deadlines, unless it already is (or there is none)."""
+    if l3 is None or getattr(l3, "faults", None) is not None:
+        return l3
+    from gpu_backend.l3 import guard
+
+    return guard(l3, policy, page_bytes)

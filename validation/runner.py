@@ -126,6 +126,7 @@ def validate(d: Scenario | Mapping[str, Any], profile: str | Path, *, device: st
             "steps": len(meas.extra.get("work_step_s") or [])},
         "duration_s": {"predicted": pred.sim_time, "measured": meas.wall_time},
         "warnings": warnings,
+        "l3_faults": meas.extra.get("l3_faults", {}),  # gpu_backend.l3.faults.COUNTERS
     }
     if meas.extra.get("torch_trace"):
         info["torch_trace"] = meas.extra["torch_trace"]
