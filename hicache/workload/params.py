@@ -1,4 +1,4 @@
-"""Types of workload parameters (for the pydantic config dataclasses) and shared draws.
+"""Types of workload parameters (for the plain config dataclasses) and shared draws.
 
 Lengths are ``int`` or ``[lo, hi]`` (uniform integer in ``[lo, hi]``) and normalise to a
 ``(lo, hi)`` tuple; rates are a number > 0 or ``inf`` (everything at time 0). Scalar types
@@ -11,8 +11,7 @@ import math
 import random
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, ConfigDict, WithJsonSchema
-
+from hicache.schema.constraints import JsonSchema, Parse
 from hicache.schema.types import MAX_COUNT
 
 LengthSpec = int | tuple[int, int]
@@ -69,16 +68,18 @@ _RANGE_SCHEMA = {"type": "array", "items": {"type": "integer"}, "minItems": 2, "
 
 def Length(minimum: int = 1) -> Any:  # noqa: N802 - a type factory
     """A length in tokens: an int, or ``[lo, hi]`` (uniform in [lo, hi]) -> ``(lo, hi)``."""
-    return Annotated[tuple[int, int], BeforeValidator(_length(minimum)), WithJsonSchema(
+    return Annotated[tuple[int, int], Parse(_length(minimum)), JsonSchema(
         {"anyOf": [{"type": "integer", "minimum": minimum}, _RANGE_SCHEMA]})]
 
 
-Rate = Annotated[float, BeforeValidator(_rate), WithJsonSchema(
+Rate = Annotated[float, Parse(_rate), JsonSchema(
     {"anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"const": "inf"}]})]
-FloatRange = Annotated[tuple[float, float], BeforeValidator(_float_range), WithJsonSchema(
+FloatRange = Annotated[tuple[float, float], Parse(_float_range), JsonSchema(
     {"anyOf": [{"type": "number", "minimum": 0},
                {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}]})]
-WORKLOAD_CONFIG = ConfigDict(extra="forbid", validate_default=True)
+# pydantic config of the workload dataclasses (a plain dict): unknown keys are errors and
+# defaults are normalised too (a length default 512 becomes (512, 512))
+WORKLOAD_CONFIG = {"extra": "forbid", "validate_default": True}
 
 
 def draw_length(rng: random.Random, spec: tuple[int, int]) -> int:
