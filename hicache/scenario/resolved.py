@@ -32,7 +32,9 @@ from typing import Any
 
 from hicache.scenario.model import Scenario
 from hicache.scenario.overrides import ScenarioError
+from hicache.schema.errors import InputError
 from hicache.schema.plain import build
+from hicache.schema.yamlio import read_text
 
 FORMAT = "hicache-lab/resolved-scenario"
 VERSION = 1
@@ -62,11 +64,9 @@ def write_resolved(scenario: Scenario, path: str | Path) -> Path:
 
 def _read(path: Path) -> Any:
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ScenarioError(f"{path}: cannot read ({e.strerror or e})") from None
-    except UnicodeDecodeError as e:
-        raise ScenarioError(f"{path}: not UTF-8 text ({e.reason})") from None
+        text = read_text(path)
+    except InputError as e:
+        raise ScenarioError(str(e)) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:

@@ -100,14 +100,18 @@ class Number(Marker):
         self.ge, self.gt, self.le, self.lt = ge, gt, le, lt
 
     def check(self, v: Any) -> float:
-        if not _is_number(v):
+        try:
+            f = float(v) if _is_number(v) else None
+        except OverflowError:  # an int beyond any float
+            f = None
+        if f is None:
             raise ValueError(f"expected a number{got(v)}")
-        if not math.isfinite(v):
+        if not math.isfinite(f):
             raise ValueError(f"expected a finite number{got(v)}")
-        problem = _bounds_problem(v, self.ge, self.gt, self.le, self.lt)
+        problem = _bounds_problem(f, self.ge, self.gt, self.le, self.lt)
         if problem:
             raise ValueError(problem + got(v))
-        return float(v)
+        return f
 
     def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
         from pydantic_core import core_schema as cs

@@ -12,6 +12,7 @@ import random
 from typing import Annotated, Any
 
 from hicache.schema.constraints import JsonSchema, Parse
+from hicache.schema.errors import short
 from hicache.schema.types import MAX_COUNT
 
 LengthSpec = int | tuple[int, int]
@@ -39,22 +40,30 @@ def _length(minimum: int) -> Any:
             if _is_int(lo) and _is_int(hi) and minimum <= lo <= hi <= MAX_COUNT:
                 return (lo, hi)
         raise ValueError(f"expected an integer >= {minimum} or a range [lo, hi] with "
-                         f"{minimum} <= lo <= hi, got {v!r}")
+                         f"{minimum} <= lo <= hi, got {short(v)}")
 
     return check
 
 
+def _float(v: Any) -> float | None:
+    """``v`` as a float, or None when it is no number (an int beyond any float is none)."""
+    try:
+        return float(v) if _is_number(v) else None
+    except OverflowError:
+        return None
+
+
 def _rate(v: Any) -> float:
-    if v == "inf" or (_is_number(v) and v == math.inf):
-        return math.inf
-    if not _is_number(v) or math.isnan(v) or v <= 0:
-        raise ValueError(f"expected a rate > 0 (req/s) or 'inf', got {v!r}")
-    return float(v)
+    f = math.inf if v == "inf" else _float(v)
+    if f is None or math.isnan(f) or f <= 0:
+        raise ValueError(f"expected a rate > 0 (req/s) or 'inf', got {short(v)}")
+    return f
 
 
 def _float_range(v: Any) -> tuple[float, float]:
     def ok(x: Any) -> bool:
-        return _is_number(x) and math.isfinite(x) and x >= 0
+        f = _float(x)
+        return f is not None and math.isfinite(f) and f >= 0
 
     if ok(v):
         return (float(v), float(v))

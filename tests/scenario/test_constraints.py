@@ -33,7 +33,8 @@ from hicache.workload.params import FloatRange, Length, Rate
 
 values = st.one_of(
     st.none(), st.booleans(), st.integers(), st.integers(min_value=2**62 - 2),
-    st.floats(), st.sampled_from([math.nan, math.inf, -math.inf, 0.0, -0.0, 1e12, 2.5, 1e400]),
+    st.floats(), st.sampled_from([math.nan, math.inf, -math.inf, 0.0, -0.0, 1e12, 2.5, 1e400,
+                                  10**400, -(2**64), 2**62, 2**62 + 1]),
     st.text(max_size=6), st.sampled_from(["inf", "1e12", "yes", "", "full", "swa", "lru"]),
     st.lists(st.one_of(st.integers(-3, 10**6), st.floats(-1, 1e6)), max_size=3),
     st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),

@@ -128,3 +128,8 @@ def test_the_resolve_command_validates_then_writes(tmp_path, capsys):
     assert resolve(["quick", str(tmp_path / "bad.json"), "--set", "seed=x"]) == 2
     assert "seed: expected an integer, got 'x'" in capsys.readouterr().err
     assert not (tmp_path / "bad.json").exists()
+
+
+def test_a_missing_resolved_file_is_named(tmp_path):
+    with pytest.raises(ScenarioError, match=r"nope.json: cannot read"):
+        load_resolved(tmp_path / "nope.json")
