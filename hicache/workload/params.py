@@ -69,7 +69,7 @@ def _float_range(v: Any) -> tuple[float, float]:
         return (float(v), float(v))
     if isinstance(v, list | tuple) and len(v) == 2 and all(map(ok, v)) and v[0] <= v[1]:
         return (float(v[0]), float(v[1]))
-    raise ValueError(f"expected a number >= 0 or [lo, hi] with 0 <= lo <= hi, got {v!r}")
+    raise ValueError(f"expected a number >= 0 or [lo, hi] with 0 <= lo <= hi, got {short(v)}")
 
 
 _RANGE_SCHEMA = {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}
