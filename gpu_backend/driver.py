@@ -51,6 +51,13 @@ class TorchResult:
     requests: int
     t0: float  # the loop's start on the runtime clock (records and timeline use it)
     extra: dict[str, Any] = field(default_factory=dict)
+    unfinished: dict[int, str] = field(default_factory=dict)  # rid -> why it did not finish
+    stall: str | None = None  # the diagnosis when the run stalled
+
+    @property
+    def rejected(self) -> dict[int, str]:
+        """rid -> reason, for requests refused on arrival."""
+        return {r["rid"]: r["rejected"] for r in self.records if r.get("rejected")}
 
 
 def load_shape(name: str | Path) -> ModelShape:
@@ -126,20 +133,30 @@ def run_scenario(scenario: Scenario | dict, *, device: str = "cpu", shape: Model
                 with (torch_profiler(trace, rt.lanes.cuda) if trace else nullcontext()):
                     wall0 = wall_epoch(rt.now())
                     loop.run()
-                    rt.drain(stall_timeout)
+                    if not rt.drain(stall_timeout):
+                        raise TimeoutError(f"ops still running {stall_timeout} s after the "
+                                           f"last request finished")
                 if trace:
                     add_lanes(trace, rt.timeline, wall0)
+            l3_faults = rt.l3_faults()
+            if any(l3_faults.values()):  # name on the console what the counters hold
+                rt.l3.faults.log_summary()
         finally:
             close = getattr(l3, "close", None)
             if close is not None:
                 close()
-    return TorchResult(name, scheduler.records(), [(0, *dec) for dec in scheduler.decisions],
+    records = scheduler.records()
+    open_ = [r["rid"] for r in records if r["finish"] is None and not r.get("rejected")]
+    why = (f"stalled: {loop.stall}" if loop.stall else
+           f"run.max_sim_time ({loop.limit:g} s of wall time) reached first")
+    return TorchResult(name, records, [(0, *d.row()) for d in scheduler.decisions],
                        rt.timeline, loop.end - loop.t0, loop.n, loop.t0,
                        {"scheduler_s": loop.sched_s, "steps": loop.steps,
                         "step_s": loop.step_s, "work_step_s": loop.work_step_s,
                         "batch_specs": rt.batch_specs,  # (new, context) per slice
-                        "device": device, "shape": shape.name,
-                        **({"torch_trace": str(trace)} if trace else {})})
+                        "device": device, "shape": shape.name, "l3_faults": l3_faults,
+                        **({"torch_trace": str(trace)} if trace else {})},
+                       unfinished=dict.fromkeys(open_, why), stall=loop.stall)
 
 
 class _Loop:
@@ -158,6 +175,7 @@ class _Loop:
         self.step_s: list[float] = []  # wall time of every step
         self.work_step_s: list[float] = []  # of the steps that submitted a plan
         self.t0 = self.end = 0.0
+        self.stall: str | None = None  # why the loop stopped with work left, if it did
         self.queue: deque[int] = deque()  # executed, uncompleted batches (compute-lane order)
         self.empty: set[int] = set()  # of those, plans without slices (no compute)
 
@@ -172,19 +190,21 @@ class _Loop:
         """One scheduler step for the events of time ``at`` (<= ``now``)."""
         t = time.perf_counter()
         sch, rt = self.scheduler, self.rt
-        plans = sch.step(now, arrivals, completions)
-        for rid in sch.just_finished:
+        step = sch.step(now, arrivals, completions)
+        for rid in step.ended:
             self.push(self.workload.on_finished(rid, at - self.t0))
-        worked = bool(plans)
-        while plans:
-            for plan in plans:
+        worked = bool(step.plans)
+        while step.plans:
+            for plan in step.plans:
                 handle = rt.prepare_batch(plan)
                 sch.prepared(handle)
                 rt.execute_batch(handle)
                 self.queue.append(plan.batch_id)
                 if not plan.slices:
                     self.empty.add(plan.batch_id)
-            plans = sch.step(now)
+            step = sch.step(now)
+            for rid in step.ended:
+                self.push(self.workload.on_finished(rid, at - self.t0))
         dt = time.perf_counter() - t
         self.steps += 1
         self.sched_s += dt
@@ -263,10 +283,13 @@ class _Loop:
                 break
             wake = [t for t in (self.pending[0][0] if self.pending else None,
                                 sch.next_deadline(now)) if t is not None]
+            if not wake and not sch.awaiting_runtime:
+                self.stall = f"nothing can make progress: {sch.diagnose()}"
+                break
             if not wake and rt.now() - last_progress > self.stall_timeout:
-                raise TimeoutError(
-                    f"no completion for {self.stall_timeout} s and nothing to wait for: "
-                    f"{len(sch.waiting)} waiting, {len(sch.running)} running requests")
+                self.stall = (f"no completion for {self.stall_timeout:g} s while the runtime "
+                              f"holds work: {sch.diagnose()}")
+                break
             cap = min([self.stall_timeout, *(t - rt.now() for t in wake)])
             completions = rt.wait(cap) if cap > 0 else []
         self.end = rt.now()

@@ -2,7 +2,9 @@
 
 Clients in ``gpu_backend/l3/`` (file, Mooncake) implement :class:`L3Store`;
 :class:`MemoryL3` is an in-process dict for tests. A page's value is the bytes of its
-logical (2, L, page, H, D) slice (see :meth:`HostPool.page_bytes`).
+logical (2, L, page, H, D) slice (see :meth:`HostPool.page_bytes`); the runtime reaches
+every store through :func:`gpu_backend.l3.guard`, which frames it with a checksum, bounds
+each call in time and turns failures into misses (values read back may be memoryviews).
 Invariants: a store writes only keys L3 lacks; a prefetch counts consecutive hits from
 the first key, stops at the first miss, and fetches only a prefix of the hits.
 """
@@ -43,6 +45,12 @@ class MemoryL3:
     def batch_set(self, keys: list[str], values: list[bytes]) -> list[bool]:
         with self._lock:
             self.data.update(zip(keys, values, strict=True))
+        return [True] * len(keys)
+
+    def batch_remove(self, keys: list[str]) -> list[bool]:
+        with self._lock:
+            for k in keys:
+                self.data.pop(k, None)
         return [True] * len(keys)
 
 

@@ -120,6 +120,9 @@ def save_run(res: Any, folder: Path) -> dict[str, Any]:
     _write_json(folder / "decisions.json", [list(d) for d in res.decisions])
     info = {"wall_s": res.wall_time, "requests": res.requests,
             "finished": sum(1 for r in res.records if r.get("finish") is not None),
+            "rejected": {str(k): v for k, v in res.rejected.items()},
+            "unfinished": {str(k): v for k, v in res.unfinished.items()},
+            "stall": res.stall,
             **{k: v for k, v in res.extra.items() if k != "device"}}
     _write_json(folder / "run.json", info)
     return info
@@ -219,14 +222,16 @@ def measure(scenarios: list[tuple[str, Any, str, str]], device: str, out: Path, 
             info = save_run(res, folder / f"run{k}")
             entry["runs"].append(f"run{k}")
             m.save()
-            lost = info["requests"] - info["finished"]
+            lost = len(res.unfinished)
             log(f"measure: {entry['dir']} run{k}: {info['requests']} requests, "
                 f"{res.wall_time:.2f} s measured, {time.perf_counter() - t:.1f} s wall"
-                + (f", {lost} NOT FINISHED" if lost else ""))
+                + (f", {lost} NOT FINISHED" if lost else "")
+                + (f", {len(res.rejected)} rejected" if res.rejected else ""))
             if lost:
                 raise RuntimeError(f"measure: {entry['dir']} run{k}: {lost} of "
-                                   f"{info['requests']} requests did not finish; the run is "
-                                   f"saved in {folder / f'run{k}'}")
+                                   f"{info['requests']} requests did not finish "
+                                   f"({res.stall or next(iter(res.unfinished.values()))}); "
+                                   f"the run is saved in {folder / f'run{k}'}")
     _write_json(out / "environment.json", {**environment(device), "finished": True})
     return out
 

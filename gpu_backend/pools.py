@@ -6,6 +6,8 @@ Invariants:
   lane at the time it was freed); it is handed out again only after its fence completed,
   so in-flight copies and compute never see a page reused under them.
 - Allocation hands out the lowest free ids first, so fresh extents are mostly one run.
+- Allocation waits on fences at most ``wait_timeout_s`` in all, then raises
+  :class:`FenceTimeout` naming the pool, the pages and the lanes it waited for.
 - Page bytes for L3 are layout independent: the logical (2, L, page, H, D) slice.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -20,12 +23,13 @@ from typing import Protocol
 import torch
 
 from hicache.runtime.handles import RequestRuntimeHandle, StaleHandleError
+from hicache.runtime.interface import CapacityError  # one type for every runtime
 
 LAYOUTS = ("layer_first", "page_first")
 
 
-class CapacityError(RuntimeError):
-    """More pages were requested than the pool holds: the control side did not account."""
+class FenceTimeout(TimeoutError):
+    """Pages freed behind a fence did not come back in time: an op on a lane is stuck."""
 
 
 class Fence(Protocol):
@@ -37,9 +41,11 @@ class Fence(Protocol):
 class PageAllocator:
     """Thread-safe free list of ``num_pages`` page ids with fenced (deferred) frees."""
 
-    def __init__(self, num_pages: int, name: str = "pool") -> None:
+    def __init__(self, num_pages: int, name: str = "pool",
+                 wait_timeout_s: float = 120.0) -> None:
         self.name = name
         self.num_pages = num_pages
+        self.wait_timeout_s = wait_timeout_s
         self._free = list(range(num_pages))
         self._allocated: set[int] = set()
         self._pending: list[tuple[tuple[Fence, ...], list[int]]] = []
@@ -67,9 +73,11 @@ class PageAllocator:
             raise ValueError(f"{what}: {self.name} pages {bad[:8]} are not allocated")
 
     def alloc(self, n: int) -> list[int]:
-        """``n`` page ids, lowest first; blocks on fences of pending frees if it must."""
+        """``n`` page ids, lowest first; blocks on fences of pending frees if it must, at
+        most ``wait_timeout_s`` in all (then :class:`FenceTimeout`)."""
         if n <= 0:
             return []
+        deadline = time.monotonic() + self.wait_timeout_s
         while True:
             with self._lock:
                 self._reap_locked()
@@ -81,9 +89,14 @@ class PageAllocator:
                     raise CapacityError(
                         f"{self.name}: {n} pages requested, {len(self._free)} free "
                         f"of {self.num_pages}")
-                fences = self._pending[0][0]
+                fences, waiting = self._pending[0]
             for f in fences:
-                f.wait()
+                if not f.wait(max(0.0, deadline - time.monotonic())):
+                    lanes = sorted({getattr(g, "lane", "?") for g in fences if not g.is_done()})
+                    raise FenceTimeout(
+                        f"{self.name}: {n} pages requested, {len(self._free)} free; waited "
+                        f"{self.wait_timeout_s:.3g} s for {len(waiting)} freed pages whose "
+                        f"fence (the last op on lanes {lanes}) did not complete")
 
     def free(self, pages: Sequence[int], fence: Sequence[Fence] = ()) -> None:
         """Return pages; with a fence they become reusable once every fence event is done."""
@@ -192,6 +205,10 @@ class ReqToTokenTable:
 
     def __len__(self) -> int:
         return len(self._rows)
+
+    @property
+    def free_slots(self) -> int:
+        return len(self._free)
 
     def open(self, rid: int) -> tuple[RequestRuntimeHandle, Row]:
         if not self._free:

@@ -9,6 +9,10 @@ the last layer, one all-layer D2H backup on the d2h lane; stores and prefetches 
 l3 lane. Completions and timeline rows are posted by the lanes as ops finish.
 Invariant: the runtime places pages, the control side only accounts for them; a request
 beyond the pools' capacity raises CapacityError.
+L3: the client given is used behind :func:`gpu_backend.l3.guard` (checksummed pages,
+deadlines, retries): an L3 fault is a miss or a failed store, counted in
+:meth:`TorchRuntime.l3_faults`, never an error of the run; no wait of the runtime is
+unbounded (``wait_timeout_s``: fences, lane dependencies, ``wait``/``drain``).
 """
 
 from __future__ import annotations
@@ -21,11 +25,12 @@ import torch
 
 from gpu_backend.completions import Outbox
 from gpu_backend.io import Mover
+from gpu_backend.l3.resilient import RetryPolicy
 from gpu_backend.l3_protocol import L3Store, count_hits, fetch_pages, store_pages
 from gpu_backend.model import BatchIndex, SliceSpec, SyntheticModel
 from gpu_backend.pools import DevicePool, HostPool, PageAllocator, ReqToTokenTable
 from gpu_backend.shapes import ModelShape
-from gpu_backend.streams import LaneEvent, Lanes
+from gpu_backend.streams import DEVICE_LANES, HOST_LANES, WAIT_TIMEOUT_S, LaneEvent, Lanes
 from hicache.runtime.handles import (
     CacheExtentRef,
     StaleHandleError,
@@ -36,11 +41,13 @@ from hicache.runtime.handles import (
 from hicache.runtime.interface import (
     BatchCompletion,
     BatchPlan,
+    CapacityError,
     Completion,
     Phase,
     PrefetchIntent,
     PreparedBatchHandle,
     PreparedSlice,
+    Release,
     RuntimeInfo,
     TransferCompletion,
     TransferKind,
@@ -58,6 +65,7 @@ class _Prepared:
     backups: list[tuple[int, list[int], list[int]]] = field(default_factory=list)
     stores: list[tuple[int, list[int], tuple[str, ...]]] = field(default_factory=list)
     prefetches: list[tuple[PrefetchIntent, list[int]]] = field(default_factory=list)
+    handle: PreparedBatchHandle | None = None
 
 
 class TorchRuntime:
@@ -68,26 +76,28 @@ class TorchRuntime:
                  mem_layout: str = "layer_first", layerwise: bool = True,
                  l3: L3Store | None = None, runtime_id: str = "torch0",
                  timeline: Timeline | None = None, seed: int = 0, generation: int = 0,
-                 max_requests: int = 4096, warm_up: bool = True) -> None:
+                 max_requests: int = 4096, l3_policy: RetryPolicy | None = None,
+                 wait_timeout_s: float = WAIT_TIMEOUT_S, warm_up: bool = True) -> None:
         for pools in (device_pages, host_pages):
             if set(pools) - {"full"}:
                 raise ValueError(f"TorchRuntime supports only the 'full' pool, got {pools}")
         self.shape, self.page_size, self.layerwise = shape, page_size, layerwise
-        self.runtime_id, self.generation, self.l3 = runtime_id, generation, l3
-        self.lanes = Lanes(device)
+        self.runtime_id, self.generation = runtime_id, generation
+        self.lanes = Lanes(device, wait_timeout_s)
         dtype = torch.bfloat16 if self.lanes.cuda else torch.float32
         dims = (shape.num_layers, page_size, shape.kv_heads_per_rank, shape.head_dim)
         L, ps, h, d = dims
         self.dev = DevicePool(L, device_pages.get("full", 0), ps, h, d, dtype, device)
         self.host = HostPool(mem_layout, L, host_pages.get("full", 0), ps, h, d, dtype,
                              pin=self.lanes.cuda)
-        self.dev_alloc = PageAllocator(device_pages.get("full", 0), "L1")
-        self.host_alloc = PageAllocator(host_pages.get("full", 0), "L2")
+        self.dev_alloc = PageAllocator(device_pages.get("full", 0), "L1", wait_timeout_s)
+        self.host_alloc = PageAllocator(host_pages.get("full", 0), "L2", wait_timeout_s)
         self.table = ReqToTokenTable(runtime_id, max_requests)
         self.mover = Mover(self.dev, self.host, io_backend)
         self.model = SyntheticModel(shape, device, dtype, seed)
         self.timeline = timeline if timeline is not None else Timeline()
-        self.outbox = Outbox(self.timeline)
+        self.outbox = Outbox(self.timeline, wait_timeout_s)
+        self.l3 = _guarded(l3, l3_policy, self.dev.bytes_per_page_layer * shape.num_layers)
         self.outputs: dict[int, torch.Tensor] = {}  # rid -> last hidden state (tests)
         self.tokens: dict[int, torch.Tensor] = {}  # rid -> last sampled token id
         self.batch_specs: dict[int, list[tuple[int, int]]] = {}  # batch -> (new, context)s
@@ -138,6 +148,9 @@ class TorchRuntime:
                            self.shape.num_layers)
 
     def prepare_batch(self, plan: BatchPlan) -> PreparedBatchHandle:
+        """Atomic: :meth:`_validate` checks every handle, free, release and the capacity
+        (counting what the frees and releases return) before anything changes. The
+        driver thread's time in it is a ``cpu`` row (as ``execute``)."""
         t0 = self.lanes.clock.now()
         handle = self._prepare(plan)
         self.outbox.record_span("cpu", "prepare", t0, self.lanes.clock.now(), plan.batch_id)
@@ -148,20 +161,15 @@ class TorchRuntime:
             raise ValueError(f"batch {plan.batch_id} is already prepared")
         self._validate(plan)
         prep = _Prepared(plan.batch_id)
-        fence = self.lanes.fence()
-        reads = {Tier.DEVICE: {p for b in plan.backups for p in b.src.pages()},
-                 Tier.HOST: {p for s in plan.stores for p in s.src.pages()}}
+        # a freed page waits only for the lanes that touch its tier: L1 pages never wait
+        # on the l3 lane, so a slow L3 cannot hold up device allocation
+        fence = {Tier.DEVICE: self.lanes.fence(DEVICE_LANES),
+                 Tier.HOST: self.lanes.fence(HOST_LANES)}
         for ext in plan.frees:
-            if reads[ext.tier].intersection(ext.pages()):
-                raise ValueError("plan frees pages that its own backups or stores read")
-            self._alloc(ext.tier).free(list(ext.pages()), fence)
+            self._alloc(ext.tier).free(list(ext.pages()), fence[ext.tier])
         for rel in plan.releases:
-            row = self.table.get(rel.request)
-            keep = set(rel.keep.pages()) if rel.keep is not None else set()
-            if not keep <= set(row.pages):
-                raise ValueError(f"release of rid {row.rid} keeps pages it does not hold")
-            self.table.close(rel.request)
-            self.dev_alloc.free([p for p in row.owned if p not in keep], fence)
+            row = self.table.close(rel.request)
+            self.dev_alloc.free(self._released(row, rel), fence[Tier.DEVICE])
         slices, load_dev, load_host = self._open_slices(plan, prep)
         if load_dev:
             self._start_loads(prep, load_dev, load_host)
@@ -173,9 +181,10 @@ class TorchRuntime:
             host_exts.append(self._extent(Tier.HOST, host_pages))
         prep.stores = [(s.job_id, list(s.src.pages()), s.keys) for s in plan.stores]
         prep.prefetches = [(p, self.host_alloc.alloc(p.max_pages)) for p in plan.prefetches]
+        prep.handle = PreparedBatchHandle(self.runtime_id, self.generation, plan.batch_id,
+                                          tuple(slices), tuple(host_exts))
         self._prepared[plan.batch_id] = prep
-        return PreparedBatchHandle(self.runtime_id, self.generation, plan.batch_id,
-                                   tuple(slices), tuple(host_exts))
+        return prep.handle
 
     def execute_batch(self, handle: PreparedBatchHandle) -> None:
         t0 = self.lanes.clock.now()
@@ -187,9 +196,10 @@ class TorchRuntime:
             raise StaleHandleError(f"batch handle of {handle.runtime_id!r} gen "
                                    f"{handle.generation} presented to {self.runtime_id!r} "
                                    f"gen {self.generation}")
-        prep = self._prepared.pop(handle.batch_id, None)
-        if prep is None:
+        prep = self._prepared.get(handle.batch_id)
+        if prep is None or prep.handle != handle:  # by value: a handle may cross a process
             raise ValueError(f"batch {handle.batch_id} was not prepared or already executed")
+        del self._prepared[handle.batch_id]
         done = self._queue_compute(prep)
         bid = prep.batch_id
         if prep.backups:
@@ -213,11 +223,24 @@ class TorchRuntime:
 
     # ---- driver helpers ---------------------------------------------------------------
     def wait(self, timeout: float | None = None) -> list[Completion]:
-        """Block until at least one completion arrived (or ``timeout``), then poll."""
-        return self.outbox.take(timeout)
+        """Block until at least one completion arrived (or ``timeout``), then poll. With
+        ``timeout`` None, also return ([]) once everything queued has finished: nothing more
+        can arrive (lane callbacks post before their event is done)."""
+        if timeout is not None:
+            return self.outbox.take(timeout)
+        fence = self.lanes.fence()
+        while True:
+            got = self.outbox.take(0.05)
+            if got or all(ev.is_done() for ev in fence):
+                return got + self.outbox.take(0.0)
 
     def now(self) -> float:
         return self.lanes.clock.now()
+
+    def l3_faults(self) -> dict[str, int]:
+        """The L3 fault counters (``gpu_backend.l3.faults.COUNTERS``); {} without an L3."""
+        faults = getattr(self.l3, "faults", None)
+        return faults.as_dict() if faults is not None else {}
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until everything queued so far has finished."""
@@ -251,18 +274,45 @@ class TorchRuntime:
             raise ValueError(f"{what}: expected a {tier} 'full' extent, got {ext.tier}/{ext.pool}")
         self._alloc(tier).check_allocated(ext.pages(), what)
 
+    @staticmethod
+    def _released(row: Any, rel: Release) -> list[int]:
+        keep = {p for e in rel.kept() for p in e.pages()}
+        return [p for p in row.owned if p not in keep]
+
     def _validate(self, plan: BatchPlan) -> None:
-        """Every handle of the plan, before anything changes."""
+        """Every handle, free, release and the capacity of the plan, before anything
+        changes (prepare is atomic). Raises StaleHandleError, CapacityError or ValueError."""
         for ext in plan.frees:
             check_generation(ext, self.runtime_id, self.generation, "free")
             self._check(ext, ext.tier, "free")
+        released: dict[int, list[int]] = {}
         for rel in plan.releases:
-            self.table.get(rel.request)
-            if rel.keep is not None:
-                self._check(rel.keep, Tier.DEVICE, "release.keep")
+            row = self.table.get(rel.request)
+            for keep in rel.kept():
+                self._check(keep, Tier.DEVICE, "release.keep")
+                if not set(keep.pages()) <= set(row.pages):
+                    raise ValueError(f"release of rid {row.rid} keeps pages it does not hold")
+            if rel.request.slot_id in released:
+                raise ValueError(f"batch {plan.batch_id} releases rid {row.rid} twice")
+            released[rel.request.slot_id] = self._released(row, rel)
+        self._check_frees_once(plan, released)
+        rows = 0
         for s in plan.slices:
             if s.request is not None:
-                self.table.get(s.request)
+                row = self.table.get(s.request)
+                if s.attach or s.loads:
+                    raise ValueError(f"rid {s.rid}: attach/loads only on the first slice")
+                if s.request.slot_id in released:
+                    raise ValueError(f"batch {plan.batch_id} both releases and continues "
+                                     f"rid {s.rid}")
+                tokens = row.tokens
+            else:
+                rows += 1
+                tokens = (sum(e.num_pages for e in s.attach)
+                          + sum(ld.src.num_pages for ld in s.loads)) * self.page_size
+            if tokens != s.context_tokens or s.new_tokens <= 0:
+                raise ValueError(f"rid {s.rid}: row holds {tokens} tokens, slice says "
+                                 f"context {s.context_tokens} + new {s.new_tokens}")
             for ext in s.attach:
                 self._check(ext, Tier.DEVICE, f"rid {s.rid} attach")
             for load in s.loads:
@@ -276,6 +326,42 @@ class TorchRuntime:
                                  f"{st.src.num_pages} pages")
         if (plan.stores or plan.prefetches) and self.l3 is None:
             raise ValueError("plan has stores or prefetches but the runtime has no l3")
+        self._check_capacity(plan, released, rows)
+
+    def _check_frees_once(self, plan: BatchPlan, released: dict[int, list[int]]) -> None:
+        reads = {Tier.DEVICE: {p for b in plan.backups for p in b.src.pages()},
+                 Tier.HOST: {p for s in plan.stores for p in s.src.pages()}}
+        seen: dict[Tier, set[int]] = {Tier.DEVICE: set(), Tier.HOST: set()}
+        for tier, pages in [*((e.tier, list(e.pages())) for e in plan.frees),
+                            *((Tier.DEVICE, pages) for pages in released.values())]:
+            if reads[tier].intersection(pages):
+                raise ValueError("plan frees pages that its own backups or stores read")
+            if seen[tier].intersection(pages) or len(set(pages)) != len(pages):
+                raise ValueError(f"batch {plan.batch_id} frees a {tier.value} page twice")
+            seen[tier].update(pages)
+
+    def _check_capacity(self, plan: BatchPlan, released: dict[int, list[int]],
+                        rows: int) -> None:
+        dev = 0
+        for s in plan.slices:
+            have = (len(self.table.get(s.request).pages) if s.request is not None else
+                    sum(e.num_pages for e in s.attach))
+            loads = sum(ld.src.num_pages for ld in s.loads)
+            dev += loads + max(0, -(-(s.context_tokens + s.new_tokens) // self.page_size)
+                               - have - loads)
+        host = sum(b.src.num_pages for b in plan.backups) + sum(
+            p.max_pages for p in plan.prefetches)
+        back = {t: sum(e.num_pages for e in plan.frees if e.tier is t) for t in Tier}
+        back[Tier.DEVICE] += sum(len(p) for p in released.values())
+        for tier, need, alloc in ((Tier.DEVICE, dev, self.dev_alloc),
+                                  (Tier.HOST, host, self.host_alloc)):
+            free = alloc.num_free + back[tier]
+            if need > free:
+                raise CapacityError(f"batch {plan.batch_id} needs {need} {tier.value} pages "
+                                    f"of pool 'full', {free} free (not accounted for)")
+        slots = self.table.free_slots + len(released)
+        if rows > slots:
+            raise CapacityError(f"batch {plan.batch_id} opens {rows} request rows, {slots} free")
 
     def _open_slices(self, plan: BatchPlan, prep: _Prepared
                      ) -> tuple[list[PreparedSlice], list[int], list[int]]:
@@ -295,12 +381,7 @@ class TorchRuntime:
                     loaded.append(self._extent(Tier.DEVICE, dev_pages))
                 row.tokens = len(row.pages) * self.page_size
             else:
-                if s.attach or s.loads:
-                    raise ValueError(f"rid {s.rid}: attach/loads only on the first slice")
                 handle, row = s.request, self.table.get(s.request)
-            if row.tokens != s.context_tokens or s.new_tokens <= 0:
-                raise ValueError(f"rid {s.rid}: row holds {row.tokens} tokens, slice says "
-                                 f"context {s.context_tokens} + new {s.new_tokens}")
             total = s.context_tokens + s.new_tokens
             need = -(-total // self.page_size) - len(row.pages)
             if need > 0:
@@ -396,3 +477,13 @@ class TorchRuntime:
 
 def _transfer(job: int, kind: TransferKind, end: float, **kw: Any) -> TransferCompletion:
     return TransferCompletion(job, kind, end, **kw)
+
+
+def _guarded(l3: L3Store | None, policy: RetryPolicy | None, page_bytes: int
+             ) -> L3Store | None:
+    """``l3`` behind checksums and deadlines, unless it already is (or there is none)."""
+    if l3 is None or getattr(l3, "faults", None) is not None:
+        return l3
+    from gpu_backend.l3 import guard
+
+    return guard(l3, policy, page_bytes)

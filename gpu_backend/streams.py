@@ -13,10 +13,17 @@ On CUDA ``fn`` runs in the submitting thread inside ``torch.cuda.stream(lane.str
 (it *enqueues* work); a watcher thread per lane synchronizes the end events in order.
 On CPU ``fn`` runs on the lane's worker thread (torch releases the GIL in copies and
 matmuls, so lanes overlap for real).
+No wait is unbounded: an op whose ``wait_for`` event is not done after ``wait_timeout_s``
+fails with a TimeoutError naming both lanes (host lanes; on CUDA the submitter raises it),
+and ``close`` gives up on a lane busy past that time. The only untimed waits left are a
+worker idle on its own queue (it has nothing to wait *for*; ``close`` wakes it) and the
+CUDA watcher's ``synchronize`` on an event already queued on the device (the driver's
+stall timer bounds it; a device that never completes is not a case to recover from).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import queue
 import threading
@@ -27,6 +34,8 @@ from typing import Any
 import torch
 
 Callback = Callable[["LaneEvent"], None]
+log = logging.getLogger(__name__)
+WAIT_TIMEOUT_S = 120.0  # default bound of every wait on another op (the driver's stall timer)
 
 
 class Clock:
@@ -77,9 +86,10 @@ class LaneEvent:
 class Lane:
     """Base class: a FIFO of ops with a ``last`` event (the lane's fence)."""
 
-    def __init__(self, name: str, clock: Clock) -> None:
+    def __init__(self, name: str, clock: Clock, wait_timeout_s: float = WAIT_TIMEOUT_S) -> None:
         self.name = name
         self.clock = clock
+        self.wait_timeout_s = wait_timeout_s
         self.last: LaneEvent | None = None
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=f"lane-{name}", daemon=True)
@@ -91,10 +101,17 @@ class Lane:
 
     def close(self) -> None:
         self._q.put(None)
-        self._thread.join()
+        self._thread.join(self.wait_timeout_s)
+        if self._thread.is_alive():
+            log.warning("lane %r still busy %.3g s after close(); its daemon thread is "
+                        "abandoned", self.name, self.wait_timeout_s)
 
     def _loop(self) -> None:
         raise NotImplementedError
+
+    def _wait_error(self, w: LaneEvent) -> TimeoutError:
+        return TimeoutError(f"lane {self.name!r}: an op waited {self.wait_timeout_s:.3g} s "
+                            f"for an op on lane {w.lane!r} that did not complete")
 
 
 class HostLane(Lane):
@@ -110,10 +127,11 @@ class HostLane(Lane):
     def _loop(self) -> None:
         while (item := self._q.get()) is not None:
             fn, waits, ev, callbacks = item
-            for w in waits:
-                w.wait()
+            late = next((w for w in waits if not w.wait(self.wait_timeout_s)), None)
             start = self.clock.now()
             try:
+                if late is not None:
+                    raise self._wait_error(late)
                 fn()
             except BaseException as e:  # noqa: BLE001 - surfaced by the runtime's poll
                 ev.error = e
@@ -123,9 +141,10 @@ class HostLane(Lane):
 class CudaLane(Lane):
     """A CUDA stream; ``fn`` enqueues on it between two timing events."""
 
-    def __init__(self, name: str, clock: Clock, priority: int = 0) -> None:
+    def __init__(self, name: str, clock: Clock, priority: int = 0,
+                 wait_timeout_s: float = WAIT_TIMEOUT_S) -> None:
         self.stream = torch.cuda.Stream(priority=priority)
-        super().__init__(name, clock)
+        super().__init__(name, clock, wait_timeout_s)
 
     def submit(self, fn: Callable[[], Any], wait_for: Sequence[LaneEvent | None] = (),
                on_done: Sequence[Callback] = ()) -> LaneEvent:
@@ -136,8 +155,8 @@ class CudaLane(Lane):
                     continue
                 if w.cuda_event is not None:
                     self.stream.wait_event(w.cuda_event)
-                else:
-                    w.wait()  # produced by a host lane: block until its data is there
+                elif not w.wait(self.wait_timeout_s):  # a host lane's: block until it is done
+                    raise self._wait_error(w)
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record(self.stream)
@@ -159,12 +178,18 @@ class CudaLane(Lane):
 
 
 LANES = ("compute", "h2d", "d2h", "l3")
+DEVICE_LANES = ("compute", "h2d", "d2h")  # the lanes that touch device (L1) pages
+HOST_LANES = ("h2d", "d2h", "l3")  # the lanes that touch host (L2) pages
 
 
 class Lanes:
     """compute, h2d, d2h (CUDA streams on CUDA, else threads) and l3 (always a thread)."""
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, wait_timeout_s: float = WAIT_TIMEOUT_S) -> None:
+        if not (wait_timeout_s > 0 and math.isfinite(wait_timeout_s)):
+            raise ValueError(f"wait_timeout_s must be a positive finite number of seconds, "
+                             f"got {wait_timeout_s!r}")
+        self.wait_timeout_s = wait_timeout_s
         self.cuda = device.startswith("cuda")
         if self.cuda and not torch.cuda.is_available():
             raise RuntimeError("device='cuda' but torch.cuda.is_available() is False")
@@ -173,19 +198,23 @@ class Lanes:
         for name in LANES:
             if self.cuda and name != "l3":
                 prio = -1 if name == "compute" else 0
-                self.lanes[name] = CudaLane(name, self.clock, priority=prio)
+                self.lanes[name] = CudaLane(name, self.clock, prio, wait_timeout_s)
             else:
-                self.lanes[name] = HostLane(name, self.clock)
+                self.lanes[name] = HostLane(name, self.clock, wait_timeout_s)
 
     def __getitem__(self, name: str) -> Lane:
         return self.lanes[name]
 
-    def fence(self) -> list[LaneEvent]:
-        """The last op of every lane: once all are done, everything queued so far is."""
-        return [lane.last for lane in self.lanes.values() if lane.last is not None]
+    def fence(self, names: Sequence[str] = LANES) -> list[LaneEvent]:
+        """The last op of the ``names`` lanes (default: all): once all are done,
+        everything queued on them so far is."""
+        return [lane.last for n in names if (lane := self.lanes[n]).last is not None]
 
     def drain(self, timeout: float | None = None) -> bool:
-        return all(ev.wait(timeout) for ev in self.fence())
+        """Wait for everything queued so far, at most ``timeout`` (default: the lanes'
+        wait_timeout_s) in all; False if something was still running then."""
+        deadline = time.monotonic() + (self.wait_timeout_s if timeout is None else timeout)
+        return all(ev.wait(max(0.0, deadline - time.monotonic())) for ev in self.fence())
 
     def close(self) -> None:
         for lane in self.lanes.values():

@@ -1,23 +1,25 @@
 """HiCache configuration, named after SGLang's server flags (docs/SOURCES.md §2).
 
-Invariant: a :class:`CacheConfig` that exists is valid: it is a frozen pydantic dataclass,
-so every field is type-, range- and finiteness-checked on construction (``1e6`` is read as
-an integer where one is needed; ``True``, ``"32"`` and NaN are refused).
-:meth:`CacheConfig.from_mapping` names the source (file, section) and the key in every
-:class:`ConfigError`, with a closest-name suggestion for unknown keys.
+Invariant: a :class:`CacheConfig` that exists is valid: it is a frozen standard dataclass
+whose fields carry their constraints (:mod:`hicache.schema.types`), checked on every
+construction without a validation library (``1e6`` is read as an integer where one is
+needed; ``True``, ``"32"`` and NaN are refused). :meth:`CacheConfig.from_mapping` validates
+user input with pydantic (imported then) and names the source (file, section) and the key
+in every :class:`ConfigError`, with a closest-name suggestion for unknown keys.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, WithJsonSchema
-from pydantic.dataclasses import dataclass
-
+from hicache.schema.adapters import SchemaErrors, json_schema, validate
+from hicache.schema.constraints import JsonSchema, Parse
 from hicache.schema.errors import format_errors
+from hicache.schema.plain import Plain, build, field_types
 from hicache.schema.types import Bool, NonNegFloat, NonNegInt, PosInt, Str, float_, int_
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
@@ -27,7 +29,8 @@ STORAGE_BACKENDS = (None, "mooncake", "file")
 PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
 EVICTION_POLICIES = ("lru", "lfu", "fifo", "mru", "filo", "priority", "slru")
 MOONCAKE_PROTOCOLS = ("tcp", "rdma")
-DERIVED_KEYS = {"write_through_threshold": "it is derived from hicache_write_policy"}
+DERIVED_KEYS = {"write_through_threshold": "it is derived from hicache_write_policy "
+                                           "(hicache.tiers.write_policy)"}
 EXTRA_KEY = "hicache_storage_backend_extra_config"
 
 
@@ -41,19 +44,18 @@ class ConfigError(ValueError):
         super().__init__(f"{source}: {key}: {problem}")
 
 
-def _split(err: ValidationError, root: Any) -> tuple[str, str]:
+def _split(err: SchemaErrors, root: Any) -> tuple[str, str]:
     """(dotted key, problem) of the first error."""
     line = format_errors(err, source="", root=root)[0].removeprefix(": ")
     key, _, problem = line.partition(": ")
     return key, problem
 
 
-class StorageExtraConfig(BaseModel):
+@dataclass(frozen=True)
+class StorageExtraConfig(Plain):
     """``--hicache-storage-backend-extra-config``: the keys that drive the L3 prefetch (with
     defaults) and the Mooncake store keys of SGLang's mooncake_store README (accepted
     whatever the backend, so a variant can switch the backend off without editing them)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     prefetch_threshold: NonNegInt = 256  # tokens not in L1/L2 needed before L3 is queried
     prefetch_timeout_base: NonNegFloat = 2.0  # seconds
@@ -67,15 +69,18 @@ class StorageExtraConfig(BaseModel):
     global_segment_size: NonNegInt | None = None
     local_buffer_size: NonNegInt | None = None
 
+    def as_dict(self) -> dict[str, Any]:
+        """The keys that are set (None-valued Mooncake keys left out)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
-PREFETCH_EXTRA_DEFAULTS: dict[str, Any] = StorageExtraConfig().model_dump(exclude_none=True)
-MOONCAKE_EXTRA_KEYS = tuple(k for k in StorageExtraConfig.model_fields
+
+PREFETCH_EXTRA_DEFAULTS: dict[str, Any] = StorageExtraConfig().as_dict()
+MOONCAKE_EXTRA_KEYS = tuple(k for k in field_types(StorageExtraConfig)
                             if k not in PREFETCH_EXTRA_DEFAULTS)
 
 
-def parse_extra_config(raw: Any, source: str) -> dict[str, Any]:
-    """Validate the storage extra config (a dict or a JSON object string); fill prefetch
-    defaults. Unknown keys raise (a typo would otherwise silently keep a default)."""
+def _extra_mapping(raw: Any, source: str) -> Mapping[str, Any]:
+    """The extra config as a mapping (a dict, a JSON object string or None)."""
     if raw is None:
         raw = {}
     if isinstance(raw, str):
@@ -86,31 +91,57 @@ def parse_extra_config(raw: Any, source: str) -> dict[str, Any]:
                               ) from None
     if not isinstance(raw, Mapping):
         raise ConfigError(source, EXTRA_KEY, f"expected a mapping or a JSON object, got {raw!r}")
+    return {str(k): v for k, v in raw.items()}
+
+
+def parse_extra_config(raw: Any, source: str) -> dict[str, Any]:
+    """Validate the storage extra config (a dict or a JSON object string) with pydantic;
+    fill prefetch defaults. Unknown keys raise (a typo would otherwise silently keep a
+    default)."""
+    mapping = _extra_mapping(raw, source)
     try:
-        extra = StorageExtraConfig.model_validate({str(k): v for k, v in raw.items()})
-    except ValidationError as e:
+        extra = validate(StorageExtraConfig, mapping)
+    except SchemaErrors as e:
         key, problem = _split(e, StorageExtraConfig)
         raise ConfigError(source, f"{EXTRA_KEY}.{key}", problem) from None
-    return extra.model_dump(exclude_none=True)
+    return extra.as_dict()
 
 
-def _extra(v: Any) -> dict[str, Any]:
+def _under_extra_key(fn: Any, v: Any) -> dict[str, Any]:
     try:
-        return parse_extra_config(v, "")
-    except ConfigError as e:  # pydantic puts it under hicache_storage_backend_extra_config
+        return fn(v, "")
+    except ConfigError as e:  # reported under hicache_storage_backend_extra_config
         raise ValueError(f"{e.key.removeprefix(EXTRA_KEY + '.')}: {e.problem}"
                          if e.key != EXTRA_KEY else e.problem) from None
 
 
+def _extra_plain(raw: Any, source: str) -> dict[str, Any]:
+    """:func:`parse_extra_config` without pydantic (plain construction)."""
+    mapping = _extra_mapping(raw, source)
+    try:
+        return build(StorageExtraConfig, mapping).as_dict()
+    except ValueError as e:
+        key, _, problem = str(e).partition(": ")
+        if key == "StorageExtraConfig":
+            raise ConfigError(source, EXTRA_KEY, problem) from None
+        raise ConfigError(source, f"{EXTRA_KEY}.{key}", problem) from None
+
+
+def _extra_schema() -> dict[str, Any]:
+    return {"anyOf": [json_schema(StorageExtraConfig),
+                      {"type": "string", "description": "a JSON object"}]}
+
+
 ExtraConfig = Annotated[
-    dict[str, Any], BeforeValidator(_extra),
-    WithJsonSchema({"anyOf": [StorageExtraConfig.model_json_schema(),
-                              {"type": "string", "description": "a JSON object"}]}),
+    dict[str, Any],
+    Parse(lambda v: _under_extra_key(_extra_plain, v),
+          edge=lambda v: _under_extra_key(parse_extra_config, v)),
+    JsonSchema(_extra_schema),
 ]
 
 
-@dataclass(frozen=True, config=ConfigDict(extra="forbid"))
-class CacheConfig:
+@dataclass(frozen=True)
+class CacheConfig(Plain):
     """One replica's cache settings. ``device_tokens`` (L1 capacity) is our addition: SGLang
     derives it from free GPU memory. ``hicache_size`` is GB per rank, 0 = use the ratio."""
 
@@ -136,6 +167,7 @@ class CacheConfig:
     prefetch_batch_pages: PosInt = 128
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.hicache_buffer_only and self.hicache_storage_backend is None:
             raise ValueError("hicache_buffer_only: needs hicache_storage_backend (mooncake or "
                              "file): host memory only stages transfers to and from L3")
@@ -150,7 +182,8 @@ class CacheConfig:
     @classmethod
     def from_mapping(cls, d: Mapping[str, Any] | None, *, source: str = "<mapping>"
                      ) -> CacheConfig:
-        """Build from a plain mapping (a scenario's ``cache`` section); errors name ``source``."""
+        """Validate a plain mapping (a scenario's ``cache`` section) with pydantic; errors name
+        ``source``."""
         d = {} if d is None else d
         if not isinstance(d, Mapping):
             raise ConfigError(source, "cache", f"expected a mapping, got {type(d).__name__}")
@@ -158,17 +191,12 @@ class CacheConfig:
             if k in DERIVED_KEYS:
                 raise ConfigError(source, str(k), f"cannot be set: {DERIVED_KEYS[k]}")
         try:
-            return cls(**{str(k): v for k, v in d.items()})
-        except ValidationError as e:
+            return validate(cls, {str(k): v for k, v in d.items()})
+        except SchemaErrors as e:
             key, problem = _split(e, cls)
             raise ConfigError(source, key, problem) from None
 
     # ---- derived values -------------------------------------------------------------------
-    @property
-    def write_through_threshold(self) -> int:
-        """Hits before an L1 node is backed up to L2: 1 for write_through, else 2 (as SGLang)."""
-        return 1 if self.hicache_write_policy == "write_through" else 2
-
     @property
     def effective_mem_layout(self) -> str:
         """SGLang switches page_first to layer_first under the direct IO backend."""

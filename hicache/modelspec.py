@@ -1,6 +1,7 @@
 """One model specification for both runtimes: layer shapes, per-layer kinds, KV bytes.
 
-Invariant: a :class:`ModelSpec` is frozen and valid (a pydantic dataclass): heads split
+Invariant: a :class:`ModelSpec` is frozen and valid (a plain dataclass checked on
+construction, :mod:`hicache.schema.plain`; presets are validated with pydantic): heads split
 evenly over the tensor-parallel ranks (KV heads are replicated when there are fewer of
 them than ranks, so ``tensor_parallel % num_kv_heads == 0`` then), and ``layers`` holds one
 kind per layer. Byte counts are per rank: KV bytes per token per full/swa layer =
@@ -11,14 +12,15 @@ per-token KV, only ``mamba_state_bytes`` of recurrent state per request.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, ConfigDict, ValidationError
-from pydantic.dataclasses import dataclass
-
 from hicache.presets import find_preset
+from hicache.schema.adapters import SchemaErrors, validate
+from hicache.schema.constraints import Parse
 from hicache.schema.errors import InputError, format_errors
+from hicache.schema.plain import Plain
 from hicache.schema.types import NonEmptyStr, NonNegInt, PosInt, int_
 from hicache.schema.yamlio import read_yaml
 
@@ -31,8 +33,8 @@ def _kinds(v: Any) -> Any:
     return (v,) if isinstance(v, str) else v  # "full" -> one kind for every layer
 
 
-@dataclass(frozen=True, kw_only=True, config=ConfigDict(extra="forbid", validate_default=True))
-class ModelSpec:
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec(Plain):
     """A decoder-only model as a model preset describes it (``scenarios/models/*.yaml``)."""
 
     name: NonEmptyStr = "unnamed"
@@ -45,12 +47,15 @@ class ModelSpec:
     dtype_bytes: int_(ge=1, le=8) = 2
     tensor_parallel: int_(ge=1, le=1 << 16) = 1
     # one kind per layer, or one kind for all ("full"); () means all full
-    layers: Annotated[tuple[Kind, ...], BeforeValidator(_kinds)] = ()
+    layers: Annotated[tuple[Kind, ...], Parse(_kinds)] = ()
     sliding_window: PosInt = 4096  # tokens seen by each swa layer
     mamba_state_bytes: NonNegInt = 0  # recurrent state per mamba layer per request
     vocab_size: NonNegInt = 0  # the LM head's width (split over tp ranks); 0: no LM head
 
+    __pydantic_config__ = {"extra": "forbid", "validate_default": True}
+
     def __post_init__(self) -> None:
+        super().__post_init__()
         tp, kv = self.tensor_parallel, self.num_kv_heads
         if self.num_heads % tp:
             raise ValueError(f"num_heads: {self.num_heads} does not split over "
@@ -139,13 +144,14 @@ class ModelSpec:
     def from_mapping(cls, m: Mapping[str, Any], *, source: str = "<model>",
                      lines: Mapping[tuple, int] | None = None,
                      prefix: tuple = ()) -> ModelSpec:
-        """Validate a preset mapping; an :class:`InputError` names ``source``, line and key."""
+        """Validate a preset mapping with pydantic; an :class:`InputError` names ``source``,
+        line and key."""
         if not isinstance(m, Mapping):
             raise InputError(f"{source}: {'.'.join(map(str, prefix)) or 'model'}: expected a "
                              f"mapping of model keys, got {type(m).__name__}")
         try:
-            return cls(**{str(k): v for k, v in m.items()})
-        except ValidationError as e:
+            return validate(cls, {str(k): v for k, v in m.items()})
+        except SchemaErrors as e:
             raise InputError("\n".join(format_errors(e, source=source, root=cls,
                                                      lines=lines, prefix=prefix))) from None
 

@@ -12,10 +12,10 @@ to the least loaded. The router reads a replica only through :class:`ReplicaView
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, model_validator
-
+from hicache.schema.plain import Plain
 from hicache.schema.types import NonNegInt, float_
 from hicache.tree.radix import page_keys
 from hicache.workload.request import Request
@@ -23,26 +23,36 @@ from hicache.workload.request import Request
 ROUTERS = ("round_robin", "cache_aware")
 
 
-class RouterConfig(BaseModel):
+def _from_name(v: Any) -> Any:
+    if isinstance(v, str):
+        return {"policy": v}
+    if v is not None and not isinstance(v, dict | RouterConfig):
+        raise ValueError(f"expected a policy name ({', '.join(ROUTERS)}) or a mapping "
+                         f"with key policy, got {v!r}")
+    return v
+
+
+@dataclass(frozen=True)
+class RouterConfig(Plain):
     """The scenario's ``router``: a policy name, or a mapping with ``policy`` and the
     cache-aware thresholds (hicache-lab's defaults)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     policy: Literal[ROUTERS] = "round_robin"
     cache_threshold: float_(ge=0.0, le=1.0) = 0.5
     balance_abs_threshold: NonNegInt = 32
     balance_rel_threshold: float_(ge=1.0) = 1.5
 
-    @model_validator(mode="before")
+    # where pydantic validates a RouterConfig (the input edge), a policy name stands for
+    # {"policy": name}; the JSON Schema says so
     @classmethod
-    def _from_name(cls, v: Any) -> Any:
-        if isinstance(v, str):
-            return {"policy": v}
-        if v is not None and not isinstance(v, dict):
-            raise ValueError(f"expected a policy name ({', '.join(ROUTERS)}) or a mapping "
-                             f"with key policy, got {v!r}")
-        return v
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema as cs
+
+        return cs.no_info_before_validator_function(_from_name, handler(source))
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> Any:
+        return {"anyOf": [{"enum": list(ROUTERS)}, handler(core_schema)]}
 
 
 class ReplicaView(Protocol):

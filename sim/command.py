@@ -138,7 +138,9 @@ def run(args: argparse.Namespace) -> int:
                        "argv": sys.argv[1:], "variants": safe_names(summaries)})
     print(text)
     print(f"-> {out}")
-    return _baselines(args, sc.name, summaries)
+    drift = _baselines(args, sc.name, summaries)
+    incomplete = sum(s.get("n_unfinished", 0) for s in summaries.values())
+    return 1 if drift or incomplete else 0  # requests that did not finish: never exit 0
 
 
 def simulate_variants(variants: list[tuple[str, Scenario]], root: Path, source: str,
@@ -161,7 +163,30 @@ def simulate_variants(variants: list[tuple[str, Scenario]], root: Path, source: 
         s = summaries[name]
         print(f"[{name}] {s['n_finished']}/{res.requests} requests finished, "
               f"{s['sim_time_s']:.1f} s simulated in {wall:.1f} s wall")
+        report_liveness(name, res)
     return summaries, requests
+
+
+def report_liveness(name: str, res: Any) -> None:
+    """Name rejected requests (stdout) and unfinished ones (stderr)."""
+    by_code: dict[str, list[tuple[int, str]]] = {}
+    for rid, reason in sorted(res.rejected.items()):
+        by_code.setdefault(reason.split(":", 1)[0], []).append((rid, reason))
+    for code, items in by_code.items():
+        rids = [rid for rid, _ in items]
+        print(f"[{name}] {len(rids)} request(s) rejected, {code} (rid {_rids(rids)}); "
+              f"first: rid {items[0][0]} {items[0][1].split(':', 1)[-1].strip()}")
+    whys: dict[str, list[int]] = {}
+    for rid, why in sorted(res.unfinished.items()):
+        whys.setdefault(why, []).append(rid)
+    for why, rids in whys.items():
+        print(f"[{name}] ERROR: {len(rids)} request(s) did not finish (rid {_rids(rids)}): "
+              f"{why}", file=sys.stderr)
+
+
+def _rids(rids: list[int], show: int = 8) -> str:
+    head = ", ".join(map(str, rids[:show]))
+    return head + (f", ... {len(rids) - show} more" if len(rids) > show else "")
 
 
 def write_run_files(root: Path, sc: Scenario, summaries: dict[str, dict], requests: dict,

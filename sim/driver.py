@@ -8,6 +8,10 @@ The scheduler is the same object the torch backend's driver uses; this file only
 messages and time. Replicas have their own L1/L2 (runtime + scheduler) and may share one L3.
 The driver receives a validated :class:`hicache.scenario.Scenario` (a mapping is validated
 on entry); routing is :mod:`hicache.routing`'s policy.
+
+Liveness: when SimPy runs out of events while requests are neither finished nor rejected,
+nothing can ever make progress (a stall): the result names each such request and why
+(``SimResult.unfinished``, ``SimResult.stall``) instead of looking like a short run.
 """
 
 from __future__ import annotations
@@ -44,10 +48,17 @@ class SimResult:
     name: str
     replicas: list[Replica]
     records: list[dict]
-    decisions: list[tuple]
+    decisions: list[tuple]  # (replica, kind, *fields): Decision.row() per replica
     sim_time: float
     requests: int
     extra: dict[str, Any] = field(default_factory=dict)
+    unfinished: dict[int, str] = field(default_factory=dict)  # rid -> why it did not finish
+    stall: str | None = None  # the diagnosis when the run stalled
+
+    @property
+    def rejected(self) -> dict[int, str]:
+        """rid -> reason, for requests refused on arrival."""
+        return {r["rid"]: r["rejected"] for r in self.records if r.get("rejected")}
 
 
 def _l3(env: simpy.Environment, cache: CacheConfig, hw: HardwareProfile) -> L3Store | None:
@@ -130,10 +141,22 @@ def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<sc
     env.run(until=sc.run.max_sim_time)
     records = [r for rep in replicas for r in rep.scheduler.records()]
     records.sort(key=lambda r: r["rid"])
-    decisions = [(i, *dec) for i, rep in enumerate(replicas) for dec in rep.scheduler.decisions]
+    decisions = [(i, *dec.row()) for i, rep in enumerate(replicas)
+                 for dec in rep.scheduler.decisions]
     if bar is not None:
         bar.close()
-    return SimResult(name, replicas, records, decisions, env.now, feed.issued)
+    res = SimResult(name, replicas, records, decisions, env.now, feed.issued)
+    open_ = [r["rid"] for r in records if r["finish"] is None and not r.get("rejected")]
+    if open_:
+        limit = sc.run.max_sim_time
+        if limit is not None and env.now >= limit:
+            why = f"run.max_sim_time ({limit:g} s) reached first"
+        else:
+            res.stall = "; ".join(f"replica {i}: {rep.scheduler.diagnose()}"
+                                  for i, rep in enumerate(replicas) if not rep.scheduler.idle)
+            why = f"stalled: nothing could make progress ({res.stall})"
+        res.unfinished = dict.fromkeys(open_, why)
+    return res
 
 
 class _Feed:
@@ -156,7 +179,8 @@ class _Feed:
         if reqs and not self.more.triggered:
             self.more.succeed()
 
-    def finished(self, rid: int, now: float) -> None:
+    def ended(self, rid: int, now: float) -> None:
+        """A request finished or was rejected: the workload may issue follow-ups."""
         self.done += 1
         self.push(self.workload.on_finished(rid, now))
         if self.show is not None:
@@ -186,23 +210,23 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed):  # noqa
     cpu = rt.profile.scheduler_step_s
     while True:
         arrivals, feed.inbox[i] = feed.inbox[i], []
-        plans = sched.step(env.now, arrivals, rt.poll())
+        step = sched.step(env.now, arrivals, rt.poll())
         while True:
-            for rid in sched.just_finished:
-                feed.finished(rid, env.now)
-            if not plans:
+            for rid in step.ended:
+                feed.ended(rid, env.now)
+            if not step.plans:
                 break
             if cpu > 0:  # driver-thread time: in line with the runtime calls' (sim.host)
                 yield rt.host_lane.run(cpu)
-            for plan in plans:
+            for plan in step.plans:
                 handle = rt.prepare_batch(plan)
                 sched.prepared(handle)
                 rt.execute_batch(handle)
-            plans = sched.step(env.now)
+            step = sched.step(env.now)
         if feed.inbox[i]:
             continue
         feed.kick[i] = env.event()
-        waits = [rt.wakeup(), feed.kick[i]]
+        waits = [rt.completion_event(), feed.kick[i]]
         deadline = sched.next_deadline(env.now)
         if deadline is not None:
             waits.append(env.timeout(deadline - env.now))

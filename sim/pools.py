@@ -14,11 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hicache.runtime.handles import Tier
+from hicache.runtime.interface import CapacityError  # one type for every runtime
 from hicache.runtime.page_ids import PageIds
 
-
-class CapacityError(RuntimeError):
-    """An allocation the control side did not account for (pool exhausted)."""
+__all__ = ["CapacityError", "PagePool", "TierPools"]
 
 
 class PagePool:
@@ -44,6 +43,7 @@ class PagePool:
         return self._ids.take(n) if n > 0 else []
 
     def free(self, pages: Iterable[int]) -> None:
+        """Free ``pages``, all or none: each must be allocated and listed once."""
         pages = list(pages)
         p = self._ids.bad(pages)
         if p is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +62,16 @@ def summary_of(result: SimResult, req: pd.DataFrame, tl: pd.DataFrame,
     s.update({"variant": result.name, "replicas": len(result.replicas),
               "sim_time_s": result.sim_time, "timeline_rows": len(tl),
               "h2d_bytes_accounted": sum(r.bytes_accounted["h2d"] for r in rt),
-              "d2h_bytes_accounted": sum(r.bytes_accounted["d2h"] for r in rt)})
+              "d2h_bytes_accounted": sum(r.bytes_accounted["d2h"] for r in rt),
+              "l3_write_bytes": sum(r.l3_bytes["write"] for r in rt),  # L2 -> L3 stores
+              "l3_read_bytes": sum(r.l3_bytes["read"] for r in rt),  # L3 -> L2 prefetches
+              # liveness: refused on arrival (by reason code), and never finished
+              "n_rejected": len(result.rejected),
+              "rejected_by_reason": dict(Counter(r.split(":", 1)[0]
+                                                 for r in result.rejected.values())),
+              "n_unfinished": len(result.unfinished)})
+    if result.stall:
+        s["stall"] = result.stall
     s.update(capacity_of(result))
     if wall is not None:
         s["wall_s"] = round(wall, 3)

@@ -12,6 +12,8 @@ requests, context, load bytes) for residual plots.
 
 from __future__ import annotations
 
+import math
+
 import simpy
 
 from hicache.runtime.handles import (
@@ -134,12 +136,12 @@ class SimRuntime:
     def prepare_batch(self, plan: BatchPlan) -> PreparedBatchHandle:
         if plan.batch_id in self._prepared:
             raise ValueError(f"batch {plan.batch_id} is already prepared")
-        validate.check_plan(self, plan)
+        validate.check_plan(self, plan)  # nothing changes before both checks pass
+        validate.check_capacity(self, plan)
         for ext in plan.frees:
             self.tier(ext.tier)[ext.pool].free(ext.pages())
         for rel in plan.releases:
             self._release(rel)
-        validate.check_capacity(self, plan)
         st = BatchState(plan, None, self.generation)  # type: ignore[arg-type]
         loads: list[tuple[str, list[int], list[int]]] = []  # (pool, src, dst)
         slices = tuple(self._prepare_slice(s, st, loads) for s in plan.slices)
@@ -170,9 +172,10 @@ class SimRuntime:
 
     def execute_batch(self, handle: PreparedBatchHandle) -> None:
         check_generation(handle, self.runtime_id, self.generation, "prepared batch")
-        st = self._prepared.pop(handle.batch_id, None)
-        if st is None or st.handle is not handle:
+        st = self._prepared.get(handle.batch_id)
+        if st is None or st.handle != handle:  # by value: a handle may cross a process
             raise ValueError(f"batch {handle.batch_id} was not prepared (or already executed)")
+        del self._prepared[handle.batch_id]
         ops_launched = self.model.num_layers + 1 if (st.prefills or st.decodes) else 1
         self.host_lane.execute(st, ops_launched, self.backup_calls(st))
         compute = self.streams["compute"].submit(lambda: ops.compute_op(self, st))
@@ -185,8 +188,19 @@ class SimRuntime:
         out, self._completions = self._completions, []
         return out
 
+    def wait(self, timeout: float | None = None) -> list[Completion]:
+        """Run the simulation until a completion arrives or ``timeout`` simulated seconds
+        pass (None: until nothing more is scheduled). For callers outside the SimPy loop;
+        a SimPy process yields :meth:`completion_event` instead."""
+        end = math.inf if timeout is None else self.env.now + max(0.0, timeout)
+        while not self._completions and self.env.peek() <= end and self.env.peek() < math.inf:
+            self.env.step()
+        if not self._completions and self.env.now < end < math.inf:
+            self.env.run(until=end)  # nothing came: the clock still reaches the timeout
+        return self.poll()
+
     # ---- driver and ops helpers -------------------------------------------------------
-    def wakeup(self) -> simpy.Event:
+    def completion_event(self) -> simpy.Event:
         """An event that fires when the next completion arrives (at once if one is queued)."""
         if self._completions:
             return self.env.event().succeed()

@@ -130,15 +130,27 @@ class StateKeeper:
         own = row.swa_own if keep.pool == "swa" else set(row.checkpoints)
         return keep.pool in ("swa", "mamba") and set(keep.pages()) <= own
 
+    def _released(self, row: StateRow, keep: Iterable[CacheExtentRef]
+                  ) -> dict[str, list[int]]:
+        kept = {(e.pool, p) for e in keep for p in e.pages()}
+        out: dict[str, list[int]] = {}
+        if self.window:
+            out["swa"] = sorted(p for p in row.swa_own if ("swa", p) not in kept)
+        if self.mamba:
+            slots = [p for p in row.checkpoints if ("mamba", p) not in kept]
+            out["mamba"] = ([row.slot] if row.slot is not None else []) + slots
+        return out
+
+    def releasable(self, slot_id: int, keep: Iterable[CacheExtentRef]) -> dict[str, int]:
+        """Pages/slots per state pool a Release of ``slot_id`` keeping ``keep`` would free."""
+        row = self.rows.get(slot_id)
+        if row is None:
+            return {}
+        return {pool: len(pages) for pool, pages in self._released(row, keep).items()}
+
     def release(self, slot_id: int, keep: Iterable[CacheExtentRef]) -> None:
         row = self.rows.pop(slot_id, None)
         if row is None:
             return
-        kept = {(e.pool, p) for e in keep for p in e.pages()}
-        if self.window:
-            self.device["swa"].free(sorted(p for p in row.swa_own if ("swa", p) not in kept))
-        if self.mamba:
-            slots = [p for p in row.checkpoints if ("mamba", p) not in kept]
-            if row.slot is not None:
-                slots.insert(0, row.slot)
-            self.device["mamba"].free(slots)
+        for pool, pages in self._released(row, keep).items():
+            self.device[pool].free(pages)

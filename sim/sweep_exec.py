@@ -56,10 +56,12 @@ def run_task(task: Task) -> tuple[dict[str, Any], float]:
                            "error": None}
     try:
         from hicache.report.frames import requests_frame
+        from hicache.scenario.resolved import load_resolved
         from sim.driver import simulate
         from sim.report import summary_of, timeline_of
 
-        res = simulate(task.scenario, name=task.variant, progress=False)
+        # validated when the tasks were made: rebuilt here without validating again
+        res = simulate(load_resolved(task.scenario), name=task.variant, progress=False)
         summary = summary_of(res, requests_frame(res.records), timeline_of(res))
         summary.pop("variant", None)
         row.update(summary)

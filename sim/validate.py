@@ -1,8 +1,9 @@
-"""Plan validation: stale handles, misplaced extents and capacity, checked before a
-prepare changes anything (frees and releases excepted: they apply first, by contract).
+"""Plan validation: stale handles, misplaced extents, double frees and capacity, all
+checked before a prepare changes anything (prepare is atomic).
 
 Invariant: a plan that passes :func:`check_plan` and :func:`check_capacity` can be placed
-without an allocation failing.
+without an allocation failing: capacity counts what the plan's frees and releases return
+(they apply first).
 """
 
 from __future__ import annotations
@@ -11,9 +12,14 @@ import math
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from hicache.runtime.handles import CacheExtentRef, RequestRuntimeHandle, Tier, check_generation
-from hicache.runtime.interface import BatchPlan, RequestSlice
-from sim.pools import CapacityError
+from hicache.runtime.handles import (
+    CacheExtentRef,
+    RequestRuntimeHandle,
+    StaleHandleError,
+    Tier,
+    check_generation,
+)
+from hicache.runtime.interface import BatchPlan, CapacityError, Release, RequestSlice
 from sim.rows import RequestRow
 
 if TYPE_CHECKING:
@@ -30,7 +36,8 @@ def row_of(rt: SimRuntime, handle: RequestRuntimeHandle, what: str) -> RequestRo
     check_generation(handle, rt.runtime_id, rt.generation, what)
     row = rt.rows.get(handle.slot_id)
     if row is None or row.handle != handle:
-        raise ValueError(f"{what}: request slot {handle.slot_id} is not open")
+        raise StaleHandleError(f"{what}: request slot {handle.slot_id} is not open (the "
+                               "handle outlived its release)")
     return row
 
 
@@ -64,6 +71,8 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> None:
     for ext in plan.frees:
         check_generation(ext, rt.runtime_id, rt.generation, "freed extent")
     released = {rel.request.slot_id for rel in plan.releases}
+    if len(released) != len(plan.releases):
+        raise ValueError(f"batch {plan.batch_id} releases a request twice")
     if any(s.request is not None and s.request.slot_id in released for s in plan.slices):
         raise ValueError(f"batch {plan.batch_id} both releases and continues a request")
     for rel in plan.releases:
@@ -75,6 +84,37 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> None:
             if not ok:
                 raise ValueError(f"release of request {row.rid}: keep holds pages the "
                                  "request did not allocate")
+    _check_frees(rt, plan)
+
+
+def _released_full(rt: SimRuntime, rel: Release) -> list[int]:
+    row = rt.rows[rel.request.slot_id]
+    keep = {p for e in rel.kept() if e.pool == "full" for p in e.pages()}
+    return [p for p in row.pages if p in row.own and p not in keep]
+
+
+def _check_frees(rt: SimRuntime, plan: BatchPlan) -> None:
+    """Every page the plan frees is allocated and freed once (frees and releases), and
+    none is read by the plan's own backups or stores."""
+    reads = {(b.src.tier, b.src.pool, p) for b in plan.backups for p in b.src.pages()} | {
+        (s.src.tier, s.src.pool, p) for s in plan.stores for p in s.src.pages()}
+    seen: set[tuple[Tier, str, int]] = set()
+    for what, tier, pool, pages in (
+            *((f"free of {e.num_pages} pages", e.tier, e.pool, e.pages()) for e in plan.frees),
+            *((f"release of request {rt.rows[r.request.slot_id].rid}", Tier.DEVICE, "full",
+               _released_full(rt, r)) for r in plan.releases)):
+        pages_pool = rt.tier(tier)[pool]
+        for p in pages:
+            if not pages_pool.is_allocated(p):
+                raise ValueError(f"{what}: {tier.value} page {p} of pool {pool!r} is not "
+                                 "allocated (freed before?)")
+            if (tier, pool, p) in reads:
+                raise ValueError(f"{what}: plan frees {tier.value} page {p} that its own "
+                                 "backups or stores read")
+            if (tier, pool, p) in seen:
+                raise ValueError(f"{what}: {tier.value} page {p} of pool {pool!r} is freed "
+                                 f"twice in batch {plan.batch_id}")
+            seen.add((tier, pool, p))
 
 
 def new_pages(rt: SimRuntime, s: RequestSlice, existing: int) -> int:
@@ -104,8 +144,16 @@ def check_capacity(rt: SimRuntime, plan: BatchPlan) -> None:
         need[(Tier.HOST, b.src.pool)] += b.src.num_pages
     for pf in plan.prefetches:
         need[(Tier.HOST, "full")] += pf.max_pages
+    back: Counter[tuple[Tier, str]] = Counter()  # what the frees and releases return first
+    for ext in plan.frees:
+        back[(ext.tier, ext.pool)] += ext.num_pages
+    for rel in plan.releases:
+        back[(Tier.DEVICE, "full")] += len(_released_full(rt, rel))
+        if rt.state.active:
+            for pool, n in rt.state.releasable(rel.request.slot_id, rel.kept()).items():
+                back[(Tier.DEVICE, pool)] += n
     for (tier, pool), n in need.items():
-        free = rt.tier(tier)[pool].free_count
+        free = rt.tier(tier)[pool].free_count + back[(tier, pool)]
         if n > free:
             raise CapacityError(f"batch {plan.batch_id} needs {n} {tier.value} pages of "
                                 f"pool {pool!r}, {free} free (not accounted for)")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 DESCRIPTION = """\
@@ -123,4 +124,17 @@ def run(args: argparse.Namespace) -> int:
     print(table(records))
     print(op_table(records))
     print(f"-> {out}")
-    return 0 if summary["decisions_equal"] else 1
+    incomplete = 0
+    for v, ms in zip(validations, mset.scenarios, strict=True):
+        sides = [("predicted", v.predicted.rejected, v.predicted.unfinished)]
+        sides += [(f"measured run{k}", r.info.get("rejected") or {},
+                   r.info.get("unfinished") or {}) for k, r in enumerate(ms.runs)]
+        for side, rejected, unfinished in sides:
+            if rejected:
+                print(f"[{ms.dir} {side}] {len(rejected)} request(s) rejected: "
+                      f"{sorted({str(r).split(':', 1)[0] for r in rejected.values()})}")
+            for rid, why in sorted(unfinished.items())[:8]:
+                print(f"[{ms.dir} {side}] ERROR: request {rid} did not finish: {why}",
+                      file=sys.stderr)
+            incomplete += len(unfinished)
+    return 0 if summary["decisions_equal"] and not incomplete else 1

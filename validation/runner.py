@@ -203,6 +203,7 @@ def validate_scenario(ms: MeasuredScenario, profile: str | Path | Mapping[str, A
                              "steps": len(ref.info.get("work_step_s") or [])},
         "duration_s": {"predicted": pred.sim_time, "measured": ref.info.get("wall_s")},
         "warnings": warnings,
+        "l3_faults": ref.info.get("l3_faults", {}),  # gpu_backend.l3.faults.COUNTERS
     }
     return Validation(ms.dir, pred, pred_tl, ref.timeline, pred_req, ref.requests, cmp, info,
                       same)

@@ -5,6 +5,10 @@ file, then hard-link into place, which fails if the key exists, so a stored valu
 rewritten); `used_bytes` never exceeds `capacity_bytes` through this client (writes that
 would exceed it are refused, nothing is evicted). A local directory is private to one
 machine, so this backend is not shared between replicas on different hosts.
+I/O errors are per key: a page that cannot be read or written (permissions, a read-only or
+removed directory, a directory in its place, EIO) fails alone and the call raises
+:class:`L3PartialError` with the other keys' answers; a missing file is a plain miss. A
+removed L3 directory is not recreated (it may be an unmounted volume).
 """
 
 from __future__ import annotations
@@ -12,9 +16,11 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from gpu_backend.l3.base import check_keys_values
+from gpu_backend.l3.base import L3PartialError, check_keys_values
 
 
 class FileL3:
@@ -51,23 +57,41 @@ class FileL3:
     def batch_exists(self, keys: list[str]) -> list[bool]:
         self._check_open()
         check_keys_values(keys)
-        return [self._path(k).is_file() for k in keys]
+        return _per_key("exists", keys, lambda k: self._path(k).is_file(), False)
 
     def batch_get(self, keys: list[str]) -> list[bytes | None]:
         self._check_open()
         check_keys_values(keys)
-        out: list[bytes | None] = []
-        for key in keys:
-            try:
-                out.append(self._path(key).read_bytes())
-            except FileNotFoundError:
-                out.append(None)
-        return out
+        return _per_key("get", keys, self._get_one, None)
+
+    def _get_one(self, key: str) -> bytes | None:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            return None
 
     def batch_set(self, keys: list[str], values: list[bytes]) -> list[bool]:
         self._check_open()
         check_keys_values(keys, values)
-        return [self._set_one(k, v) for k, v in zip(keys, values, strict=True)]
+        return _per_key("set", list(zip(keys, values, strict=True)),
+                        lambda kv: self._set_one(*kv), False)
+
+    def batch_remove(self, keys: list[str]) -> list[bool]:
+        """Delete each key's file; True where the key is absent afterwards."""
+        self._check_open()
+        check_keys_values(keys)
+        return _per_key("remove", keys, self._remove_one, False)
+
+    def _remove_one(self, key: str) -> bool:
+        path = self._path(key)
+        try:
+            size = path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:
+            return True
+        with self._lock:
+            self.used_bytes -= size
+        return True
 
     def _set_one(self, key: str, value: bytes) -> bool:
         final = self._path(key)
@@ -80,8 +104,9 @@ class FileL3:
                 return False
             self.used_bytes += size
         stored = False
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=final.parent)
+        tmp = None
         try:
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=final.parent)
             with os.fdopen(fd, "wb") as f:
                 f.write(value)
                 if self.fsync:
@@ -92,7 +117,8 @@ class FileL3:
         except FileExistsError:
             pass  # another writer stored the key first; its value stays
         finally:
-            os.unlink(tmp)
+            if tmp is not None:
+                os.unlink(tmp)
             if not stored:
                 with self._lock:
                     self.used_bytes -= size
@@ -100,3 +126,18 @@ class FileL3:
 
     def close(self) -> None:
         self._closed = True
+
+
+def _per_key(what: str, items: list, one: Callable[[Any], Any], failed: Any) -> list:
+    """``one(item)`` for each item; OSErrors become ``failed`` answers and, if any, an
+    :class:`L3PartialError` carrying all the answers."""
+    out, errors = [], {}
+    for i, item in enumerate(items):
+        try:
+            out.append(one(item))
+        except OSError as exc:
+            out.append(failed)
+            errors[i] = exc
+    if errors:
+        raise L3PartialError(f"FileL3 {what}", out, errors)
+    return out

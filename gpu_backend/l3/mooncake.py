@@ -6,20 +6,36 @@ client; `batch_set` never rewrites a stored key (keys found by `batch_is_exist` 
 and Mooncake's `put`/`put_batch` keep the old value of an existing key anyway); a key
 that is not stored reads as None (Mooncake returns b"" for it, which is why empty values are
 refused). Batches are split so one transfer never exceeds half the local buffer.
+Faults: an error code from an exists or put call raises :class:`L3Error` naming it (a full
+store, NO_AVAILABLE_HANDLE, is a refusal, not an error); a key the store lists but cannot
+read even alone (its storage process died) fails alone through :class:`L3PartialError`.
+Timeouts and retries are the caller's (:mod:`gpu_backend.l3.resilient`): these calls
+release the GIL, so a hung one can be abandoned on its thread, and the client's RPC layer
+reconnects by itself once the master answers again (measured with the real store).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Mapping
 from typing import Any
 
-from gpu_backend.l3.base import check_keys_values
+from gpu_backend.l3.base import L3Error, L3PartialError, check_keys_values
 
 PACKAGE = "mooncake-transfer-engine-non-cuda==0.3.13.post1"
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+# Mooncake Store ErrorCode values (mooncake-store/include/types.h) we name in errors
+ERROR_NAMES = {-1: "INTERNAL_ERROR", -200: "NO_AVAILABLE_HANDLE", -704: "OBJECT_NOT_FOUND",
+               -705: "OBJECT_ALREADY_EXISTS", -706: "OBJECT_HAS_LEASE",
+               -800: "TRANSFER_FAIL", -900: "RPC_FAIL"}
+NO_SPACE, NOT_FOUND = -200, -704
+
+
+def error_name(code: int) -> str:
+    return f"{code} ({ERROR_NAMES.get(code, 'error')})"
 
 
 def parse_size(value: str | int) -> int:
@@ -84,7 +100,9 @@ class MooncakeL3:
                 f"Mooncake setup failed (rc={rc}) for master {master!r}, protocol {protocol!r}, "
                 f"metadata server {metadata_server!r}: is mooncake_master running there? "
                 "(MC_STORE_CLIENT_SETUP_RETRIES=1 makes a missing master fail in ~5 s)")
-        self._closed = False
+        self._closed = self._store_closed = False
+        self._inflight = 0  # store calls running now (some may be abandoned by a timeout)
+        self._lock = threading.Condition()
         self._max_value_bytes = 0  # largest page seen; sizes get_batch chunks
 
     @classmethod
@@ -97,12 +115,17 @@ class MooncakeL3:
             raise RuntimeError("MooncakeL3 is closed")
 
     def batch_exists(self, keys: list[str]) -> list[bool]:
-        """1 = stored; 0 = absent; -1 (error) also reads as absent, a safe cache miss."""
+        """1 = stored; 0 = absent; a negative code (e.g. the master is gone) is an error."""
         self._check_open()
         check_keys_values(keys)
         if not keys:
             return []
-        return [r == 1 for r in self._store.batch_is_exist(keys)]
+        codes = self._call("batch_is_exist", keys)
+        bad = [c for c in codes if c < 0]
+        if bad:
+            raise L3Error(f"Mooncake batch_is_exist returned {error_name(bad[0])} for "
+                          f"{len(bad)} of {len(keys)} keys (master {self.master})")
+        return [c == 1 for c in codes]
 
     def batch_get(self, keys: list[str]) -> list[bytes | None]:
         """Values in chunks sized by the largest page seen; a read that failed for lack of
@@ -115,17 +138,20 @@ class MooncakeL3:
         while todo:
             for start in range(0, len(todo), per_chunk):
                 idx = todo[start:start + per_chunk]
-                for i, value in zip(idx, self._store.get_batch([keys[i] for i in idx]),
+                for i, value in zip(idx, self._call("get_batch", [keys[i] for i in idx]),
                                     strict=True):
                     if len(value):
                         out[i] = value
                         self._max_value_bytes = max(self._max_value_bytes, len(value))
             empty = [i for i in todo if out[i] is None]
-            if not empty or per_chunk == 1:
-                break
-            stored = self.batch_exists([keys[i] for i in empty])
+            stored = self.batch_exists([keys[i] for i in empty]) if empty else []
             todo = [i for i, ok in zip(empty, stored, strict=True) if ok]
+            if per_chunk == 1:
+                break  # listed by the master but unreadable even alone
             per_chunk = min(per_chunk // 2, self._get_chunk_len(len(todo)))
+        if todo:
+            why = L3Error("stored but unreadable (is its storage process alive?)")
+            raise L3PartialError("Mooncake get_batch", out, dict.fromkeys(todo, why))
         return out
 
     def _get_chunk_len(self, n: int) -> int:
@@ -146,12 +172,24 @@ class MooncakeL3:
             if not stored[key]:
                 todo.setdefault(key, value)
         for chunk in self._chunks(todo):
-            rc = self._store.put_batch(chunk, [todo[k] for k in chunk])
+            rc = self._call("put_batch", chunk, [todo[k] for k in chunk])
             if rc == 0:
                 stored.update(dict.fromkeys(chunk, True))
-            else:  # e.g. -200 when the store is full: ask which keys made it
+            elif rc == NO_SPACE:  # the store is full: ask which keys made it
                 stored.update(zip(chunk, self.batch_exists(chunk), strict=True))
+            else:
+                raise L3Error(f"Mooncake put_batch of {len(chunk)} keys returned "
+                              f"{error_name(rc)} (master {self.master})")
         return [stored[k] for k in keys]
+
+    def batch_remove(self, keys: list[str]) -> list[bool]:
+        """Drop keys even if leased (a page that failed its checksum must go); True where
+        the key is absent afterwards."""
+        self._check_open()
+        check_keys_values(keys)
+        if not keys:
+            return []
+        return [c in (0, NOT_FOUND) for c in self._call("batch_remove", keys, True)]
 
     def _chunks(self, items: dict[str, bytes]) -> list[list[str]]:
         """Consecutive key groups whose values total at most half the local buffer."""
@@ -169,7 +207,36 @@ class MooncakeL3:
             chunks.append(current)
         return chunks
 
-    def close(self) -> None:
-        if not self._closed:
+    def _call(self, method: str, *args: Any) -> Any:
+        """One store call, counted in flight so that ``close`` never frees the store
+        under it (a call abandoned at its deadline may still be running)."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("MooncakeL3 is closed")
+            self._inflight += 1
+        try:
+            return getattr(self._store, method)(*args)
+        finally:
+            with self._lock:
+                self._inflight -= 1
+                self._lock.notify_all()
+                last = self._closed and self._inflight == 0 and not self._store_closed
+                self._store_closed |= last
+            if last:
+                self._store.close()
+
+    def close(self, wait_s: float = 5.0) -> None:
+        """Close once no store call is in flight, waiting up to ``wait_s`` for calls that
+        a deadline abandoned (a call to a dead master fails after ~4.3 s, measured); past
+        that, the last of them closes it when it returns.
+        (Closing the store under a running call crashes the process: measured, a
+        segfault; leaving it open at exit can abort it.)"""
+        with self._lock:
+            if self._closed:
+                return
             self._closed = True
+            self._lock.wait_for(lambda: self._inflight == 0, wait_s)
+            now = self._inflight == 0
+            self._store_closed = now
+        if now:
             self._store.close()

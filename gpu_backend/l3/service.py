@@ -13,6 +13,7 @@ import ctypes.util
 import importlib.util
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -92,22 +93,14 @@ class MooncakeService:
                 "MOONCAKE_GLOBAL_SEGMENT_SIZE": "0", "MOONCAKE_PROTOCOL": "tcp"}
 
     def start(self) -> MooncakeService:
-        bins = find_binaries()
+        find_binaries()
         t0 = time.monotonic()
         self.master_port, self.metrics_port, self.client_port = (free_port() for _ in range(3))
-        env = {**os.environ, "MC_LOG_LEVEL": "ERROR", "GLOG_minloglevel": "2"}
+        env = self._env()
         log = self.log_path.open("ab")
         try:
-            self._spawn([str(bins.master), f"--rpc_address={HOST}",
-                         f"--rpc_port={self.master_port}", f"--metrics_host={HOST}",
-                         f"--metrics_port={self.metrics_port}", "--enable_metric_reporting=false"],
-                        env, log)
-            self._wait(lambda: self._capacity() is not None, "master metrics endpoint")
-            self._spawn([str(bins.client), f"--host={HOST}", f"--port={self.client_port}",
-                         f"--global_segment_size={self.segment_bytes}", "--local_buffer_size=0",
-                         "--metadata_server=P2PHANDSHAKE", "--protocol=tcp",
-                         f"--master_server_address={self.master_address}"], env, log)
-            self._wait(lambda: (self._capacity() or 0) > 0, "storage segment mount")
+            self._start_master(env, log)
+            self._start_storage(env, log)
         except BaseException:
             self.stop()
             raise
@@ -115,6 +108,59 @@ class MooncakeService:
             log.close()
         self.startup_s = time.monotonic() - t0
         return self
+
+    def _master_argv(self) -> list[str]:
+        return [str(find_binaries().master), f"--rpc_address={HOST}",
+                f"--rpc_port={self.master_port}", f"--metrics_host={HOST}",
+                f"--metrics_port={self.metrics_port}", "--enable_metric_reporting=false"]
+
+    def _start_master(self, env: dict[str, str], log: object) -> None:
+        self._spawn(self._master_argv(), env, log)
+        self._wait(lambda: self._capacity() is not None, "master metrics endpoint")
+
+    def _start_storage(self, env: dict[str, str], log: object) -> None:
+        self._spawn([str(find_binaries().client), f"--host={HOST}", f"--port={self.client_port}",
+                     f"--global_segment_size={self.segment_bytes}", "--local_buffer_size=0",
+                     "--metadata_server=P2PHANDSHAKE", "--protocol=tcp",
+                     f"--master_server_address={self.master_address}"], env, log)
+        self._wait(lambda: (self._capacity() or 0) > 0, "storage segment mount")
+
+    @property
+    def master_process(self) -> subprocess.Popen[bytes]:
+        return self._procs[0]
+
+    @property
+    def storage_process(self) -> subprocess.Popen[bytes]:
+        return self._procs[-1]
+
+    def kill_storage(self) -> None:
+        """SIGKILL the storage process (its segment and the pages in it are gone)."""
+        self.storage_process.kill()
+        self.storage_process.wait(timeout=5)
+
+    def restart_master(self) -> None:
+        """Start a fresh master on the same ports after the old one died (its metadata is
+        gone; the storage process registers its segment again by itself)."""
+        if self.master_process.poll() is None:
+            raise RuntimeError("the master is still running: kill it first")
+        with self.log_path.open("ab") as log:
+            self._procs[0] = subprocess.Popen(self._master_argv(), env=self._env(),
+                                              stdin=subprocess.DEVNULL, stdout=log,
+                                              stderr=subprocess.STDOUT)
+            self._wait(lambda: (self._capacity() or 0) > 0, "storage segment re-mount")
+
+    def restart_storage(self) -> None:
+        """Start a fresh storage process (empty segment) after :meth:`kill_storage`."""
+        if self.storage_process.poll() is None:
+            raise RuntimeError("the storage process is still running: kill_storage() first")
+        self._procs.pop()
+        self.client_port = free_port()
+        with self.log_path.open("ab") as log:
+            self._start_storage(self._env(), log)
+
+    @staticmethod
+    def _env() -> dict[str, str]:
+        return {**os.environ, "MC_LOG_LEVEL": "ERROR", "GLOG_minloglevel": "2"}
 
     def _spawn(self, argv: list[str], env: dict[str, str], log: object) -> None:
         self._procs.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
@@ -154,9 +200,11 @@ class MooncakeService:
             return ""
 
     def stop(self) -> None:
-        """Stop the storage client first, then the master, each by PID."""
+        """Stop the storage client first, then the master, each by PID (a paused one is
+        resumed first, so that it can take the signal)."""
         for proc in reversed(self._procs):
             if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
                 proc.terminate()
                 try:
                     proc.wait(timeout=5)

@@ -113,10 +113,11 @@ def _cache(args: argparse.Namespace, capacity: int):  # noqa: ANN202 - ReplayCac
 
 
 def run(args: argparse.Namespace) -> int:
+    from hicache.replay.engine import in_arrival_order
     from hicache.workload.traces import load_trace
 
     capacities = list(args.capacity_tokens)
-    requests = list(load_trace(args.trace, args.format, args.max_requests))
+    requests = in_arrival_order(load_trace(args.trace, args.format, args.max_requests))
     for capacity in capacities:
         out = args.out if len(capacities) == 1 or args.out is None else (
             args.out / f"capacity_{capacity}")

@@ -1,14 +1,18 @@
-"""Zero-time cache replay: each request, in arrival order, through the tree and tier policies.
+"""Zero-time cache replay: the cache manager driven one request at a time, in arrival order.
 
-For every request (one at a time, no compute, no transfer time)::
+For every request (no compute, no transfer time)::
 
-    match L1 / L2 ──> load the L2 tail (>= load_back_threshold tokens, all or nothing)
-          └─ rest >= prefetch_threshold? query L3 by page-hash chain, stop at first miss,
-             fetch the hit prefix into L2 (host-only nodes), then load it
-    compute the remainder ──> insert into L1 ──> write policy backs nodes up to L2 ──> L3
+    L3 prefetch decision (rest >= prefetch_threshold: query the page-hash chain, stop at
+       the first miss, fetch the hit prefix into L2)  ──>  admit: match L1/L2, load the L2
+       tail (all or nothing, >= load_back_threshold), make room  ──>  the new pages enter
+       the tree  ──>  write policy: L1 -> L2 -> L3  ──>  release, session reference
 
-The replay owns one PageAllocator per tier (the tree owns no memory) and executes the
-tree's actions at once. L3 is a set of page-hash keys with optional LRU capacity.
+The policies are the scheduler's own (:class:`~hicache.kvcache.manager.KVCacheManager`,
+:class:`~hicache.kvcache.prefetch.L3Prefetcher`); :class:`ZeroTimeExecutor` stands in for
+a runtime and carries each intent out at once (page allocators per tier, L3 as a set of
+page-hash keys). Replay differs from a serving run in two knobs only (see the manager):
+a request holds no pages for its output, and a fully cached prompt is a full hit (as
+SGLang's RadixCache answers a match).
 """
 
 from __future__ import annotations
@@ -18,16 +22,25 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hicache.config import CacheConfig
-from hicache.runtime.handles import Tier
+from hicache.kvcache.manager import KVCacheManager
+from hicache.kvcache.prefetch import L3Prefetcher
+from hicache.runtime.handles import CacheExtentRef, RequestRuntimeHandle, Tier
+from hicache.runtime.interface import (
+    BackupIntent,
+    PrefetchIntent,
+    Release,
+    RuntimeInfo,
+    StoreIntent,
+    TransferCompletion,
+    TransferKind,
+)
+from hicache.scheduler.state import RequestState
 from hicache.tiers.hashing import page_hashes
-from hicache.tiers.prefetch import should_query
-from hicache.tiers.write_policy import backup_threshold
-from hicache.tree.actions import Action, BackupNode, FreeDevice, FreeHost
 from hicache.tree.allocator import PageAllocator
-from hicache.tree.components import Kind, TreeSpec
-from hicache.tree.node import Node
-from hicache.tree.radix import UnifiedRadixTree, page_keys
+from hicache.tree.radix import page_keys
 from hicache.workload.request import Request
+
+RUNTIME_ID = "replay"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,149 +70,154 @@ class L3Set:
     def __len__(self) -> int:
         return len(self._keys)
 
-    def hit_prefix(self, keys: list[str], batch_pages: int = 128) -> int:
-        """Consecutive hits from the start, queried in batches, stopping at the first miss."""
+    def hit_prefix(self, keys: Iterable[str], batch_pages: int = 128) -> int:
+        """Consecutive hits from the start, stopping at the first miss (the batches of the
+        query do not change the answer in zero time)."""
         hits = 0
-        for b in range(0, len(keys), batch_pages):
-            for k in keys[b:b + batch_pages]:
-                if k not in self._keys:
-                    return hits
-                self._keys.move_to_end(k)
-                hits += 1
+        for k in keys:
+            if k not in self._keys:
+                return hits
+            self._keys.move_to_end(k)
+            hits += 1
         return hits
 
-    def store(self, keys: Iterable[str]) -> None:
+    def store(self, keys: Iterable[str]) -> int:
+        """Add ``keys``; return how many were new (pages written)."""
+        written = 0
         for k in keys:
             if k in self._keys:
                 continue
+            written += 1
             self._keys[k] = None
             if self.capacity is not None and len(self._keys) > self.capacity:
                 self._keys.popitem(last=False)
+        return written
+
+
+class ZeroTimeExecutor:
+    """An :class:`~hicache.kvcache.plans.IntentSink` that carries intents out at once and
+    answers with the completions a runtime would send (see the module docstring)."""
+
+    def __init__(self, device_pages: int, host_pages: int, l3: L3Set | None) -> None:
+        self.device = PageAllocator(device_pages, tier=Tier.DEVICE, runtime_id=RUNTIME_ID)
+        self.host = PageAllocator(host_pages, tier=Tier.HOST, runtime_id=RUNTIME_ID)
+        self.l3 = l3
+        self.kv: KVCacheManager | None = None  # set by ReplayCache (it answers to the manager)
+        self.prefetcher: L3Prefetcher | None = None
+        self._job = 0
+        self._rows: dict[int, CacheExtentRef] = {}  # open row -> the pages it allocated
+        self.l3_written_pages = 0
+        self.l3_read_pages = 0
+
+    def _alloc(self, tier: Tier) -> PageAllocator:
+        return self.device if tier is Tier.DEVICE else self.host
+
+    # -- placement for one request -------------------------------------------------
+    def open_row(self, rid: int, own: CacheExtentRef | None) -> RequestRuntimeHandle:
+        handle = RequestRuntimeHandle(RUNTIME_ID, rid, 0)
+        if own is not None:
+            self._rows[rid] = own
+        return handle
+
+    # -- IntentSink ----------------------------------------------------------------
+    def next_job_id(self) -> int:
+        self._job += 1
+        return self._job
+
+    def free(self, extent: CacheExtentRef) -> None:
+        self._alloc(extent.tier).free(extent)
+
+    def release(self, release: Release) -> None:
+        own = self._rows.pop(release.request.slot_id, None)
+        if own is None:
+            return
+        keep = {p for e in release.kept() for p in e.pages()}
+        rest = [p for p in own.pages() if p not in keep]
+        if rest:
+            self.device.free(own.with_pages(rest))
+
+    def backup(self, intent: BackupIntent) -> None:
+        assert self.kv is not None
+        host = self.host.alloc(intent.src.num_pages)
+        self.kv.backup_placed(intent.job_id, host)
+        self.kv.on_transfer(TransferCompletion(intent.job_id, TransferKind.BACKUP, 0.0,
+                                               host.num_pages, host))
+
+    def store(self, intent: StoreIntent) -> None:
+        assert self.kv is not None and self.l3 is not None
+        written = self.l3.store(intent.keys)
+        self.l3_written_pages += written
+        self.kv.on_transfer(TransferCompletion(intent.job_id, TransferKind.STORE, 0.0, written))
+
+    def prefetch(self, intent: PrefetchIntent) -> None:
+        assert self.prefetcher is not None and self.l3 is not None
+        hits = self.l3.hit_prefix(intent.keys, intent.batch_pages)
+        n = min(hits, intent.max_pages) if hits >= max(1, intent.min_hit_pages) else 0
+        ext = self.host.alloc(n) if n else None
+        self.l3_read_pages += n
+        self.prefetcher.done(TransferCompletion(intent.job_id, TransferKind.PREFETCH, 0.0, n,
+                                                ext, hits))
 
 
 class ReplayCache:
-    """A tiered cache driven in zero time. ``l2`` and ``l3`` follow ``cfg``."""
+    """A tiered cache driven in zero time. ``l2`` and ``l3`` follow ``cfg``; with ``l3``
+    given, L3 is reached through L2 (``cfg.enable_hierarchical_cache`` must be on)."""
 
     def __init__(self, cfg: CacheConfig, *, l3: L3Set | None = None,
                  host_tokens: int | None = None) -> None:
         self.cfg = cfg
         page = cfg.page_size
-        self.tree = UnifiedRadixTree(TreeSpec(page), eviction_policy=cfg.radix_eviction_policy,
-                                     session_aware=cfg.enable_session_aware_eviction)
-        self.l2 = cfg.enable_hierarchical_cache
-        host = host_tokens if host_tokens is not None else (cfg.host_tokens() if self.l2 else 0)
-        self.device = PageAllocator(cfg.device_tokens // page, tier=Tier.DEVICE)
-        self.host = PageAllocator(host // page if self.l2 else 0, tier=Tier.HOST)
-        self.tree.residency.host_enabled = self.l2
-        self.tree.residency.write_back = cfg.hicache_write_policy == "write_back"
-        self.threshold = backup_threshold(cfg.hicache_write_policy)
-        self.l3 = l3
-        self._hashes: list[str] = []
-
-    # -- executing tree actions ------------------------------------------------------
-    def _apply(self, actions: Iterable[Action]) -> None:
-        for a in actions:
-            if isinstance(a, FreeDevice):
-                self.device.free(a.extent)
-            elif isinstance(a, FreeHost):
-                self.host.free(a.extent)
-            elif isinstance(a, BackupNode):
-                self._backup(a)
-
-    def _backup(self, a: BackupNode) -> None:
-        """Copy a node to L2 at once (zero time); give up if L2 has no room."""
-        full = dict(a.extents)[Kind.FULL]
-        if not self._make_room(self.host, full.num_pages):
-            self.tree.residency.abort_backup(a.node_id)
-            return
-        nodes = self.tree.residency.complete_backup(
-            a.node_id, {Kind.FULL: self.host.alloc(full.num_pages)})
-        if self.l3 is not None:
-            self.l3.store(self._keys_of(nodes))
-
-    def _make_room(self, alloc: PageAllocator, pages: int) -> bool:
-        for _ in range(4):  # write_back evictions back up first, then evict on a retry
-            if alloc.free_pages >= pages:
-                return True
-            need = pages - alloc.free_pages
-            res = (self.tree.evict_device(need) if alloc is self.device
-                   else self.tree.evict_host(need))
-            if not res.actions:
-                break
-            self._apply(res.actions)
-        return alloc.free_pages >= pages
-
-    def _keys_of(self, nodes: list[Node]) -> list[str]:
-        keys: list[str] = []
-        for node in nodes:
-            first, count = self.tree.page_span(node)
-            keys.extend(self._hashes[first:first + count])
-        return keys
-
-    # -- one request -----------------------------------------------------------------
-    def _load(self, nodes: Iterable[Node]) -> bool:
-        """L2 -> L1 for host-only nodes; all or nothing."""
-        nodes = [n for n in nodes if not n.on_device]
-        need = sum(n.num_pages for n in nodes)
-        if not need or not self._make_room(self.device, need):
-            return not need
-        for n in nodes:
-            self.tree.residency.put_value(n, "device", Kind.FULL, self.device.alloc(n.num_pages))
-            self.tree.residency.touched(n)
-        return True
+        l2 = cfg.enable_hierarchical_cache
+        host = host_tokens if host_tokens is not None else (cfg.host_tokens() if l2 else 0)
+        host_pages = host // page if l2 else 0
+        self.exec = ZeroTimeExecutor(cfg.device_tokens // page, host_pages, l3)
+        info = RuntimeInfo(RUNTIME_ID, 0, page, {"full": cfg.device_tokens // page},
+                           {"full": host_pages})
+        self.kv = KVCacheManager(cfg, info, self.exec, l3=l3 is not None,
+                                 reserve_output=False, recompute_last_token=False)
+        self.prefetcher = L3Prefetcher(self.kv) if self.kv.l3 else None
+        self.exec.kv, self.exec.prefetcher = self.kv, self.prefetcher
+        self.tree, self.device, self.host, self.l3 = (self.kv.tree, self.exec.device,
+                                                      self.exec.host, l3)
 
     def process(self, req: Request) -> ReplayRecord:
         page = self.cfg.page_size
-        pages = page_keys(req.tokens, page)
-        self._hashes = page_hashes(req.tokens, page) if self.l3 is not None else []
-        m = self.tree.match(pages)
-        dev, host, l3 = m.device_tokens, 0, 0
-        handle = self.tree.lock(m.last_node)
-        if m.host_tokens >= self.cfg.load_back_threshold and self._load(m.host_tail):
-            host = m.host_tokens
-        reused = (dev + host) // page
-        if self.l3 is not None and should_query(len(req.tokens) - reused * page, self.cfg):
-            hits = self.l3.hit_prefix(self._hashes[reused:], self.cfg.prefetch_batch_pages)
-            if hits * page >= self.cfg.prefetch_threshold and self.l2:
-                l3 = self._fetch_l3(pages, reused, hits, handle)
-        reused += l3 // page
-        self.tree.unlock(handle)
-        handle = self.tree.lock(self.tree.match(pages[:reused], touch=False).last_node)
-        new = len(pages) - reused
-        if new and self._make_room(self.device, new):
-            res = self.tree.insert(pages, {Kind.FULL: self.device.alloc(new)})
-            self._apply(res.actions)
-        self.tree.unlock(handle)
-        if self.threshold is not None:
-            self._write_through(pages)
-        if req.session_id is not None:  # the finished request's path stays referenced
-            self.tree.reference_session(req.session_id,
-                                        self.tree.match(pages, touch=False).last_node)
+        st = RequestState(req, page_keys(req.tokens, page))
+        if self.kv.l3:
+            st.hashes = page_hashes(req.tokens, page)
+        if self.prefetcher is not None:
+            cached = self.tree.match(st.pages, touch=False).total_tokens
+            self.prefetcher.start(st, cached, at_head=True)
+        if not self.kv.admit(st):  # L1 cannot hold the prompt: reuse what L1 has, cache none
+            self.kv.release_prefetch_locks(st)
+            m = self.tree.match(st.pages, touch=False)
+            self._reference_session(req, m.last_node)
+            return ReplayRecord(req.rid, req.arrival, len(req.tokens), m.device_tokens, 0, 0)
+        loaded = [self.device.alloc(n.num_pages) for n in st.load_nodes]
+        self.kv.loaded(st, loaded)
+        self.kv.loads_read(st)
+        new = self.kv.footprint(st)
+        own = self.device.alloc(new) if new else None
+        st.handle = self.exec.open_row(req.rid, own)
+        parts = [*st.attach, *loaded, *([own] if own is not None else [])]
+        st.kv = CacheExtentRef.concat(parts) if parts else None
+        self.kv.cache_prompt(st)
+        self.kv.finish(st)
+        return ReplayRecord(req.rid, req.arrival, len(req.tokens), st.device_hit, st.host_hit,
+                            st.l3_hit)
+
+    def _reference_session(self, req: Request, node: object) -> None:
+        if req.session_id is not None:
+            self.tree.reference_session(req.session_id, node)  # type: ignore[arg-type]
             if req.close_session:
                 self.tree.close_session(req.session_id)
-        return ReplayRecord(req.rid, req.arrival, len(req.tokens), dev, host, l3)
 
-    def _fetch_l3(self, pages: list, reused: int, hits: int, handle: object) -> int:
-        """L3 -> L2 (host-only nodes) -> L1; returns tokens gained."""
-        if not self._make_room(self.host, hits):
-            hits = min(hits, self.host.free_pages)
-        if hits <= 0:
-            return 0
-        res = self.tree.insert(pages[:reused + hits], {Kind.FULL: self.host.alloc(hits)},
-                               tier=Tier.HOST)
-        self._apply(res.actions)
-        m = self.tree.match(pages[:reused + hits], touch=False)
-        if m.total_tokens < (reused + hits) * self.cfg.page_size:
-            return 0
-        return hits * self.cfg.page_size if self._load(m.path[m.device_nodes:]) else 0
 
-    def _write_through(self, pages: list) -> None:
-        m = self.tree.match(pages, touch=False)
-        for node in m.path:
-            if (node.on_device and not node.on_host and not node.backing_up
-                    and node.hit_count + 1 >= (self.threshold or 1)):
-                self._backup(self.tree.residency.begin_backup(node))
+def in_arrival_order(requests: Iterable[Request]) -> list[Request]:
+    """Requests sorted by arrival; equal arrivals keep their order in the input."""
+    return sorted(requests, key=lambda r: r.arrival)
 
 
 def replay(requests: Iterable[Request], cache: ReplayCache) -> list[ReplayRecord]:
-    return [cache.process(r) for r in requests]
+    """Replay ``requests`` in arrival order (the input order breaks ties)."""
+    return [cache.process(r) for r in in_arrival_order(requests)]

@@ -28,7 +28,7 @@ REQUEST_COLUMNS: tuple[str, ...] = (
     "rid", "replica", "client", "round", "session_id",
     "arrival", "admitted", "first_token", "finish",
     "prompt_tokens", "output_tokens", "cached_tokens",
-    "device_hit", "host_hit", "l3_hit", "ttft", "itl_mean",
+    "device_hit", "host_hit", "l3_hit", "ttft", "itl_mean", "rejected",
 )  # fmt: skip
 _REQ_INT = (
     "rid", "replica", "client", "round",
@@ -100,7 +100,7 @@ def requests_frame(records: Iterable[Mapping]) -> pd.DataFrame:
     for c in REQUEST_COLUMNS:
         if c in _REQ_FLOAT:
             out[c] = pd.to_numeric(get(c, np.nan), errors="raise").astype(np.float64)
-        elif c == "session_id":
+        elif c in ("session_id", "rejected"):  # rejected: why the request was refused
             s = get(c, None)
             out[c] = s.astype(object).where(s.notna(), None)
         elif c in ("cached_tokens",):

@@ -103,11 +103,23 @@ class CacheExtentRef:
         return self._with(coalesce(pages))
 
     def slice(self, start: int, stop: int) -> CacheExtentRef:
-        """Pages ``start:stop`` of this extent (non-empty)."""
-        pages = list(self.pages())[start:stop]
-        if not pages:
+        """Pages ``start:stop`` of this extent (non-empty; 0 <= start, negative stops not
+        supported), computed on runs without listing pages."""
+        stop = min(stop, self.num_pages)
+        if start < 0 or stop <= start:
             raise ValueError(f"empty slice {start}:{stop} of {self.num_pages} pages")
-        return self.with_pages(pages)
+        if start == 0 and stop == self.num_pages:
+            return self
+        runs: list[PageRun] = []
+        pos = 0  # pages of the extent before this run
+        for run in self.page_runs:
+            lo, hi = max(start, pos), min(stop, pos + run.page_count)
+            if lo < hi:
+                runs.append(PageRun(run.first_page + lo - pos, hi - lo))
+            pos += run.page_count
+            if pos >= stop:
+                break
+        return self._with(tuple(runs))
 
     @staticmethod
     def concat(parts: Iterable[CacheExtentRef]) -> CacheExtentRef:
@@ -120,7 +132,15 @@ class CacheExtentRef:
             if p._domain() != first._domain():
                 raise ValueError("concat of extents from different runtimes, generations, "
                                  "tiers or pools")
-        return first._with(coalesce(p for part in parts for p in part.pages()))
+        runs: list[PageRun] = []
+        for part in parts:
+            for run in part.page_runs:
+                last = runs[-1] if runs else None
+                if last is not None and last.first_page + last.page_count == run.first_page:
+                    runs[-1] = PageRun(last.first_page, last.page_count + run.page_count)
+                else:
+                    runs.append(run)
+        return first._with(tuple(runs))
 
     def _domain(self) -> tuple[str, int, Tier, str]:
         return (self.runtime_id, self.generation, self.tier, self.pool)

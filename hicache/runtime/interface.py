@@ -18,7 +18,20 @@ Invariants, checked by tests:
   free). Which stream, which event, when compute waits: the runtime decides (it owns overlap).
 - Capacity is *accounted* on the control side (page counts per tier, see
   :class:`RuntimeInfo`), *placed* on the runtime side; an allocation the control side did
-  not account for is a contract violation and raises.
+  not account for is a contract violation and raises :class:`CapacityError`.
+- Ready to cross a process boundary: every message is a frozen value; handles and extents
+  are compared by value, never by identity; waiting is part of the interface
+  (:meth:`RuntimeInterface.wait`), so a driver needs nothing runtime-specific.
+
+The contract every runtime passes (``tests/contract/``):
+- ``prepare_batch`` is atomic: it raises (``StaleHandleError`` for a handle of another
+  runtime or generation, or a request row already closed; ``CapacityError`` when a pool
+  cannot hold the plan; ``ValueError`` for a malformed plan) and changes nothing, or it
+  places the whole plan. Frees and releases apply before the plan's allocations.
+- Each page is freed exactly once: freeing a page that is not allocated raises.
+- Completions: a batch's BatchCompletion comes after those of every batch executed before
+  it; a backup's TransferCompletion after its batch's BatchCompletion; ``end`` times never
+  decrease along what successive polls return.
 """
 
 from __future__ import annotations
@@ -28,6 +41,10 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from hicache.runtime.handles import CacheExtentRef, RequestRuntimeHandle
+
+
+class CapacityError(RuntimeError):
+    """A plan needs more pages than a pool holds: the control side did not account."""
 
 
 class Phase(enum.Enum):
@@ -211,7 +228,9 @@ class RuntimeInterface(Protocol):
 
     def info(self) -> RuntimeInfo: ...
 
-    def prepare_batch(self, plan: BatchPlan) -> PreparedBatchHandle: ...
+    def prepare_batch(self, plan: BatchPlan) -> PreparedBatchHandle:
+        """Place the whole plan or raise and change nothing (see the module docstring)."""
+        ...
 
     def execute_batch(self, handle: PreparedBatchHandle) -> None:
         """Start the batch; its BatchCompletion arrives later through :meth:`poll`."""
@@ -220,3 +239,18 @@ class RuntimeInterface(Protocol):
     def poll(self) -> list[Completion]:
         """Completions that arrived since the last poll, in order (never blocks)."""
         ...
+
+    def wait(self, timeout: float | None = None) -> list[Completion]:
+        """Completions, waiting up to ``timeout`` seconds of the runtime's clock (None:
+        until one arrives, or nothing more can) for the first; [] if none came. Does not
+        wait when completions are already queued."""
+        ...
+
+
+@runtime_checkable
+class EventLoopRuntime(RuntimeInterface, Protocol):
+    """A runtime inside a discrete-event loop (SimPy): a driver that is itself a process
+    of that loop cannot block in :meth:`wait`, so it waits for this event instead (it
+    fires when :meth:`poll` has something) alongside its other events."""
+
+    def completion_event(self) -> object: ...

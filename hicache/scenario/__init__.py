@@ -9,6 +9,8 @@ Public API (what drivers, the CLI and notebooks use)::
     scenario.with_overrides(["key.path=value", ...]) -> Scenario
     scenario.to_mapping()    -> dict (validates back)
     as_scenario(scenario_or_mapping) -> Scenario             what drivers call on entry
+    load_resolved(path_or_mapping)   -> Scenario   resolved data back, without pydantic
+    write_resolved(scenario, path)                 scenario.resolved.json for another machine
     apply_overrides(d, items) -> dict                        the same dotted sets on data
     json_schema() / json_schema_text()                       for editors (docs/...json)
     ScenarioError (a ValueError): every message starts with the file (and line) and key
@@ -22,8 +24,9 @@ per kind, :mod:`hicache.workload.factory`), ``run`` (:class:`RunSection`), ``var
 
 from hicache.modelspec import DEFAULT_MODEL
 from hicache.scenario.load import load_scenario, scenario_path
-from hicache.scenario.model import Scenario, as_scenario, json_schema, json_schema_text
+from hicache.scenario.model import Scenario, as_scenario
 from hicache.scenario.overrides import TOP_LEVEL_KEYS, ScenarioError, apply_overrides
+from hicache.scenario.resolved import load_resolved, write_resolved
 from hicache.scenario.sections import (
     DEFAULT_HARDWARE,
     RUN_KEYS,
@@ -32,10 +35,11 @@ from hicache.scenario.sections import (
     SchedulerSection,
     Variant,
 )
+from hicache.scenario.validate import json_schema, json_schema_text
 
 __all__ = [
     "DEFAULT_HARDWARE", "DEFAULT_MODEL", "RUN_KEYS", "SCHEDULER_KEYS", "TOP_LEVEL_KEYS",
     "RunSection", "Scenario", "ScenarioError", "SchedulerSection", "Variant",
-    "apply_overrides", "as_scenario", "json_schema", "json_schema_text", "load_scenario",
-    "scenario_path",
+    "apply_overrides", "as_scenario", "json_schema", "json_schema_text", "load_resolved",
+    "load_scenario", "scenario_path", "write_resolved",
 ]

@@ -1,17 +1,45 @@
 """``python -m hicache.scenario [FILE]``: print (or write) the scenario JSON Schema.
+``python -m hicache.scenario resolve SCENARIO OUT [--set KEY=VALUE ...]``: validate a
+scenario and write it resolved (:mod:`hicache.scenario.resolved`), for a machine without
+pydantic.
 
-The committed copy is ``docs/scenario.schema.json`` (a test keeps it current); point an
+The committed schema is ``docs/scenario.schema.json`` (a test keeps it current); point an
 editor's YAML language server at it for completion and checks while writing scenarios.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
-from hicache.scenario.model import json_schema_text
+from hicache.scenario.load import load_scenario
+from hicache.scenario.overrides import ScenarioError
+from hicache.scenario.resolved import write_resolved
+from hicache.scenario.validate import json_schema_text
+
+
+def resolve(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m hicache.scenario resolve",
+                                description="Validate a scenario and write it resolved.")
+    p.add_argument("scenario", help="a scenario YAML file or a bundled scenario's name")
+    p.add_argument("out", type=Path, help="the JSON file to write")
+    p.add_argument("--set", dest="overrides", action="append", default=[],
+                   metavar="KEY=VALUE", help="override a scenario key (repeatable)")
+    args = p.parse_args(argv)
+    try:
+        sc = load_scenario(args.scenario, args.overrides)
+    except ScenarioError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(write_resolved(sc, args.out))
+    return 0
+
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["resolve"]:
+        sys.exit(resolve(sys.argv[2:]))
     if len(sys.argv) > 1:
         Path(sys.argv[1]).write_text(json_schema_text())
     else:

@@ -2,6 +2,8 @@
 
     load_scenario("quick")                       bundled: scenarios/quick.yaml
     load_scenario("runs/my.yaml", ["seed=3"])    a file, with --set overrides
+    load_scenario("scenario.resolved.json")      a resolved document: no pydantic needed
+                                                 (unless overrides are given)
 
 Errors name the file and line (or the ``--set`` item) and the key; relative paths inside
 the file resolve against its folder, paths in overrides against the cwd.
@@ -15,6 +17,7 @@ from pathlib import Path
 from hicache.presets import find_preset
 from hicache.scenario.model import Scenario
 from hicache.scenario.overrides import ScenarioError, apply_overrides
+from hicache.scenario.resolved import is_resolved, load_resolved
 from hicache.schema.errors import InputError
 from hicache.schema.yamlio import read_yaml
 
@@ -39,6 +42,9 @@ def load_scenario(name_or_path: str | Path, overrides: Iterable[str] = ()) -> Sc
         raise ScenarioError(f"{source}: expected a mapping at the top level, got "
                             f"{type(doc.data).__name__}")
     items = list(overrides)
+    if is_resolved(doc.data):  # validated where it was written: rebuilt as it is
+        sc = load_resolved(path)
+        return sc.with_overrides(items) if items else sc
     raw = apply_overrides(doc.data, items, source=source, base=Path.cwd())
     lines: dict[tuple, int | str] = dict(doc.lines)
     for item in items:

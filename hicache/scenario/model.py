@@ -4,37 +4,32 @@
     scenario.expand() -> [(variant name, Scenario)]  each variant, already validated
     scenario.with_overrides(["cache.page_size=32"])  a new Scenario, validated again
     scenario.to_mapping()                            plain data that validates back
+    load_resolved(scenario.to_mapping())             the same Scenario, without pydantic
+
+A Scenario is a frozen standard dataclass of plain sections (configs of :mod:`hicache`):
+the input edge (:meth:`Scenario.from_mapping`) validates user data with pydantic, which
+reads the field annotations; the fields' edge-only steps (load the model preset a name
+picks, resolve paths against the scenario's folder, check that a trace exists) are
+markers that only pydantic runs. Drivers receive the dataclass and never need pydantic
+(:mod:`hicache.scenario.resolved` rebuilds one from plain data).
 
 Invariant: a Scenario that exists is valid in every variant; its paths (model and
 hardware files, traces) are absolute, resolved against the scenario file's folder; a
-trace it names exists.
+trace it names existed when it was validated.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
-
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    PrivateAttr,
-    TypeAdapter,
-    ValidationError,
-    ValidationInfo,
-    WithJsonSchema,
-    field_validator,
-)
+from typing import Annotated, Any, ClassVar
 
 from hicache.config import DERIVED_KEYS, CacheConfig
 from hicache.modelspec import DEFAULT_MODEL, ModelSpec, load_model_spec
 from hicache.presets import find_preset, is_name, trace_hint
-from hicache.routing import ROUTERS, RouterConfig
+from hicache.routing import RouterConfig
 from hicache.scenario.overrides import ScenarioError, apply_overrides, set_path
 from hicache.scenario.sections import (
     DEFAULT_HARDWARE,
@@ -42,18 +37,20 @@ from hicache.scenario.sections import (
     SchedulerSection,
     Variant,
 )
-from hicache.schema.errors import format_errors
+from hicache.schema.adapters import json_schema as schema_of
+from hicache.schema.constraints import After, Before, JsonSchema
+from hicache.schema.plain import Plain, build, to_plain
 from hicache.schema.types import NonEmptyStr, int_
-from hicache.workload.factory import KINDS as WORKLOAD_KINDS
+from hicache.schema.yamlio import read_yaml
 from hicache.workload.factory import WorkloadConfig
 from hicache.workload.trace_replay import TraceConfig
 
 
-def _base(info: ValidationInfo) -> Path | None:
+def _base(info: Any) -> Path | None:
     return (info.context or {}).get("base")
 
 
-def _model(v: Any, info: ValidationInfo) -> Any:
+def _model(v: Any, info: Any) -> Any:
     if isinstance(v, str | Path):
         return load_model_spec(v, base=_base(info))
     if v is None:
@@ -62,7 +59,7 @@ def _model(v: Any, info: ValidationInfo) -> Any:
     return v
 
 
-def _hardware(v: Any, info: ValidationInfo) -> Any:
+def _hardware(v: Any, info: Any) -> Any:
     if isinstance(v, str | Path) and str(v):
         path = find_preset("hardware", v, base=_base(info))
         return str(v) if is_name(v) else str(path.resolve())
@@ -78,7 +75,7 @@ def _cache(v: Any) -> Any:
     return v
 
 
-def _workload(v: Any, info: ValidationInfo) -> Any:
+def _workload(v: Any, info: Any) -> Any:
     """A trace path resolves against the scenario's folder (the cwd for a mapping)."""
     base = _base(info)
     if isinstance(v, Mapping) and v.get("kind") == "trace" and isinstance(v.get("path"), str):
@@ -94,63 +91,77 @@ def _trace_exists(v: Any) -> Any:
     return v
 
 
-ModelField = Annotated[ModelSpec, BeforeValidator(_model), WithJsonSchema({"anyOf": [
-    {"type": "string", "description": "a preset name (scenarios/models) or a YAML path"},
-    TypeAdapter(ModelSpec).json_schema()]})]
-HardwareField = Annotated[str | dict[str, Any], BeforeValidator(_hardware), WithJsonSchema(
+def _unique(v: tuple[Variant, ...]) -> tuple[Variant, ...]:
+    seen: set[str] = set()
+    for i, var in enumerate(v):
+        if var.name in seen:
+            raise ValueError(f"[{i}].name: duplicate variant name {var.name!r}")
+        seen.add(var.name)
+    return v
+
+
+def _default_model() -> ModelSpec:
+    """The bundled default preset (checked by tests/scenario/test_presets.py), built
+    without pydantic: a Scenario built directly or rebuilt from resolved data may omit it."""
+    return build(ModelSpec, read_yaml(find_preset("models", DEFAULT_MODEL)).data)
+
+
+def _model_schema() -> dict[str, Any]:
+    return {"anyOf": [
+        {"type": "string", "description": "a preset name (scenarios/models) or a YAML path"},
+        schema_of(ModelSpec)], "default": DEFAULT_MODEL}
+
+
+ModelField = Annotated[ModelSpec, Before(_model, with_info=True), JsonSchema(_model_schema)]
+HardwareField = Annotated[str | dict[str, Any], Before(_hardware, with_info=True), JsonSchema(
     {"anyOf": [{"type": "string",
                 "description": "a profile name (scenarios/hardware) or a YAML path"},
                {"type": "object", "description": "an inline hardware profile"}]})]
+CacheField = Annotated[CacheConfig, Before(_cache)]
+WorkloadField = Annotated[WorkloadConfig, Before(_workload, with_info=True),
+                          After(_trace_exists)]
+Variants = Annotated[tuple[Variant, ...], After(_unique)]
 
 
-class Scenario(BaseModel):
-    """One run's description (see module docstring); built by :meth:`from_mapping` or
-    :func:`hicache.scenario.load_scenario`."""
+@dataclass(frozen=True, kw_only=True)
+class Scenario(Plain):
+    """One run's description (see module docstring); built by :meth:`from_mapping`,
+    :func:`hicache.scenario.load_scenario` or :func:`hicache.scenario.load_resolved`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    # Built directly (Scenario(name=..., workload=AgentConfig())), every section must be
+    # typed already: plain mappings are validated at the edge, by from_mapping.
+    __pydantic_config__ = {"extra": "forbid", "validate_default": True}
 
     name: NonEmptyStr
     seed: int_(ge=0) = 0
-    model: ModelField = DEFAULT_MODEL
+    model: ModelField = field(default_factory=_default_model)
     hardware: HardwareField = DEFAULT_HARDWARE
-    cache: Annotated[CacheConfig, BeforeValidator(_cache)] = Field(default_factory=CacheConfig)
-    scheduler: SchedulerSection = SchedulerSection()
+    cache: CacheField = field(default_factory=CacheConfig)
+    scheduler: SchedulerSection = SchedulerSection()  # frozen: one default is shared safely
     replicas: int_(ge=1, le=4096) = 1
-    router: Annotated[RouterConfig, WithJsonSchema({"anyOf": [
-        {"enum": list(ROUTERS)}, RouterConfig.model_json_schema()]})] = RouterConfig()
-    workload: Annotated[WorkloadConfig, BeforeValidator(_workload)]
+    router: RouterConfig = RouterConfig()
+    workload: WorkloadField
     run: RunSection = RunSection()
-    variants: tuple[Variant, ...] = ()
+    variants: Variants = ()
 
-    _source: str = PrivateAttr(default="<scenario>")
-    _base: Path | None = PrivateAttr(default=None)
-    _raw: dict = PrivateAttr(default_factory=dict)
-    _expanded: tuple = PrivateAttr(default=())
+    # where it was read from; not fields (equality ignores them)
+    _source: ClassVar[str] = "<scenario>"
+    _base: ClassVar[Path | None] = None
+    _raw: ClassVar[Mapping[str, Any] | None] = None  # the data it was validated from
+    _expanded: ClassVar[tuple[tuple[str, Scenario], ...]] = ()
 
-    @field_validator("workload", mode="after")
-    @classmethod
-    def _check_trace(cls, v: Any) -> Any:
-        return _trace_exists(v)
-
-    @field_validator("variants", mode="after")
-    @classmethod
-    def _unique(cls, v: tuple[Variant, ...]) -> tuple[Variant, ...]:
-        seen: set[str] = set()
-        for i, var in enumerate(v):
-            if var.name in seen:
-                raise ValueError(f"[{i}].name: duplicate variant name {var.name!r}")
-            seen.add(var.name)
-        return v
+    __hash__ = None  # type: ignore[assignment]  # sections hold dicts
 
     # ---- construction ----------------------------------------------------------------
     @classmethod
     def from_mapping(cls, d: Any, *, source: str = "<scenario>", base: Path | None = None,
                      lines: Mapping[tuple, int | str] | None = None) -> Scenario:
-        """Validate ``d`` and every variant of it; errors name ``source`` (line, key)."""
+        """Validate ``d`` and every variant of it (pydantic: the input edge); errors name
+        ``source`` (line, key)."""
         if not isinstance(d, Mapping):
             raise ScenarioError(f"{source}: expected a mapping at the top level, got "
                                 f"{type(d).__name__}")
-        out = cls._validate(d, source, base, lines)
+        out = _validate(d, source, base, lines)
         expanded = []
         for i, v in enumerate(out.variants):
             body = {k: copy.deepcopy(val) for k, val in d.items() if k != "variants"}
@@ -161,26 +172,18 @@ class Scenario(BaseModel):
                 at = (lines or {}).get(("variants", i, "set", key))
                 if at is not None:
                     here[tuple(str(key).split("."))] = at
-            expanded.append((v.name, cls._validate(body, where, base, here)))
-        out._expanded = tuple(expanded)
+            expanded.append((v.name, _validate(body, where, base, here)))
+        out._remember(expanded=tuple(expanded))
         return out
 
-    @classmethod
-    def _validate(cls, d: Mapping[str, Any], source: str, base: Path | None,
-                  lines: Mapping[tuple, int | str] | None) -> Scenario:
-        try:
-            out = cls.model_validate(dict(d), context={"base": base})
-        except ValidationError as e:
-            msgs = format_errors(e, source=source, root=cls, lines=lines,
-                                 clean_loc=_drop_workload_tag)
-            raise ScenarioError("\n".join(msgs)) from None
-        out._source, out._base, out._raw = source, base, copy.deepcopy(dict(d))
-        return out
-
-    def __eq__(self, other: object) -> bool:  # the fields; not where it was read from
-        return type(other) is type(self) and self.__dict__ == other.__dict__
-
-    __hash__ = None  # type: ignore[assignment]  # sections hold dicts
+    def _remember(self, *, source: str | None = None, base: Path | None = None,
+                  raw: Mapping[str, Any] | None = None,
+                  expanded: tuple[tuple[str, Scenario], ...] | None = None) -> None:
+        """Record where this scenario came from (set once, by its constructors)."""
+        for key, value in (("_source", source), ("_base", base), ("_raw", raw),
+                           ("_expanded", expanded)):
+            if value is not None:
+                object.__setattr__(self, key, value)
 
     # ---- use ---------------------------------------------------------------------------
     @property
@@ -195,9 +198,9 @@ class Scenario(BaseModel):
 
     def expand(self) -> list[tuple[str, Scenario]]:
         """``[(variant name, Scenario)]``; without variants ``[(name, self)]``."""
-        if self.variants and not self._expanded:  # built with Scenario(...), not from_mapping
-            self._expanded = Scenario.from_mapping(self.to_mapping(), source=self.source,
-                                                   base=self._base)._expanded
+        if self.variants and not self._expanded:  # built directly: validate the variants
+            self._remember(expanded=Scenario.from_mapping(
+                self.to_mapping(), source=self.source, base=self._base)._expanded)
         return list(self._expanded) if self._expanded else [(self.name, self)]
 
     def variant(self, name: str) -> Scenario:
@@ -212,18 +215,20 @@ class Scenario(BaseModel):
         validated again; relative paths in values resolve against the cwd. ``flag`` names
         where the items came from in messages (``--set``, ``--grid``)."""
         items = list(overrides)
-        raw = apply_overrides(self._raw, items, source=self.source, base=Path.cwd(),
-                              flag=flag)
+        raw = apply_overrides(self._raw if self._raw is not None else self.to_mapping(),
+                              items, source=self.source, base=Path.cwd(), flag=flag)
         labels = {tuple(i.partition("=")[0].strip().split(".")): f"{flag} {i}" for i in items}
         return Scenario.from_mapping(raw, source=self.source, base=self._base, lines=labels)
 
     def to_mapping(self) -> dict[str, Any]:
-        """Plain data (the resolved scenario) that :meth:`from_mapping` accepts back."""
-        d = self.model_dump(mode="python")
+        """Plain data (the resolved scenario) that :meth:`from_mapping` accepts back, and
+        :func:`hicache.scenario.resolved.load_resolved` rebuilds without pydantic."""
+        d = to_plain(self)
         d["model"] = self.model.to_mapping()
-        d["variants"] = [{"name": v.name, "set": dict(v.set)} for v in self.variants]
         if not d["variants"]:
             del d["variants"]
+        else:
+            d["variants"] = list(d["variants"])
         return d
 
     def scheduler_config(self, *, l3: bool) -> Any:
@@ -231,29 +236,26 @@ class Scenario(BaseModel):
         return self.scheduler.config(l3=l3)
 
 
+def _validate(d: Mapping[str, Any], source: str, base: Path | None,
+              lines: Mapping[tuple, int | str] | None) -> Scenario:
+    from hicache.scenario.validate import validate_scenario
+
+    out = validate_scenario(Scenario, dict(d), source=source, base=base, lines=lines)
+    out._remember(source=source, base=base, raw=copy.deepcopy(dict(d)))
+    return out
+
+
 def as_scenario(d: Scenario | Mapping[str, Any], *, source: str = "<scenario>") -> Scenario:
-    """``d`` if it is a Scenario, else ``d`` validated (relative paths against the cwd)."""
-    return d if isinstance(d, Scenario) else Scenario.from_mapping(d, source=source)
+    """``d`` if it is a Scenario; a resolved document
+    (:func:`hicache.scenario.resolved.resolved_document`) rebuilt without pydantic; else
+    ``d`` validated (the input edge, needs pydantic; relative paths against the cwd)."""
+    if isinstance(d, Scenario):
+        return d
+    from hicache.scenario.resolved import is_resolved, load_resolved
+
+    if is_resolved(d):
+        return load_resolved(d)
+    return Scenario.from_mapping(d, source=source)
 
 
-def _drop_workload_tag(loc: tuple) -> tuple:
-    """pydantic puts the workload kind in error locations; the file has no such key."""
-    if len(loc) > 1 and loc[0] == "workload" and loc[1] in WORKLOAD_KINDS:
-        return (loc[0], *loc[2:])
-    return loc
-
-
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema of a scenario file, for editors (``docs/scenario.schema.json``)."""
-    schema = Scenario.model_json_schema(mode="validation")
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "hicache-lab scenario"
-    return schema
-
-
-def json_schema_text() -> str:
-    """:func:`json_schema` as the text of ``docs/scenario.schema.json``."""
-    return json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
-
-
-__all__ = ["Scenario", "as_scenario", "json_schema", "json_schema_text"]
+__all__ = ["Scenario", "as_scenario"]

@@ -1,6 +1,7 @@
 """The scenario's small sections: scheduler, run options, variants; the shared defaults.
 
-Each is a frozen pydantic model that forbids unknown keys; the cache section is
+Each is a frozen plain dataclass (:class:`hicache.schema.plain.Plain`: checked on
+construction, unknown keys refused where pydantic validates); the cache section is
 :class:`hicache.config.CacheConfig`, the router :class:`hicache.routing.RouterConfig`, the
 workload one of :data:`hicache.workload.factory.WorkloadConfig`, the model
 :class:`hicache.modelspec.ModelSpec`.
@@ -8,22 +9,20 @@ workload one of :data:`hicache.workload.factory.WorkloadConfig`, the model
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from hicache.scheduler.scheduler import SchedulerConfig
+from hicache.schema.plain import Plain, field_types
 from hicache.schema.types import Bool, NonEmptyStr, PosFloat, PosInt, Str
 
 DEFAULT_HARDWARE = "h100-sxm"
 _D = SchedulerConfig()
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SchedulerSection(_Section):
+@dataclass(frozen=True)
+class SchedulerSection(Plain):
     """``scheduler:`` keys (the rest of :class:`SchedulerConfig` is derived)."""
 
     max_running_requests: PosInt = _D.max_running_requests
@@ -33,10 +32,11 @@ class SchedulerSection(_Section):
     track_components: Bool = _D.track_components  # SWA / MAMBA pools too (L1, simulator)
 
     def config(self, *, l3: bool) -> SchedulerConfig:
-        return SchedulerConfig(**self.model_dump(), l3=l3)
+        return SchedulerConfig(**dataclasses.asdict(self), l3=l3)
 
 
-class RunSection(_Section):
+@dataclass(frozen=True)
+class RunSection(Plain):
     """``run:`` options of a run (both runtimes read the same keys)."""
 
     layerwise: Bool = True  # load KV layer by layer, overlapping compute
@@ -49,12 +49,13 @@ class RunSection(_Section):
     torch_profiler: Str | None = None  # torch runtime only: a Chrome trace path
 
 
-RUN_KEYS = frozenset(RunSection.model_fields)
-SCHEDULER_KEYS = frozenset(SchedulerSection.model_fields)
+RUN_KEYS = frozenset(field_types(RunSection))
+SCHEDULER_KEYS = frozenset(field_types(SchedulerSection))
 
 
-class Variant(_Section):
+@dataclass(frozen=True)
+class Variant(Plain):
     """One entry of ``variants:``: a name and dotted keys set over the base."""
 
     name: NonEmptyStr
-    set: dict[str, Any] = {}
+    set: dict[str, Any] = field(default_factory=dict, hash=False)

@@ -5,6 +5,7 @@ Lifecycle::
     WAITING ──(L3 prefetch issued)──> PREFETCHING ──(stop policy says go)──┐
        └───────────────────────────────────────────────────────────────────┴─> RUNNING
     RUNNING: prefill chunks (planned, then completed) -> decode tokens -> DONE
+    on arrival, a request that can never be served -> REJECTED (``rejected`` says why)
 
 ``planned`` counters run ahead of ``done`` counters by at most the batches in flight
 (overlap scheduling prepares batch N+1 while N executes).
@@ -13,10 +14,10 @@ Lifecycle::
 from __future__ import annotations
 
 import enum
-import math
 from dataclasses import dataclass, field
 
 from hicache.runtime.handles import CacheExtentRef, RequestRuntimeHandle
+from hicache.tree.components import Kind
 from hicache.tree.locks import LockHandle
 from hicache.workload.request import Request
 
@@ -26,6 +27,7 @@ class Status(enum.Enum):
     PREFETCHING = "prefetching"
     RUNNING = "running"
     DONE = "done"
+    REJECTED = "rejected"
 
 
 @dataclass(eq=False)
@@ -60,12 +62,13 @@ class RequestState:
     admitted: float | None = None
     first_token: float | None = None
     finish: float | None = None
+    rejected: str | None = None  # why the request was refused on arrival
     # track_components only: state-pool reservations, the last checkpoint's extents
     # (PreparedSlice.state), and every donated (pool, page) with the extents per pool
-    reserved: dict[str, int] = field(default_factory=dict)
+    reserved: dict[Kind, int] = field(default_factory=dict)
     checkpoint: tuple[CacheExtentRef, ...] = ()
-    state_donated: dict[str, list[CacheExtentRef]] = field(default_factory=dict)
-    donated_keys: set[tuple[str, int]] = field(default_factory=set)
+    state_donated: dict[Kind, list[CacheExtentRef]] = field(default_factory=dict)
+    donated_keys: set[tuple[Kind, int]] = field(default_factory=set)
     device_hit: int = 0
     host_hit: int = 0
     l3_hit: int = 0
@@ -82,12 +85,6 @@ class RequestState:
     def to_prefill(self) -> int:
         return self.prompt_len - self.prefix_tokens
 
-    def footprint_pages(self, page_size: int) -> int:
-        """Device pages the request owns at its largest (prompt + all output), minus those
-        borrowed from the tree or handed to it."""
-        total = math.ceil((self.prompt_len + self.req.output_len) / page_size)
-        return total - self.prefix_tokens // page_size - self.donated_pages
-
     def record(self) -> dict:
         out = self.req.output_len
         itl = None
@@ -102,5 +99,5 @@ class RequestState:
             "cached_tokens": self.device_hit + self.host_hit + self.l3_hit,
             "device_hit": self.device_hit, "host_hit": self.host_hit, "l3_hit": self.l3_hit,
             "ttft": None if self.first_token is None else self.first_token - self.req.arrival,
-            "itl_mean": itl,
+            "itl_mean": itl, "rejected": self.rejected,
         }

@@ -1,8 +1,12 @@
-"""Typed, validated inputs: strict scalar types, a strict YAML reader and error messages.
+"""Typed, validated inputs: constraint markers, plain dataclass checks, a strict YAML
+reader and error messages.
 
-Every user-facing input (scenario files, hardware and model presets, ``--set`` overrides,
-sweep grids) is parsed by :func:`read_yaml` and validated by pydantic models built from
-the types in :mod:`hicache.schema.types`; a pydantic ``ValidationError`` is turned into one
+Configurations are frozen standard dataclasses whose fields carry constraint markers
+(:mod:`hicache.schema.types`, :mod:`hicache.schema.constraints`): checked on construction
+without a library (:mod:`hicache.schema.plain`). Every user-facing input (scenario files,
+hardware and model presets, ``--set`` overrides, sweep grids) is parsed by
+:func:`read_yaml` and validated by pydantic, which reads the same annotations
+(:mod:`hicache.schema.adapters`, imported lazily: the input edge); its errors become one
 message per problem by :func:`format_errors` (``file:line: key.path: problem, got X``).
 """
 

@@ -1,21 +1,26 @@
 """One message per bad input: ``where: key.path: problem, got X``.
 
-:func:`format_errors` turns a pydantic ``ValidationError`` into such lines, naming the file
+:func:`format_errors` turns pydantic's errors (:class:`hicache.schema.adapters.SchemaErrors`)
+into such lines, naming the file
 and line (when the document's key lines are known), the dotted key, what was found and
 what is allowed, with a did-you-mean for unknown keys.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 import reprlib
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ValidationError
+if TYPE_CHECKING:  # the input edge passes pydantic's errors; importing this needs no pydantic
+    from pydantic import ValidationError
+
+    from hicache.schema.adapters import SchemaErrors
 
 Loc = tuple[str | int, ...]
 MAX_SHOWN = 10
@@ -52,10 +57,14 @@ def _unwrap(tp: Any) -> Any:
 
 def _fields(tp: Any) -> dict[str, Any] | None:
     tp = _unwrap(tp)
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
+    if not isinstance(tp, type):
+        return None
+    if hasattr(tp, "model_fields"):  # a pydantic BaseModel
         return {n: f.annotation for n, f in tp.model_fields.items()}
-    if isinstance(tp, type) and hasattr(tp, "__pydantic_fields__"):  # pydantic dataclass
-        return {n: f.annotation for n, f in tp.__pydantic_fields__.items()}
+    if dataclasses.is_dataclass(tp):
+        from hicache.schema.plain import field_types
+
+        return field_types(tp)
     return None
 
 
@@ -138,7 +147,7 @@ def _problem(e: Mapping[str, Any], allowed: list[str] | None) -> str:
     return f"{e['msg']}{got}"
 
 
-def format_errors(err: ValidationError, *, source: str, root: Any = None,
+def format_errors(err: SchemaErrors | ValidationError, *, source: str, root: Any = None,
                   prefix: Loc = (), lines: Mapping[Loc, int | str] | None = None,
                   clean_loc: Callable[[Loc], Loc] | None = None) -> list[str]:
     """One line per error: ``source[:line]: dotted.key: problem``. ``root`` is the
@@ -147,7 +156,7 @@ def format_errors(err: ValidationError, *, source: str, root: Any = None,
     ``--set`` item that gave the key), ``clean_loc`` drops union
     tags from a pydantic location."""
     out = []
-    for e in err.errors():
+    for e in getattr(err, "error", err).errors():
         raw = loc = tuple(e["loc"])
         if clean_loc is not None:
             loc = clean_loc(loc)

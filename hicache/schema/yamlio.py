@@ -101,13 +101,17 @@ def read_yaml_text(text: str, source: str) -> YamlDoc:
     return YamlDoc(data, source, lines)
 
 
-def read_yaml(path: str | Path) -> YamlDoc:
-    """Read and parse ``path``; a missing or unreadable file names the path."""
+def read_text(path: str | Path) -> str:
+    """The UTF-8 text of ``path``; a missing, unreadable or binary file names the path."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
-    return read_yaml_text(text, str(path))
+
+
+def read_yaml(path: str | Path) -> YamlDoc:
+    """Read and parse ``path``; a missing or unreadable file names the path."""
+    return read_yaml_text(read_text(path), str(path))

@@ -1,10 +1,18 @@
-"""When L1 (device) data is backed up to L2 (host): the three SGLang write policies.
+"""When L1 (device) data is backed up to L2 (host): SGLang's three write policies.
 
-Each rule is docs/SOURCES.md §2, "Write policies"; the tree asks these functions and emits
-the backup actions itself. A node being written stays locked until its copy completes.
+    write_through            back a node up on its 1st hit (prompt nodes right after
+                             prefill, output nodes when the request finishes)
+    write_through_selective  back up on the 2nd hit (only hot data)
+    write_back               back up only when L1 evicts the node; eviction waits for it
+
+With an L3 attached, every completed L2 copy is then written to L3 (pages L3 already has
+are skipped), whichever policy made it (docs/SOURCES.md §2; SGLang 0.5.23 calls
+``write_backup_storage`` when any device-to-host copy is acknowledged).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from hicache.config import WRITE_POLICIES
 
@@ -27,14 +35,22 @@ def backup_threshold(policy: str) -> int | None:
     return _THRESHOLDS[policy]
 
 
-def should_backup_on_hit(policy: str, hit_count: int) -> bool:
-    """Back up once a node's hit count reaches the policy threshold; never for write_back."""
-    threshold = backup_threshold(policy)
-    return threshold is not None and hit_count >= threshold
+@dataclass(frozen=True, slots=True)
+class WritePolicy:
+    """One write policy's two questions, asked by the cache manager."""
 
+    name: str
+    threshold: int | None  # hits that trigger a backup; None: never on hit
 
-def eviction_needs_backup(policy: str, backed_up: bool) -> bool:
-    """Under write_back, L1 eviction of a node not yet in L2 first backs it up (docs/SOURCES.md §2);
-    under write-through policies an un-backed-up node is simply deleted."""
-    _check(policy)
-    return policy == "write_back" and not backed_up
+    @classmethod
+    def named(cls, policy: str) -> WritePolicy:
+        return cls(policy, backup_threshold(policy))
+
+    def backup_on_hit(self, hit_count: int) -> bool:
+        """Back a node up now that it has ``hit_count`` hits?"""
+        return self.threshold is not None and hit_count >= self.threshold
+
+    @property
+    def backup_on_eviction(self) -> bool:
+        """Does L1 eviction of a node with no L2 copy back it up first (else delete it)?"""
+        return self.threshold is None

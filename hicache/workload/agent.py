@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from dataclasses import dataclass
 from typing import Literal
 
-from pydantic.dataclasses import dataclass
-
+from hicache.schema.plain import Plain
 from hicache.schema.types import NonNegInt, PosInt
 from hicache.workload.closed_loop import ClosedLoopWorkload
 from hicache.workload.conversation import Conversation
@@ -35,8 +35,10 @@ from hicache.workload.params import (
 from hicache.workload.request import Request
 
 
-@dataclass(frozen=True, config=WORKLOAD_CONFIG)
-class AgentConfig:
+@dataclass(frozen=True)
+class AgentConfig(Plain):
+    __pydantic_config__ = WORKLOAD_CONFIG
+
     kind: Literal["agent"] = "agent"
     num_sessions: PosInt = 64
     max_sessions: PosInt = 16  # sessions in flight

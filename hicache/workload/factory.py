@@ -1,11 +1,11 @@
 """Build a workload from a spec mapping (e.g. a scenario YAML section).
 
 ``spec["kind"]`` picks the workload; every other key must be a field of that kind's
-config (a frozen pydantic dataclass, so types, ranges and finiteness are checked on
-construction). Unknown kinds, unknown keys and invalid values raise ``ValueError``
-naming the kind, the key and what is allowed. Unset keys take the config's defaults
-(bench_multiturn's where they apply: request_length 512, output_length 64, num_rounds 5,
-request_rate 1.0, max_parallel 128, num_clients 256).
+config (a frozen plain dataclass; a mapping is validated with pydantic, so types, ranges
+and finiteness are checked with the schema's messages). Unknown kinds, unknown keys and
+invalid values raise ``ValueError`` naming the kind, the key and what is allowed. Unset
+keys take the config's defaults (bench_multiturn's where they apply: request_length 512,
+output_length 64, num_rounds 5, request_rate 1.0, max_parallel 128, num_clients 256).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Union
 
-from pydantic import Field, ValidationError
-
+from hicache.schema.adapters import SchemaErrors, validate
+from hicache.schema.constraints import Marker
 from hicache.schema.errors import format_errors
 from hicache.workload.agent import AgentConfig, AgentWorkload
 from hicache.workload.long_context import LongContextConfig, LongContextWorkload
@@ -34,9 +34,20 @@ KINDS: dict[str, tuple[type, _Builder]] = {
     "trace": (TraceConfig, lambda c, s, b: TraceReplayWorkload(c, s, b)),
     "shared_prefix": (SharedPrefixConfig, lambda c, s, _: SharedPrefixWorkload(c, s)),
 }
+
+
+class _ByKind(Marker):
+    """pydantic picks the union member by its ``kind`` tag (a discriminated union)."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        from pydantic import Field
+
+        return handler.generate_schema(Annotated[source, Field(discriminator="kind")])
+
+
 # the scenario's ``workload`` section: one config per kind, picked by ``kind``
 WorkloadConfig = Annotated[Union[tuple(cfg for cfg, _ in KINDS.values())],  # noqa: UP007
-                           Field(discriminator="kind")]
+                           _ByKind()]
 
 
 def allowed_keys(kind: str) -> list[str]:
@@ -44,7 +55,8 @@ def allowed_keys(kind: str) -> list[str]:
 
 
 def make_config(spec: Mapping[str, Any] | Any) -> Any:
-    """The validated config dataclass for ``spec`` (a mapping, or a config already)."""
+    """The validated config dataclass for ``spec`` (a mapping, validated with pydantic, or a
+    config already)."""
     if any(isinstance(spec, cfg) for cfg, _ in KINDS.values()):
         return spec
     if not isinstance(spec, Mapping):
@@ -54,8 +66,8 @@ def make_config(spec: Mapping[str, Any] | Any) -> Any:
         raise ValueError(f"workload key 'kind': unknown kind {kind!r}; allowed: {list(KINDS)}")
     cls = KINDS[kind][0]
     try:
-        return cls(**{str(k): v for k, v in spec.items()})
-    except ValidationError as e:
+        return validate(cls, {str(k): v for k, v in spec.items()})
+    except SchemaErrors as e:
         line = format_errors(e, source="", root=cls)[0].removeprefix(": ")
         key, _, problem = line.partition(": ")
         raise ValueError(f"workload kind {kind!r}: key {key!r}: {problem}") from None

@@ -9,10 +9,10 @@ Token namespaces: document d -> d, request i -> num_documents + i (disjoint).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
-from pydantic.dataclasses import dataclass
-
+from hicache.schema.plain import Plain
 from hicache.schema.types import NonNegInt, PosInt
 from hicache.workload.open_loop import OpenLoopWorkload, prefixed_request
 from hicache.workload.params import WORKLOAD_CONFIG, Length, Rate, draw_length, poisson_arrivals
@@ -20,8 +20,10 @@ from hicache.workload.request import Request
 from hicache.workload.tokens import draw_tokens
 
 
-@dataclass(frozen=True, config=WORKLOAD_CONFIG)
-class LongContextConfig:
+@dataclass(frozen=True)
+class LongContextConfig(Plain):
+    __pydantic_config__ = WORKLOAD_CONFIG
+
     kind: Literal["long_context"] = "long_context"
     count: PosInt = 32
     prompt_length: Length() = 32768  # total prompt tokens, document included
@@ -31,6 +33,7 @@ class LongContextConfig:
     document_length: NonNegInt = 0
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.num_documents and self.prompt_length[0] <= self.document_length:
             raise ValueError(
                 f"prompt_length: must exceed document_length={self.document_length} "

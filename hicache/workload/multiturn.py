@@ -15,10 +15,10 @@ Token namespaces: system prompt 0, client c -> c + 1 (clients share only the sys
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Literal
 
-from pydantic.dataclasses import dataclass
-
+from hicache.schema.plain import Plain
 from hicache.schema.types import Bool, NonNegFloat, NonNegInt, PosInt
 from hicache.workload.closed_loop import ClosedLoopWorkload
 from hicache.workload.conversation import Conversation
@@ -26,8 +26,10 @@ from hicache.workload.params import WORKLOAD_CONFIG, Length, Rate, draw_length
 from hicache.workload.request import Request
 
 
-@dataclass(frozen=True, config=WORKLOAD_CONFIG)
-class MultiturnConfig:
+@dataclass(frozen=True)
+class MultiturnConfig(Plain):
+    __pydantic_config__ = WORKLOAD_CONFIG
+
     kind: Literal["multiturn"] = "multiturn"
     num_clients: PosInt = 256
     num_rounds: PosInt = 5

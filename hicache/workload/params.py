@@ -1,4 +1,4 @@
-"""Types of workload parameters (for the pydantic config dataclasses) and shared draws.
+"""Types of workload parameters (for the plain config dataclasses) and shared draws.
 
 Lengths are ``int`` or ``[lo, hi]`` (uniform integer in ``[lo, hi]``) and normalise to a
 ``(lo, hi)`` tuple; rates are a number > 0 or ``inf`` (everything at time 0). Scalar types
@@ -11,8 +11,8 @@ import math
 import random
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, ConfigDict, WithJsonSchema
-
+from hicache.schema.constraints import JsonSchema, Parse
+from hicache.schema.errors import short
 from hicache.schema.types import MAX_COUNT
 
 LengthSpec = int | tuple[int, int]
@@ -40,28 +40,36 @@ def _length(minimum: int) -> Any:
             if _is_int(lo) and _is_int(hi) and minimum <= lo <= hi <= MAX_COUNT:
                 return (lo, hi)
         raise ValueError(f"expected an integer >= {minimum} or a range [lo, hi] with "
-                         f"{minimum} <= lo <= hi, got {v!r}")
+                         f"{minimum} <= lo <= hi, got {short(v)}")
 
     return check
 
 
+def _float(v: Any) -> float | None:
+    """``v`` as a float, or None when it is no number (an int beyond any float is none)."""
+    try:
+        return float(v) if _is_number(v) else None
+    except OverflowError:
+        return None
+
+
 def _rate(v: Any) -> float:
-    if v == "inf" or (_is_number(v) and v == math.inf):
-        return math.inf
-    if not _is_number(v) or math.isnan(v) or v <= 0:
-        raise ValueError(f"expected a rate > 0 (req/s) or 'inf', got {v!r}")
-    return float(v)
+    f = math.inf if v == "inf" else _float(v)
+    if f is None or math.isnan(f) or f <= 0:
+        raise ValueError(f"expected a rate > 0 (req/s) or 'inf', got {short(v)}")
+    return f
 
 
 def _float_range(v: Any) -> tuple[float, float]:
     def ok(x: Any) -> bool:
-        return _is_number(x) and math.isfinite(x) and x >= 0
+        f = _float(x)
+        return f is not None and math.isfinite(f) and f >= 0
 
     if ok(v):
         return (float(v), float(v))
     if isinstance(v, list | tuple) and len(v) == 2 and all(map(ok, v)) and v[0] <= v[1]:
         return (float(v[0]), float(v[1]))
-    raise ValueError(f"expected a number >= 0 or [lo, hi] with 0 <= lo <= hi, got {v!r}")
+    raise ValueError(f"expected a number >= 0 or [lo, hi] with 0 <= lo <= hi, got {short(v)}")
 
 
 _RANGE_SCHEMA = {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}
@@ -69,16 +77,18 @@ _RANGE_SCHEMA = {"type": "array", "items": {"type": "integer"}, "minItems": 2, "
 
 def Length(minimum: int = 1) -> Any:  # noqa: N802 - a type factory
     """A length in tokens: an int, or ``[lo, hi]`` (uniform in [lo, hi]) -> ``(lo, hi)``."""
-    return Annotated[tuple[int, int], BeforeValidator(_length(minimum)), WithJsonSchema(
+    return Annotated[tuple[int, int], Parse(_length(minimum)), JsonSchema(
         {"anyOf": [{"type": "integer", "minimum": minimum}, _RANGE_SCHEMA]})]
 
 
-Rate = Annotated[float, BeforeValidator(_rate), WithJsonSchema(
+Rate = Annotated[float, Parse(_rate), JsonSchema(
     {"anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"const": "inf"}]})]
-FloatRange = Annotated[tuple[float, float], BeforeValidator(_float_range), WithJsonSchema(
+FloatRange = Annotated[tuple[float, float], Parse(_float_range), JsonSchema(
     {"anyOf": [{"type": "number", "minimum": 0},
                {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}]})]
-WORKLOAD_CONFIG = ConfigDict(extra="forbid", validate_default=True)
+# pydantic config of the workload dataclasses (a plain dict): unknown keys are errors and
+# defaults are normalised too (a length default 512 becomes (512, 512))
+WORKLOAD_CONFIG = {"extra": "forbid", "validate_default": True}
 
 
 def draw_length(rng: random.Random, spec: tuple[int, int]) -> int:

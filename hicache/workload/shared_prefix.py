@@ -8,10 +8,10 @@ rid = arrival order. Token namespaces: group g -> g, request i -> num_groups + i
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
-from pydantic.dataclasses import dataclass
-
+from hicache.schema.plain import Plain
 from hicache.schema.types import NonNegInt, PosInt
 from hicache.workload.open_loop import OpenLoopWorkload, prefixed_request
 from hicache.workload.params import WORKLOAD_CONFIG, Length, Rate, draw_length, poisson_arrivals
@@ -19,8 +19,10 @@ from hicache.workload.request import Request
 from hicache.workload.tokens import draw_tokens
 
 
-@dataclass(frozen=True, config=WORKLOAD_CONFIG)
-class SharedPrefixConfig:
+@dataclass(frozen=True)
+class SharedPrefixConfig(Plain):
+    __pydantic_config__ = WORKLOAD_CONFIG
+
     kind: Literal["shared_prefix"] = "shared_prefix"
     num_groups: PosInt = 64
     prefix_length: NonNegInt = 2048

@@ -8,11 +8,11 @@ Open loop: :meth:`TraceReplayWorkload.start` returns every request, sorted by ar
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic.dataclasses import dataclass
-
+from hicache.schema.plain import Plain
 from hicache.schema.types import NonEmptyStr, NonNegFloat, PosInt
 from hicache.workload.open_loop import OpenLoopWorkload
 from hicache.workload.params import WORKLOAD_CONFIG
@@ -20,9 +20,11 @@ from hicache.workload.request import Request
 from hicache.workload.traces import FORMATS, load_trace
 
 
-@dataclass(frozen=True, config=WORKLOAD_CONFIG)
-class TraceConfig:
+@dataclass(frozen=True)
+class TraceConfig(Plain):
     """``path`` is resolved against the scenario file's folder when the scenario loads."""
+
+    __pydantic_config__ = WORKLOAD_CONFIG
 
     kind: Literal["trace"] = "trace"
     path: NonEmptyStr = ""

@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 import subprocess
-import sys
+
+from tests.architecture.blocking import run_without
 
 
 def _run_without(blocked: str, *args: str) -> subprocess.CompletedProcess:
-    code = (
-        "import sys, importlib.abc\n"
-        "class Block(importlib.abc.MetaPathFinder):\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        f"        if name.split('.')[0] == {blocked!r}:\n"
-        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
-        "sys.meta_path.insert(0, Block())\n"
-        "from hicache.cli import main\n"
-        f"sys.exit(main({list(args)!r}))\n"
-    )
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+    return run_without((blocked,), f"from hicache.cli import main\nsys.exit(main({list(args)!r}))")
 
 
 def test_run_without_simpy_says_to_install_simpy() -> None:

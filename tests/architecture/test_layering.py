@@ -4,6 +4,8 @@
     sim/          may import hicache and simpy; never torch or gpu_backend
     gpu_backend/  may import hicache and torch; never simpy or sim (the GPU box has no simpy)
     validation/   composes both runtimes; nothing above imports it
+    pydantic      imported by no module at import time; only inside the input edge's
+                  functions (hicache/schema/, hicache/scenario/) and pydantic's own hooks
 """
 
 from __future__ import annotations
@@ -35,6 +37,49 @@ def imported_roots(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             roots.add(node.module.split(".")[0])
     return roots
+
+
+EDGE = ("hicache/schema/", "hicache/scenario/")
+HOOKS = {"__get_pydantic_core_schema__", "__get_pydantic_json_schema__"}
+VALIDATION = {"pydantic", "pydantic_core", "annotated_types"}
+
+
+def validation_imports(path: Path) -> list[tuple[int, str | None]]:
+    """``(line, enclosing function or None)`` of each import of a validation library that
+    runs (``if TYPE_CHECKING:`` blocks do not)."""
+    found: list[tuple[int, str | None]] = []
+
+    def visit(node: ast.AST, func: str | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                for sub in child.orelse:
+                    visit(sub, func)
+                continue
+            names: list[str] = []
+            if isinstance(child, ast.Import):
+                names = [a.name for a in child.names]
+            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
+                names = [child.module]
+            if any(n.split(".")[0] in VALIDATION for n in names):
+                found.append((child.lineno, func))
+            inner = child.name if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) \
+                else func
+            visit(child, inner)
+
+    visit(ast.parse(path.read_text(), filename=str(path)), None)
+    return found
+
+
+def test_pydantic_is_imported_lazily_and_only_by_the_input_edge() -> None:
+    offenders = {}
+    for package in ("hicache", "sim", "gpu_backend", "validation"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = str(path.relative_to(ROOT))
+            bad = [line for line, func in validation_imports(path)
+                   if func is None or (func not in HOOKS and not rel.startswith(EDGE))]
+            if bad:
+                offenders[rel] = bad
+    assert offenders == {}
 
 
 def clock_calls(path: Path) -> set[tuple[str, str]]:
@@ -74,3 +119,7 @@ def test_the_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
     bad.write_text("import torch\nfrom simpy import Environment\nimport time\nt = time.time()\n")
     assert imported_roots(bad) >= {"torch", "simpy"}
     assert clock_calls(bad) == {("time", "time")}
+    lazy = tmp_path / "v.py"
+    lazy.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pydantic\n"
+                    "import pydantic_core\ndef f():\n    from pydantic import TypeAdapter\n")
+    assert validation_imports(lazy) == [(4, None), (6, "f")]

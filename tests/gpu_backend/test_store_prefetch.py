@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpu_backend.l3.checksum import unseal
 from gpu_backend.l3_protocol import L3Store, MemoryL3
 from hicache.runtime.interface import (
     BatchPlan,
@@ -30,7 +31,7 @@ def test_store_then_prefetch_returns_the_same_page_bytes():
         run(rt, BatchPlan(60, stores=(StoreIntent(host, keys, job_id=1),)))
         store = transfers(collect(rt, jobs_done(1)))[1]
         assert store.kind is TransferKind.STORE and store.pages == 4
-        assert [l3.data[k] for k in keys] == original
+        assert [bytes(unseal(k, l3.data[k])) for k in keys] == original  # stored checksummed
         run(rt, BatchPlan(61, stores=(StoreIntent(host, keys, job_id=2),), frees=()))
         assert transfers(collect(rt, jobs_done(2)))[2].pages == 0  # already in L3
         run(rt, BatchPlan(62, frees=(host,)))

@@ -54,16 +54,16 @@ def drive(env: simpy.Environment, rt: SimRuntime, sched: Scheduler,
         while True:
             arrivals = [r for r in pending if r.arrival <= env.now]
             del pending[:len(arrivals)]
-            plans = sched.step(env.now, arrivals, rt.poll())
+            plans = sched.step(env.now, arrivals, rt.poll()).plans
             while plans:
                 for plan in plans:
                     handle = rt.prepare_batch(plan)
                     sched.prepared(handle)
                     rt.execute_batch(handle)
-                plans = sched.step(env.now)
+                plans = sched.step(env.now).plans
             if sched.idle and not pending:
                 return
-            waits = [rt.wakeup()]
+            waits = [rt.completion_event()]
             if pending:
                 waits.append(env.timeout(pending[0].arrival - env.now))
             yield env.any_of(waits)

@@ -129,12 +129,12 @@ def pressure_run(name: str, overlap: bool = True, seed: int = 2):  # noqa: ANN20
 def test_memory_pressure_conserves_every_pool(name: str, overlap: bool) -> None:
     rt, sched, violations = pressure_run(name, overlap)
     assert len(sched.finished) == 200 and rt.open_requests() == 0
-    assert any(d[0] == "evict" for d in sched.decisions), "no pressure: nothing evicted"
+    assert any(d.kind == "evict" for d in sched.decisions), "no pressure: nothing evicted"
     assert sum(hits(sched)) > 0
     for pool, (accounted, capacity) in balance(rt, sched).items():
         assert accounted == capacity, f"{pool}: free + tree-held {accounted} != {capacity}"
     assert violations == []
-    assert sched.components.own == {"swa": 0, "mamba": 0}
+    assert sched.components.own == {Kind.SWA: 0, Kind.MAMBA: 0}
 
 
 def test_a_run_is_reproducible() -> None:
@@ -149,3 +149,13 @@ def test_tracking_is_l1_only_for_now() -> None:
     with pytest.raises(ValueError, match="scheduler.track_components"):
         Scheduler(CacheConfig(page_size=PAGE, device_tokens=1024, enable_hierarchical_cache=True),
                   rt.info(), SchedulerConfig(track_components=True))
+
+
+def test_a_request_the_state_pools_can_never_hold_is_rejected_not_stranded() -> None:
+    """An SWA pool smaller than one request's window + chunk bound: rejected on arrival."""
+    env, rt, sched = tiny_system(tiny_model(("full", "swa")), swa=4)
+    ok, big = Request(0, 0.0, list(range(6)), 2), Request(1, 0.0, list(range(100, 200)), 2)
+    drive(env, rt, sched, [ok, big])
+    recs = {r["rid"]: r for r in sched.records()}
+    assert recs[0]["finish"] is not None and recs[0]["rejected"] is None
+    assert recs[1]["finish"] is None and recs[1]["rejected"].startswith("exceeds_swa_pool")

@@ -71,3 +71,13 @@ def test_bad_input_is_rejected_before_storing(client: L3Client, keys: list[str])
     with pytest.raises(ValueError, match="invalid L3 key"):
         client.batch_get(["../etc/passwd"])
     assert client.batch_exists(keys[:2]) == [False, False]
+
+
+def test_remove_drops_a_key_so_that_it_can_be_stored_again(client: L3Client,
+                                                           keys: list[str]) -> None:
+    first, second = _pages(2)
+    client.batch_set(keys[:1], [first])
+    assert client.batch_remove(keys[:2]) == [True, True]  # absent afterwards, either way
+    assert client.batch_exists(keys[:1]) == [False]
+    assert client.batch_set(keys[:1], [second]) == [True]
+    assert client.batch_get(keys[:1]) == [second]

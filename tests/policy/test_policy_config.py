@@ -29,12 +29,6 @@ def test_config_is_frozen():
         CacheConfig().page_size = 32  # type: ignore[misc]
 
 
-def test_write_through_threshold_is_derived_from_the_policy():
-    assert CacheConfig(hicache_write_policy="write_through").write_through_threshold == 1
-    selective = CacheConfig(hicache_write_policy="write_through_selective")
-    assert selective.write_through_threshold == 2
-
-
 def test_write_through_threshold_cannot_be_set():
     with pytest.raises(ConfigError, match="write_through_threshold: cannot be set"):
         CacheConfig.from_mapping({"write_through_threshold": 1}, source="s.yaml")

@@ -1,6 +1,7 @@
 """Scenario files: one typed Scenario, dotted overrides, variants, errors naming file,
 line and key."""
 
+import dataclasses
 import textwrap
 
 import pytest
@@ -11,10 +12,12 @@ from hicache.scenario import (
     SCHEDULER_KEYS,
     Scenario,
     ScenarioError,
+    Variant,
     apply_overrides,
     load_scenario,
 )
 from hicache.scheduler.scheduler import SCHEDULER_KEYS as SCHEDULER_CONFIG_KEYS
+from hicache.workload.agent import AgentConfig
 
 BASE = """\
 name: multiturn
@@ -45,7 +48,7 @@ def test_load_returns_a_frozen_typed_scenario(tmp_path):
     s = load_scenario(write(tmp_path, BASE))
     assert isinstance(s, Scenario) and s.seed == 7 and s.workload.num_clients == 48
     assert s.model.name == DEFAULT_MODEL and s.model.kv_bytes_per_token() == 128 * 1024
-    with pytest.raises(Exception, match="frozen"):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         s.seed = 3
 
 
@@ -198,6 +201,11 @@ def test_to_mapping_validates_back_to_the_same_scenario(tmp_path):
 
 
 def test_a_scenario_built_directly_still_expands_its_variants():
-    s = Scenario(name="x", workload={"kind": "agent"},
-                 variants=[{"name": "a", "set": {"seed": 3}}, {"name": "b"}])
+    s = Scenario(name="x", workload=AgentConfig(),
+                 variants=(Variant(name="a", set={"seed": 3}), Variant(name="b")))
     assert [(n, v.seed) for n, v in s.expand()] == [("a", 3), ("b", 0)]
+
+
+def test_a_scenario_built_directly_takes_typed_sections_only():
+    with pytest.raises(ValueError, match=r"workload: expected .*AgentConfig.*from_mapping"):
+        Scenario(name="x", workload={"kind": "agent"})

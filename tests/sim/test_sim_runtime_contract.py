@@ -218,7 +218,7 @@ def test_wakeup_fires_when_a_completion_arrives(env, profile, model) -> None:
     def driver():
         rt.execute_batch(rt.prepare_batch(BatchPlan(
             1, slices=(RequestSlice(1, Phase.PREFILL, 0, 64, finishes=True),))))
-        yield rt.wakeup()
+        yield rt.completion_event()
         seen.extend((env.now, c) for c in rt.poll())
     env.process(driver())
     env.run()

@@ -42,7 +42,7 @@ def test_a_local_ray_instance_gives_the_serial_table_exactly() -> None:
 
 
 def _broken(index: int) -> Task:
-    bad = copy.deepcopy(TINY)
+    bad = copy.deepcopy(tasks_for(TINY, GRID, variants=["L1"])[0].scenario)  # resolved
     bad["workload"]["request_length"] = -5  # fails inside the run, not in the grid check
     return Task(index, {"workload.num_clients": 9}, "L1", 0, bad)
 

@@ -1,4 +1,4 @@
-"""The scheduler's L3 side: prefetch on arrival, the stop policy at the queue head.
+"""The L3 prefetch decision: prefetch on arrival, the stop policy at the queue head.
 
     arrival ── match L1/L2 ── rest >= prefetch_threshold? ── PrefetchIntent (query in
        batches, stop at the first miss, fetch the hit prefix into L2), L1/L2 prefix it
@@ -10,140 +10,145 @@ for themselves (a request that finds no room waits for it); the request at the h
 the queue may take, and make, any L2 room. With ``requery_lost_prefix`` (a hicache-lab
 knob, off = SGLang) a request whose arrival-time prefetch found nothing, and whose L1/L2
 prefix was evicted while it queued, asks L3 once more from the shorter match.
+
+Collaborators: the cache manager's tree, page budget (the L2 reservation), intent sink
+(the PrefetchIntent, frees of pages fetched for a prefix that left) and decision log.
+A prefetch that completes after its request was admitted (best_effort, timeout) still
+caches what it fetched, but nothing holds it for the request any more.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
+from hicache.kvcache.decisions import Prefetch, PrefetchStop
+from hicache.kvcache.manager import KVCacheManager
 from hicache.runtime.handles import CacheExtentRef, Tier
 from hicache.runtime.interface import PrefetchIntent, TransferCompletion
 from hicache.scheduler.state import RequestState, Status
 from hicache.tiers.prefetch import should_query, stop_decision
 from hicache.tree.components import Kind
 
-if TYPE_CHECKING:
-    from hicache.scheduler.scheduler import Scheduler
-
 PREFETCH_SHARE = 0.25  # at most this share of L2 is reserved for L3 prefetches in flight
 
 
 class L3Prefetcher:
-    def __init__(self, sched: Scheduler) -> None:
-        self.s = sched
+    def __init__(self, kv: KVCacheManager, *, requery_lost_prefix: bool = True) -> None:
+        self.kv, self.cache, self.tree = kv, kv.cache, kv.tree
+        self.budget, self.page = kv.budget, kv.page
+        self.requery_lost_prefix = requery_lost_prefix
         self.jobs: dict[int, RequestState] = {}
         self.reserved = 0  # L2 pages reserved by prefetches in flight
+
+    def _share_left(self) -> int:
+        return int(self.budget.host_total * PREFETCH_SHARE) - self.reserved
 
     # -- called by the scheduler ----------------------------------------------------
     def on_arrivals(self, waiting: Iterable[RequestState], now: float) -> None:
         """Start prefetches for arrived requests, FIFO, while the L2 share has room."""
-        s = self.s
         for st in waiting:
-            room = int(s.host_total * PREFETCH_SHARE) - self.reserved
-            if st.req.arrival > now or room < s.cache.prefetch_threshold_pages:
+            if st.req.arrival > now or self._share_left() < self.cache.prefetch_threshold_pages:
                 break
             if st.prefetch_job is None:
-                m = s.tree.match(st.pages, touch=False)
-                if not self._start(st, m.total_tokens):
+                m = self.tree.match(st.pages, touch=False)
+                if not self.start(st, m.total_tokens):
                     break  # no L2 room for it; later arrivals wait behind it
 
     def ready(self, st: RequestState, now: float) -> bool:
         """At the queue head: may ``st`` be admitted now (its stop policy says go)?"""
-        s = self.s
         if st.prefetch_job is None or self._lost_prefix(st):
-            self._start(st, s.tree.match(st.pages, touch=False).total_tokens, at_head=True)
+            self.start(st, self.tree.match(st.pages, touch=False).total_tokens, at_head=True)
         if st.status is not Status.PREFETCHING:
             return True
-        d = stop_decision(s.cache.hicache_storage_prefetch_policy, now=now,
+        d = stop_decision(self.cache.hicache_storage_prefetch_policy, now=now,
                           arrival=st.req.arrival, completed=st.prefetch_done,
-                          hit_tokens=st.prefetch_pages * s.page, cfg=s.cache)
+                          hit_tokens=st.prefetch_pages * self.page, cfg=self.cache)
         if not d.proceed:
             return False
-        s.decisions.append(("prefetch_stop", st.rid, d.reason))
+        self.kv.log(PrefetchStop(st.rid, d.reason))
         st.status = Status.WAITING
         return True
 
     def next_deadline(self, waiting: Iterable[RequestState], now: float) -> float | None:
-        s = self.s
-        if s.cache.hicache_storage_prefetch_policy != "timeout":
+        if self.cache.hicache_storage_prefetch_policy != "timeout":
             return None
         times = []
         for st in waiting:
             if st.status is Status.PREFETCHING:
                 d = stop_decision("timeout", now=now, arrival=st.req.arrival, completed=False,
-                                  hit_tokens=st.prefetch_pages * s.page, cfg=s.cache)
+                                  hit_tokens=st.prefetch_pages * self.page, cfg=self.cache)
                 if d.deadline is not None and d.deadline > now:
                     times.append(d.deadline)
         return min(times) if times else None
 
     def done(self, c: TransferCompletion) -> None:
-        s = self.s
         st = self.jobs.pop(c.job_id)
-        s._host_reserved -= st.prefetch_reserved
+        self.budget.host_reserved -= st.prefetch_reserved
         self.reserved -= st.prefetch_reserved
         st.prefetch_done = True
         if c.pages and c.extent is not None:
             self._insert(st, c.extent)
         if st.prefix_lock is not None:  # the fetched nodes' locks now pin their path
-            s.tree.unlock(st.prefix_lock)
+            self.tree.unlock(st.prefix_lock)
             st.prefix_lock = None
 
-    # -- internals ---------------------------------------------------------------------
+    # -- the decision ------------------------------------------------------------------
     def _lost_prefix(self, st: RequestState) -> bool:
-        s = self.s
-        if (not s.cfg.requery_lost_prefix or st.requeried or not st.prefetch_done
+        if (not self.requery_lost_prefix or st.requeried or not st.prefetch_done
                 or st.prefetch_pages):
             return False
-        if s.tree.match(st.pages, touch=False).total_tokens >= st.prefetch_from * s.page:
+        if self.tree.match(st.pages, touch=False).total_tokens >= st.prefetch_from * self.page:
             return False
         st.requeried, st.prefetch_done, st.status = True, False, Status.WAITING
         return True
 
-    def _start(self, st: RequestState, cached: int, at_head: bool = False) -> bool:
+    def start(self, st: RequestState, cached: int, at_head: bool = False) -> bool:
         """Issue ``st``'s prefetch if worthwhile and there is room; False = no room yet."""
-        s = self.s
-        reused = cached // s.page
+        reused = cached // self.page
         rest = len(st.pages) - reused
-        if rest <= 0 or not should_query(rest * s.page, s.cache):
+        if rest <= 0 or not should_query(rest * self.page, self.cache):
             st.prefetch_job = 0  # decided: nothing worth fetching
             return True
-        budget = rest if at_head else int(s.host_total * PREFETCH_SHARE) - self.reserved
-        if at_head and rest > s.host_free():
-            s._make_room(False, rest)
-        max_pages = min(rest, budget, s.host_free())
-        if max_pages < rest and not at_head:
-            return False  # a partial prefetch would fetch a sliver; wait for room or the head
-        if max_pages < s.cache.prefetch_threshold_pages:
+        # protect the L1/L2 prefix the prefetch continues, before making L2 room for it:
+        # if L2 evicted it (now, or while the request queues), the fetched pages would
+        # hang on nothing (SGLang host-locks last_host_node first, too)
+        lock = self.tree.locks.lock_host(self.tree.match(st.pages[:reused], touch=False).path)
+        budget = rest if at_head else self._share_left()
+        if at_head and rest > self.budget.host_free():
+            self.kv.make_room(Tier.HOST, rest)
+        max_pages = min(rest, budget, self.budget.host_free())
+        if max_pages < self.cache.prefetch_threshold_pages or (max_pages < rest
+                                                                 and not at_head):
+            # no room: a partial prefetch would fetch a sliver; wait for room or the head
+            self.tree.unlock(lock)
             if at_head:
                 st.prefetch_job = 0
             return at_head
-        job = s.next_job_id()
+        job = self.kv.sink.next_job_id()
         self.reserved += max_pages
-        s._host_reserved += max_pages
+        self.budget.host_reserved += max_pages
         self.jobs[job] = st
         st.prefetch_job, st.prefetch_from, st.prefetch_reserved = job, reused, max_pages
-        s._pending_prefetch.append(PrefetchIntent(
-            tuple(st.hashes[reused:reused + max_pages]), max_pages,
-            s.cache.prefetch_threshold_pages, job, s.cache.prefetch_batch_pages))
         st.status = Status.PREFETCHING
-        # protect the L1/L2 prefix the prefetch continues: if L2 evicted it while the
-        # request queues, the fetched pages would hang on nothing
-        st.prefix_lock = s.tree.locks.lock_host(
-            s.tree.match(st.pages[:reused], touch=False).path)
-        s.decisions.append(("prefetch", st.rid, reused, max_pages))
+        st.prefix_lock = lock
+        self.kv.log(Prefetch(st.rid, reused, max_pages))
+        self.kv.sink.prefetch(PrefetchIntent(
+            tuple(st.hashes[reused:reused + max_pages]), max_pages,
+            self.cache.prefetch_threshold_pages, job, self.cache.prefetch_batch_pages))
         return True
 
     def _insert(self, st: RequestState, ext: CacheExtentRef) -> None:
-        """Fetched pages become host-only nodes, held until the request is admitted."""
-        s = self.s
+        """Fetched pages become host-only nodes, held for the request until it is admitted
+        (one admitted meanwhile leaves them to the cache)."""
         start = st.prefetch_from
         end = start + ext.num_pages
-        if start and s.tree.match(st.pages[:start], touch=False).matched_pages < start:
-            s._frees.append(ext)  # the prefix left the tree meanwhile
+        if start and self.tree.match(st.pages[:start], touch=False).matched_pages < start:
+            self.kv.sink.free(ext)  # the prefix left the tree meanwhile
             return
-        res = s.tree.insert(st.pages[:end], {Kind.FULL: ext}, tier=Tier.HOST)
-        s._apply(res.actions)
+        res = self.tree.insert(st.pages[:end], {Kind.FULL: ext}, tier=Tier.HOST)
+        self.kv.apply(res.actions)
+        if st.admitted is not None:
+            return
         st.prefetch_pages = ext.num_pages
-        path = s.tree.match(st.pages[:end], touch=False).path
-        st.prefetch_lock = s.tree.locks.lock_host([n for n in path if n.on_host])
+        path = self.tree.match(st.pages[:end], touch=False).path
+        st.prefetch_lock = self.tree.locks.lock_host([n for n in path if n.on_host])

@@ -18,54 +18,56 @@ requests <= pool size, so the runtime never runs out (it raises if it would).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
+from hicache.kvcache.decisions import Admit
+from hicache.kvcache.manager import KVCacheManager
 from hicache.runtime.handles import CacheExtentRef, Tier
-from hicache.runtime.interface import PreparedSlice, RequestSlice
-from hicache.scheduler.state import RequestState, Status
+from hicache.runtime.interface import PreparedSlice, RequestSlice, RuntimeInfo
+from hicache.scheduler.state import RequestState
 from hicache.tree.actions import FreeDevice
 from hicache.tree.components import Kind
 from hicache.tree.node import Node
 
-if TYPE_CHECKING:
-    from hicache.scheduler.scheduler import Scheduler
-
-POOLS = ("full", "swa", "mamba")
+POOLS = (Kind.FULL, Kind.SWA, Kind.MAMBA)  # a Release keeps its extents in this order
+STATE = (Kind.SWA, Kind.MAMBA)
 
 
 class ComponentTracker:
-    def __init__(self, sched: Scheduler) -> None:
-        self.s = sched
-        spec = sched.tree.spec
+    """Collaborators: the cache manager (its tree, FULL page budget, intent sink and
+    decision log); ``info`` sizes the state pools, ``chunk_tokens`` bounds a prefill chunk."""
+
+    def __init__(self, kv: KVCacheManager, info: RuntimeInfo, chunk_tokens: int) -> None:
+        self.kv, self.tree, self.page = kv, kv.tree, kv.page
+        spec = self.tree.spec
         self.swa = spec.get(Kind.SWA) is not None
         self.mamba = spec.get(Kind.MAMBA) is not None
-        page = sched.page
-        self.window_pages = math.ceil(sched.info.swa_window / page) if self.swa else 0
-        self.chunk_pages = math.ceil(sched.cfg.chunked_prefill_size / page)
-        self.total = {p: sched.info.device_pages.get(p, 0) for p in ("swa", "mamba")}
-        self.own = {"swa": 0, "mamba": 0}
+        self.window_pages = math.ceil(info.swa_window / self.page) if self.swa else 0
+        self.chunk_pages = math.ceil(chunk_tokens / self.page)
+        self.total = {k: info.device_pages.get(k.value, 0) for k in STATE}
+        self.own = dict.fromkeys(STATE, 0)
 
     # -- accounting ------------------------------------------------------------------
-    def free(self, pool: str) -> int:
-        if pool == "full":
-            return self.s.device_free()
-        return self.total[pool] - self.s.tree.held_pages(Tier.DEVICE, pool) - self.own[pool]
+    def free(self, pool: Kind) -> int:
+        if pool is Kind.FULL:
+            return self.kv.budget.device_free()
+        return (self.total[pool] - self.tree.held_pages(Tier.DEVICE, pool.value)
+                - self.own[pool])
 
-    def reserve(self, st: RequestState) -> dict[str, int]:
+    def reserve(self, st: RequestState) -> dict[Kind, int]:
         """Pages (slots) of each state pool the request may hold at once, at most."""
-        page = self.s.page
+        page = self.page
         new = math.ceil((st.prompt_len + st.req.output_len) / page) - st.prefix_tokens // page
         out = {}
         if self.swa:
-            out["swa"] = min(new, 2 * self.window_pages + self.chunk_pages + 2)
+            out[Kind.SWA] = min(new, 2 * self.window_pages + self.chunk_pages + 2)
         if self.mamba:
-            out["mamba"] = 1 + self.checkpoints(st)
+            out[Kind.MAMBA] = 1 + self.checkpoints(st)
         return out
 
     def checkpoints(self, st: RequestState) -> bool:
-        return (self.swa or self.mamba) and len(st.pages) > st.prefix_tokens // self.s.page
+        return (self.swa or self.mamba) and len(st.pages) > st.prefix_tokens // self.page
 
-    def make_room(self, needs: dict[str, int]) -> bool:
+    def make_room(self, needs: dict[Kind, int]) -> bool:
         """Evict, per short pool, that pool's component until every need fits."""
         for _ in range(16):
             short = [(p, n - self.free(p)) for p, n in needs.items() if self.free(p) < n]
@@ -73,44 +75,59 @@ class ComponentTracker:
                 return True
             moved = False
             for pool, deficit in short:
-                res = self.s.tree.evict_device(deficit, Kind(pool))
+                res = self.tree.evict_device(deficit, pool)
                 if res.actions:
-                    self.s._apply(res.actions)
+                    self.kv.apply(res.actions)
                     moved = True
             if not moved:
                 return False
         return all(self.free(p) >= n for p, n in needs.items())
 
     # -- admission -------------------------------------------------------------------
-    def start(self, st: RequestState, now: float) -> bool:
-        s, page = self.s, self.s.page
-        m = s.tree.match(st.pages[:(st.prompt_len - 1) // page])  # recompute >= 1 token
+    def never_fits(self, st: RequestState) -> str | None:
+        """Why ``st`` can never be admitted (a pool is too small even when empty), or None."""
+        full = self.kv.never_fits(st)
+        if full is not None:
+            return full
+        prefix = st.prefix_tokens
+        st.prefix_tokens = 0  # the most it can need: nothing reused
+        needs = self.reserve(st)
+        st.prefix_tokens = prefix
+        for pool, n in needs.items():
+            if n > self.total[pool]:
+                name = pool.value
+                return (f"exceeds_{name}_pool: needs {n} {name} pages at once, the {name} "
+                        f"pool holds {self.total[pool]}")
+        return None
+
+    def start(self, st: RequestState) -> bool:
+        """Admit ``st`` (L1 only): reuse up to the boundary every component accepts."""
+        page = self.page
+        m = self.tree.match(st.pages[:(st.prompt_len - 1) // page])  # recompute >= 1 token
         dev = m.device_tokens
-        lock = s.tree.lock(m.device_node)
+        lock = self.tree.lock(m.device_node)
         st.prefix_tokens = dev
-        needs = {"full": st.footprint_pages(page), **self.reserve(st)}
+        needs = {Kind.FULL: self.kv.footprint(st), **self.reserve(st)}
         if not self.make_room(needs):
-            s.tree.unlock(lock)
+            self.tree.unlock(lock)
             st.prefix_tokens = 0
             return False
         st.lock = lock
         nodes = m.path[:m.device_nodes]
-        st.attach = s._device_extents(nodes, dev) + self._state_extents(nodes, dev)
+        st.attach = self.kv.device_extents(nodes, dev) + self._state_extents(nodes, dev)
         st.device_hit, st.host_hit, st.l3_hit = dev, 0, 0
-        st.status, st.admitted = Status.RUNNING, now
-        st.reserved = {p: n for p, n in needs.items() if p != "full"}
-        s.running.append(st)
-        s._own_pages += needs["full"]
+        st.reserved = {p: n for p, n in needs.items() if p is not Kind.FULL}
+        self.kv.budget.own += needs[Kind.FULL]
         for p, n in st.reserved.items():
             self.own[p] += n
-        s.decisions.append(("admit", st.rid, dev, 0, 0))
+        self.kv.log(Admit(st.rid, dev, 0, 0))
         return True
 
     def _state_extents(self, nodes: tuple[Node, ...], tokens: int) -> tuple[CacheExtentRef, ...]:
         if not tokens:
             return ()
         out: list[CacheExtentRef] = []
-        need = min(self.window_pages, tokens // self.s.page)
+        need = min(self.window_pages, tokens // self.page)
         for n in reversed(nodes):
             if need <= 0:
                 break
@@ -128,7 +145,7 @@ class ComponentTracker:
         """Shorten a prefill chunk to end at the checkpoint; say whether it ends there."""
         if not self.checkpoints(st):
             return chunk, False
-        at = len(st.pages) * self.s.page
+        at = len(st.pages) * self.page
         if pos < at < pos + chunk:
             chunk = at - pos
         return chunk, pos + chunk == at
@@ -139,35 +156,34 @@ class ComponentTracker:
 
     # -- caching and release ---------------------------------------------------------
     def cache_prompt(self, st: RequestState) -> Node | None:
-        s, page = self.s, self.s.page
-        n, first = len(st.pages), st.prefix_tokens // page
+        n, first = len(st.pages), st.prefix_tokens // self.page
         if n <= first or st.kv is None or st.kv.num_pages < n:
             return None
         values = {Kind.FULL: st.kv.slice(first, n)}
         for ext in st.checkpoint:
-            if ext.pool == "swa":  # the run ends at the checkpoint's last page (n - 1)
+            if ext.pool == Kind.SWA.value:  # the run ends at the checkpoint's last page
                 take = min(ext.num_pages, n - first)
                 values[Kind.SWA] = ext.slice(ext.num_pages - take, ext.num_pages)
-            elif ext.pool == "mamba":
+            elif ext.pool == Kind.MAMBA.value:
                 values[Kind.MAMBA] = ext
-        res = s.tree.insert(st.pages, values)
-        dup = {(a.extent.pool, p) for a in res.actions if isinstance(a, FreeDevice)
+        res = self.tree.insert(st.pages, values)
+        dup = {(a.kind, p) for a in res.actions if isinstance(a, FreeDevice)
                for p in a.extent.pages()}
-        for ext in values.values():
-            own = [p for p in ext.pages() if (ext.pool, p) not in dup
-                   and (ext.pool, p) not in st.donated_keys]
+        for kind, ext in values.items():
+            own = [p for p in ext.pages() if (kind, p) not in dup
+                   and (kind, p) not in st.donated_keys]
             if not own:
                 continue
-            st.donated_keys.update((ext.pool, p) for p in own)
-            st.state_donated.setdefault(ext.pool, []).append(ext.with_pages(own))
-            if ext.pool == "full":
+            st.donated_keys.update((kind, p) for p in own)
+            st.state_donated.setdefault(kind, []).append(ext.with_pages(own))
+            if kind is Kind.FULL:
                 st.donated.append(ext.with_pages(own))
                 st.donated_ids.update(own)
                 st.donated_pages += len(own)
-                s._own_pages -= len(own)
+                self.kv.budget.own -= len(own)
             else:
-                self.own[ext.pool] -= len(own)
-                st.reserved[ext.pool] -= len(own)
+                self.own[kind] -= len(own)
+                st.reserved[kind] -= len(own)
         return res.node
 
     def finish(self, st: RequestState) -> tuple[CacheExtentRef, ...]:

@@ -1,0 +1,42 @@
+"""Page budgets per tier: what the control side may still hand out, in page counts.
+
+    device free = device pages - pages the tree holds on L1 - running requests' own pages
+                  - pages admitted loads will take when their batch is prepared
+    host free   = host pages   - pages the tree holds on L2 - pages reserved for copies in
+                  flight (backups on their way to L2, L3 prefetches)
+
+Invariant: the runtime's allocations never exceed what this budget handed out, so a
+runtime never runs out of pages (it raises CapacityError if it would).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hicache.runtime.handles import Tier
+
+if TYPE_CHECKING:
+    from hicache.tree.radix import UnifiedRadixTree
+
+
+class PageBudget:
+    def __init__(self, tree: UnifiedRadixTree, device_pages: int, host_pages: int) -> None:
+        self.tree = tree
+        self.device_total = device_pages
+        self.host_total = host_pages
+        self.own = 0  # device pages running requests hold beyond what they borrow
+        self.loads_pending = 0  # device pages admitted loads take at prepare
+        self.host_reserved = 0  # host pages of backups and prefetches in flight
+
+    def device_free(self) -> int:
+        return (self.device_total - self.tree.held_pages(Tier.DEVICE) - self.own
+                - self.loads_pending)
+
+    def host_free(self) -> int:
+        return self.host_total - self.tree.held_pages(Tier.HOST) - self.host_reserved
+
+    def free(self, tier: Tier) -> int:
+        return self.device_free() if tier is Tier.DEVICE else self.host_free()
+
+    def total(self, tier: Tier) -> int:
+        return self.device_total if tier is Tier.DEVICE else self.host_total

@@ -1,0 +1,401 @@
+"""KVCacheManager: one replica's cache side, called by the scheduler and by replay.
+
+    admit(st)        match L1/L2 -> reuse (L1 prefix + the L2 tail to load, all or nothing,
+                     >= load_back_threshold) -> make room for the request's footprint and
+                     the loads -> lock what it reuses -> account its pages
+    loaded(st, ext)  the loads landed on L1
+    cache_prompt(st) the prompt's pages enter the tree; the write policy backs nodes up
+    finish(st)       the output's pages enter the tree; release; sessions
+    on_transfer(c)   backup done -> L2 copy in the tree -> store to L3 (any write policy)
+                     store done -> unpin the L2 copy; prefetch done -> prefetcher
+
+Every intent (free, release, backup, store, prefetch) goes to an :class:`IntentSink`: the
+scheduler's PlanBuilder puts it in the next plan, replay's executor carries it out at
+once. The manager emits an intent only once its own bookkeeping is done, so a sink may
+call back (``backup_placed`` / ``on_transfer``) before ``emit`` returns.
+
+Two knobs separate a serving run from a hit-rate replay (SGLang's RadixCache, one request
+at a time): ``reserve_output`` (a running request holds pages for its output too) and
+``recompute_last_token`` (a fully cached prompt still computes its last page, as SGLang's
+scheduler matches at most ``len - 1`` tokens).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from hicache.config import CacheConfig
+from hicache.kvcache.budget import PageBudget
+from hicache.kvcache.decisions import Admit, Backup, Decision, Evict, Finish, Load
+from hicache.kvcache.keys import NodeKeys
+from hicache.kvcache.plans import IntentSink
+from hicache.runtime.handles import CacheExtentRef, Tier
+from hicache.runtime.interface import (
+    BackupIntent,
+    Release,
+    RuntimeInfo,
+    StoreIntent,
+    TransferCompletion,
+    TransferKind,
+)
+from hicache.scheduler.state import RequestState
+from hicache.tiers.hashing import page_hashes
+from hicache.tiers.write_policy import WritePolicy
+from hicache.tree.actions import Action, BackupNode, Deleted, Demoted, FreeDevice, FreeHost
+from hicache.tree.components import Kind, TreeSpec
+from hicache.tree.locks import LockHandle
+from hicache.tree.node import HOST, Node
+from hicache.tree.radix import MatchResult, UnifiedRadixTree, page_keys
+
+# eviction rounds per make-room: under write_back the first round starts backups, and a
+# runtime that copies at once (replay) lets a later round demote what they copied
+MAKE_ROOM_ROUNDS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Reuse:
+    """What a request reuses: ``device_tokens`` of L1 prefix, then ``load_nodes`` (L2-only
+    nodes, ``host_tokens``) loaded back."""
+
+    match: MatchResult
+    device_tokens: int
+    load_nodes: tuple[Node, ...]
+    host_tokens: int
+
+
+@dataclass(slots=True)
+class _BackupJob:
+    node_id: int
+    pages: int
+    keys: tuple[str, ...] | None  # L3 keys when known at start (write-through)
+
+
+class KVCacheManager:
+    def __init__(self, cache: CacheConfig, info: RuntimeInfo, sink: IntentSink, *,
+                 l3: bool = False, spec: TreeSpec | None = None,
+                 reserve_output: bool = True, recompute_last_token: bool = True) -> None:
+        self.cache, self.sink, self.page = cache, sink, info.page_size
+        if self.page != cache.page_size:
+            raise ValueError(f"page_size {cache.page_size} but the runtime uses {self.page}")
+        self.tree = UnifiedRadixTree(spec or TreeSpec(self.page),
+                                     eviction_policy=cache.radix_eviction_policy,
+                                     session_aware=cache.enable_session_aware_eviction)
+        self.l2 = cache.enable_hierarchical_cache and info.host_pages.get("full", 0) > 0
+        self.l3 = l3 and self.l2  # L3 is reached through L2 (stores read it, fetches land there)
+        self.write = WritePolicy.named(cache.hicache_write_policy)
+        # buffer_only: an L1 eviction deletes (the KV is in L3), it never demotes to L2
+        self.tree.residency.host_enabled = self.l2 and not cache.hicache_buffer_only
+        self.tree.residency.write_back = self.l2 and self.write.backup_on_eviction
+        self.budget = PageBudget(self.tree, info.device_pages["full"],
+                                 info.host_pages.get("full", 0) if self.l2 else 0)
+        self.reserve_output = reserve_output
+        self.recompute_last_token = recompute_last_token
+        self.decisions: list[Decision] = []
+        self._backups: dict[int, _BackupJob] = {}
+        self._backup_hosts: dict[int, CacheExtentRef] = {}
+        self._stores: dict[int, tuple[list[Node], LockHandle]] = {}  # job -> (nodes, pin)
+        self._backups_refused = 0  # backups that found no L2 room
+        self._keys = NodeKeys(self.page)
+
+    def log(self, decision: Decision) -> None:
+        self.decisions.append(decision)
+
+    @property
+    def busy(self) -> bool:
+        """Copies in flight that will call back (backups, stores)."""
+        return bool(self._backups or self._stores)
+
+    # -- accounting ------------------------------------------------------------------
+    def footprint(self, st: RequestState) -> int:
+        """Device pages ``st`` owns at its largest beyond what it borrows from or handed
+        to the tree: prompt + output (``reserve_output``), else the prompt's full pages."""
+        if self.reserve_output:
+            total = math.ceil((st.prompt_len + st.req.output_len) / self.page)
+        else:
+            total = len(st.pages)
+        return total - st.prefix_tokens // self.page - st.donated_pages
+
+    def never_fits(self, st: RequestState) -> str | None:
+        """Why ``st`` can never be admitted (it needs more L1 pages than exist), or None.
+        A reason reads ``code: detail``; the code groups reasons in summaries."""
+        need = math.ceil((st.prompt_len + (st.req.output_len if self.reserve_output else 0))
+                         / self.page)
+        if need > self.budget.device_total:
+            return (f"exceeds_l1: needs {need} L1 pages ({st.prompt_len} prompt + "
+                    f"{st.req.output_len} output tokens), L1 holds {self.budget.device_total}")
+        return None
+
+    def make_room(self, tier: Tier, pages: int) -> bool:
+        """Evict until ``pages`` pages of ``tier`` are free; False if that is impossible now.
+
+        Under write_back, an L1 leaf is backed up before it leaves; when L2 has no room for
+        that copy, the leaf is deleted instead (SGLang's ``drop_subtree_no_host``), so L1
+        eviction keeps making progress under L2 pressure."""
+        refused = self._backups_refused
+        for _ in range(MAKE_ROOM_ROUNDS):
+            free = self.budget.free(tier)
+            if free >= pages:
+                return True
+            res = (self.tree.evict_device(pages - free) if tier is Tier.DEVICE
+                   else self.tree.evict_host(pages - free))
+            if not res.actions:
+                break
+            self.apply(res.actions)
+        free = self.budget.free(tier)
+        if free < pages and tier is Tier.DEVICE and self._backups_refused > refused:
+            residency, write_back = self.tree.residency, self.tree.residency.write_back
+            residency.write_back = False  # this round deletes what it cannot back up
+            try:
+                self.apply(self.tree.evict_device(pages - free).actions)
+            finally:
+                residency.write_back = write_back
+        return self.budget.free(tier) >= pages
+
+    def apply(self, actions: Iterable[Action]) -> None:
+        """Carry out the tree's actions: frees go to the sink, backups start."""
+        for a in actions:
+            if isinstance(a, (FreeDevice, FreeHost)):
+                self.sink.free(a.extent)
+            elif isinstance(a, Demoted):
+                self.log(Evict(a.node_id, a.tokens, "demote"))
+            elif isinstance(a, Deleted):
+                self.log(Evict(a.node_id, a.tokens, "delete"))
+            elif isinstance(a, BackupNode):
+                self.start_backup(a)
+
+    def describe_l1(self) -> str:
+        """How much of L1 the tree holds and how much of that nothing can evict now."""
+        pinned = sum(n.device[Kind.FULL].num_pages for n in self.tree.nodes.values()
+                     if n.on_device and (n.any_device_lock() or n.backing_up
+                                         or n.locked(HOST)))
+        return (f"the tree holds {self.tree.held_pages(Tier.DEVICE)} L1 pages, {pinned} of "
+                f"them locked (in use, being copied, or their L2 copy pinned)")
+
+    # -- admission -------------------------------------------------------------------
+    def reuse(self, st: RequestState) -> Reuse:
+        """Match ``st`` (touching the path): the L1 prefix and the L2 tail worth loading."""
+        m = self.tree.match(st.pages)
+        tail = list(m.host_tail) if self.l2 else []
+        host = m.host_tokens if tail else 0
+        if host < self.cache.load_back_threshold:
+            tail, host = [], 0
+        reuse = m.device_tokens + host
+        if self.recompute_last_token and reuse >= st.prompt_len:  # compute >= 1 page
+            reuse = (st.prompt_len - 1) // self.page * self.page
+            if reuse < m.device_tokens:
+                tail, host = [], 0
+            else:
+                host = reuse - m.device_tokens
+                keep, acc = [], 0
+                for n in tail:
+                    if acc >= host:
+                        break
+                    keep.append(n)
+                    acc += n.num_pages * self.page
+                tail = keep if acc == host else []
+                host = acc if tail else 0
+                reuse = m.device_tokens + host
+        return Reuse(m, min(m.device_tokens, reuse), tuple(tail), host)
+
+    def admit(self, st: RequestState) -> bool:
+        """Reserve what ``st`` reuses and its footprint; False (nothing changed but the
+        match's recency) when L1 cannot make room now."""
+        r = self.reuse(st)
+        tail = list(r.load_nodes)
+        lock = self.tree.lock(r.match.device_node if not tail else tail[-1])
+        st.prefix_tokens = r.device_tokens + r.host_tokens
+        load_pages = r.host_tokens // self.page
+        if not self.make_room(Tier.DEVICE, self.footprint(st) + load_pages):
+            self.tree.unlock(lock)
+            st.prefix_tokens = 0
+            return False
+        st.lock = lock
+        st.host_lock = self.tree.locks.lock_host(tail) if tail else None
+        st.load_nodes = tail
+        self.budget.loads_pending += load_pages
+        st.attach = self.device_extents(r.match.path[:r.match.device_nodes], r.device_tokens)
+        from_l3 = min(r.host_tokens, st.prefetch_pages * self.page)
+        st.device_hit, st.host_hit, st.l3_hit = (r.device_tokens, r.host_tokens - from_l3,
+                                                 from_l3)
+        self.budget.own += self.footprint(st)
+        self.log(Admit(st.rid, st.device_hit, st.host_hit, st.l3_hit))
+        if tail:
+            self.log(Load(st.rid, r.host_tokens))
+        self.release_prefetch_locks(st)
+        return True
+
+    def release_prefetch_locks(self, st: RequestState) -> None:
+        """Admitted: the request's own locks now hold what its prefetch protected."""
+        for lock in (st.prefix_lock, st.prefetch_lock):
+            if lock is not None:
+                self.tree.unlock(lock)
+        st.prefix_lock = st.prefetch_lock = None
+
+    def device_extents(self, nodes: Iterable[Node], tokens: int) -> tuple[CacheExtentRef, ...]:
+        """The FULL L1 extents of the first ``tokens`` tokens along ``nodes``."""
+        out, left = [], tokens // self.page
+        for n in nodes:
+            if left <= 0:
+                break
+            ext = n.device[Kind.FULL]
+            out.append(ext if ext.num_pages <= left else ext.slice(0, left))
+            left -= ext.num_pages
+        return tuple(out)
+
+    def loaded(self, st: RequestState, extents: Iterable[CacheExtentRef]) -> None:
+        """The runtime placed ``st``'s loads on L1 (``extents``, one per load node)."""
+        for node, ext in zip(st.load_nodes, extents, strict=True):
+            self.tree.residency.put_value(node, "device", Kind.FULL, ext)
+            self.tree.residency.touched(node)
+            self.budget.loads_pending -= ext.num_pages
+
+    def loads_read(self, st: RequestState) -> None:
+        """The loads' source L2 pages were read: unpin them (buffer_only: drop them)."""
+        if st.host_lock is None:
+            return
+        self.tree.unlock(st.host_lock)
+        st.host_lock = None
+        if self.cache.hicache_buffer_only:
+            self.drop_staging(st.load_nodes)
+
+    # -- caching ---------------------------------------------------------------------
+    def cache_kv(self, st: RequestState, pages: list) -> Node | None:
+        """Insert ``pages`` (a prefix of the request's KV, ``st.kv``) into the tree; the
+        request's own pages the tree takes become tree-owned (kept at release)."""
+        n = len(pages)
+        first = st.prefix_tokens // self.page
+        if n <= first or st.kv is None or st.kv.num_pages < n:
+            return None
+        ext = st.kv.slice(first, n)
+        res = self.tree.insert(pages, {Kind.FULL: ext})
+        dup = {p for a in res.actions for p in a.extent.pages()}
+        if dup or st.donated_ids:
+            own = [p for p in ext.pages() if p not in dup and p not in st.donated_ids]
+            taken = ext.with_pages(own) if own else None
+        else:  # the common case: the tree took every new page
+            own, taken = list(ext.pages()), ext
+        if taken is not None:
+            st.donated.append(taken)
+            st.donated_ids.update(own)
+            st.donated_pages += len(own)
+            self.budget.own -= len(own)
+        return res.node
+
+    def relock(self, st: RequestState, node: Node | None) -> None:
+        """``st`` now holds its path down to ``node`` (the pages it just cached)."""
+        if node is None:
+            return
+        old = st.lock
+        st.lock = self.tree.lock(node)
+        if old is not None:
+            self.tree.unlock(old)
+
+    def cache_prompt(self, st: RequestState) -> None:
+        """The prompt is computed: its full pages enter the tree, the request keeps them."""
+        self.relock(st, self.cache_kv(st, st.pages))
+        self.write_through(st, st.pages)
+
+    def write_through(self, st: RequestState, pages: list) -> None:
+        """The write policy: back up the path's L1-only nodes that reached its threshold."""
+        if not self.l2 or self.write.threshold is None:
+            return
+        m = self.tree.match(pages, touch=False)
+        for node in m.path[:m.device_nodes]:
+            if (node.on_device and not node.on_host and not node.backing_up
+                    and self.write.backup_on_hit(node.hit_count + 1)):
+                first, count = self.tree.page_span(node)
+                keys = tuple(st.hashes[first:first + count])
+                self.start_backup(self.tree.residency.begin_backup(node),
+                                  keys if self.l3 and len(keys) == count else None)
+
+    def finish(self, st: RequestState,
+               component_keep: tuple[CacheExtentRef, ...] | None = None) -> None:
+        """``st`` produced its last token: cache its output's KV (when the workload knows
+        it), release its row keeping what the tree took, unlock, reference its session.
+        ``component_keep``: the extents to keep, decided by a component tracker (hybrid
+        models keep no output checkpoint)."""
+        tail = None
+        if (st.req.full_tokens is not None and st.req.output_len > 1
+                and component_keep is None):
+            kv_tokens = st.prompt_len + st.req.output_len - 1
+            pages = page_keys(st.req.full_tokens[:kv_tokens], self.page)
+            if len(pages) > len(st.pages) and (tail := self.cache_kv(st, pages)) is not None:
+                if self.l3:
+                    st.hashes = page_hashes(st.req.full_tokens[:kv_tokens], self.page)
+                self.write_through(st, pages)
+        self.budget.own -= self.footprint(st)
+        if component_keep is not None:
+            keep = component_keep or None
+        else:
+            keep = CacheExtentRef.concat(st.donated) if st.donated else None
+        if st.handle is not None:
+            self.sink.release(Release(st.handle, keep))
+        node = tail or (st.lock.entries[0][0] if st.lock and st.lock.entries else None)
+        if st.lock is not None:
+            self.tree.unlock(st.lock)
+            st.lock = None
+        if st.req.session_id is not None:
+            self.tree.reference_session(st.req.session_id, node)
+            if st.req.close_session:
+                self.tree.close_session(st.req.session_id)
+        self.log(Finish(st.rid))
+
+    # -- copies between tiers --------------------------------------------------------
+    def start_backup(self, a: BackupNode, keys: tuple[str, ...] | None = None) -> None:
+        """Copy a node to L2 (write policy, or an eviction under write_back)."""
+        full = dict(a.extents)[Kind.FULL]
+        if not self.make_room(Tier.HOST, full.num_pages):
+            self.tree.residency.abort_backup(a.node_id)
+            self._backups_refused += 1
+            return
+        job = self.sink.next_job_id()
+        self.budget.host_reserved += full.num_pages
+        self._backups[job] = _BackupJob(a.node_id, full.num_pages, keys)
+        self.log(Backup(a.node_id, a.tokens))
+        self.sink.backup(BackupIntent(full, job))
+
+    def backup_placed(self, job: int, host: CacheExtentRef) -> None:
+        """The runtime allocated ``host`` for backup ``job`` (the copy is under way)."""
+        self._backup_hosts[job] = host
+
+    def on_transfer(self, c: TransferCompletion) -> bool:
+        """Apply a backup or store completion; False for kinds the caller handles."""
+        if c.kind is TransferKind.BACKUP:
+            self._backup_done(c.job_id)
+        elif c.kind is TransferKind.STORE:
+            nodes, pin = self._stores.pop(c.job_id)
+            self.tree.unlock(pin)
+            if self.cache.hicache_buffer_only:
+                self.drop_staging(nodes)
+        else:
+            return False
+        return True
+
+    def _backup_done(self, job: int) -> None:
+        b = self._backups.pop(job)
+        host = self._backup_hosts.pop(job)
+        self.budget.host_reserved -= b.pages
+        nodes = self.tree.residency.complete_backup(b.node_id, {Kind.FULL: host})
+        if not self.l3:
+            return
+        keys = b.keys if b.keys is not None else self.l3_keys(nodes)
+        store = self.sink.next_job_id()
+        # the L2 copy is read until L3 has it: pin it against L2 eviction
+        self._stores[store] = (nodes, self.tree.locks.lock_host(nodes))
+        self.sink.store(StoreIntent(host, keys, store))
+
+    def l3_keys(self, nodes: list[Node]) -> tuple[str, ...]:
+        """The page-hash keys of consecutive ``nodes`` (a backed-up span)."""
+        return self._keys.span(nodes)
+
+    def drop_staging(self, nodes: Iterable[Node]) -> None:
+        """buffer_only: host memory was staging; free the L2 copy of nodes now on L1 (their
+        KV is in L3 too). Host-only nodes leave through ordinary L2 eviction."""
+        for n in nodes:
+            if n.parent is None or not n.on_device or n.backing_up or n.locked(HOST):
+                continue
+            for kind in list(n.host):
+                self.sink.free(self.tree.residency.pop_value(n, "host", kind))
+            self.tree.residency.touched(n)

@@ -1,0 +1,104 @@
+"""Where the cache manager's intents go: into the next BatchPlan, or straight to an executor.
+
+    KVCacheManager ── free / release / backup / store / prefetch ──> IntentSink
+        PlanBuilder (scheduler): pending intents -> the next BatchPlan (with or without
+                                 compute), plans in flight until their completion
+        replay's zero-time executor: carries each intent out at once
+
+Batch ids: compute batches 1, 2, ...; cache-only plans -1, -2, ... (when a cache-only
+plan is needed depends on transfer timing, so it must not shift the compute batches' ids
+that predicted and measured timelines are matched by). Job ids (backups, stores,
+prefetches) come from one counter per sink.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from hicache.runtime.handles import CacheExtentRef
+from hicache.runtime.interface import (
+    BackupIntent,
+    BatchPlan,
+    PrefetchIntent,
+    Release,
+    RequestSlice,
+    StoreIntent,
+)
+
+
+class IntentSink(Protocol):
+    def next_job_id(self) -> int: ...
+
+    def free(self, extent: CacheExtentRef) -> None: ...
+
+    def release(self, release: Release) -> None: ...
+
+    def backup(self, intent: BackupIntent) -> None: ...
+
+    def store(self, intent: StoreIntent) -> None: ...
+
+    def prefetch(self, intent: PrefetchIntent) -> None: ...
+
+
+class PlanBuilder:
+    """Collects intents between plans and numbers the plans (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._job_id = 0
+        self._batch_id = 0
+        self._cache_plan_id = 0
+        self._backups: list[BackupIntent] = []
+        self._stores: list[StoreIntent] = []
+        self._prefetches: list[PrefetchIntent] = []
+        self._frees: list[CacheExtentRef] = []
+        self._releases: list[Release] = []
+        self.inflight: dict[int, BatchPlan] = {}
+
+    # -- IntentSink ------------------------------------------------------------------
+    def next_job_id(self) -> int:
+        self._job_id += 1
+        return self._job_id
+
+    def free(self, extent: CacheExtentRef) -> None:
+        self._frees.append(extent)
+
+    def release(self, release: Release) -> None:
+        self._releases.append(release)
+
+    def backup(self, intent: BackupIntent) -> None:
+        self._backups.append(intent)
+
+    def store(self, intent: StoreIntent) -> None:
+        self._stores.append(intent)
+
+    def prefetch(self, intent: PrefetchIntent) -> None:
+        self._prefetches.append(intent)
+
+    # -- plans -----------------------------------------------------------------------
+    @property
+    def has_pending(self) -> bool:
+        return bool(self._backups or self._stores or self._prefetches or self._frees
+                    or self._releases)
+
+    def build(self, slices: tuple[RequestSlice, ...] = ()) -> BatchPlan:
+        """The next plan: ``slices`` plus every pending intent; it stays in flight until
+        :meth:`complete`."""
+        if slices:
+            self._batch_id += 1
+            bid = self._batch_id
+        else:
+            self._cache_plan_id -= 1
+            bid = self._cache_plan_id
+        plan = BatchPlan(bid, slices, tuple(self._backups), tuple(self._stores),
+                         tuple(self._prefetches), tuple(self._frees), tuple(self._releases))
+        self._backups, self._stores, self._prefetches = [], [], []
+        self._frees, self._releases = [], []
+        self.inflight[bid] = plan
+        return plan
+
+    def complete(self, batch_id: int) -> BatchPlan:
+        return self.inflight.pop(batch_id)
+
+    def compute_inflight(self) -> int:
+        """Plans with compute in flight; cache-only plans do not hold the pipeline."""
+        return sum(1 for p in self.inflight.values() if p.slices)

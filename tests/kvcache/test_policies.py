@@ -1,0 +1,101 @@
+"""The cache manager's policies do what they say: write_back reaches L3, every L2 copy is
+stored under the keys its tokens hash to, the selective policy waits for the second hit,
+replay goes in arrival order."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hicache.cli import main
+from hicache.config import CacheConfig
+from hicache.kvcache.decisions import Admit, Evict
+from hicache.replay.engine import L3Set, ReplayCache, replay
+from hicache.tiers.hashing import page_hashes
+from hicache.workload.request import Request
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = 4
+
+
+def req(rid: int, tokens: list[int], arrival: float | None = None) -> Request:
+    return Request(rid, float(rid) if arrival is None else arrival, tokens, 1)
+
+
+def tiered(policy: str, device_pages: int = 4, host_pages: int = 8) -> ReplayCache:
+    cfg = CacheConfig(page_size=PAGE, device_tokens=device_pages * PAGE,
+                      enable_hierarchical_cache=True, hicache_write_policy=policy,
+                      hicache_storage_backend="mooncake",
+                      hicache_storage_backend_extra_config={"prefetch_threshold": PAGE})
+    return ReplayCache(cfg, l3=L3Set(), host_tokens=host_pages * PAGE)
+
+
+def test_write_back_stores_what_l1_evicts_under_the_keys_of_its_tokens() -> None:
+    a, b, c = ([k * 100 + i for i in range(4 * PAGE)] for k in range(1, 4))
+    cache = tiered("write_back", device_pages=4, host_pages=4)  # each tier holds 1 prompt
+    recs = replay([req(0, a), req(1, b), req(2, c), req(3, a)], cache)
+    assert set(page_hashes(a, PAGE)) <= set(cache.l3._keys)  # evicted, backed up, stored
+    assert cache.exec.l3_written_pages == 8  # a and b, backed up as they left L1
+    # a's L2 copy made room for b's; a comes back from L3
+    assert (recs[3].device_hit, recs[3].host_hit, recs[3].l3_hit) == (0, 0, 4 * PAGE)
+
+
+def test_write_back_deletes_what_l2_has_no_room_to_back_up() -> None:
+    """Admitting a (fetched into a full L2, pinned for it) evicts c from L1; c's backup
+    finds no L2 room, so c is deleted (SGLang's drop_subtree_no_host) instead of blocking
+    the admission forever."""
+    a, b, c = ([k * 100 + i for i in range(4 * PAGE)] for k in range(1, 4))
+    cache = tiered("write_back", device_pages=4, host_pages=4)
+    replay([req(0, a), req(1, b), req(2, c)], cache)
+    before = len(cache.kv.decisions)
+    (rec,) = replay([req(3, a)], cache)
+    assert rec.l3_hit == 4 * PAGE
+    after = [d.row() for d in cache.kv.decisions[before:]]
+    assert ("evict", 3, 4 * PAGE, "delete") in after and not any(
+        r[0] == "backup" for r in after)
+
+
+def test_write_through_selective_backs_up_on_the_second_hit_only() -> None:
+    a = list(range(2 * PAGE))
+    cache = tiered("write_through_selective", device_pages=8)
+    replay([req(0, a)], cache)
+    assert not any(n.on_host for n in cache.tree.nodes.values())
+    replay([req(1, a)], cache)  # the second hit
+    assert all(n.on_host for n in cache.tree.nodes.values())
+
+
+def test_write_back_with_l3_puts_bytes_into_l3_in_a_simulated_run(tmp_path: Path) -> None:
+    """quick.yaml's L1+L2+L3 under write_back: it wrote 0 bytes to L3 before."""
+    out = tmp_path / "o"
+    assert main(["run", str(ROOT / "scenarios/quick.yaml"), "--variant", "L1+L2+L3",
+                 "--set", "cache.hicache_write_policy=write_back", "--out", str(out),
+                 "--no-progress"]) == 0
+    summary = json.loads((out / "L1+L2+L3" / "summary.json").read_text())
+    assert summary["l3_write_bytes"] > 1e9 and summary["l3_read_bytes"] > 1e9
+    assert summary["l3_hit_rate"] > 0.2
+
+
+def test_replay_goes_in_arrival_order_not_file_order(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """The issue's reproduction: the same prompt twice, listed last-arrival first."""
+    rows = [{"arrival": 1.0, "tokens": list(range(12)), "output_len": 1},
+            {"arrival": 0.0, "tokens": list(range(12)), "output_len": 1},
+            {"arrival": 0.5, "tokens": list(range(100, 112)), "output_len": 1}]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join(json.dumps(r) for r in rows))
+    out = tmp_path / "o"
+    assert main(["replay", "--trace", str(trace), "--format", "tokens", "--page-size",
+                 str(PAGE), "--capacity-tokens", "1000", "--json", "--out", str(out)]) == 0
+    assert json.loads(capsys.readouterr().out)["hit_rate"] == 12 / 36
+    lines = (out / "requests.csv").read_text().splitlines()[1:]
+    assert [float(line.split(",")[1]) for line in lines] == [0.0, 0.5, 1.0]
+    assert [int(line.split(",")[4]) for line in lines] == [0, 0, 12]  # the later one hits
+
+
+def test_decisions_are_frozen_records_with_flat_rows() -> None:
+    cache = tiered("write_through", device_pages=2)
+    replay([req(0, list(range(2 * PAGE))), req(1, list(range(50, 50 + 2 * PAGE)))], cache)
+    admits = [d for d in cache.kv.decisions if isinstance(d, Admit)]
+    assert [d.row() for d in admits] == [("admit", 0, 0, 0, 0), ("admit", 1, 0, 0, 0)]
+    evicts = [d for d in cache.kv.decisions if isinstance(d, Evict)]
+    assert evicts and all(d.row()[0] == "evict" and d.how in ("demote", "delete")
+                          for d in evicts)
