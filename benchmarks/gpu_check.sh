@@ -9,24 +9,20 @@
 #                                                 #   scenarios scaled down), simpy made
 #                                                 #   unimportable for the measure half
 #
-# Measure half (needs torch, pandas, pyarrow, matplotlib, pyyaml, pytest; no simpy, no
-# registry): GPU tests, calibration of the scenarios' model (Llama-3-8B with its 128K-token
-# LM head), then the three scenarios of
-# scenarios/validation/gpu_*.yaml (transfer_bound, compute_bound, layerwise), two runs each.
-# Every step has its own time limit (they add to TOTAL_S = 285 s < 5 min on one H200) and
+# Measure half (needs torch, pandas, pyarrow, matplotlib, pyyaml, pytest, xxhash: all in the
+# GPU image; no simpy, no pydantic, no registry): GPU tests, calibration of the scenarios'
+# model (Llama-3-8B with its 128K-token LM head) with the first scenario, then the three
+# scenarios of scenarios/validation/gpu_*.yaml (transfer_bound, compute_bound, layerwise),
+# two runs each. Every step has its own time limit (they add to TOTAL_S = 285 s < 5 min on
+# one H200) and
 # is packed into $OUT/gpu_check.tgz as soon as it finishes, so a kill leaves what was
 # measured. $OUT receives only gpu_check.tgz and gpu_check.log (the device tool returns at
 # most 8 files); the work tree is $WORK (default /tmp/gpu_check_work).
 # Local half: hicache-lab validate --measured, then python -m validation.targets (the
-# issue's GPU targets, docs/VALIDATION.md). hicache's scenario and model schemas need
-# pydantic, which the GPU machine lacks: download its wheels here once (.whl/ is
-# git-ignored; the pins match pyproject's range):
-#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
-#     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-#     --platform manylinux2014_x86_64 -d .whl pydantic==2.14.4 pydantic-core==2.50.5 \
-#     annotated-types==0.8.0 typing-inspection==0.4.5 typing-extensions==4.16.0
-# then one device call, then one local command:
-#   run(command="bash benchmarks/gpu_check.sh", carry=[".whl"], timeout_s=330)
+# issue's GPU targets, docs/VALIDATION.md). The scenarios travel resolved
+# (scenarios/validation/gpu_*.resolved.json: validated here, read there without pydantic),
+# so nothing is carried. One device call, then one local command:
+#   run(command="bash benchmarks/gpu_check.sh", timeout_s=330)
 #   bash benchmarks/gpu_check.sh --local <files_at>/gpu_check.tgz
 set -euo pipefail
 
@@ -111,34 +107,25 @@ run() {
 MPY=("$PY")
 if [[ "$MODE" == dry ]]; then
   TOTAL_S=${TOTAL_S:-240}
-  DEVICE=cpu; MODEL=(); export OMP_NUM_THREADS=1
-  # the GPU machine has no simpy: prove the measure half never imports it
-  BLOCK="$WORK/no_simpy"
-  mkdir -p "$BLOCK/simpy"
-  echo 'raise ModuleNotFoundError("simpy is blocked: the measure half must not import it", name="simpy")' \
-    >"$BLOCK/simpy/__init__.py"
+  DEVICE=cpu; export OMP_NUM_THREADS=1
+  # the GPU machine has neither simpy nor pydantic: prove the measure half imports neither
+  BLOCK="$WORK/blocked"
+  for m in simpy pydantic; do
+    mkdir -p "$BLOCK/$m"
+    echo "raise ModuleNotFoundError('$m is blocked: the measure half must not import it', name='$m')" \
+      >"$BLOCK/$m/__init__.py"
+  done
   MPY=(env "PYTHONPATH=$BLOCK:$PYTHONPATH" "$PY")
-  step "CPU DRY RUN: device cpu, tiny shape, scenarios scaled down, simpy blocked"
+  step "CPU DRY RUN: device cpu, tiny shape, scenarios scaled down, simpy and pydantic blocked"
   "${MPY[@]}" -c "import simpy" 2>/dev/null && die "the simpy blocker does not work"
+  "${MPY[@]}" -c "import pydantic" 2>/dev/null && die "the pydantic blocker does not work"
 else
   TOTAL_S=${TOTAL_S:-285}
-  DEVICE=cuda; MODEL=(--model "$DEST/scenarios/model.yaml")  # the scenarios' model
-fi
-# carried wheels for what the machine lacks (pydantic on the GPU machine; never simpy)
-WHL="${WHL_DIR:-$ROOT/.whl}"
-SITE="$WORK/site"
-if ! "${MPY[@]}" -c "import pydantic" 2>/dev/null; then
-  compgen -G "$WHL/*.whl" >/dev/null || die "pydantic is missing and $WHL has no wheels: \
-download them here once (see this script's header) and carry .whl"
-  step "installing carried wheels from $WHL into $SITE"
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$SITE" "$WHL"/*.whl || die "pip could not install the wheels in $WHL"
-  export PYTHONPATH="$SITE:$PYTHONPATH"
-  [[ "$MODE" == dry ]] && MPY=(env "PYTHONPATH=$BLOCK:$PYTHONPATH" "$PY")
+  DEVICE=cuda
 fi
 missing=$("${MPY[@]}" -c "
 import importlib.util as u
-print(' '.join(m for m in ('torch','pandas','pyarrow','matplotlib','yaml','pytest','pydantic')
+print(' '.join(m for m in ('torch','pandas','pyarrow','matplotlib','yaml','pytest','xxhash')
                if u.find_spec(m) is None))")
 [[ -z "$missing" ]] || die "python modules missing: $missing"
 if [[ "$DEVICE" == cuda ]]; then
@@ -146,11 +133,15 @@ if [[ "$DEVICE" == cuda ]]; then
     || die "torch sees no CUDA device (use --cpu-dry-run to check the plumbing on CPU)"
 fi
 
-# 1. scenarios: the committed GPU ones (scaled down 16x for the dry run)
-"$PY" - "$DEST/scenarios" "$MODE" "${SCENARIOS[@]}" <<'EOF' || die "could not write the scenarios"
+# 1. scenarios, resolved (validated where they were written, so no pydantic is needed to
+#    read them): the committed scenarios/validation/gpu_*.resolved.json on the GPU; for the
+#    dry run the same scenarios scaled down 16x and resolved here (where pydantic is)
+if [[ "$MODE" == dry ]]; then
+  "$PY" - "$DEST/scenarios" "${SCENARIOS[@]}" <<'EOF' || die "could not write the scenarios"
 import sys, yaml
-out, dry, names = sys.argv[1], sys.argv[2] == "dry", sys.argv[3:]
-def n(x): return max(16, int(x / 16)) if dry else x
+from hicache.scenario import load_scenario, write_resolved
+out, names = sys.argv[1], sys.argv[2:]
+def n(x): return max(16, int(x / 16))
 for name in names:
     d = yaml.safe_load(open(f"scenarios/validation/gpu_{name}.yaml"))
     c, s, w = d["cache"], d["scheduler"], d["workload"]
@@ -160,22 +151,28 @@ for name in names:
         if k in w:
             w[k] = [n(v) for v in w[k]] if isinstance(w[k], list) else n(w[k])
     yaml.safe_dump(d, open(f"{out}/{name}.yaml", "w"), sort_keys=False)
-    yaml.safe_dump(d["model"], open(f"{out}/model.yaml", "w"), sort_keys=False)
-print("scenarios:", ", ".join(names), "(scaled 1/16)" if dry else "")
+    write_resolved(load_scenario(f"{out}/{name}.yaml"), f"{out}/{name}.json")
+print("scenarios:", ", ".join(names), "(scaled 1/16, resolved)")
 EOF
+else
+  for s in "${SCENARIOS[@]}"; do
+    cp "scenarios/validation/gpu_$s.resolved.json" "$DEST/scenarios/$s.json"
+  done
+fi
 
 # 2. GPU tests (skipped, not failed, on CPU; the module imports torch only)
 run "pytest tests/gpu_backend/test_cuda.py -m gpu" 45 \
   "${MPY[@]}" -m pytest tests/gpu_backend/test_cuda.py -m gpu -q -x -p no:cacheprovider
-# 3. calibration
-run "calibrate --device $DEVICE" 100 \
-  "${MPY[@]}" -m hicache.cli calibrate --device "$DEVICE" "${MODEL[@]}" --page-size 16 \
-  --name "gpu-check-$DEVICE" --out "$DEST/profile.yaml"
-# 4. the scenarios, two runs each, into one measured folder
+# 3. the scenarios, two runs each, into one measured folder; the first measure also
+#    calibrates the device for the scenarios' model (profile.yaml in the folder)
+first=1
 for s in "${SCENARIOS[@]}"; do
-  run "measure $s" 45 "${MPY[@]}" -m hicache.cli measure "$DEST/scenarios/$s.yaml" \
-    --device "$DEVICE" --profile "$DEST/profile.yaml" --out "$DEST/measured" --append \
-    --repeats 2
+  limit=45
+  what="measure $s"
+  if [[ $first == 1 ]]; then limit=150; what="$what (calibrates first)"; fi
+  run "$what" "$limit" "${MPY[@]}" -m hicache.cli measure "$DEST/scenarios/$s.json" \
+    --device "$DEVICE" --out "$DEST/measured" --append --repeats 2
+  first=0
 done
 step "measured: $DEST (packed: $OUT/gpu_check.tgz)"
 pack

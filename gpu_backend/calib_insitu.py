@@ -82,14 +82,17 @@ def in_situ(shape: ModelShape, device: str, page_size: int, op_submit_s: float,
             repeats: int = 2) -> dict[str, float]:
     """The ``calibrated.in_situ`` figures and the driver-thread figures (module doc)."""
     from gpu_backend.driver import run_scenario
+    from hicache.scenario import load_resolved
 
-    d = {**SCENARIO, "cache": {**SCENARIO["cache"], "page_size": page_size}}
+    # built without pydantic (the GPU machine has none): the model inline, nothing looked up
+    d = load_resolved({**SCENARIO, "cache": {**SCENARIO["cache"], "page_size": page_size},
+                       "model": shape.to_mapping()})
     batches: list[LoopBatch] = []
     gaps: list[float] = []
     admits: list[float] = []
     hand: list[float] = []
     for _ in range(repeats):
-        res = run_scenario(dict(d), device=device, shape=shape, name="in-situ")
+        res = run_scenario(d, device=device, shape=shape, name="in-situ")
         batches += loop_batches(res)
         g, a, h = driver_gaps(res.timeline)
         gaps += g
