@@ -96,6 +96,7 @@ def build(env: simpy.Environment, scenario: Scenario | dict,
                         device_pages=pools, host_pages={"full": host_pages},
                         l3=l3, io_backend=cache.hicache_io_backend,
                         layerwise=run.layerwise,
+                        mem_layout=cache.effective_mem_layout,
                         backup_throttle_bytes_per_s=run.backup_throttle_bytes_per_s,
                         runtime_id=f"sim{i}", timeline=tl,
                         trace_layers=run.trace_layers)
@@ -215,8 +216,8 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed):  # noqa
                 feed.ended(rid, env.now)
             if not step.plans:
                 break
-            if cpu > 0:
-                yield env.timeout(cpu)
+            if cpu > 0:  # driver-thread time: in line with the runtime calls' (sim.host)
+                yield rt.host_lane.run(cpu)
             for plan in step.plans:
                 handle = rt.prepare_batch(plan)
                 sched.prepared(handle)
