@@ -304,7 +304,7 @@ class KVCacheManager:
         m = self.tree.match(pages, touch=False)
         for node in m.path[:m.device_nodes]:
             if (node.on_device and not node.on_host and not node.backing_up
-                    and self.write.backup_on_hit(node.hit_count + 1)):
+                    and self.write.backup_on_hit(node.hit_count)):  # this insert counted
                 first, count = self.tree.page_span(node)
                 keys = tuple(st.hashes[first:first + count])
                 self.start_backup(self.tree.residency.begin_backup(node),
