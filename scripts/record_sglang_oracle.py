@@ -77,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--page-size", type=int, default=512)
     p.add_argument("--capacity-tokens", default="1000000")
     p.add_argument("--max-requests", type=int, default=None)
+    p.add_argument("--cache", default="legacy", choices=("legacy", "unified"),
+                   help="with --trace: RadixCache (legacy) or UnifiedRadixCache (FULL)")
+    p.add_argument("--trace-out", type=Path, default=None,
+                   help="with --trace: also write the results here as one JSON document")
     args = p.parse_args(argv)
     if args.python and not os.environ.get("_SGLANG_ORACLE_CHILD"):
         env = dict(os.environ, _SGLANG_ORACLE_CHILD="1")
@@ -85,10 +89,13 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--stubs (or SGLANG_ORACLE_STUBS) is required: the sglang-oracle folder")
     oracle = _import_sglang(args.stubs)
     if args.trace is not None:
-        caps = [int(float(c)) for c in args.capacity_tokens.split(",")]
-        for cap in caps:
-            print(json.dumps(trace_hit_rate(oracle, args.trace, args.page_size, cap,
-                                            args.max_requests)))
+        results = []
+        for cap in (int(float(c)) for c in args.capacity_tokens.split(",")):
+            results.append(trace_hit_rate(oracle, args.trace, args.page_size, cap,
+                                          args.max_requests, args.cache))
+            print(json.dumps(results[-1]), flush=True)
+        if args.trace_out is not None:
+            args.trace_out.write_text(json.dumps(results, indent=1) + "\n")
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     for stream in STREAMS:
@@ -372,46 +379,61 @@ def record(o, s: Stream) -> dict:  # noqa: ANN001
 
 
 def trace_hit_rate(o, path: Path, page: int, capacity: int,  # noqa: ANN001
-                   max_requests: int | None) -> dict:
-    """SGLang's RadixCache on a Mooncake trace in arrival order: match, lock, evict what
-    the new pages need, insert the prompt, unlock (what ``hicache-lab replay`` does)."""
+                   max_requests: int | None, kind: str = "legacy") -> dict:
+    """SGLang's RadixCache (or UnifiedRadixCache) on a Mooncake trace in arrival order:
+    match, lock, evict what the new pages need, insert the prompt (the tree's own KV for
+    the matched prefix), unlock: what ``hicache-lab replay`` does with L1 only."""
+    import numpy as np
     torch = o.torch
     alloc = o.TokenAllocator(size=capacity, dtype=torch.bfloat16, device="cpu",
                              kvcache=None, need_sort=False)
-    cache = o.RadixCache(o.CacheInitParams(disable=False, req_to_token_pool=None,
-                                           token_to_kv_pool_allocator=alloc, page_size=page))
+    if kind == "legacy":
+        cache = o.RadixCache(o.CacheInitParams(
+            disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=alloc,
+            page_size=page))
+        lock, unlock = cache.inc_lock_ref, cache.dec_lock_ref
+    else:
+        from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+        rp = ReqToTokenPool(size=4, max_context_len=4096, device="cpu",
+                            enable_memory_saver=False)
+        cache = UnifiedRadixCache(o.CacheInitParams(
+            disable=False, req_to_token_pool=rp, token_to_kv_pool_allocator=alloc,
+            page_size=page, tree_components=(o.CT.FULL,), tree_core_backend="python"))
+        lock, unlock = cache.lock, cache.unlock
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     rows = rows[:max_requests] if max_requests else rows
     rows.sort(key=lambda r: r["timestamp"])  # stable: file order breaks ties
     prompt = hit = 0
     from array import array
+    block = 512  # Mooncake's hash_ids: one per 512-token block
+    offsets = np.arange(block, dtype=np.int64)
     for row in rows:
-        block = 512
         n = row["input_length"]
-        toks = array("q", [h * block + j for k, h in enumerate(row["hash_ids"])
-                           for j in range(min(block, n - k * block))])
-        key = o.RadixKey(toks)
+        toks = (np.asarray(row["hash_ids"], dtype=np.int64)[:, None] * block
+                + offsets).ravel()[:n]
+        key = o.RadixKey(array("q", toks.tobytes()))
         m = cache.match_prefix(o.MatchPrefixParams(key=key))
         got = int(m.device_prefix_len)
-        prompt += n
-        hit += got
+        prompt, hit = prompt + n, hit + got
         aligned = n // page * page
         new = aligned - got
         node = m.last_device_node
-        cache.inc_lock_ref(node)
+        held = lock(node)
         if new > 0:
             if alloc.available_size() < new:
                 cache.evict(o.EvictParams(num_tokens=new - alloc.available_size()))
             if alloc.available_size() >= new:
-                prefix = cache.path_device_indices(node)[:got] if hasattr(
-                    cache, "path_device_indices") else None
                 fresh = alloc.alloc(new)
-                value = fresh if prefix is None or not got else torch.cat([prefix, fresh])
-                cache.insert(o.InsertParams(key=key[:aligned], value=value))
-        cache.dec_lock_ref(node)
-    return {"trace": path.name, "page_size": page, "capacity_tokens": capacity,
-            "requests": len(rows), "prompt_tokens": prompt, "cached_tokens": hit,
-            "hit_rate": hit / prompt if prompt else 0.0, "sglang": o.version}
+                value = torch.cat([cache.path_device_indices(node)[:got], fresh]) \
+                    if got else fresh
+                cache.insert(o.InsertParams(key=key[:aligned], value=value.to(torch.int64),
+                                            prev_prefix_len=got))
+        unlock(node if kind == "legacy" else held)
+    return {"trace": path.name, "cache": kind, "page_size": page,
+            "capacity_tokens": capacity, "requests": len(rows), "prompt_tokens": prompt,
+            "cached_tokens": hit, "hit_rate": hit / prompt if prompt else 0.0,
+            "sglang": o.version}
 
 
 if __name__ == "__main__":
