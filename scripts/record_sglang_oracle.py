@@ -62,6 +62,8 @@ STREAMS = [
     Stream("swa_p4_w16", 4, ("full", "swa"), 320, 17, 380, swa_window=16),
     Stream("mamba_p1", 1, ("full", "mamba"), 96, 18, 420, mamba_slots=12),
     Stream("mamba_p4", 4, ("full", "mamba"), 256, 19, 380, mamba_slots=10),
+    Stream("swa_mamba_p1_w4", 1, ("full", "swa", "mamba"), 96, 22, 300, swa_window=4,
+           mamba_slots=12),
 ]
 
 
@@ -348,7 +350,7 @@ class Generator:
         if c.swa:
             full, swa = ((0, amount) if r < 0.6 else (amount, 0) if r < 0.8
                          else (amount, rng.randint(1, 8 * c.page)))
-            return [full, swa, 0]
+            return [full, swa, rng.choice((0, 0, 1)) if c.mamba else 0]
         if c.mamba:
             mamba = rng.randint(1, 3)
             return [0, 0, mamba] if r < 0.6 else [amount, 0, 0] if r < 0.8 \

@@ -31,6 +31,7 @@ def test_the_recordings_cover_every_required_configuration() -> None:
     assert {(("full",), 1, None), (("full",), 16, None)} <= configs
     assert len({w for c, _, w in configs if c == ("full", "swa")}) >= 3  # several windows
     assert any(c == ("full", "mamba") for c, _, _ in configs)
+    assert any(c == ("full", "swa", "mamba") for c, _, _ in configs)
     for r in recs:
         assert r["sglang"] == "0.5.23"
         kinds = {op[0] for op in r["ops"]}
