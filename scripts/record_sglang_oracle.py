@@ -83,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --trace: RadixCache (legacy) or UnifiedRadixCache (FULL)")
     p.add_argument("--trace-out", type=Path, default=None,
                    help="with --trace: also write the results here as one JSON document")
+    p.add_argument("--swa-window", type=int, default=0,
+                   help="with --trace: a hybrid UnifiedRadixCache with this SWA window")
+    p.add_argument("--swa-tokens", type=int, default=None,
+                   help="with --swa-window: SWA pool tokens (default: --capacity-tokens)")
+    p.add_argument("--mamba-slots", type=int, default=0,
+                   help="with --trace: a hybrid UnifiedRadixCache with MAMBA slots")
     args = p.parse_args(argv)
     if args.python and not os.environ.get("_SGLANG_ORACLE_CHILD"):
         env = dict(os.environ, _SGLANG_ORACLE_CHILD="1")
@@ -93,8 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.trace is not None:
         results = []
         for cap in (int(float(c)) for c in args.capacity_tokens.split(",")):
-            results.append(trace_hit_rate(oracle, args.trace, args.page_size, cap,
-                                          args.max_requests, args.cache))
+            if args.swa_window or args.mamba_slots:
+                results.append(hybrid_trace_hit_rate(
+                    oracle, args.trace, args.page_size, cap, args.max_requests,
+                    args.swa_window, args.swa_tokens, args.mamba_slots))
+            else:
+                results.append(trace_hit_rate(oracle, args.trace, args.page_size, cap,
+                                              args.max_requests, args.cache))
             print(json.dumps(results[-1]), flush=True)
         if args.trace_out is not None:
             args.trace_out.write_text(json.dumps(results, indent=1) + "\n")
@@ -385,7 +396,6 @@ def trace_hit_rate(o, path: Path, page: int, capacity: int,  # noqa: ANN001
     """SGLang's RadixCache (or UnifiedRadixCache) on a Mooncake trace in arrival order:
     match, lock, evict what the new pages need, insert the prompt (the tree's own KV for
     the matched prefix), unlock: what ``hicache-lab replay`` does with L1 only."""
-    import numpy as np
     torch = o.torch
     alloc = o.TokenAllocator(size=capacity, dtype=torch.bfloat16, device="cpu",
                              kvcache=None, need_sort=False)
@@ -403,18 +413,9 @@ def trace_hit_rate(o, path: Path, page: int, capacity: int,  # noqa: ANN001
             disable=False, req_to_token_pool=rp, token_to_kv_pool_allocator=alloc,
             page_size=page, tree_components=(o.CT.FULL,), tree_core_backend="python"))
         lock, unlock = cache.lock, cache.unlock
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    rows = rows[:max_requests] if max_requests else rows
-    rows.sort(key=lambda r: r["timestamp"])  # stable: file order breaks ties
-    prompt = hit = 0
-    from array import array
-    block = 512  # Mooncake's hash_ids: one per 512-token block
-    offsets = np.arange(block, dtype=np.int64)
-    for row in rows:
-        n = row["input_length"]
-        toks = (np.asarray(row["hash_ids"], dtype=np.int64)[:, None] * block
-                + offsets).ravel()[:n]
-        key = o.RadixKey(array("q", toks.tobytes()))
+    prompt = hit = requests = 0
+    for n, key in _trace_keys(o, path, max_requests):
+        requests += 1
         m = cache.match_prefix(o.MatchPrefixParams(key=key))
         got = int(m.device_prefix_len)
         prompt, hit = prompt + n, hit + got
@@ -433,9 +434,100 @@ def trace_hit_rate(o, path: Path, page: int, capacity: int,  # noqa: ANN001
                                             prev_prefix_len=got))
         unlock(node if kind == "legacy" else held)
     return {"trace": path.name, "cache": kind, "page_size": page,
-            "capacity_tokens": capacity, "requests": len(rows), "prompt_tokens": prompt,
+            "capacity_tokens": capacity, "requests": requests, "prompt_tokens": prompt,
             "cached_tokens": hit, "hit_rate": hit / prompt if prompt else 0.0,
             "sglang": o.version}
+
+
+def _trace_keys(o, path: Path, max_requests: int | None):  # noqa: ANN001, ANN202
+    """(prompt length, RadixKey) per request of a Mooncake trace, in arrival order; token
+    ``h * 512 + j`` is token j of the block with hash id h (hicache's BlockTokens)."""
+    from array import array
+
+    import numpy as np
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = rows[:max_requests] if max_requests else rows
+    rows.sort(key=lambda r: r["timestamp"])  # stable: file order breaks ties
+    block = 512
+    offsets = np.arange(block, dtype=np.int64)
+    for row in rows:
+        n = row["input_length"]
+        toks = (np.asarray(row["hash_ids"], dtype=np.int64)[:, None] * block
+                + offsets).ravel()[:n]
+        yield n, o.RadixKey(array("q", toks.tobytes()))
+
+
+def hybrid_trace_hit_rate(o, path: Path, page: int, capacity: int,  # noqa: ANN001
+                          max_requests: int | None, window: int, swa_tokens: int | None,
+                          mamba_slots: int) -> dict:
+    """A FULL+SWA and/or MAMBA UnifiedRadixCache on a Mooncake trace, driven as
+    ``hicache-lab replay --swa-window/--mamba-slots`` drives hicache's tree: reuse up to
+    the device boundary, then the new pages get FULL, the last window SWA, the end a
+    checkpoint; what they lack is evicted first (tiny KV rows: only indices matter)."""
+    torch, ct = o.torch, o.CT
+    comps = [ct.FULL] + ([ct.SWA] if window else []) + ([ct.MAMBA] if mamba_slots else [])
+    kw = {"sliding_window_size": window} if window else {}
+    if mamba_slots:
+        kw.update(mamba_cache_size=mamba_slots, enable_mamba_extra_buffer=page > 1)
+    cfg = o.CacheConfig(page_size=page, components=tuple(comps), kv_size=capacity,
+                        max_context_len=4096, head_num=1, head_dim=8, num_layers=2,
+                        full_attention_layer_ids=(1,), **kw)
+    if window and swa_tokens is not None and swa_tokens != capacity:
+        raise SystemExit("--swa-tokens: the SGLang test kit sizes the SWA pool as FULL's")
+    cache, alloc, req_pool = o.fx.build_fixture(cfg, tree_core_backend="python")
+    window_pages = -(-window // page) if window else 0
+
+    def free(kind) -> int:  # noqa: ANN001
+        if kind is ct.MAMBA:
+            return req_pool.mamba_allocator.available_size()
+        if kind is ct.SWA:
+            return alloc.swa_available_size()
+        return alloc.full_available_size() if window else alloc.available_size()
+
+    prompt = hit = requests = 0
+    for n, key in _trace_keys(o, path, max_requests):
+        requests += 1
+        m = cache.match_prefix(o.MatchPrefixParams(key=key))
+        got = int(m.device_prefix_len)
+        prompt, hit = prompt + n, hit + got
+        node = m.last_device_node
+        held = cache.lock(node)
+        aligned = n // page * page
+        new = (aligned - got) // page
+        needs = {ct.FULL: new * page}
+        if window:
+            needs[ct.SWA] = min(new, window_pages) * page
+        if mamba_slots:
+            needs[ct.MAMBA] = 1
+        if new:
+            short = {k: max(0, v - free(k)) for k, v in needs.items()}
+            if any(short.values()):
+                cache.evict(o.EvictParams(num_tokens=short[ct.FULL],
+                                          swa_num_tokens=short.get(ct.SWA, 0),
+                                          mamba_num=short.get(ct.MAMBA, 0)))
+        if new and all(free(k) >= v for k, v in needs.items()):
+            if window:
+                fresh = alloc.full_attn_allocator.alloc(new * page)
+                swa = alloc.swa_attn_allocator.alloc(needs[ct.SWA])
+                alloc.full_to_swa_index_mapping[fresh[len(fresh) - len(swa):]] = swa
+            else:
+                fresh = alloc.alloc(new * page)
+            value = torch.cat([cache.path_device_indices(node)[:got], fresh]) if got \
+                else fresh
+            params = o.InsertParams(key=key[:aligned], value=value.to(torch.int64),
+                                    prev_prefix_len=got)
+            if window:
+                params.set_evicted_seqlen(ct.SWA, aligned - needs[ct.SWA])
+            if mamba_slots:
+                params.mamba_value = req_pool.mamba_allocator.alloc(1)
+            r = cache.insert(params)
+            if mamba_slots and r.mamba_exist:
+                req_pool.mamba_allocator.free(params.mamba_value)
+        cache.unlock(held)
+    return {"trace": path.name, "cache": "unified", "page_size": page,
+            "capacity_tokens": capacity, "swa_window": window, "mamba_slots": mamba_slots,
+            "requests": requests, "prompt_tokens": prompt, "cached_tokens": hit,
+            "hit_rate": hit / prompt if prompt else 0.0, "sglang": o.version}
 
 
 if __name__ == "__main__":
