@@ -413,12 +413,9 @@ def trace_hit_rate(o, path: Path, page: int, capacity: int,  # noqa: ANN001
             disable=False, req_to_token_pool=rp, token_to_kv_pool_allocator=alloc,
             page_size=page, tree_components=(o.CT.FULL,), tree_core_backend="python"))
         lock, unlock = cache.lock, cache.unlock
-    prompt = hit = requests = 0
-    for n, key in _trace_keys(o, path, max_requests):
-        requests += 1
-        m = cache.match_prefix(o.MatchPrefixParams(key=key))
+
+    def admit(n: int, key, m) -> None:  # noqa: ANN001
         got = int(m.device_prefix_len)
-        prompt, hit = prompt + n, hit + got
         aligned = n // page * page
         new = aligned - got
         node = m.last_device_node
@@ -433,8 +430,20 @@ def trace_hit_rate(o, path: Path, page: int, capacity: int,  # noqa: ANN001
                 cache.insert(o.InsertParams(key=key[:aligned], value=value.to(torch.int64),
                                             prev_prefix_len=got))
         unlock(node if kind == "legacy" else held)
-    return {"trace": path.name, "cache": kind, "page_size": page,
-            "capacity_tokens": capacity, "requests": requests, "prompt_tokens": prompt,
+
+    return {"cache": kind, "page_size": page, "capacity_tokens": capacity} | _replay_trace(
+        o, cache, path, max_requests, admit)
+
+
+def _replay_trace(o, cache, path: Path, max_requests: int | None, admit) -> dict:  # noqa: ANN001
+    """Match each request of the trace in arrival order, count its L1 hit, then let
+    ``admit(prompt length, key, match)`` cache it; the counts as a result row."""
+    prompt = hit = requests = 0
+    for n, key in _trace_keys(o, path, max_requests):
+        m = cache.match_prefix(o.MatchPrefixParams(key=key))
+        requests, prompt, hit = requests + 1, prompt + n, hit + int(m.device_prefix_len)
+        admit(n, key, m)
+    return {"trace": path.name, "requests": requests, "prompt_tokens": prompt,
             "cached_tokens": hit, "hit_rate": hit / prompt if prompt else 0.0,
             "sglang": o.version}
 
@@ -484,12 +493,8 @@ def hybrid_trace_hit_rate(o, path: Path, page: int, capacity: int,  # noqa: ANN0
             return alloc.swa_available_size()
         return alloc.full_available_size() if window else alloc.available_size()
 
-    prompt = hit = requests = 0
-    for n, key in _trace_keys(o, path, max_requests):
-        requests += 1
-        m = cache.match_prefix(o.MatchPrefixParams(key=key))
+    def admit(n: int, key, m) -> None:  # noqa: ANN001
         got = int(m.device_prefix_len)
-        prompt, hit = prompt + n, hit + got
         node = m.last_device_node
         held = cache.lock(node)
         aligned = n // page * page
@@ -524,10 +529,10 @@ def hybrid_trace_hit_rate(o, path: Path, page: int, capacity: int,  # noqa: ANN0
             if mamba_slots and r.mamba_exist:
                 req_pool.mamba_allocator.free(params.mamba_value)
         cache.unlock(held)
-    return {"trace": path.name, "cache": "unified", "page_size": page,
-            "capacity_tokens": capacity, "swa_window": window, "mamba_slots": mamba_slots,
-            "requests": requests, "prompt_tokens": prompt, "cached_tokens": hit,
-            "hit_rate": hit / prompt if prompt else 0.0, "sglang": o.version}
+
+    return {"cache": "unified", "page_size": page, "capacity_tokens": capacity,
+            "swa_window": window, "mamba_slots": mamba_slots} | _replay_trace(
+        o, cache, path, max_requests, admit)
 
 
 if __name__ == "__main__":
