@@ -266,6 +266,8 @@ class KVCacheManager:
         request's own pages the tree takes become tree-owned (kept at release)."""
         n = len(pages)
         first = st.prefix_tokens // self.page
+        if 0 < n <= first:  # all reused: the walk still counts the hits (as SGLang's does)
+            self.tree.insert(pages, {})
         if n <= first or st.kv is None or st.kv.num_pages < n:
             return None
         ext = st.kv.slice(first, n)

@@ -203,7 +203,9 @@ class UnifiedRadixTree:
         """Cache ``pages`` with their data in ``tier``.
 
         Each paged extent covers the *last* ``num_pages`` pages. ``values[FULL]`` may skip
-        a prefix only if the tree already holds that prefix (in any tier); ``values[SWA]``
+        a prefix only if the tree already holds that prefix (in any tier), and may be left
+        out when it holds every page (a request that computed nothing new: the insert only
+        walks, counting its hits as SGLang's insert of a cached key does); ``values[SWA]``
         may be shorter still (earlier nodes keep SWA tombstones); ``values[MAMBA]`` is the
         checkpoint at the end. Pages the tree already holds in that tier are
         duplicates: their caller-side copies are returned as free actions (unless they
@@ -217,9 +219,9 @@ class UnifiedRadixTree:
         if n == 0:
             return InsertResult(0, None, ())
         full = values.get(Kind.FULL)
-        if full is None or not 0 < full.num_pages <= n:
+        if full is not None and not 0 < full.num_pages <= n:
             raise ValueError(f"insert needs a FULL extent of 1..{n} pages, got "
-                             f"{None if full is None else full.num_pages}")
+                             f"{full.num_pages}")
         for kind in values:
             if self.spec.get(kind) is None:
                 raise ValueError(f"insert of component {kind.value!r} the tree does not have")
@@ -241,9 +243,9 @@ class UnifiedRadixTree:
             if hits and node.on_device:
                 node.hit_count += 1
             self._stamp(node)
-        if i < starts[Kind.FULL]:
-            raise ValueError(f"insert of a FULL suffix from page {starts[Kind.FULL]}: the tree "
-                             f"holds only the first {i} pages of its prefix")
+        if i < starts.get(Kind.FULL, n):
+            raise ValueError(f"insert of a FULL suffix from page {starts.get(Kind.FULL, n)}: "
+                             f"the tree holds only the first {i} pages of its prefix")
         walked_to = node
         for a, b in self._new_spans(i, n, starts):
             node = self._new_node(node, list(pages[a:b]))

@@ -6,6 +6,7 @@ one, each on an example where the old behaviour gives a different answer.
 
 from __future__ import annotations
 
+import pytest
 from tree_harness import Harness
 
 from hicache.tree.actions import Deleted, FreeDevice
@@ -107,3 +108,14 @@ def test_hits_are_counted_by_inserts_not_matches() -> None:
     assert leaf.hit_count == 2
     wb = Harness(TreeSpec(page_size=4), host_enabled=True, write_back=True)
     assert wb.insert(p).node.hit_count == 0  # SGLang counts none under write_back
+
+
+def test_an_insert_of_a_cached_key_without_new_pages_counts_its_hits() -> None:
+    """A request that reused its whole prompt still inserts it in SGLang (a walk): the
+    hit reaches the write-through threshold of its nodes."""
+    h = Harness(TreeSpec(page_size=4))
+    p = h.pages([1, 2])
+    leaf = h.insert(p).node
+    assert h.tree.insert(p, {}).actions == () and leaf.hit_count == 2
+    with pytest.raises(ValueError, match="holds only the first 2 pages"):
+        h.tree.insert(h.pages([1, 2, 3]), {})
