@@ -27,7 +27,7 @@ import pandas as pd
 import yaml
 
 from hicache.report.frames import requests_frame, timeline_frame, write_timeline_parquet
-from hicache.report.metrics import hit_rate_by_round, summarize
+from hicache.report.metrics import cliff_round, hit_rate_by_round, summarize
 from hicache.report.plots import has_rounds
 from sim.driver import SimResult
 
@@ -72,6 +72,8 @@ def summary_of(result: SimResult, req: pd.DataFrame, tl: pd.DataFrame,
               "n_unfinished": len(result.unfinished)})
     if result.stall:
         s["stall"] = result.stall
+    if has_rounds(req):
+        s["cliff_round"] = cliff_round(hit_rate_by_round(req))
     s.update(capacity_of(result))
     if wall is not None:
         s["wall_s"] = round(wall, 3)

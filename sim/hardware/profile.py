@@ -77,6 +77,15 @@ class HostSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class InterconnectSpec:
+    """GPU-to-GPU fabric of a tensor-parallel group (NVLink/NVSwitch): the bus bandwidth
+    of one all-reduce (NCCL busBw) and its fixed latency."""
+
+    allreduce_bytes_per_s: float
+    latency_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class MooncakeSpec:
     master_rpc_s: float
     bytes_per_s: float
@@ -133,6 +142,7 @@ class HardwareProfile:
     source: str = "<mapping>"
     host_cpu: HostSpec = HostSpec()
     ablate: frozenset[str] = frozenset()  # modelled effects switched off (ablation studies)
+    interconnect: InterconnectSpec | None = None  # TP all-reduce fabric (multi-GPU nodes)
 
 
 def _gpu(s: Section) -> GpuSpec:
@@ -232,6 +242,10 @@ def _host_spec(cpu: Section) -> HostSpec:
         cpu.num("admit_step_s", 0.0))
 
 
+def _interconnect(s: Section) -> InterconnectSpec:
+    return InterconnectSpec(s.num("allreduce_bytes_per_s", positive=True), s.num("latency_s"))
+
+
 def _shape(s: Section) -> tuple[tuple[str, Any], ...]:
     """``calibrated.shape``: a mapping with a string ``name``; other values are numbers,
     strings or lists of those (a model preset's keys)."""
@@ -292,6 +306,8 @@ def load_profile(source: str | Path | Mapping[str, Any]) -> HardwareProfile:
         source=origin,
         host_cpu=_host_spec(cpu),
         ablate=_ablate(top),
+        interconnect=_interconnect(top.sub("interconnect")) if top.has("interconnect")
+        else None,
     )
     # every hand-written key was asked for: a typo is an error, not a silent default
     # (calibration writes more measured tables than the cost model reads yet)
