@@ -1,0 +1,101 @@
+"""``python -m sim.seed_study``: run the seed study (issue 13) and write its report.
+
+    runs (hicache-lab run)  ->  numbers (analysis)  ->  README.md + plots (report, text)
+    sweeps (hicache-lab sweep) --^
+
+Writes ``OUT/README.md``, the PNGs and ``OUT/numbers.json`` (the headline numbers the
+slow test and a reviewer can diff); run folders under ``OUT/runs`` and ``OUT/sweeps``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from sim.seed_study import runner, text
+from sim.seed_study.analysis import multipliers, rounds_table, run_metrics, session_delta
+from sim.seed_study.report import render
+from sim.seed_study.spec import MULTITURN, SESSIONS, SWEEPS, TIERS, session_sets
+
+ROOT = Path(__file__).resolve().parents[2]
+PARTS = ("multiturn", "session", "sweeps")
+
+
+def collect_multiturn(out: Path, reuse: bool) -> dict:
+    res = {}
+    for st in MULTITURN:
+        folder = runner.run(st.scenario, out / "runs" / st.key, root=ROOT, reuse=reuse)
+        reqs = {v: runner.requests(folder, v) for v in TIERS}
+        metrics = {v: run_metrics(r) for v, r in reqs.items()}
+        res[st.key] = {"metrics": metrics, "x": multipliers(metrics),
+                       "rounds": {v: rounds_table(r) for v, r in reqs.items()}}
+        print(f"multiturn {st.key}: done", file=sys.stderr, flush=True)
+    return res
+
+
+def collect_sessions(out: Path, reuse: bool) -> pd.DataFrame:
+    rows = []
+    for st in SESSIONS:
+        for b in st.batches:
+            folder = runner.run(st.scenario, out / "runs" / f"{st.key}_b{b}", root=ROOT,
+                                sets=session_sets(st, b), reuse=reuse)
+            m = {v: run_metrics(runner.requests(folder, v)) for v in ("lru", "session")}
+            rows.append({"model": st.title, "batch": b,
+                         **session_delta(m["lru"], m["session"])})
+            print(f"session {st.key} batch {b}: done", file=sys.stderr, flush=True)
+    return pd.DataFrame(rows)
+
+
+def collect_sweeps(out: Path, reuse: bool) -> dict[str, pd.DataFrame]:
+    res = {}
+    scenarios = {st.key: st.scenario for st in (*MULTITURN, *SESSIONS)}
+    for sw in SWEEPS:
+        df = runner.sweep(sw, scenarios[sw.study], out / "sweeps" / sw.key, root=ROOT,
+                          reuse=reuse)
+        df["cliff_round"] = df["cliff_round"] + 1  # the report counts rounds from 1
+        res[sw.key] = df
+        print(f"sweep {sw.key}: done", file=sys.stderr, flush=True)
+    return res
+
+
+def numbers(res: dict) -> dict:
+    """The headline numbers as plain JSON."""
+    mt = {k: {"metrics": v["metrics"], "x": v["x"]} for k, v in res["multiturn"].items()}
+    ses = res["session"].to_dict(orient="records") if len(res["session"]) else []
+    return {"multiturn": mt, "session": ses}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m sim.seed_study", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=ROOT / "results" / "seed_study")
+    p.add_argument("--reuse", action="store_true",
+                   help="read finished runs and sweeps instead of running them again")
+    p.add_argument("--only", action="append", choices=PARTS, default=None,
+                   help="run only these parts (repeatable; the report shows what ran)")
+    args = p.parse_args(argv)
+    parts = set(args.only or PARTS)
+    out: Path = args.out.resolve()
+    res: dict = {"multiturn": {}, "session": pd.DataFrame(), "sweeps": {}}
+    if "multiturn" in parts:
+        res["multiturn"] = collect_multiturn(out, args.reuse)
+    if "session" in parts:
+        res["session"] = collect_sessions(out, args.reuse)
+    if "sweeps" in parts:
+        res["sweeps"] = collect_sweeps(out, args.reuse)
+    res["readings"] = text.readings(res)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (usage.ru_utime + usage.ru_stime) / 60 if not args.reuse else None
+    render(res, out, text.intro(cpu), text.discussion(res) + "\n" + text.commands())
+    (out / "numbers.json").write_text(json.dumps(numbers(res), indent=2, default=str) + "\n")
+    print(f"-> {out / 'README.md'}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

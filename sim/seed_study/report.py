@@ -1,0 +1,178 @@
+"""``results/seed_study/README.md`` from the study's numbers: one table per study with the
+published figure beside ours, the sweeps that explain the differences, and the plots.
+
+Every number in the file comes from the runs (``collect``'s results); the prose around the
+numbers states what was assumed, never what the runs should have shown.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sim.seed_study import plots
+from sim.seed_study.analysis import relative_gap
+from sim.seed_study.spec import MULTITURN, SESSIONS, SWEEPS, Sweep
+
+GAP = 0.20  # differences above this need a measured explanation (issue 13)
+
+
+def _f(v: Any, fmt: str = "{:.3g}") -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return "n/a"
+    return fmt.format(v)
+
+
+def _pct(v: Any) -> str:
+    return _f(v, "{:.0%}")
+
+
+def _gap(ours: Any, published: Any) -> str:
+    g = relative_gap(ours, published)
+    return "n/a" if g is None else f"{g:.0%}" + (" **>20%**" if g > GAP else "")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def multiturn_section(res: dict, out: Path) -> str:
+    parts = []
+    for st in MULTITURN:
+        r = res["multiturn"].get(st.key)
+        if r is None:
+            continue
+        p, m, x = st.published, r["metrics"], r["x"]
+        lo, hi = p["cliff"]
+        plots.multiturn(r["rounds"], (lo, hi), st.title, out / f"multiturn_{st.key}.png")
+        l3 = m["L1+L2+L3"]
+        rows = [
+            ["L1 cliff: round the hit rate stays < 10% (onset: < 90% of its peak)",
+             f"{lo}-{hi} (both curves ~0)",
+             f"{_f(m['L1']['cliff_round'], '{}')} (onset {_f(m['L1']['onset_round'], '{}')})",
+             "see 3.1", "3.1 growth, 3.4 L1 size"],
+            ["L1+L2 cliff (onset)", f"{lo}-{hi}",
+             f"{_f(m['L1+L2']['cliff_round'], '{}')} "
+             f"(onset {_f(m['L1+L2']['onset_round'], '{}')})",
+             "see 3.1", "3.1 growth, 3.4 L1 size"],
+            ["L1+L2+L3 hit rate, last 5 rounds", _pct(p["late_hit_l3"]),
+             _pct(l3["late_hit_rate"]), _gap(l3["late_hit_rate"], p["late_hit_l3"]),
+             "3.2 prefetch policy"],
+            ["effective input throughput, L1+L2+L3 / L1", f"{p['x_l3']:.1f}x",
+             f"{_f(x['L1+L2+L3'], '{:.1f}')}x", _gap(x["L1+L2+L3"], p["x_l3"]),
+             "3.2 prefetch policy, 3.3 answer length"],
+            ["effective input throughput, L1+L2 / L1", f"{p['x_l2']:.1f}x",
+             f"{_f(x['L1+L2'], '{:.1f}')}x", _gap(x["L1+L2"], p["x_l2"]),
+             "3.1 growth (where the cliffs fall)"],
+        ]
+        if "ttft_l3_max_s" in p:
+            rows.append(["mean TTFT, L1+L2+L3", f"< {p['ttft_l3_max_s']:.0f} s",
+                         f"{_f(l3['ttft_mean_s'], '{:.2f}')} s",
+                         "within" if (l3["ttft_mean_s"] or 1e9) < p["ttft_l3_max_s"]
+                         else "**outside**", "3.2 prefetch policy"])
+        if "ttft_l3_s" in p:
+            rows.append(["mean TTFT, L1+L2+L3", f"{p['ttft_l3_s']:.2f} s",
+                         f"{_f(l3['ttft_mean_s'], '{:.2f}')} s",
+                         _gap(l3["ttft_mean_s"], p["ttft_l3_s"]), "3.2, 3.3"])
+            rows.append(["effective input throughput L1+L2+L3 / L1 [tok/s]",
+                         f"{p['tps_l3']:,.0f} / {p['tps_l1']:,.0f}",
+                         f"{_f(l3['input_tps'], '{:,.0f}')} / "
+                         f"{_f(m['L1']['input_tps'], '{:,.0f}')}",
+                         _gap(l3["input_tps"], p["tps_l3"]), "hardware, 3.3"])
+        tiers = _table(["tier", "hit rate", "device / host / L3", "mean TTFT [s]",
+                        "eff. input [tok/s]", "cliff (onset)"],
+                       [[v, _pct(mm["hit_rate"]),
+                         " / ".join(_pct(mm[k]) for k in ("device_hit_rate", "host_hit_rate",
+                                                          "l3_hit_rate")),
+                         _f(mm["ttft_mean_s"], "{:.2f}"), _f(mm["input_tps"], "{:,.0f}"),
+                         f"{_f(mm['cliff_round'], '{}')} ({_f(mm['onset_round'], '{}')})"]
+                        for v, mm in m.items()])
+        parts.append(f"### {st.title} (`{st.scenario}`)\n\n"
+                     + _table(["quantity", "published", "ours", "gap", "what moves it"],
+                              rows)
+                     + f"\n\nPer tier over the whole run:\n\n{tiers}\n\n"
+                     f"![{st.key}](multiturn_{st.key}.png)\n")
+    return "\n".join(parts)
+
+
+def session_section(res: dict, out: Path) -> str:
+    df: pd.DataFrame = res["session"]
+    if df is None or not len(df):
+        return "(not run)\n"
+    published = {st.title: {b: f["ttft_change_pct"] for b, f in st.published.items()}
+                 for st in SESSIONS}
+    plots.session(df, published, out / "session_aware.png")
+    rows = []
+    for st in SESSIONS:
+        for _, r in df[df["model"] == st.title].sort_values("batch").iterrows():
+            pub = st.published.get(int(r["batch"]), {})
+            dev = (f"{_pct(pub['device_lru'])} -> {_pct(pub['device_session'])}"
+                   if "device_lru" in pub else "")
+            devh = (f"{_pct(pub['device_host_lru'])} -> {_pct(pub['device_host_session'])}"
+                    if "device_host_lru" in pub else "")
+            rows.append([
+                st.title, str(int(r["batch"])),
+                f"{pub['ttft_change_pct']:+.1f}%" if pub else "",
+                f"{r['ttft_change_pct']:+.1f}%", f"{r['ttft_lru_s']:.2f} / "
+                f"{r['ttft_session_s']:.2f}", dev,
+                f"{_pct(r['device_lru'])} -> {_pct(r['device_session'])}", devh,
+                f"{_pct(r['device_host_lru'])} -> {_pct(r['device_host_session'])}"])
+    return (_table(["model", "batch", "TTFT published", "TTFT ours",
+                    "mean TTFT LRU / session [s]", "device hit published", "device hit ours",
+                    "device+host published", "device+host ours"], rows)
+            + "\n\n![session-aware](session_aware.png)\n")
+
+
+def sweep_section(res: dict, out: Path) -> str:
+    parts = []
+    for i, sw in enumerate(SWEEPS, start=1):
+        df = res["sweeps"].get(sw.key)
+        if df is None:
+            continue
+        key = sw.grid[0][0]
+        metrics = _sweep_metrics(sw)
+        plots.sweep_lines(df, key, metrics, sw.question, out / f"sweep_{sw.key}.png",
+                          xlabel=key)
+        cols = [key, "variant", *metrics]
+        rows = [[_f(r[c]) if isinstance(r[c], float) else str(r[c]) for c in cols]
+                for _, r in df.iterrows()]
+        sets = " ".join(f"--set {s}" for s in sw.sets)
+        parts.append(f"### 3.{i} {sw.question}\n\n`hicache-lab sweep "
+                     f"{_scenario_of(sw)} {sets} --grid {key}="
+                     f"{','.join(map(str, sw.grid[0][1]))}`\n\n{_table(cols, rows)}\n\n"
+                     f"{res['readings'].get(sw.key, '')}\n\n![{sw.key}](sweep_{sw.key}.png)\n")
+    return "\n".join(parts)
+
+
+def _sweep_metrics(sw: Sweep) -> list[str]:
+    if sw.key in ("dsv4_growth", "inkling_l1"):
+        return ["cliff_round", "hit_rate", "effective_input_throughput_tps"]
+    if sw.key in ("pro_l1", "qwen_mamba"):
+        return ["ttft_mean_s", "device_hit_rate", "hit_rate"]
+    return ["hit_rate", "l3_hit_rate", "ttft_mean_s", "effective_input_throughput_tps"]
+
+
+def _scenario_of(sw: Sweep) -> str:
+    for st in (*MULTITURN, *SESSIONS):
+        if st.key == sw.study:
+            return st.scenario
+    raise KeyError(sw.study)
+
+
+def render(res: dict, out: Path, intro: str, discussion: str) -> Path:
+    """Write the plots and ``out/README.md``; ``intro`` and ``discussion`` are the text
+    around the tables (:mod:`sim.seed_study.text`)."""
+    out.mkdir(parents=True, exist_ok=True)
+    text = (intro + "\n## 1. Multi-turn: the cliff, and what L2 and L3 buy\n\n"
+            + multiturn_section(res, out)
+            + "\n## 2. Session-aware eviction on SWE-bench-shaped agent sessions\n\n"
+            + session_section(res, out)
+            + "\n## 3. What moves each difference: sweeps of the assumptions\n\n"
+            + sweep_section(res, out) + "\n" + discussion)
+    path = out / "README.md"
+    path.write_text(text)
+    return path

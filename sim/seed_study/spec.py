@@ -1,0 +1,126 @@
+"""What the seed study runs and what it compares against: the studies' scenarios, the
+figures seed 003 quotes from SGLang's posts, and the assumption sweeps.
+
+Published figures are as seed 003 (``shared/seeds/003_*``) quotes them from SGLang's HiCache
+and Unified Radix Cache posts (LMSYS, 2026-08-11; SGLang, 2026-09-23) and from the
+session-aware eviction work (https://github.com/sgl-project/sglang/pull/29173). The seed
+reads the multi-turn curves as "a rough reading of the figure"; so do we.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TIERS = ("L1", "L1+L2", "L1+L2+L3")
+
+
+@dataclass(frozen=True)
+class MultiturnStudy:
+    key: str
+    title: str
+    scenario: str  # relative to the repository root
+    published: dict
+
+
+@dataclass(frozen=True)
+class SessionStudy:
+    key: str
+    title: str
+    scenario: str
+    batches: tuple[int, ...]
+    published: dict[int, dict[str, float]]  # batch -> figures
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """``hicache-lab sweep`` of one assumption over one study's scenario. ``sets`` are
+    ``--set`` items applied first: the DeepSeek-V4-Flash sweeps divide L1 and the per-round
+    question by 8 (the cliffs stay where they are, L1 / (clients x growth) is unchanged;
+    contexts are 8x shorter) so that a point costs about a minute, not ten."""
+
+    key: str
+    study: str
+    grid: tuple[tuple[str, tuple], ...]
+    variants: tuple[str, ...]
+    sets: tuple[str, ...] = ()
+    question: str = ""
+
+
+MULTITURN = (
+    MultiturnStudy(
+        "dsv4_flash", "DeepSeek-V4-Flash, 64 clients",
+        "scenarios/seed_study/multiturn_dsv4_flash.yaml",
+        {"cliff": (35, 40), "late_hit_l3": 0.98, "x_l3": 15.5, "x_l2": 1.5,
+         "ttft_l3_max_s": 9.0}),
+    MultiturnStudy(
+        "inkling_small", "Inkling-Small, 48 clients",
+        "scenarios/seed_study/multiturn_inkling_small.yaml",
+        {"cliff": (18, 19), "late_hit_l3": 0.968, "x_l3": 67.1 / 15.5, "x_l2": 1.4,
+         "ttft_l3_s": 1.23, "tps_l3": 67_100.0, "tps_l1": 15_500.0}),
+)
+
+SESSIONS = (
+    SessionStudy(
+        "dsv4_pro", "DeepSeek-V4-Pro TP8", "scenarios/seed_study/agent_dsv4_pro.yaml",
+        (32, 64, 128, 256),
+        {128: {"ttft_change_pct": -11.0, "device_lru": 0.42, "device_session": 0.51},
+         256: {"ttft_change_pct": -2.9}}),
+    SessionStudy(
+        "qwen3_5", "Qwen3.5-397B-A17B TP8", "scenarios/seed_study/agent_qwen3_5.yaml",
+        (32, 64, 128, 256),
+        {32: {"ttft_change_pct": -13.5, "device_lru": 0.05, "device_session": 0.34},
+         64: {"ttft_change_pct": -16.6, "device_host_lru": 0.58,
+              "device_host_session": 0.67}}),
+)
+
+MAMBA_STATE_BYTES = 24_145_920  # one Qwen3.5 checkpoint per rank (45 x 536,576 B)
+
+
+def session_sets(study: SessionStudy, batch: int) -> list[str]:
+    """``--set`` items that put a session study at ``batch`` sessions in flight: as many
+    running requests, twice as many sessions in all; for Qwen3.5 the MAMBA pool (3 slots per
+    running request) comes out of the 70 GB per-rank KV budget before the full pool."""
+    sets = [f"scheduler.max_running_requests={batch}", f"workload.max_sessions={batch}",
+            f"workload.num_sessions={2 * batch}"]
+    if study.key == "qwen3_5":
+        full = int((70e9 - 3 * batch * MAMBA_STATE_BYTES) // 15_360)
+        sets.append(f"cache.device_tokens={full}")
+    return sets
+
+
+_SCALED = ("cache.device_tokens=1525000", "workload.request_length=1019")  # 1/8: growth 1275
+
+SWEEPS = (
+    Sweep("dsv4_growth", "dsv4_flash",
+          (("workload.request_length", (509, 1019, 1529)),), ("L1", "L1+L2"),
+          sets=_SCALED[:1],
+          question="Per-round growth (question + 256-token answer; 1/8 scale): where do "
+                   "the L1 and L1+L2 cliffs fall?"),
+    Sweep("dsv4_prefetch", "dsv4_flash",
+          (("cache.hicache_storage_prefetch_policy", ("timeout", "wait_complete",
+                                                      "best_effort")),),
+          ("L1+L2+L3",), sets=_SCALED,
+          question="L3 prefetch stop policy (1/8 scale): how much of L3 reaches the "
+                   "requests?"),
+    Sweep("dsv4_output", "dsv4_flash",
+          (("workload.output_length", (64, 256, 1024)),), TIERS,
+          sets=(*_SCALED, "cache.hicache_storage_prefetch_policy=wait_complete"),
+          question="Answer length (decode share of the work; 1/8 scale, wait_complete): "
+                   "how do the multipliers move?"),
+    Sweep("inkling_l1", "inkling_small",
+          (("cache.device_tokens", (1420000, 2840000, 5680000)),), ("L1", "L1+L2"),
+          question="L1 size (our SWA-kept-per-token accounting vs SGLang's smaller SWA "
+                   "pool): where do the cliffs fall?"),
+    Sweep("pro_l1", "dsv4_pro",
+          (("cache.device_tokens", (880000, 2640000, 4400000)),), ("lru", "session"),
+          sets=("scheduler.max_running_requests=128", "workload.max_sessions=128",
+                "workload.num_sessions=256"),
+          question="L1 size at batch 128 (H200: 0.88M tokens; a 180 GB B200 would hold "
+                   "4.2M): device hit and the session-aware gain."),
+    Sweep("qwen_mamba", "qwen3_5",
+          (("run.mamba_slots", (48, 96, 192)),), ("lru", "session"),
+          sets=("scheduler.max_running_requests=32", "workload.max_sessions=32",
+                "workload.num_sessions=64"),
+          question="MAMBA checkpoint slots at batch 32 (default 3 per running request): "
+                   "device hit and the session-aware gain."),
+)
