@@ -8,7 +8,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from hicache.report.plots import _figure, _save
+from hicache.report.plots import _save
+
+
+def _figure(width: float, height: float):  # noqa: ANN202 - a matplotlib Figure
+    """An empty figure on the Agg canvas (subplots are the caller's)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
 
 COLORS = {"L1": "tab:red", "L1+L2": "tab:orange", "L1+L2+L3": "tab:green",
           "lru": "tab:gray", "session": "tab:blue"}
