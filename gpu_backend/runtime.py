@@ -81,6 +81,9 @@ class TorchRuntime:
         for pools in (device_pages, host_pages):
             if set(pools) - {"full"}:
                 raise ValueError(f"TorchRuntime supports only the 'full' pool, got {pools}")
+        if shape.compression is not None:
+            raise ValueError(f"model {shape.name!r}: compression: the torch runtime holds "
+                             "plain K/V pages, not compressed KV (simulate this model)")
         self.shape, self.page_size, self.layerwise = shape, page_size, layerwise
         self.runtime_id, self.generation = runtime_id, generation
         self.lanes = Lanes(device, wait_timeout_s)
