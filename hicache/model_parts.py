@@ -7,19 +7,23 @@ A plain decoder needs neither. The seed's models do (``scenarios/models/*.yaml``
   T tokens touches ``E * (1 - (1 - k/E)**T)`` distinct routed experts in expectation
   (tokens route independently and uniformly: an approximation; real routers are skewed),
   which is what a memory-bound decode step pays for.
-- :class:`CompressedKV` is DeepSeek-V4's attention (hybrid CSA/HCA): one vector per kept
-  entry serves as K and V (MQA, one head of ``ModelSpec.head_dim``, replicated on every TP
-  rank); layer i keeps one entry per ``ratios[i]`` tokens (0: none, the layer has only
-  its sliding-window branch); every layer also attends the last ``sliding_window`` tokens
-  uncompressed. That window is per-request state (the SWA component and the compressors'
-  tails in SGLang), not per-token cache, so page bytes count only the kept entries::
+- :class:`CompressedKV` says which KV each layer keeps per token. DeepSeek-V4's attention
+  (hybrid CSA/HCA): one vector per kept entry serves as K and V (MQA, one head of
+  ``ModelSpec.head_dim``, replicated on every TP rank); layer i keeps one entry per
+  ``ratios[i]`` tokens (1: every token, plain attention; 0: none, the layer has only its
+  sliding-window branch); every layer whose ratio is not 1 also attends the last
+  ``sliding_window`` tokens uncompressed. That window is per-request state (the SWA
+  component and the compressors' tails in SGLang), not per-token cache, so page bytes
+  count only the kept entries::
 
       per token, layer i:  entry_bytes / ratios[i]  (+ index_entry_bytes / ratios[i]
                            when ratios[i] == index_ratio: the lightning indexer's keys)
 
   Layers whose ratio is ``index_ratio`` are sparse (CSA): each query scores all their
   entries with ``index_heads x index_head_dim`` and attends the ``index_topk`` best; the
-  other compressed layers (HCA) attend all their entries.
+  other compressed layers (HCA) attend all their entries. The same form states a
+  sliding-window model whose local layers' KV stays out of the tiers (ratio 0 for them,
+  1 for the global layers, ``entry_bytes`` = K and V of one layer's heads on a rank).
 """
 
 from __future__ import annotations

@@ -92,8 +92,6 @@ class ModelSpec(Plain):
             if any(k != "full" for k in layers):
                 raise ValueError("compression: every layer must be 'full' (a layer with "
                                  "ratio 0 has only its sliding-window branch)")
-            if self.num_kv_heads != 1:
-                raise ValueError("compression: K and V share one head (num_kv_heads: 1)")
 
     # ---- per rank ------------------------------------------------------------------
     @property

@@ -3,8 +3,8 @@ and the tensor-parallel all-reduce a layer waits for.
 
 A new token at position p (1-based) of a layer with compression ratio r attends:
 
-    window branch   min(p, W) uncompressed entries (W = sliding_window), every layer
-    compressed      p / r entries (HCA: all of them; r = 0: none)
+    window branch   min(p, W) uncompressed entries (W = sliding_window), layers with r != 1
+    compressed      p / r entries (HCA: all of them; r = 1: every token; r = 0: none)
     indexed (CSA)   min(p / r, topk) entries, after the indexer scored all p / r of them
                     with index_heads x index_head_dim (2 FLOPs per multiply-add)
 
@@ -49,8 +49,9 @@ def compressed_work(comp: CompressedKV, layer: int, window: int, tp: int,
     pairs = scored = read = 0.0
     chunks = list(prefills) + [(1, c) for c in decodes]
     for n, c in chunks:
-        pairs += window_sum(n, c, window)
-        read += min(c + n, window)
+        if r != 1:
+            pairs += window_sum(n, c, window)
+            read += min(c + n, window)
         if r == 0:
             continue
         if indexed:

@@ -78,11 +78,16 @@ def sweep_lines(df: pd.DataFrame, x: str, ys: Sequence[str], title: str, path: P
                 *, xlabel: str | None = None) -> Path:
     """One subplot per metric in ``ys`` against the grid key ``x``, a line per variant."""
     fig = _figure(4.0 * len(ys) + 1.0, 3.6)
+    numeric = pd.to_numeric(df[x], errors="coerce")
+    labels = list(dict.fromkeys(df[x].astype(str)))  # categories (preset names) in order
+    pos = numeric if numeric.notna().all() else df[x].astype(str).map(labels.index)
     for i, y in enumerate(ys):
         ax = fig.add_subplot(1, len(ys), i + 1)
-        for name, g in df.groupby("variant", sort=False):
-            g = g.assign(_x=pd.to_numeric(g[x], errors="coerce")).sort_values("_x")
+        for name, g in df.assign(_x=pos).groupby("variant", sort=False):
+            g = g.sort_values("_x")
             ax.plot(g["_x"], g[y], marker="o", label=name, color=COLORS.get(name))
+        if numeric.isna().any():
+            ax.set_xticks(range(len(labels)), labels, rotation=10, fontsize=7)
         ax.set_xlabel(xlabel or x)
         ax.set_ylabel(y)
         ax.grid(alpha=0.3)

@@ -111,6 +111,11 @@ SWEEPS = (
           (("cache.device_tokens", (1420000, 2840000, 5680000)),), ("L1", "L1+L2"),
           question="L1 size (our SWA-kept-per-token accounting vs SGLang's smaller SWA "
                    "pool): where do the cliffs fall?"),
+    Sweep("inkling_swa", "inkling_small",
+          (("model", ("inkling-small-tp8", "inkling-small-global-kv-tp8")),),
+          ("L1+L2+L3",),
+          question="Do the local (sliding-window) layers' KV travel with every page (ours: "
+                   "21.5 KB per token) or stay in an SWA pool (3.6 KB)?"),
     Sweep("pro_l1", "dsv4_pro",
           (("cache.device_tokens", (880000, 2640000, 4400000)),), ("lru", "session"),
           sets=("scheduler.max_running_requests=128", "workload.max_sessions=128",

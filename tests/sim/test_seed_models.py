@@ -68,9 +68,10 @@ def test_moe_width_and_compression_shapes_are_checked_with_the_key_named():
             "ratios": [0, 4], "entry_bytes": 1024}})
     with pytest.raises(ValueError, match="index_ratio"):
         CompressedKV(ratios=(4, 128), entry_bytes=1024, index_ratio=4)
-    with pytest.raises(InputError, match="num_kv_heads"):
-        ModelSpec.from_mapping({**_toy(), "compression": {
-            "ratios": [0, 4, 128, 4], "entry_bytes": 1024}})
+    with pytest.raises(InputError, match="every layer must be 'full'"):
+        ModelSpec.from_mapping({**_toy(layers=["full", "swa", "full", "full"]),
+                                "compression": {"ratios": [0, 4, 128, 4],
+                                                "entry_bytes": 1024}})
 
 
 def _toy(**kw):
@@ -89,6 +90,12 @@ def test_compressed_page_bytes_follow_each_layers_ratio():
                                                "index_entry_bytes": 256})
     assert m.kv_bytes_per_page(256) == {"full": 64 * 1280 + 2 * 1024 + 256 * 1024, "swa": 0}
     assert m.kv_bytes_per_token() == math.ceil(1280 / 4 + 1024 / 128 + 1024)
+
+
+def test_ratio_one_layers_attend_every_token_without_a_window_branch():
+    c = CompressedKV(ratios=(0, 1), entry_bytes=512)
+    pairs = [compressed_work(c, i, 512, 8, (), (100_000,))[0] for i in range(2)]
+    assert pairs == [pytest.approx(512), pytest.approx(100_001)]
 
 
 def test_closed_forms_equal_the_sums_they_stand_for():
