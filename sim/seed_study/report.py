@@ -46,7 +46,7 @@ def multiturn_section(res: dict, out: Path) -> str:
         r = res["multiturn"].get(st.key)
         if r is None:
             continue
-        p, m, x = st.published, r["metrics"], r["x"]
+        p, m, x, why = st.published, r["metrics"], r["x"], st.moved_by
         lo, hi = p["cliff"]
         plots.multiturn(r["rounds"], (lo, hi), st.title, out / f"multiturn_{st.key}.png")
         l3 = m["L1+L2+L3"]
@@ -54,35 +54,35 @@ def multiturn_section(res: dict, out: Path) -> str:
             ["L1 cliff: round the hit rate stays < 10% (onset: < 90% of its peak)",
              f"{lo}-{hi} (both curves ~0)",
              f"{_f(m['L1']['cliff_round'], '{}')} (onset {_f(m['L1']['onset_round'], '{}')})",
-             "see 3.1", "3.1 growth, 3.4 L1 size"],
+             "calibrated", why["cliff"]],
             ["L1+L2 cliff (onset)", f"{lo}-{hi}",
              f"{_f(m['L1+L2']['cliff_round'], '{}')} "
              f"(onset {_f(m['L1+L2']['onset_round'], '{}')})",
-             "see 3.1", "3.1 growth, 3.4 L1 size"],
+             "calibrated", why["cliff"]],
             ["L1+L2+L3 hit rate, last 5 rounds", _pct(p["late_hit_l3"]),
              _pct(l3["late_hit_rate"]), _gap(l3["late_hit_rate"], p["late_hit_l3"]),
-             "3.2 prefetch policy"],
+             why["late_hit_l3"]],
             ["effective input throughput, L1+L2+L3 / L1", f"{p['x_l3']:.1f}x",
              f"{_f(x['L1+L2+L3'], '{:.1f}')}x", _gap(x["L1+L2+L3"], p["x_l3"]),
-             "3.2 prefetch policy, 3.3 answer length"],
+             why["x_l3"]],
             ["effective input throughput, L1+L2 / L1", f"{p['x_l2']:.1f}x",
              f"{_f(x['L1+L2'], '{:.1f}')}x", _gap(x["L1+L2"], p["x_l2"]),
-             "3.1 growth (where the cliffs fall)"],
+             why["x_l2"]],
         ]
         if "ttft_l3_max_s" in p:
             rows.append(["mean TTFT, L1+L2+L3", f"< {p['ttft_l3_max_s']:.0f} s",
                          f"{_f(l3['ttft_mean_s'], '{:.2f}')} s",
                          "within" if (l3["ttft_mean_s"] or 1e9) < p["ttft_l3_max_s"]
-                         else "**outside**", "3.2 prefetch policy"])
+                         else "**outside**", why["ttft"]])
         if "ttft_l3_s" in p:
             rows.append(["mean TTFT, L1+L2+L3", f"{p['ttft_l3_s']:.2f} s",
                          f"{_f(l3['ttft_mean_s'], '{:.2f}')} s",
-                         _gap(l3["ttft_mean_s"], p["ttft_l3_s"]), "3.2, 3.3"])
+                         _gap(l3["ttft_mean_s"], p["ttft_l3_s"]), why["ttft"]])
             rows.append(["effective input throughput L1+L2+L3 / L1 [tok/s]",
                          f"{p['tps_l3']:,.0f} / {p['tps_l1']:,.0f}",
                          f"{_f(l3['input_tps'], '{:,.0f}')} / "
                          f"{_f(m['L1']['input_tps'], '{:,.0f}')}",
-                         _gap(l3["input_tps"], p["tps_l3"]), "hardware, 3.3"])
+                         _gap(l3["input_tps"], p["tps_l3"]), why["tps"]])
         tiers = _table(["tier", "hit rate", "device / host / L3", "mean TTFT [s]",
                         "eff. input [tok/s]", "cliff (onset)"],
                        [[v, _pct(mm["hit_rate"]),

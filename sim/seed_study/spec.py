@@ -20,6 +20,7 @@ class MultiturnStudy:
     title: str
     scenario: str  # relative to the repository root
     published: dict
+    moved_by: dict  # published quantity -> the section-3 sweeps that move it
 
 
 @dataclass(frozen=True)
@@ -51,12 +52,19 @@ MULTITURN = (
         "dsv4_flash", "DeepSeek-V4-Flash, 64 clients",
         "scenarios/seed_study/multiturn_dsv4_flash.yaml",
         {"cliff": (35, 40), "late_hit_l3": 0.98, "x_l3": 15.5, "x_l2": 1.5,
-         "ttft_l3_max_s": 9.0}),
+         "ttft_l3_max_s": 9.0},
+        {"cliff": "3.1 growth", "late_hit_l3": "3.2 prefetch policy",
+         "x_l3": "3.2 prefetch policy, 3.3 answer length", "x_l2": "3.1 growth",
+         "ttft": "3.2 prefetch policy"}),
     MultiturnStudy(
         "inkling_small", "Inkling-Small, 48 clients",
         "scenarios/seed_study/multiturn_inkling_small.yaml",
         {"cliff": (18, 19), "late_hit_l3": 0.968, "x_l3": 67.1 / 15.5, "x_l2": 1.4,
-         "ttft_l3_s": 1.23, "tps_l3": 67_100.0, "tps_l1": 15_500.0}),
+         "ttft_l3_s": 1.23, "tps_l3": 67_100.0, "tps_l1": 15_500.0},
+        {"cliff": "3.4 L1 size", "late_hit_l3": "3.5 SWA KV in the tiers",
+         "x_l3": "3.5 SWA KV in the tiers, 3.3 answer length", "x_l2": "3.4 L1 size",
+         "ttft": "3.5 SWA KV in the tiers",
+         "tps": "hardware and sizes not published (section 4)"}),
 )
 
 SESSIONS = (
