@@ -92,7 +92,7 @@ class TorchRuntime:
                              pin=self.lanes.cuda)
         self.dev_alloc = PageAllocator(device_pages.get("full", 0), "L1", wait_timeout_s)
         self.host_alloc = PageAllocator(host_pages.get("full", 0), "L2", wait_timeout_s)
-        self.table = ReqToTokenTable(runtime_id, max_requests)
+        self.table = ReqToTokenTable(runtime_id, max_requests, generation)
         self.mover = Mover(self.dev, self.host, io_backend)
         self.model = SyntheticModel(shape, device, dtype, seed)
         self.timeline = timeline if timeline is not None else Timeline()

@@ -47,6 +47,9 @@ class RunSection(Plain):
     swa_tokens: PosInt | None = None  # SWA pool (scheduler.track_components); default L1's
     mamba_slots: PosInt | None = None  # MAMBA slots; default 3 x max_running_requests
     torch_profiler: Str | None = None  # torch runtime only: a Chrome trace path
+    # the runtime in its own process (ipc.ProcessGPURuntime): the torch driver runs it so,
+    # the simulator charges the profile's cpu.ipc_* crossing costs
+    runtime_process: Bool = False
 
 
 RUN_KEYS = frozenset(field_types(RunSection))
