@@ -184,6 +184,7 @@ def open_process_runtime(sc: Scenario, shape: ModelShape, device: str, l3_dir: s
 
 def _boundary_stats(rt: ProcessGPURuntime) -> dict[str, Any]:
     return {"crossings": dict(rt.crossings), "ipc_rpc_s": rt.rpc_s,
+            "ipc_overhead_s": rt.ipc_overhead_s() if rt.final_stats else math.nan,
             "ipc_bytes": rt.bytes_sent + rt.bytes_received}
 
 

@@ -63,12 +63,14 @@ class ProcessGPURuntime:
         self.crossings: Counter[str] = Counter()
         self.bytes_sent = self.bytes_received = 0
         self.rpc_s = 0.0  # wall time of calls, round trip
+        self.final_stats: dict[str, float] = {}  # the server's stats() when it was closed
         self._ctx = zmq.Context.instance()
         self._dead: str | None = None
         self._timeline: Timeline | None = None
         self._proc: Any = None
         self._sock: zmq.Socket | None = None
         self._dir: str | None = None
+        self._issued: dict[int, PreparedBatchHandle] = {}  # prepared, not yet executed
         self._start()
 
     # ---- RuntimeInterface -------------------------------------------------------------
@@ -76,10 +78,18 @@ class ProcessGPURuntime:
         return self._info
 
     def prepare_batch(self, plan: BatchPlan) -> PreparedBatchHandle:
-        return self._call("prepare_batch", plan)
+        handle = self._call("prepare_batch", plan)
+        self._issued[handle.batch_id] = handle
+        return handle
 
     def execute_batch(self, handle: PreparedBatchHandle) -> None:
-        self._call("execute_batch", handle)
+        """A handle equal (by value) to the one prepare returned crosses as its batch id;
+        any other is sent whole, for the runtime to refuse or accept by its contract."""
+        if self._issued.get(handle.batch_id) == handle:
+            del self._issued[handle.batch_id]
+            self._call("execute_ref", handle.batch_id, counted_as="execute_batch")
+        else:
+            self._call("execute_batch", handle)
 
     def poll(self) -> list[Completion]:
         return self._call("poll")
@@ -111,6 +121,12 @@ class ProcessGPURuntime:
         """The server's counters: calls served, wall time in runtime methods, its CPU time."""
         return self._call("stats")
 
+    def ipc_overhead_s(self, server: dict[str, float] | None = None) -> float:
+        """Round-trip time of all calls less the server's time inside the runtime's
+        methods (waits included): what crossing the process cost, pickling included."""
+        server = server if server is not None else self.final_stats or self.stats()
+        return max(0.0, self.rpc_s - server["runtime_s"])
+
     def apply(self, fn: Any, *args: Any) -> Any:
         """``fn(runtime, *args)`` in the runtime process (a probe for tests); ``fn`` must
         be importable there (a module-level function)."""
@@ -137,6 +153,7 @@ class ProcessGPURuntime:
             return
         if self._dead is None:
             try:
+                self.final_stats = self.stats()
                 self._timeline = self._call("timeline")
                 self._call("close")
             except RuntimeProcessDied:
@@ -151,6 +168,7 @@ class ProcessGPURuntime:
 
     # ---- internals --------------------------------------------------------------------
     def _start(self) -> None:
+        self._issued = {}
         self._dir = tempfile.mkdtemp(prefix="hicache-rt-")
         endpoint = f"ipc://{os.path.join(self._dir, 'runtime.sock')}"
         sock = self._ctx.socket(zmq.PAIR)
@@ -169,7 +187,8 @@ class ProcessGPURuntime:
         _, self._info, self._origin, self._pid = reply
         self.generation = self._info.generation
 
-    def _call(self, method: str, *args: Any, budget: float | None = 0.0) -> Any:
+    def _call(self, method: str, *args: Any, budget: float | None = 0.0,
+              counted_as: str | None = None) -> Any:
         """One crossing. ``budget``: how long the runtime may legitimately take (a wait's
         timeout; None = unbounded, liveness is still watched)."""
         if self._dead is not None:
@@ -178,7 +197,7 @@ class ProcessGPURuntime:
         t = time.perf_counter()
         data = dumps((method, args))
         self._sock.send(data)
-        self.crossings[method] += 1
+        self.crossings[counted_as or method] += 1
         self.bytes_sent += len(data)
         limit = None if budget is None else budget + self.call_timeout_s
         status, value = self._receive(method, limit)

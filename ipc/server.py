@@ -22,6 +22,7 @@ from typing import Any
 
 import zmq
 
+from hicache.timeline import Timeline
 from ipc.wire import METHODS, dumps, error_reply, loads
 
 ORPHAN_CHECK_S = 1.0
@@ -60,9 +61,9 @@ def serve(endpoint: str) -> None:
         return
     origin = time.perf_counter() - rt.now() if wall_clock else None
     sock.send(dumps(("hello", rt.info(), origin, os.getpid())))
-    stats = _Stats()
+    server = _Server(rt)
     try:
-        _loop(sock, rt, stats, parent)
+        server.loop(sock, parent)
     finally:
         close = getattr(rt, "close", None)
         if close is not None:
@@ -71,39 +72,59 @@ def serve(endpoint: str) -> None:
         ctx.term()
 
 
-def _loop(sock: zmq.Socket, rt: Any, stats: _Stats, parent: int) -> None:
-    while True:
-        if not sock.poll(int(ORPHAN_CHECK_S * 1000)):
-            if os.getppid() != parent:
-                return  # the scheduler process is gone
-            continue
-        method, args = loads(sock.recv())
-        stats.calls += 1
-        t = time.perf_counter()
-        try:
-            if method not in METHODS:
-                raise ValueError(f"unknown runtime method {method!r}")
-            value = _call(rt, stats, method, args)
-            reply = dumps(("ok", value))
-        except BaseException as e:  # noqa: BLE001 - every error goes back to the caller
-            reply = error_reply(e)
-        stats.runtime_s += time.perf_counter() - t
-        sock.send(reply)
+class _Server:
+    """Dispatch for one runtime. Keeps the handles it prepared (by batch id) until they
+    are executed, so ``execute_ref`` names one by id and a batch's handle crosses once."""
+
+    def __init__(self, rt: Any) -> None:
+        self.rt, self.stats = rt, _Stats()
+        self.prepared: dict[int, Any] = {}
+
+    def loop(self, sock: zmq.Socket, parent: int) -> None:
+        while True:
+            if not sock.poll(int(ORPHAN_CHECK_S * 1000)):
+                if os.getppid() != parent:
+                    return  # the scheduler process is gone
+                continue
+            method, args = loads(sock.recv())
+            self.stats.calls += 1
+            try:
+                if method not in METHODS:
+                    raise ValueError(f"unknown runtime method {method!r}")
+                t = time.perf_counter()
+                try:
+                    value = self.call(method, args)
+                finally:
+                    self.stats.runtime_s += time.perf_counter() - t
+                reply = dumps(("ok", value))
+            except BaseException as e:  # noqa: BLE001 - every error goes to the caller
+                reply = error_reply(e)
+            sock.send(reply)
+            if method == "close":
+                return
+
+    def call(self, method: str, args: tuple) -> Any:
+        rt = self.rt
+        if method == "prepare_batch":
+            handle = rt.prepare_batch(*args)
+            self.prepared[handle.batch_id] = handle
+            return handle
+        if method == "execute_ref":  # (batch_id,): the handle this server prepared
+            handle = self.prepared.pop(args[0])
+            return rt.execute_batch(handle)
+        if method == "execute_batch":
+            self.prepared.pop(args[0].batch_id, None)
+            return rt.execute_batch(*args)
+        if method == "stats":
+            return self.stats.as_dict()
         if method == "close":
-            return
-
-
-def _call(rt: Any, stats: _Stats, method: str, args: tuple) -> Any:
-    if method == "stats":
-        return stats.as_dict()
-    if method == "close":
-        return None
-    if method == "timeline":
-        return rt.timeline
-    if method == "apply":  # a probe: fn(runtime, *args) for tests and benchmarks
-        fn, *rest = args
-        return fn(rt, *rest)
-    return getattr(rt, method)(*args)
+            return None
+        if method == "timeline":  # a runtime without one (a probe, a stub): an empty one
+            return getattr(rt, "timeline", None) or Timeline()
+        if method == "apply":  # a probe: fn(runtime, *args) for tests and benchmarks
+            fn, *rest = args
+            return fn(rt, *rest)
+        return getattr(rt, method)(*args)
 
 
 if __name__ == "__main__":

@@ -8,22 +8,33 @@
 Every value that crosses is a frozen message of :mod:`hicache.runtime.interface` (plans,
 prepared handles, completions, RuntimeInfo) or a plain scalar; nothing per token and no
 tensor. Pickle is what SGLang's scheduler and workers send over ZeroMQ too
-(``send_pyobj``); protocol 5 is the fastest the standard library has.
+(``send_pyobj``). The interface's dataclasses are reduced to ``(cls, field values)``
+here: the default reduction of a slotted dataclass calls ``dataclasses.fields`` per
+object both ways, which made a 256-request decode step cost ~8.5 ms of pickling per
+batch on this machine; this one ~3 ms (``benchmarks/runtime_boundary.py``).
 """
 
 from __future__ import annotations
 
+import copyreg
+import dataclasses
+import io
+import operator
 import pickle
 import traceback
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
+
+from hicache.runtime import handles, interface
 
 PROTOCOL = 5
 
 # methods a client may call: the RuntimeInterface, the driver helpers both runtimes
 # have, and the server's own (stats, apply, close)
-METHODS = frozenset({"info", "prepare_batch", "execute_batch", "poll", "wait", "now",
-                     "drain", "l3_faults", "timeline", "stats", "apply", "close"})
+METHODS = frozenset({"info", "prepare_batch", "execute_batch", "execute_ref", "poll",
+                     "wait", "now", "drain", "l3_faults", "timeline", "stats", "apply",
+                     "close"})
 
 
 # (generation) -> runtime; a module-level function or functools.partial, so it pickles and
@@ -35,8 +46,33 @@ class RemoteError(RuntimeError):
     """An exception raised in the runtime process that could not be sent as itself."""
 
 
+def _reducers(*modules: ModuleType) -> dict[type, Callable[[Any], tuple]]:
+    """``cls -> (lambda obj: (cls, field values))`` for the dataclasses of ``modules``;
+    unpickling calls ``cls(*values)``, so __post_init__ checks run again on arrival."""
+    table: dict[type, Callable[[Any], tuple]] = {}
+    for mod in modules:
+        for cls in vars(mod).values():
+            if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)
+                    and cls.__module__ == mod.__name__):
+                continue
+            names = [f.name for f in dataclasses.fields(cls) if f.init]
+            get = operator.attrgetter(*names)
+            if len(names) == 1:
+                table[cls] = lambda o, cls=cls, get=get: (cls, (get(o),))
+            else:
+                table[cls] = lambda o, cls=cls, get=get: (cls, get(o))
+    return table
+
+
+DISPATCH = {**copyreg.dispatch_table, **_reducers(handles, interface)}
+
+
 def dumps(obj: Any) -> bytes:
-    return pickle.dumps(obj, protocol=PROTOCOL)
+    buf = io.BytesIO()
+    p = pickle.Pickler(buf, protocol=PROTOCOL)
+    p.dispatch_table = DISPATCH
+    p.dump(obj)
+    return buf.getvalue()
 
 
 def loads(data: bytes) -> Any:

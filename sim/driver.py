@@ -30,6 +30,7 @@ from hicache.scheduler.scheduler import Scheduler
 from hicache.timeline import Timeline
 from hicache.workload.factory import make_workload
 from hicache.workload.request import Request
+from sim.boundary import CrossingCost
 from sim.hardware.model import ModelPreset
 from sim.hardware.profile import HardwareProfile, load_profile
 from sim.l3 import L3Store
@@ -41,6 +42,7 @@ class Replica:
     scheduler: Scheduler
     runtime: SimRuntime
     timeline: Timeline
+    crossing: CrossingCost | None = None  # what the runtime in a process adds (or None)
 
 
 @dataclass
@@ -100,7 +102,8 @@ def build(env: simpy.Environment, scenario: Scenario | dict,
                         runtime_id=f"sim{i}", timeline=tl,
                         trace_layers=run.trace_layers)
         cfg = sc.scheduler_config(l3=l3 is not None)
-        replicas.append(Replica(Scheduler(cache, rt.info(), cfg, replica=i), rt, tl))
+        replicas.append(Replica(Scheduler(cache, rt.info(), cfg, replica=i), rt, tl,
+                                CrossingCost(hw, run.runtime_process)))
     return replicas, cache
 
 
@@ -204,10 +207,15 @@ class _Feed:
 def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed):  # noqa: ANN202
     """One replica's scheduler loop: step on arrivals and completions; each step that
     plans work costs ``scheduler_step_s`` of CPU *before* its batch reaches the runtime
-    (with overlap on, that time hides behind the batch already running)."""
+    (with overlap on, that time hides behind the batch already running), and with the
+    runtime in its own process each wake-up's poll and each plan's crossings cost what
+    :class:`sim.boundary.CrossingCost` says."""
     sched, rt = rep.scheduler, rep.runtime
     cpu = rt.profile.scheduler_step_s
+    ipc = rep.crossing or CrossingCost(rt.profile, False)
     while True:
+        if ipc.process:
+            yield env.timeout(ipc.wakeup())
         arrivals, feed.inbox[i] = feed.inbox[i], []
         step = sched.step(env.now, arrivals, rt.poll())
         while True:
@@ -215,8 +223,9 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed):  # noqa
                 feed.ended(rid, env.now)
             if not step.plans:
                 break
-            if cpu > 0:
-                yield env.timeout(cpu)
+            cost = cpu + sum(ipc.plan(len(p.slices)) for p in step.plans)
+            if cost > 0:
+                yield env.timeout(cost)
             for plan in step.plans:
                 handle = rt.prepare_batch(plan)
                 sched.prepared(handle)

@@ -95,6 +95,11 @@ class HardwareProfile:
     file: FileSpec | None
     calibrated: CalibratedSpec | None = None
     source: str = "<mapping>"
+    # the RuntimeInterface across a process (run.runtime_process): seconds one crossing
+    # adds with O(1) content (execute, poll), and a prepare_batch crossing by the plan's
+    # requests ([[requests, seconds], ...]); absent = not measured for this host
+    ipc_crossing_s: float | None = None
+    ipc_prepare_s: Table = ()
 
 
 def _gpu(s: Section) -> GpuSpec:
@@ -155,6 +160,7 @@ def load_profile(source: str | Path | Mapping[str, Any]) -> HardwareProfile:
     if slowdown >= 1:
         raise ValueError(f"{origin}: key 'io_kernel.compute_slowdown' must be < 1")
     l3 = top.sub("l3", {})
+    cpu = top.sub("cpu")
     mooncake = file = None
     if l3.has("mooncake"):
         m = l3.sub("mooncake")
@@ -177,7 +183,9 @@ def load_profile(source: str | Path | Mapping[str, Any]) -> HardwareProfile:
         pcie=_pcie(top.sub("pcie")),
         io_kernel=IoKernelSpec(io.num("bytes_per_s", positive=True), slowdown),
         host_memory_bytes_per_s=top.sub("host").num("memory_bytes_per_s", positive=True),
-        scheduler_step_s=top.sub("cpu").num("scheduler_step_s"),
+        scheduler_step_s=cpu.num("scheduler_step_s"),
+        ipc_crossing_s=cpu.num("ipc_crossing_s") if cpu.has("ipc_crossing_s") else None,
+        ipc_prepare_s=cpu.table("ipc_prepare_s") if cpu.has("ipc_prepare_s") else (),
         mooncake=mooncake,
         file=file,
         calibrated=_calibrated(top.sub("calibrated")) if top.has("calibrated") else None,
