@@ -150,12 +150,12 @@ def run_scenario(scenario: Scenario | dict, *, device: str = "cpu", shape: Model
                                            f"last request finished")
                 if trace:
                     add_lanes(trace, rt.timeline, wall0)
-            l3_faults = {} if loop.died else rt.l3_faults()
-            if any(l3_faults.values()):  # name on the console what the counters hold
-                if process:
-                    rt.apply(log_l3_faults)
-                else:
-                    log_l3_faults(rt)
+                l3_faults = {} if loop.died else rt.l3_faults()
+                if any(l3_faults.values()):  # name on the console what the counters hold
+                    if process:
+                        rt.apply(log_l3_faults)
+                    else:
+                        log_l3_faults(rt)
         finally:
             close = getattr(l3, "close", None)
             if close is not None:
