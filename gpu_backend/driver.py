@@ -107,7 +107,8 @@ def run_scenario(scenario: Scenario | dict, *, device: str = "cpu", shape: Model
                  name: str = "run", source: str = "<scenario>",
                  stall_timeout: float = 120.0, torch_trace: str | Path | None = None,
                  process: bool | None = None) -> TorchResult:
-    """Run scenario ``d`` (one replica) on a TorchRuntime. ``shape`` defaults to
+    """Run scenario ``d`` (one replica, or with ``sharing.pool`` several schedulers on
+    one runtime: :mod:`gpu_backend.shared_driver`) on a TorchRuntime. ``shape`` defaults to
     ModelShape.tiny() on CPU and to the scenario's model preset elsewhere. ``torch_trace``
     (or the scenario's ``run.torch_profiler``) writes a torch.profiler Chrome trace there
     (:mod:`gpu_backend.trace`). ``process`` (default: ``run.runtime_process``) runs the
@@ -115,9 +116,10 @@ def run_scenario(scenario: Scenario | dict, *, device: str = "cpu", shape: Model
     dies, the requests not finished are reported unfinished with the reason."""
     sc = as_scenario(scenario, source=source)
     source = sc.source
-    if sc.replicas != 1:
-        raise ValueError(f"{source}: replicas: the torch driver runs exactly 1 replica, got "
-                         f"{sc.replicas}")
+    if sc.replicas != 1 and sc.sharing.pool == "none":
+        raise ValueError(f"{source}: replicas: the torch driver runs exactly 1 replica per "
+                         f"runtime, got {sc.replicas} (sharing.pool: static or shared runs "
+                         f"them as schedulers sharing one runtime)")
     cache, run = sc.cache, sc.run
     if sc.scheduler.track_components:
         raise ValueError(f"{source}: scheduler.track_components: the torch runtime has FULL "
@@ -126,6 +128,15 @@ def run_scenario(scenario: Scenario | dict, *, device: str = "cpu", shape: Model
         shape = ModelShape.tiny() if device == "cpu" else sc.model
     trace = torch_trace if torch_trace is not None else run.torch_profiler
     process = run.runtime_process if process is None else process
+    if sc.sharing.pool != "none":
+        if process or trace:
+            raise ValueError(f"{source}: sharing.pool: schedulers sharing one runtime run "
+                             f"in its process (run.runtime_process and run.torch_profiler "
+                             f"are not supported with it yet)")
+        from gpu_backend.shared_driver import run_shared
+
+        with tempfile.TemporaryDirectory(prefix="hicache-l3-") as l3_dir:
+            return run_shared(sc, shape, device, l3_dir, name, stall_timeout)
     if process and trace:
         raise ValueError(f"{source}: run.torch_profiler: profile the runtime in-process "
                          f"(run.runtime_process: false); the profiler would run in the "

@@ -35,6 +35,7 @@ from sim.hardware.model import ModelPreset
 from sim.hardware.profile import HardwareProfile, load_profile
 from sim.l3 import L3Store
 from sim.runtime import SimRuntime
+from sim.shared import share_runtime
 
 
 @dataclass
@@ -91,20 +92,53 @@ def build(env: simpy.Environment, scenario: Scenario | dict,
     pools = {"full": device_pages}
     if sc.scheduler.track_components:
         pools.update(_state_pools(model, sc))
+    if sc.sharing.pool != "none":
+        return _shared_replicas(env, sc, hw, pools, host_pages, l3), cache
     replicas = []
     for i in range(sc.replicas):
         tl = Timeline()
-        rt = SimRuntime(env, profile=hw, model=model, page_size=page,
-                        device_pages=pools, host_pages={"full": host_pages},
-                        l3=l3, io_backend=cache.hicache_io_backend,
-                        layerwise=run.layerwise,
-                        backup_throttle_bytes_per_s=run.backup_throttle_bytes_per_s,
-                        runtime_id=f"sim{i}", timeline=tl,
-                        trace_layers=run.trace_layers)
+        rt = _runtime(env, sc, hw, pools, host_pages, l3, f"sim{i}", tl)
         cfg = sc.scheduler_config(l3=l3 is not None)
         replicas.append(Replica(Scheduler(cache, rt.info(), cfg, replica=i), rt, tl,
                                 CrossingCost(hw, run.runtime_process)))
     return replicas, cache
+
+
+def _runtime(env: simpy.Environment, sc: Scenario, hw: HardwareProfile,
+             pools: dict[str, int], host_pages: int, l3: L3Store | None, runtime_id: str,
+             tl: Timeline) -> SimRuntime:
+    run = sc.run
+    return SimRuntime(env, profile=hw, model=sc.model, page_size=sc.cache.page_size,
+                      device_pages=pools, host_pages={"full": host_pages},
+                      l3=l3, io_backend=sc.cache.hicache_io_backend,
+                      layerwise=run.layerwise,
+                      backup_throttle_bytes_per_s=run.backup_throttle_bytes_per_s,
+                      runtime_id=runtime_id, timeline=tl, trace_layers=run.trace_layers)
+
+
+def _shared_replicas(env: simpy.Environment, sc: Scenario, hw: HardwareProfile,
+                     pools: dict[str, int], host_pages: int, l3: L3Store | None
+                     ) -> list[Replica]:
+    """``sharing.pool`` static or shared: every replica's scheduler on one runtime (one
+    GPU: one pool, one compute stream) through its own tenant view. The runtime's
+    timeline is replica 0's."""
+    if sc.scheduler.track_components:
+        raise ValueError(f"{sc.source}: sharing.pool: replicas sharing a runtime track the "
+                         f"FULL component only (scheduler.track_components: false)")
+    tl = Timeline()
+    rt = _runtime(env, sc, hw, pools, host_pages, l3, "sim0", tl)
+    try:
+        shared, views = share_runtime(rt, sc.sharing, sc.replicas)
+    except ValueError as e:
+        raise ValueError(f"{sc.source}: {e}") from None
+    cfg = sc.scheduler_config(l3=l3 is not None)
+    out = []
+    for i, view in enumerate(views):
+        sched = Scheduler(sc.cache, view.info(), cfg, replica=i)
+        shared.attach(view.tenant, sched.kv.budget)
+        out.append(Replica(sched, view, tl if i == 0 else Timeline(),  # type: ignore[arg-type]
+                           CrossingCost(hw, sc.run.runtime_process)))
+    return out
 
 
 def _state_pools(model: ModelPreset, sc: Scenario) -> dict[str, int]:
