@@ -100,7 +100,8 @@ def build_runtime(sc: Scenario, cache: CacheConfig, shape: ModelShape, device: s
                         host_pages={"full": host_pages}, device=device,
                         io_backend=cache.hicache_io_backend, mem_layout=layout,
                         layerwise=sc.run.layerwise, l3=l3,
-                        runtime_id="torch0", seed=sc.seed, generation=generation)
+                        runtime_id="torch0", seed=sc.seed, generation=generation,
+                        writeback=sc.run.writeback)
 
 
 def run_scenario(scenario: Scenario | dict, *, device: str = "cpu", shape: ModelShape | None = None,

@@ -31,6 +31,7 @@ from gpu_backend.model import BatchIndex, SliceSpec, SyntheticModel
 from gpu_backend.pools import DevicePool, HostPool, PageAllocator, ReqToTokenTable
 from gpu_backend.shapes import ModelShape
 from gpu_backend.streams import DEVICE_LANES, HOST_LANES, WAIT_TIMEOUT_S, LaneEvent, Lanes
+from gpu_backend.writeback import TorchWriteback
 from hicache.runtime.handles import (
     CacheExtentRef,
     StaleHandleError,
@@ -52,6 +53,7 @@ from hicache.runtime.interface import (
     TransferCompletion,
     TransferKind,
 )
+from hicache.runtime.writeback import WritebackConfig, make_policy
 from hicache.timeline import Timeline
 
 
@@ -77,7 +79,8 @@ class TorchRuntime:
                  l3: L3Store | None = None, runtime_id: str = "torch0",
                  timeline: Timeline | None = None, seed: int = 0, generation: int = 0,
                  max_requests: int = 4096, l3_policy: RetryPolicy | None = None,
-                 wait_timeout_s: float = WAIT_TIMEOUT_S) -> None:
+                 wait_timeout_s: float = WAIT_TIMEOUT_S,
+                 writeback: WritebackConfig | str | None = None) -> None:
         for pools in (device_pages, host_pages):
             if set(pools) - {"full"}:
                 raise ValueError(f"TorchRuntime supports only the 'full' pool, got {pools}")
@@ -98,6 +101,10 @@ class TorchRuntime:
         self.timeline = timeline if timeline is not None else Timeline()
         self.outbox = Outbox(self.timeline, wait_timeout_s)
         self.l3 = _guarded(l3, l3_policy, self.dev.bytes_per_page_layer * shape.num_layers)
+        self.writeback = TorchWriteback(  # when D2H backups run (runtime-owned policy)
+            make_policy(writeback), self.lanes, self.mover, self.outbox,
+            self.dev.bytes_per_page_layer * shape.num_layers, range(shape.num_layers),
+            self.outbox.record)
         self.outputs: dict[int, torch.Tensor] = {}  # rid -> last hidden state (tests)
         self._prepared: dict[int, _Prepared] = {}
         self._closed = False
@@ -153,7 +160,9 @@ class TorchRuntime:
         del self._prepared[handle.batch_id]
         done = self._queue_compute(prep)
         bid = prep.batch_id
-        if prep.backups:
+        if prep.backups and self.writeback.policy.chunked:
+            self.writeback.submit(bid, prep.backups, done)
+        elif prep.backups:
             dev = [p for _, d, _ in prep.backups for p in d]
             host = [p for _, _, h in prep.backups for p in h]
             nbytes = len(dev) * self.info().bytes_per_page["full"]
@@ -367,12 +376,14 @@ class TorchRuntime:
         first: LaneEvent | None = None
         ev: LaneEvent | None = None
         L = self.shape.num_layers
+        decode = len(prep.specs) if prep.op == "decode" else 0
         for layer in range(L):
             waits = [prep.loads[layer if self.layerwise else 0]] if prep.loads else []
             then = []
             if layer == L - 1:
                 def finish(e: LaneEvent, first_ev: LaneEvent | None = first) -> None:
                     start = first_ev.start if first_ev is not None else e.start
+                    self.writeback.step_done(start, e.end, decode)
                     self.outbox.post(BatchCompletion(bid, start, e.end, finished))
                 then.append(finish)
             ev = self._submit("compute", partial(self._layer, layer, state, idx), waits,

@@ -113,7 +113,8 @@ def _runtime(env: simpy.Environment, sc: Scenario, hw: HardwareProfile,
                       l3=l3, io_backend=sc.cache.hicache_io_backend,
                       layerwise=run.layerwise,
                       backup_throttle_bytes_per_s=run.backup_throttle_bytes_per_s,
-                      runtime_id=runtime_id, timeline=tl, trace_layers=run.trace_layers)
+                      runtime_id=runtime_id, timeline=tl, trace_layers=run.trace_layers,
+                      writeback=run.writeback)
 
 
 def _shared_replicas(env: simpy.Environment, sc: Scenario, hw: HardwareProfile,

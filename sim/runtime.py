@@ -22,6 +22,7 @@ from hicache.runtime.handles import (
     coalesce,
 )
 from hicache.runtime.interface import (
+    BatchCompletion,
     BatchPlan,
     Completion,
     Phase,
@@ -31,6 +32,7 @@ from hicache.runtime.interface import (
     RequestSlice,
     RuntimeInfo,
 )
+from hicache.runtime.writeback import WritebackConfig
 from hicache.timeline import Timeline
 from sim import ops, validate
 from sim.batch import BatchState, PendingBackup, paired_runs
@@ -46,6 +48,7 @@ from sim.pools import TierPools
 from sim.rows import RequestRow
 from sim.state import StateKeeper
 from sim.streams import Stream
+from sim.writeback import Writeback, chunked_backup_op
 
 
 class SimRuntime:
@@ -54,7 +57,8 @@ class SimRuntime:
                  host_pages: dict[str, int], l3: L3Store | None = None,
                  io_backend: str = "kernel", layerwise: bool = True,
                  backup_throttle_bytes_per_s: float | None = None, runtime_id: str = "sim0",
-                 timeline: Timeline | None = None, trace_layers: bool = False) -> None:
+                 timeline: Timeline | None = None, trace_layers: bool = False,
+                 writeback: WritebackConfig | str | None = None) -> None:
         if page_size <= 0:
             raise ValueError("page_size must be > 0")
         if "full" not in device_pages:
@@ -68,6 +72,8 @@ class SimRuntime:
         self.device_sizes, self.host_sizes = dict(device_pages), dict(host_pages)
         self.l3, self.layerwise, self.trace_layers = l3, layerwise, trace_layers
         self.backup_throttle = backup_throttle_bytes_per_s
+        self.writeback = Writeback(writeback)  # when D2H backups run (runtime-owned policy)
+        self._decode: dict[int, int] = {}  # executed batch id -> decode batch size (or 0)
         self.timeline = timeline if timeline is not None else Timeline()
         self.cost = CostModel(self.profile, self.model)
         self.link = PcieLink(self.profile)
@@ -163,7 +169,13 @@ class SimRuntime:
             raise ValueError(f"batch {handle.batch_id} was not prepared (or already executed)")
         del self._prepared[handle.batch_id]
         compute = self.streams["compute"].submit(lambda: ops.compute_op(self, st))
-        if st.backups:
+        self._decode[st.plan.batch_id] = 0 if st.prefills else len(st.decodes)
+        if st.backups and self.writeback.policy.chunked:
+            ready: dict[str, float] = {}
+            compute.callbacks.append(lambda _ev: ready.setdefault("t", self.env.now))
+            self.streams["d2h"].submit(lambda: chunked_backup_op(self, st, ready),
+                                       waits=(compute,))
+        elif st.backups:
             self.streams["d2h"].submit(lambda: ops.backup_op(self, st), waits=(compute,))
         for store in st.plan.stores:
             self.env.process(ops.store_op(self, store, self.generation))
@@ -191,6 +203,9 @@ class SimRuntime:
         return self._wake
 
     def complete(self, completion: Completion) -> None:
+        if isinstance(completion, BatchCompletion):
+            decode = self._decode.pop(completion.batch_id, 0)
+            self.writeback.step_done(completion.start, completion.end, decode)
         self._completions.append(completion)
         wake, self._wake = self._wake, self.env.event()
         wake.succeed()

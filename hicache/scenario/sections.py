@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from hicache.runtime.writeback import WritebackConfig
 from hicache.scheduler.scheduler import SchedulerConfig
 from hicache.schema.plain import Plain, field_types
 from hicache.schema.types import Bool, NonEmptyStr, PosFloat, PosInt, Str
@@ -50,6 +51,8 @@ class RunSection(Plain):
     # the runtime in its own process (ipc.ProcessGPURuntime): the torch driver runs it so,
     # the simulator charges the profile's cpu.ipc_* crossing costs
     runtime_process: Bool = False
+    # when the runtime runs D2H backups (none, static, adaptive): both runtimes
+    writeback: WritebackConfig = WritebackConfig()
 
 
 RUN_KEYS = frozenset(field_types(RunSection))
