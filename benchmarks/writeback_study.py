@@ -14,8 +14,9 @@ steps). For each it reports:
   in the step;
 - decode step time, p50 and p99, once per request in the step: what a backup copying
   beside a step can slow (prefill batches in between do not count here);
-- backup lag, p50, p99 and max: per batch with backups, from the end of its compute to
-  the end of its last backup copy (timeline rows), i.e. how long an L2 copy lags L1;
+- backup lag, p50, p99 and max: per batch with backups (cache-only plans included), from
+  its completion to the end of its last backup copy (timeline rows), i.e. how long an L2
+  copy lags L1;
 - the adaptive policy's learned interference (decode slowdown per unit of chunk overlap)
   and duty cycle.
 """
@@ -65,15 +66,13 @@ def token_gaps(steps: list[tuple[float, float, int]]
     return np.array(gaps), np.array(durations), np.array(weights, dtype=float)
 
 
-def backup_lags(timeline: Any) -> np.ndarray:
-    compute: dict[int, float] = {}
+def backup_lags(timeline: Any, batch_ends: dict[int, float]) -> np.ndarray:
+    """Per batch with backups: its last backup copy's end less its completion."""
     backup: dict[int, float] = {}
     for row in timeline.rows:
-        if row.lane == "compute":
-            compute[row.batch] = max(compute.get(row.batch, 0.0), row.end)
-        elif row.lane == "d2h" and row.op == "backup":
+        if row.lane == "d2h" and row.op == "backup":
             backup[row.batch] = max(backup.get(row.batch, 0.0), row.end)
-    return np.array([end - compute[b] for b, end in backup.items() if b in compute])
+    return np.array([end - batch_ends[b] for b, end in backup.items()])
 
 
 def measure(name: str, scenario: Any) -> dict[str, Any]:
@@ -82,7 +81,7 @@ def measure(name: str, scenario: Any) -> dict[str, Any]:
         raise RuntimeError(f"{name}: {len(res.unfinished)} requests did not finish")
     rt = res.replicas[0].runtime
     gaps, durations, w = token_gaps(rt.writeback.steps)
-    lags = backup_lags(rt.timeline)
+    lags = backup_lags(rt.timeline, rt.writeback.ends)
     ttft = np.array([r["ttft"] for r in res.records])
     wb = scenario.run.writeback
     return {"variant": name, "policy": wb.policy,

@@ -369,6 +369,7 @@ class TorchRuntime:
         bid, finished = prep.batch_id, prep.finished
         if not prep.specs:
             def empty(ev: LaneEvent) -> None:
+                self.writeback.step_done(bid, ev.start, ev.end, 0)
                 self.outbox.post(BatchCompletion(bid, ev.start, ev.end, ()))
             return self.lanes["compute"].submit(lambda: None, [], [empty, self.outbox.check])
         idx = BatchIndex(prep.specs, self.page_size)
@@ -383,7 +384,7 @@ class TorchRuntime:
             if layer == L - 1:
                 def finish(e: LaneEvent, first_ev: LaneEvent | None = first) -> None:
                     start = first_ev.start if first_ev is not None else e.start
-                    self.writeback.step_done(start, e.end, decode)
+                    self.writeback.step_done(bid, start, e.end, decode)
                     self.outbox.post(BatchCompletion(bid, start, e.end, finished))
                 then.append(finish)
             ev = self._submit("compute", partial(self._layer, layer, state, idx), waits,

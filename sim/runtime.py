@@ -205,7 +205,8 @@ class SimRuntime:
     def complete(self, completion: Completion) -> None:
         if isinstance(completion, BatchCompletion):
             decode = self._decode.pop(completion.batch_id, 0)
-            self.writeback.step_done(completion.start, completion.end, decode)
+            self.writeback.step_done(completion.batch_id, completion.start, completion.end,
+                                     decode)
         self._completions.append(completion)
         wake, self._wake = self._wake, self.env.event()
         wake.succeed()

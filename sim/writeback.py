@@ -30,9 +30,11 @@ class Writeback:
         self.policy: WritebackPolicy = make_policy(cfg)
         self.chunks = ChunkLog()
         self.steps: list[tuple[float, float, int]] = []  # (start, end, decode batch or 0)
+        self.ends: dict[int, float] = {}  # batch id -> when its compute completed
 
-    def step_done(self, start: float, end: float, decode_batch: int) -> None:
+    def step_done(self, batch: int, start: float, end: float, decode_batch: int) -> None:
         self.steps.append((start, end, decode_batch))
+        self.ends[batch] = end
         self.policy.observe_step(end, decode_batch, end - start,
                                  self.chunks.overlap(start, end))
 
@@ -56,7 +58,7 @@ def chunked_backup_op(rt: SimRuntime, st: BatchState, ready: dict[str, float]) -
         if gate.wait_s > 0:
             yield env.timeout(gate.wait_s)
         if gate.after_loads and not h2d.idle():
-            yield h2d.tail
+            yield env.any_of([h2d.tail, env.timeout(gate.loads_s)])
         nbytes = payload // n + (payload % n if i == n - 1 else 0)
         k = max(1, calls // n) if rt.copies.io_backend != "kernel" else 1
         t0 = env.now

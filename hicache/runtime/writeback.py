@@ -32,9 +32,11 @@ at which its backup became ready (adaptive), so backup lag is bounded.
 
 from __future__ import annotations
 
+import math
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from hicache.schema.plain import Plain
 from hicache.schema.types import PosFloat, float_, int_
@@ -56,11 +58,12 @@ class WritebackConfig(Plain):
 
 @dataclass(frozen=True, slots=True)
 class Gate:
-    """Before the next chunk: wait ``wait_s``, and (``after_loads``) until the H2D loads
-    in flight when the gate was asked have landed."""
+    """Before the next chunk: wait ``wait_s``, then (``after_loads``) until the H2D loads
+    in flight when the gate was asked have landed, but at most ``loads_s`` more."""
 
     wait_s: float = 0.0
     after_loads: bool = False
+    loads_s: float = math.inf
 
 
 class WritebackPolicy:
@@ -155,9 +158,10 @@ class AdaptiveThrottle(WritebackPolicy):
             gap = max(gap, self.PROBE * self._last_step)  # leave one step alone: a baseline
             self._probed = self.steps
             self.probes += 1
-        gap = min(gap, max(0.0, oldest_ready + self.cfg.max_lag_s - now))
+        left = max(0.0, oldest_ready + self.cfg.max_lag_s - now)  # until the lag bound
+        gap = min(gap, left)
         self.stalled_s += gap
-        return Gate(gap, after_loads=loads_active)
+        return Gate(gap, after_loads=loads_active and gap < left, loads_s=left - gap)
 
     def observe_step(self, now: float, decode_batch: int, seconds: float, overlap: float
                      ) -> None:
@@ -207,12 +211,15 @@ class ChunkLog:
         return min(1.0, busy / (end - start))
 
 
-def make_policy(cfg: WritebackConfig | str | None) -> WritebackPolicy:
-    """The policy ``cfg`` names (a name alone takes the default knobs)."""
+def make_policy(cfg: WritebackConfig | Mapping[str, Any] | str | None) -> WritebackPolicy:
+    """The policy ``cfg`` names (a name alone takes the default knobs; a mapping holds
+    WritebackConfig's keys)."""
     if cfg is None:
         cfg = WritebackConfig()
     elif isinstance(cfg, str):
         cfg = WritebackConfig(policy=cfg)  # type: ignore[arg-type]
+    elif isinstance(cfg, Mapping):
+        cfg = WritebackConfig(**cfg)
     cls = {"none": WritebackPolicy, "static": StaticThrottle,
            "adaptive": AdaptiveThrottle}.get(cfg.policy)
     if cls is None:
