@@ -28,9 +28,10 @@ from gpu_backend.io import Mover
 from gpu_backend.l3.resilient import RetryPolicy
 from gpu_backend.l3_protocol import L3Store, count_hits, fetch_pages, store_pages
 from gpu_backend.model import BatchIndex, SliceSpec, SyntheticModel
+from gpu_backend.page_fences import PageFences
 from gpu_backend.pools import DevicePool, HostPool, PageAllocator, ReqToTokenTable
 from gpu_backend.shapes import ModelShape
-from gpu_backend.streams import DEVICE_LANES, HOST_LANES, WAIT_TIMEOUT_S, LaneEvent, Lanes
+from gpu_backend.streams import WAIT_TIMEOUT_S, LaneEvent, Lanes
 from gpu_backend.writeback import TorchWriteback
 from hicache.runtime.handles import (
     CacheExtentRef,
@@ -105,6 +106,7 @@ class TorchRuntime:
             make_policy(writeback), self.lanes, self.mover, self.outbox,
             self.dev.bytes_per_page_layer * shape.num_layers, range(shape.num_layers),
             self.outbox.record)
+        self.fences = PageFences()
         self.outputs: dict[int, torch.Tensor] = {}  # rid -> last hidden state (tests)
         self._prepared: dict[int, _Prepared] = {}
         self._closed = False
@@ -124,15 +126,15 @@ class TorchRuntime:
             raise ValueError(f"batch {plan.batch_id} is already prepared")
         self._validate(plan)
         prep = _Prepared(plan.batch_id)
-        # a freed page waits only for the lanes that touch its tier: L1 pages never wait
-        # on the l3 lane, so a slow L3 cannot hold up device allocation
-        fence = {Tier.DEVICE: self.lanes.fence(DEVICE_LANES),
-                 Tier.HOST: self.lanes.fence(HOST_LANES)}
+        # a freed page waits only for the in-flight ops that use it (gpu_backend.page_fences):
+        # the next batch's loads never wait for a running batch that does not touch them
         for ext in plan.frees:
-            self._alloc(ext.tier).free(list(ext.pages()), fence[ext.tier])
+            pages = list(ext.pages())
+            self._alloc(ext.tier).free(pages, self.fences.fence(ext.tier, pages))
         for rel in plan.releases:
             row = self.table.close(rel.request)
-            self.dev_alloc.free(self._released(row, rel), fence[Tier.DEVICE])
+            pages = self._released(row, rel)
+            self.dev_alloc.free(pages, self.fences.fence(Tier.DEVICE, pages))
         slices, load_dev, load_host = self._open_slices(plan, prep)
         if load_dev:
             self._start_loads(prep, load_dev, load_host)
@@ -159,9 +161,15 @@ class TorchRuntime:
             raise ValueError(f"batch {handle.batch_id} was not prepared or already executed")
         del self._prepared[handle.batch_id]
         done = self._queue_compute(prep)
+        self.fences.use(Tier.DEVICE, (p for s in prep.specs for p in s.pages), done)
         bid = prep.batch_id
+        if prep.backups:
+            dev = [p for _, d, _ in prep.backups for p in d]
+            host = [p for _, _, h in prep.backups for p in h]
         if prep.backups and self.writeback.policy.chunked:
-            self.writeback.submit(bid, prep.backups, done)
+            ev = self.writeback.submit(bid, prep.backups, done)
+            self.fences.use(Tier.DEVICE, dev, ev)
+            self.fences.use(Tier.HOST, host, ev)
         elif prep.backups:
             dev = [p for _, d, _ in prep.backups for p in d]
             host = [p for _, _, h in prep.backups for p in h]
@@ -171,12 +179,17 @@ class TorchRuntime:
                 for job, d, _ in prep.backups:
                     self.outbox.post(TransferCompletion(job, TransferKind.BACKUP, ev.end, len(d)))
 
-            self._submit("d2h", partial(self.mover.d2h, dev, host, range(self.shape.num_layers)),
-                         [done], "backup", bid, nbytes=nbytes, then=[backed_up])
+            ev = self._submit("d2h", partial(self.mover.d2h, dev, host,
+                                             range(self.shape.num_layers)),
+                              [done], "backup", bid, nbytes=nbytes, then=[backed_up])
+            self.fences.use(Tier.DEVICE, dev, ev)
+            self.fences.use(Tier.HOST, host, ev)
         for job, pages, keys in prep.stores:
-            self._l3_job("store", bid, partial(self._store, job, pages, keys))
+            ev = self._l3_job("store", bid, partial(self._store, job, pages, keys))
+            self.fences.use(Tier.HOST, pages, ev)
         for intent, reserved in prep.prefetches:
-            self._l3_job("prefetch", bid, partial(self._prefetch, intent, reserved))
+            ev = self._l3_job("prefetch", bid, partial(self._prefetch, intent, reserved))
+            self.fences.use(Tier.HOST, reserved, ev)
 
     def poll(self) -> list[Completion]:
         return self.outbox.take(0.0)
@@ -364,6 +377,8 @@ class TorchRuntime:
             layer = r.start if len(r) == 1 else -1
             prep.loads.append(self._submit("h2d", partial(self.mover.h2d, dev, host, r), [],
                                            "load", prep.batch_id, layer=layer, nbytes=nbytes))
+        self.fences.use(Tier.DEVICE, dev, prep.loads[-1])  # one lane: the last op is last
+        self.fences.use(Tier.HOST, host, prep.loads[-1])
 
     def _queue_compute(self, prep: _Prepared) -> LaneEvent:
         bid, finished = prep.batch_id, prep.finished
@@ -411,9 +426,9 @@ class TorchRuntime:
             self.outbox.record(ev, op, batch=batch, layer=layer, nbytes=n)
         return self.lanes[lane].submit(fn, waits, [rec, *(then or []), self.outbox.check])
 
-    def _l3_job(self, op: str, batch: int, job: Any) -> None:
+    def _l3_job(self, op: str, batch: int, job: Any) -> LaneEvent:
         result: dict[str, Any] = {"bytes": [0]}
-        self._submit("l3", partial(job, result), [self.lanes["d2h"].last], op, batch,
+        return self._submit("l3", partial(job, result), [self.lanes["d2h"].last], op, batch,
                      nbytes=result["bytes"], then=[lambda ev: self.outbox.post(
                          result["completion"](ev.end))])
 

@@ -39,9 +39,11 @@ class TorchWriteback:
         self._lock = threading.Lock()  # the policy is read by this lane and the compute lane
 
     def submit(self, batch: int, backups: list[tuple[int, list[int], list[int]]],
-               compute_done: LaneEvent) -> None:
-        self.lanes["writeback"].submit(partial(self._run, batch, backups, compute_done),
-                                       [compute_done], [self.outbox.check])
+               compute_done: LaneEvent) -> LaneEvent:
+        """Queue the batch's backups; the event is done when every chunk has copied."""
+        return self.lanes["writeback"].submit(
+            partial(self._run, batch, backups, compute_done), [compute_done],
+            [self.outbox.check])
 
     def step_done(self, batch: int, start: float, end: float, decode_batch: int) -> None:
         with self._lock:
