@@ -33,6 +33,7 @@ from gpu_backend.trace import add_lanes, torch_profiler, wall_epoch
 from hicache.config import CacheConfig
 from hicache.modelspec import load_model_spec
 from hicache.runtime.interface import BatchCompletion, Completion
+from hicache.runtime.state import state_pool_sizes
 from hicache.scenario import Scenario, as_scenario
 from hicache.scheduler.scheduler import Scheduler
 from hicache.timeline import Timeline
@@ -96,7 +97,12 @@ def build_runtime(sc: Scenario, cache: CacheConfig, shape: ModelShape, device: s
     layout = cache.effective_mem_layout
     if layout == "page_first_direct":  # page_first host layout, per-page direct copies
         layout = "page_first"
-    return TorchRuntime(shape, page_size=page, device_pages={"full": cache.device_tokens // page},
+    pools = {"full": cache.device_tokens // page}
+    if sc.scheduler.track_components:  # SWA / MAMBA pools, sized as the simulator sizes them
+        pools.update(state_pool_sizes(shape.layer_kinds, page, cache.device_tokens,
+                                      sc.run.swa_tokens, sc.run.mamba_slots,
+                                      sc.scheduler.max_running_requests))
+    return TorchRuntime(shape, page_size=page, device_pages=pools,
                         host_pages={"full": host_pages}, device=device,
                         io_backend=cache.hicache_io_backend, mem_layout=layout,
                         layerwise=sc.run.layerwise, l3=l3,
@@ -122,9 +128,6 @@ def run_scenario(scenario: Scenario | dict, *, device: str = "cpu", shape: Model
                          f"runtime, got {sc.replicas} (sharing.pool: static or shared runs "
                          f"them as schedulers sharing one runtime)")
     cache, run = sc.cache, sc.run
-    if sc.scheduler.track_components:
-        raise ValueError(f"{source}: scheduler.track_components: the torch runtime has FULL "
-                         f"pools only; SWA/MAMBA pools exist in the simulator for now")
     if shape is None:
         shape = ModelShape.tiny() if device == "cpu" else sc.model
     trace = torch_trace if torch_trace is not None else run.torch_profiler

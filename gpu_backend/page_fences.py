@@ -1,8 +1,8 @@
 """Which in-flight ops use which pages, so a freed page waits only for those.
 
-    use(tier, pages, event)   an op that reads or writes ``pages`` is queued; it is done
-                              when ``event`` is (for a lane, its last op on them)
-    fence(tier, pages)        the events a free of ``pages`` must wait for
+    use(tier, pages, event, pool)   an op that reads or writes ``pages`` of ``pool`` is
+                                    queued; it is done when ``event`` is
+    fence(tier, pages, pool)        the events a free of those pages must wait for
 
 Invariant: every op the runtime queues on a page registers here before prepare_batch can
 free that page, so a page is handed out again only after every op that touched it
@@ -22,18 +22,20 @@ from hicache.runtime.handles import Tier
 
 class PageFences:
     def __init__(self) -> None:
-        self._uses: list[tuple[Tier, frozenset[int], LaneEvent]] = []
+        self._uses: list[tuple[Tier, str, frozenset[int], LaneEvent]] = []
 
-    def use(self, tier: Tier, pages: Iterable[int], event: LaneEvent) -> None:
+    def use(self, tier: Tier, pages: Iterable[int], event: LaneEvent, pool: str = "full"
+            ) -> None:
         pages = frozenset(pages)
         if pages:
             self._prune()
-            self._uses.append((tier, pages, event))
+            self._uses.append((tier, pool, pages, event))
 
-    def fence(self, tier: Tier, pages: Iterable[int]) -> list[LaneEvent]:
+    def fence(self, tier: Tier, pages: Iterable[int], pool: str = "full") -> list[LaneEvent]:
         self._prune()
         wanted = set(pages)
-        return [ev for t, used, ev in self._uses if t is tier and not used.isdisjoint(wanted)]
+        return [ev for t, p, used, ev in self._uses
+                if t is tier and p == pool and not used.isdisjoint(wanted)]
 
     def _prune(self) -> None:
-        self._uses = [u for u in self._uses if not u[2].is_done()]
+        self._uses = [u for u in self._uses if not u[3].is_done()]

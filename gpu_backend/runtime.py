@@ -17,6 +17,7 @@ unbounded (``wait_timeout_s``: fences, lane dependencies, ``wait``/``drain``).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -24,6 +25,14 @@ from typing import Any
 import torch
 
 from gpu_backend.completions import Outbox
+from gpu_backend.hybrid import (
+    STATE_POOLS,
+    HybridIndex,
+    HybridModel,
+    StateData,
+    StateSpec,
+    copy_states,
+)
 from gpu_backend.io import Mover
 from gpu_backend.l3.resilient import RetryPolicy
 from gpu_backend.l3_protocol import L3Store, count_hits, fetch_pages, store_pages
@@ -66,6 +75,7 @@ class _Prepared:
     finished: tuple[int, ...] = ()
     loads: list[LaneEvent] = field(default_factory=list)
     backups: list[tuple[int, list[int], list[int]]] = field(default_factory=list)
+    states: list[StateSpec] = field(default_factory=list)  # hybrid: per slice, SWA/MAMBA
     stores: list[tuple[int, list[int], tuple[str, ...]]] = field(default_factory=list)
     prefetches: list[tuple[PrefetchIntent, list[int]]] = field(default_factory=list)
     handle: PreparedBatchHandle | None = None
@@ -82,42 +92,60 @@ class TorchRuntime:
                  max_requests: int = 4096, l3_policy: RetryPolicy | None = None,
                  wait_timeout_s: float = WAIT_TIMEOUT_S,
                  writeback: WritebackConfig | str | None = None) -> None:
-        for pools in (device_pages, host_pages):
-            if set(pools) - {"full"}:
-                raise ValueError(f"TorchRuntime supports only the 'full' pool, got {pools}")
+        if set(device_pages) - {"full", *STATE_POOLS} or set(host_pages) - {"full"}:
+            raise ValueError(f"TorchRuntime pools: device 'full', 'swa', 'mamba'; host "
+                             f"'full'; got {device_pages} and {host_pages}")
         self.shape, self.page_size, self.layerwise = shape, page_size, layerwise
         self.runtime_id, self.generation = runtime_id, generation
         self.lanes = Lanes(device, wait_timeout_s)
+        self.fences = PageFences()
         dtype = torch.bfloat16 if self.lanes.cuda else torch.float32
-        dims = (shape.num_layers, page_size, shape.kv_heads_per_rank, shape.head_dim)
-        L, ps, h, d = dims
+        self.state = StateData(shape, device_pages, page_size, runtime_id, generation, dtype,
+                               device, self.fences, wait_timeout_s)
+        if self.state.active and host_pages.get("full", 0):
+            raise ValueError("SWA/MAMBA state pools are L1 only: host_pages must be 0 "
+                             "(see README, hybrid models)")
+        # with state pools the full pool holds the full-attention layers only
+        L = shape.layer_kinds.count("full") if self.state.active else shape.num_layers
+        self.kv_layers = L
+        ps, h, d = page_size, shape.kv_heads_per_rank, shape.head_dim
         self.dev = DevicePool(L, device_pages.get("full", 0), ps, h, d, dtype, device)
         self.host = HostPool(mem_layout, L, host_pages.get("full", 0), ps, h, d, dtype,
                              pin=self.lanes.cuda)
-        self.dev_alloc = PageAllocator(device_pages.get("full", 0), "L1", wait_timeout_s)
-        self.host_alloc = PageAllocator(host_pages.get("full", 0), "L2", wait_timeout_s)
+        self.allocs = {(Tier.DEVICE, "full"): PageAllocator(device_pages.get("full", 0), "L1",
+                                                            wait_timeout_s),
+                       (Tier.HOST, "full"): PageAllocator(host_pages.get("full", 0), "L2",
+                                                          wait_timeout_s),
+                       **{(Tier.DEVICE, p): a for p, a in self.state.allocs.items()}}
+        self.dev_alloc = self.allocs[(Tier.DEVICE, "full")]
+        self.host_alloc = self.allocs[(Tier.HOST, "full")]
         self.table = ReqToTokenTable(runtime_id, max_requests, generation)
         self.mover = Mover(self.dev, self.host, io_backend)
-        self.model = SyntheticModel(shape, device, dtype, seed)
+        self.model = (HybridModel if self.state.active else SyntheticModel)(
+            shape, device, dtype, seed)
         self.timeline = timeline if timeline is not None else Timeline()
         self.outbox = Outbox(self.timeline, wait_timeout_s)
-        self.l3 = _guarded(l3, l3_policy, self.dev.bytes_per_page_layer * shape.num_layers)
+        self.l3 = _guarded(l3, l3_policy, self.dev.bytes_per_page_layer * L)
         self.writeback = TorchWriteback(  # when D2H backups run (runtime-owned policy)
             make_policy(writeback), self.lanes, self.mover, self.outbox,
-            self.dev.bytes_per_page_layer * shape.num_layers, range(shape.num_layers),
-            self.outbox.record)
-        self.fences = PageFences()
+            self.dev.bytes_per_page_layer * L, range(L), self.outbox.record)
         self.outputs: dict[int, torch.Tensor] = {}  # rid -> last hidden state (tests)
         self._prepared: dict[int, _Prepared] = {}
         self._closed = False
 
     # ---- RuntimeInterface -------------------------------------------------------------
     def info(self) -> RuntimeInfo:
-        page = self.dev.bytes_per_page_layer * self.shape.num_layers
+        page = {"full": self.dev.bytes_per_page_layer * self.kv_layers}
+        if self.state.window:
+            page["swa"] = self.state.swa.bytes_per_page_layer * self.state.swa.num_layers
+        if self.state.mamba:
+            page["mamba"] = self.state.state[0].numel() * self.state.state.element_size()
         return RuntimeInfo(self.runtime_id, self.generation, self.page_size,
-                           {"full": self.dev_alloc.num_pages},
-                           {"full": self.host_alloc.num_pages}, {"full": page},
-                           self.shape.num_layers)
+                           {pool: a.num_pages for (tier, pool), a in self.allocs.items()
+                            if tier is Tier.DEVICE},
+                           {"full": self.host_alloc.num_pages}, page,
+                           self.shape.num_layers, swa_window=self.state.window,
+                           mamba=self.state.mamba)
 
     def prepare_batch(self, plan: BatchPlan) -> PreparedBatchHandle:
         """Atomic: :meth:`_validate` checks every handle, free, release and the capacity
@@ -130,11 +158,14 @@ class TorchRuntime:
         # the next batch's loads never wait for a running batch that does not touch them
         for ext in plan.frees:
             pages = list(ext.pages())
-            self._alloc(ext.tier).free(pages, self.fences.fence(ext.tier, pages))
+            self._alloc(ext.tier, ext.pool).free(
+                pages, self.fences.fence(ext.tier, pages, ext.pool))
         for rel in plan.releases:
             row = self.table.close(rel.request)
             pages = self._released(row, rel)
             self.dev_alloc.free(pages, self.fences.fence(Tier.DEVICE, pages))
+            if self.state.active:  # freed once this batch has run (StateData.flush)
+                self.state.keeper.release(rel.request.slot_id, rel.kept())
         slices, load_dev, load_host = self._open_slices(plan, prep)
         if load_dev:
             self._start_loads(prep, load_dev, load_host)
@@ -162,6 +193,9 @@ class TorchRuntime:
         del self._prepared[handle.batch_id]
         done = self._queue_compute(prep)
         self.fences.use(Tier.DEVICE, (p for s in prep.specs for p in s.pages), done)
+        if self.state.active:
+            self.state.use(prep.states, done)
+            self.state.flush()
         bid = prep.batch_id
         if prep.backups:
             dev = [p for _, d, _ in prep.backups for p in d]
@@ -180,7 +214,7 @@ class TorchRuntime:
                     self.outbox.post(TransferCompletion(job, TransferKind.BACKUP, ev.end, len(d)))
 
             ev = self._submit("d2h", partial(self.mover.d2h, dev, host,
-                                             range(self.shape.num_layers)),
+                                             range(self.kv_layers)),
                               [done], "backup", bid, nbytes=nbytes, then=[backed_up])
             self.fences.use(Tier.DEVICE, dev, ev)
             self.fences.use(Tier.HOST, host, ev)
@@ -231,25 +265,27 @@ class TorchRuntime:
         self.close()
 
     # ---- internals --------------------------------------------------------------------
-    def _alloc(self, tier: Tier) -> PageAllocator:
-        if tier is Tier.DEVICE:
-            return self.dev_alloc
-        if tier is Tier.HOST:
-            return self.host_alloc
-        raise ValueError(f"the runtime holds no {tier} pages")
+    def _alloc(self, tier: Tier, pool: str = "full") -> PageAllocator:
+        alloc = self.allocs.get((tier, pool))
+        if alloc is None:
+            raise ValueError(f"the runtime holds no {tier.value} pages of pool {pool!r}")
+        return alloc
 
     def _extent(self, tier: Tier, pages: list[int]) -> CacheExtentRef:
         return CacheExtentRef(self.runtime_id, self.generation, tier, coalesce(pages))
 
-    def _check(self, ext: CacheExtentRef, tier: Tier, what: str) -> None:
+    def _check(self, ext: CacheExtentRef, tier: Tier, what: str, state: bool = False
+               ) -> None:
+        """``ext`` is this runtime's, on ``tier``, allocated; of pool 'full' (or, with
+        ``state``, of a state pool this runtime keeps)."""
         check_generation(ext, self.runtime_id, self.generation, what)
-        if ext.tier is not tier or ext.pool != "full":
+        if ext.tier is not tier or (ext.pool != "full" and not state):
             raise ValueError(f"{what}: expected a {tier} 'full' extent, got {ext.tier}/{ext.pool}")
-        self._alloc(tier).check_allocated(ext.pages(), what)
+        self._alloc(tier, ext.pool).check_allocated(ext.pages(), what)
 
     @staticmethod
     def _released(row: Any, rel: Release) -> list[int]:
-        keep = {p for e in rel.kept() for p in e.pages()}
+        keep = {p for e in rel.kept() if e.pool == "full" for p in e.pages()}
         return [p for p in row.owned if p not in keep]
 
     def _validate(self, plan: BatchPlan) -> None:
@@ -257,13 +293,15 @@ class TorchRuntime:
         changes (prepare is atomic). Raises StaleHandleError, CapacityError or ValueError."""
         for ext in plan.frees:
             check_generation(ext, self.runtime_id, self.generation, "free")
-            self._check(ext, ext.tier, "free")
+            self._check(ext, ext.tier, "free", state=True)
         released: dict[int, list[int]] = {}
         for rel in plan.releases:
             row = self.table.get(rel.request)
             for keep in rel.kept():
-                self._check(keep, Tier.DEVICE, "release.keep")
-                if not set(keep.pages()) <= set(row.pages):
+                self._check(keep, Tier.DEVICE, "release.keep", state=True)
+                ok = (set(keep.pages()) <= set(row.pages) if keep.pool == "full" else
+                      self.state.keeper.check_keep(rel.request.slot_id, keep))
+                if not ok:
                     raise ValueError(f"release of rid {row.rid} keeps pages it does not hold")
             if rel.request.slot_id in released:
                 raise ValueError(f"batch {plan.batch_id} releases rid {row.rid} twice")
@@ -281,13 +319,13 @@ class TorchRuntime:
                 tokens = row.tokens
             else:
                 rows += 1
-                tokens = (sum(e.num_pages for e in s.attach)
+                tokens = (sum(e.num_pages for e in s.attach if e.pool == "full")
                           + sum(ld.src.num_pages for ld in s.loads)) * self.page_size
             if tokens != s.context_tokens or s.new_tokens <= 0:
                 raise ValueError(f"rid {s.rid}: row holds {tokens} tokens, slice says "
                                  f"context {s.context_tokens} + new {s.new_tokens}")
             for ext in s.attach:
-                self._check(ext, Tier.DEVICE, f"rid {s.rid} attach")
+                self._check(ext, Tier.DEVICE, f"rid {s.rid} attach", state=True)
             for load in s.loads:
                 self._check(load.src, Tier.HOST, f"rid {s.rid} load")
         for b in plan.backups:
@@ -302,36 +340,46 @@ class TorchRuntime:
         self._check_capacity(plan, released, rows)
 
     def _check_frees_once(self, plan: BatchPlan, released: dict[int, list[int]]) -> None:
-        reads = {Tier.DEVICE: {p for b in plan.backups for p in b.src.pages()},
-                 Tier.HOST: {p for s in plan.stores for p in s.src.pages()}}
-        seen: dict[Tier, set[int]] = {Tier.DEVICE: set(), Tier.HOST: set()}
-        for tier, pages in [*((e.tier, list(e.pages())) for e in plan.frees),
-                            *((Tier.DEVICE, pages) for pages in released.values())]:
-            if reads[tier].intersection(pages):
+        reads = {(Tier.DEVICE, "full"): {p for b in plan.backups for p in b.src.pages()},
+                 (Tier.HOST, "full"): {p for s in plan.stores for p in s.src.pages()}}
+        seen: dict[tuple[Tier, str], set[int]] = {}
+        for key, pages in [*(((e.tier, e.pool), list(e.pages())) for e in plan.frees),
+                           *(((Tier.DEVICE, "full"), pages) for pages in released.values())]:
+            if reads.get(key, set()).intersection(pages):
                 raise ValueError("plan frees pages that its own backups or stores read")
-            if seen[tier].intersection(pages) or len(set(pages)) != len(pages):
-                raise ValueError(f"batch {plan.batch_id} frees a {tier.value} page twice")
-            seen[tier].update(pages)
+            done = seen.setdefault(key, set())
+            if done.intersection(pages) or len(set(pages)) != len(pages):
+                raise ValueError(f"batch {plan.batch_id} frees a {key[0].value} page twice")
+            done.update(pages)
 
     def _check_capacity(self, plan: BatchPlan, released: dict[int, list[int]],
                         rows: int) -> None:
-        dev = 0
+        need: Counter[tuple[Tier, str]] = Counter()
         for s in plan.slices:
             have = (len(self.table.get(s.request).pages) if s.request is not None else
-                    sum(e.num_pages for e in s.attach))
+                    sum(e.num_pages for e in s.attach if e.pool == "full"))
             loads = sum(ld.src.num_pages for ld in s.loads)
-            dev += loads + max(0, -(-(s.context_tokens + s.new_tokens) // self.page_size)
-                               - have - loads)
-        host = sum(b.src.num_pages for b in plan.backups) + sum(
+            new = max(0, -(-(s.context_tokens + s.new_tokens) // self.page_size) - have - loads)
+            need[(Tier.DEVICE, "full")] += loads + new
+            if self.state.active:
+                for pool, n in self.state.keeper.needs(s, new).items():
+                    need[(Tier.DEVICE, pool)] += n
+        need[(Tier.HOST, "full")] += sum(b.src.num_pages for b in plan.backups) + sum(
             p.max_pages for p in plan.prefetches)
-        back = {t: sum(e.num_pages for e in plan.frees if e.tier is t) for t in Tier}
-        back[Tier.DEVICE] += sum(len(p) for p in released.values())
-        for tier, need, alloc in ((Tier.DEVICE, dev, self.dev_alloc),
-                                  (Tier.HOST, host, self.host_alloc)):
-            free = alloc.num_free + back[tier]
-            if need > free:
-                raise CapacityError(f"batch {plan.batch_id} needs {need} {tier.value} pages "
-                                    f"of pool 'full', {free} free (not accounted for)")
+        back: Counter[tuple[Tier, str]] = Counter()  # what the frees and releases return
+        for e in plan.frees:
+            back[(e.tier, e.pool)] += e.num_pages
+        back[(Tier.DEVICE, "full")] += sum(len(p) for p in released.values())
+        if self.state.active:  # state pages a release frees come back after the batch
+            for rel in plan.releases:
+                for pool, n in self.state.keeper.releasable(rel.request.slot_id,
+                                                            rel.kept()).items():
+                    back[(Tier.DEVICE, pool)] += n
+        for (tier, pool), n in need.items():
+            free = self._alloc(tier, pool).num_free + back[(tier, pool)]
+            if n > free:
+                raise CapacityError(f"batch {plan.batch_id} needs {n} {tier.value} pages "
+                                    f"of pool {pool!r}, {free} free (not accounted for)")
         slots = self.table.free_slots + len(released)
         if rows > slots:
             raise CapacityError(f"batch {plan.batch_id} opens {rows} request rows, {slots} free")
@@ -341,10 +389,17 @@ class TorchRuntime:
         out, load_dev, load_host = [], [], []
         for s in plan.slices:
             loaded = []
+            copy_in, fresh = -1, False
             if s.request is None:
                 handle, row = self.table.open(s.rid)
                 for ext in s.attach:
-                    row.pages += list(ext.pages())
+                    if ext.pool == "full":
+                        row.pages += list(ext.pages())
+                if self.state.active:
+                    self.state.keeper.open(handle.slot_id, s.attach)
+                    ckpt = [e for e in s.attach if e.pool == "mamba"]
+                    copy_in = next(ckpt[0].pages()) if ckpt else -1
+                    fresh = self.state.mamba and not ckpt
                 for load in s.loads:
                     host_pages = list(load.src.pages())
                     dev_pages = self.dev_alloc.alloc(len(host_pages))
@@ -357,14 +412,18 @@ class TorchRuntime:
                 handle, row = s.request, self.table.get(s.request)
             total = s.context_tokens + s.new_tokens
             need = -(-total // self.page_size) - len(row.pages)
-            if need > 0:
-                pages = self.dev_alloc.alloc(need)
-                row.pages += pages
-                row.owned += pages
+            pages = self.dev_alloc.alloc(need) if need > 0 else []
+            row.pages += pages
+            row.owned += pages
             row.tokens = total
+            state: tuple[CacheExtentRef, ...] = ()
+            if self.state.active:
+                state, spec = self.state.advance(handle.slot_id, s, len(row.pages), pages,
+                                                 copy_in, fresh)
+                prep.states.append(spec)
             prep.specs.append(SliceSpec(s.rid, s.context_tokens, s.new_tokens, tuple(row.pages)))
             out.append(PreparedSlice(s.rid, handle, self._extent(Tier.DEVICE, row.pages),
-                                     tuple(loaded)))
+                                     tuple(loaded), state))
         prep.op = "prefill" if any(s.phase is Phase.PREFILL for s in plan.slices) else "decode"
         prep.finished = tuple(s.rid for s in plan.slices if s.finishes)
         return out, load_dev, load_host
@@ -387,7 +446,8 @@ class TorchRuntime:
                 self.writeback.step_done(bid, ev.start, ev.end, 0)
                 self.outbox.post(BatchCompletion(bid, ev.start, ev.end, ()))
             return self.lanes["compute"].submit(lambda: None, [], [empty, self.outbox.check])
-        idx = BatchIndex(prep.specs, self.page_size)
+        idx = (HybridIndex(prep.specs, prep.states, self.page_size, self.state.window)
+               if self.state.active else BatchIndex(prep.specs, self.page_size))
         state: dict[str, Any] = {}
         first: LaneEvent | None = None
         ev: LaneEvent | None = None
@@ -409,11 +469,20 @@ class TorchRuntime:
         return ev
 
     def _layer(self, layer: int, state: dict[str, Any], idx: BatchIndex) -> None:
+        hybrid = isinstance(idx, HybridIndex)
         if layer == 0:
             idx.to(self.dev.kv.device)
             state["x"] = self.model.embed_tokens(idx)
-        state["x"] = self.model.forward_layer(layer, state["x"], idx, self.dev)
+            if hybrid:
+                copy_states(self.state, idx.states, before=True)
+        if hybrid:
+            state["x"] = self.model.forward_hybrid(layer, state["x"], idx, self.dev,
+                                                   self.state)
+        else:
+            state["x"] = self.model.forward_layer(layer, state["x"], idx, self.dev)
         if layer == self.shape.num_layers - 1:
+            if hybrid:
+                copy_states(self.state, idx.states, before=False)
             last = state.pop("x").index_select(0, idx.last_rows)
             for i, rid in enumerate(idx.rids):
                 self.outputs[rid] = last[i]

@@ -25,6 +25,7 @@ import simpy
 
 from hicache.config import CacheConfig
 from hicache.routing import Router, SchedulerView
+from hicache.runtime.state import state_pool_sizes
 from hicache.scenario import Scenario, as_scenario
 from hicache.scheduler.scheduler import Scheduler
 from hicache.timeline import Timeline
@@ -143,15 +144,9 @@ def _shared_replicas(env: simpy.Environment, sc: Scenario, hw: HardwareProfile,
 
 
 def _state_pools(model: ModelPreset, sc: Scenario) -> dict[str, int]:
-    """L1 pools of a hybrid model's other components (scheduler.track_components):
-    ``run.swa_tokens`` (default: cache.device_tokens) sized into SWA pages, and
-    ``run.mamba_slots`` (default: 3 x max_running_requests) MAMBA state slots."""
-    out = {}
-    if model.count("swa"):
-        out["swa"] = (sc.run.swa_tokens or sc.cache.device_tokens) // sc.cache.page_size
-    if model.count("mamba"):
-        out["mamba"] = sc.run.mamba_slots or 3 * sc.scheduler.max_running_requests
-    return out
+    return state_pool_sizes(model.layer_kinds, sc.cache.page_size, sc.cache.device_tokens,
+                            sc.run.swa_tokens, sc.run.mamba_slots,
+                            sc.scheduler.max_running_requests)
 
 
 def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<scenario>",

@@ -32,6 +32,7 @@ from hicache.runtime.interface import (
     RequestSlice,
     RuntimeInfo,
 )
+from hicache.runtime.state import StateKeeper
 from hicache.runtime.writeback import WritebackConfig
 from hicache.timeline import Timeline
 from sim import ops, validate
@@ -46,7 +47,6 @@ from sim.l3 import L3Store
 from sim.link import PcieLink
 from sim.pools import TierPools
 from sim.rows import RequestRow
-from sim.state import StateKeeper
 from sim.streams import Stream
 from sim.writeback import Writeback, chunked_backup_op
 
