@@ -1,11 +1,18 @@
-"""Microbenchmarks that turn a device into a hardware-profile dict (the brief's schema).
+"""Microbenchmarks that turn a device into a hardware-profile dict (the shared schema).
 
-Measured: H2D/D2H time vs transfer size per io backend, both directions at once, per-call
-copy cost, compute time per layer vs tokens (prefill) and batch size (decode), and the
-compute slowdown while copies run. Figures not measured keep the base profile's value;
-``sources`` says which is which. Invariant: every table is sorted by size and every
-time is the median of repeated runs, queued before timing starts (on CUDA the stream
-is held by a sleep kernel while the work is queued, so submission cost is excluded).
+Measured (each with a source comment in the YAML):
+- copies: H2D/D2H time vs size per io backend (one all-layer Mover call per row), both
+  directions at once, host time to issue one copy call (CUDA) (:mod:`calib_bench`);
+- compute: one layer over a grid of batch shapes (tokens x context for prefill, batch x
+  context for decode), the embedding, the LM head with sampling, and the slowdown of
+  compute beside copy kernels (:mod:`calib_compute`);
+- host: lane submit cost and inter-op gap, per-layer launch (CUDA), batch setup and
+  prepare_batch time on the driver thread (:mod:`calib_host`);
+- in situ: a short calibration scenario on the torch runtime, for the driver's time
+  between batches and how the loop's ops differ from the hot microbenchmarks
+  (:mod:`calib_insitu`).
+Figures not measured keep the base profile's value. The simulator fits its cost model to
+the measured points (:mod:`sim.cost`); calibration fits nothing but the copy peaks.
 
     python -m gpu_backend.calibrate --device cpu --out /tmp/cpu.yaml   (< 60 s)
 """
@@ -14,19 +21,15 @@ from __future__ import annotations
 
 import argparse
 import copy
-import statistics
-import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from gpu_backend.io import Mover
-from gpu_backend.model import BatchIndex, SliceSpec, SyntheticModel
-from gpu_backend.pools import DevicePool, HostPool
-from gpu_backend.sched_timing import measure_scheduler_step
+from gpu_backend.calib_bench import CopyBench, time_op  # noqa: F401 - time_op re-exported
+from gpu_backend.calib_compute import GRIDS, measure_compute
+from gpu_backend.calib_host import measure_host
+from gpu_backend.calib_insitu import in_situ
 from gpu_backend.shapes import ModelShape
 
 BASE: dict[str, Any] = {  # docs/SOURCES.md §4 (H100/H200 SXM) unless measured
@@ -46,131 +49,19 @@ BASE: dict[str, Any] = {  # docs/SOURCES.md §4 (H100/H200 SXM) unless measured
 }
 
 
-def time_op(fn: Callable[[], Any], cuda: bool, reps: int = 7, inner: int = 1) -> float:
-    """Median seconds of one ``fn`` call (``inner`` calls per timed run)."""
-    for _ in range(2):  # warm up (allocator, kernel selection)
-        fn()
-    out = []
-    for _ in range(reps):
-        if cuda:
-            torch.cuda.synchronize()
-            torch.cuda._sleep(2_000_000)  # hold the stream while the work is queued
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            for _ in range(inner):
-                fn()
-            b.record()
-            b.synchronize()
-            out.append(a.elapsed_time(b) / 1e3 / inner)
-        else:
-            t = time.perf_counter()
-            for _ in range(inner):
-                fn()
-            out.append((time.perf_counter() - t) / inner)
-    return statistics.median(out)
-
-
-class Bench:
-    """Pools sized for the largest transfer of the sweep."""
-
-    def __init__(self, shape: ModelShape, device: str, page_size: int, pages: int) -> None:
-        self.cuda = device.startswith("cuda")
-        self.dtype = torch.bfloat16 if self.cuda else torch.float32
-        L, h, d = shape.num_layers, shape.kv_heads_per_rank, shape.head_dim
-        self.shape, self.device, self.pages = shape, device, pages
-        self.dev = DevicePool(L, pages, page_size, h, d, self.dtype, device)
-        self.host = {lay: HostPool(lay, L, pages, page_size, h, d, self.dtype, pin=self.cuda)
-                     for lay in ("layer_first", "page_first")}
-        self.page_bytes = self.dev.bytes_per_page_layer * L
-
-    def copy_table(self, direction: str, backend: str, layout: str,
-                   counts: list[int]) -> list[list[float]]:
-        mover = Mover(self.dev, self.host[layout], backend)
-        fn = mover.h2d if direction == "h2d" else mover.d2h
-        rows = []
-        for n in counts:
-            pages = list(range(n))
-            t = time_op(lambda p=pages: fn(p, p, range(self.shape.num_layers)), self.cuda)
-            rows.append([n * self.page_bytes, t])
-        return rows
-
-    def bidirectional(self, n: int, reps: int = 16) -> float:
-        """Bytes/s with ``reps`` H2D and D2H copies of ``n/2`` pages each running at once."""
-        half = n // 2
-        a, b = list(range(half)), list(range(half, 2 * half))
-        m = Mover(self.dev, self.host["layer_first"], "direct")
-        layers = range(self.shape.num_layers)
-        if self.cuda:
-            s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
-
-            def both() -> None:
-                for _ in range(reps):
-                    with torch.cuda.stream(s1):
-                        m.h2d(a, a, layers)
-                    with torch.cuda.stream(s2):
-                        m.d2h(b, b, layers)
-                torch.cuda.current_stream().wait_stream(s1)
-                torch.cuda.current_stream().wait_stream(s2)
-        else:
-            def both() -> None:
-                t = threading.Thread(target=lambda: [m.d2h(b, b, layers) for _ in range(reps)])
-                t.start()
-                for _ in range(reps):
-                    m.h2d(a, a, layers)
-                t.join()
-        return 2 * half * reps * self.page_bytes / time_op(both, self.cuda)
-
-    def layer_time(self, specs: list[SliceSpec]) -> float:
-        model = self._model()
-        idx = BatchIndex(specs, self.dev.page_size).to(self.device)
-        x = model.embed_tokens(idx)
-        return time_op(lambda: model.forward_layer(0, x, idx, self.dev), self.cuda)
-
-    def _model(self) -> SyntheticModel:
-        if not hasattr(self, "_m"):
-            one = ModelShape(**{**{f: getattr(self.shape, f) for f in (
-                "num_heads", "num_kv_heads", "head_dim", "hidden_size", "ffn_size",
-                "dtype_bytes", "tensor_parallel")}, "num_layers": 1})
-            self._m = SyntheticModel(one, self.device, self.dtype, seed=0)
-        return self._m
-
-    def compute_slowdown(self, specs: list[SliceSpec], n: int) -> float:
-        """Fractional slowdown of a layer while kernel-backend copies run beside it."""
-        alone = self.layer_time(specs)
-        stop = threading.Event()
-        m = Mover(self.dev, self.host["page_first"], "kernel")
-        pages = list(range(self.pages - n, self.pages))
-
-        def copies() -> None:
-            stream = torch.cuda.Stream() if self.cuda else None
-            while not stop.is_set():
-                if stream is not None:
-                    with torch.cuda.stream(stream):
-                        m.d2h(pages, pages, range(self.shape.num_layers))
-                    stream.synchronize()
-                else:
-                    m.d2h(pages, pages, range(self.shape.num_layers))
-        t = threading.Thread(target=copies)
-        t.start()
-        try:
-            busy = self.layer_time(specs)
-        finally:
-            stop.set()
-            t.join()
-        return max(0.0, busy / alone - 1.0)
-
-
 def calibrate(shape: ModelShape, device: str = "cpu", page_size: int = 16,
               quick: bool | None = None, scheduler: bool = True
               ) -> tuple[dict[str, Any], dict[str, str]]:
-    """(profile dict, source per measured key). ``scheduler``: also time the control
-    plane's step (:mod:`gpu_backend.sched_timing`) into ``cpu.scheduler_step_s``;
+    """(profile dict, source per measured key). ``quick`` (default on CPU): the small grid;
+    ``scheduler``: also time the control plane's step into ``cpu.scheduler_step_s``;
     ``calibrated.shape`` records the model shape every table was measured with."""
     quick = (not device.startswith("cuda")) if quick is None else quick
+    grid = "quick" if quick else "full"
     counts = [1, 4, 16, 64] if quick else [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
-    b = Bench(shape, device, page_size, pages=max(counts) + 8)
+    b = CopyBench(shape, device, page_size, pages=max(counts) + 16)
     prof = copy.deepcopy(BASE)
     src: dict[str, str] = {}
+    where = f"measured by gpu_backend.calibrate on {device} ({shape.name})"
     tables = {f"{d}/{be}": b.copy_table(d, be, "layer_first", counts)
               for d in ("h2d", "d2h") for be in ("direct", "kernel")}
     rate = {k: max(n / t for n, t in v) for k, v in tables.items()}
@@ -183,46 +74,57 @@ def calibrate(shape: ModelShape, device: str = "cpu", page_size: int = 16,
     peak = rate["h2d/direct"]
     prof["pcie"]["half_efficiency_bytes"] = int(next(
         (n for n, t in tables["h2d/direct"] if n / t >= peak / 2), tables["h2d/direct"][-1][0]))
-    prof["io_kernel"]["bytes_per_s"] = rate["h2d/kernel"]
-    tok = [16, 64, 256] if quick else [64, 256, 1024, 4096]
-    bs = [1, 8, 32] if quick else [1, 8, 32, 128]
-    ctx = 64 if quick else 1024
-    ps = page_size
-
-    def pages_for(n: int, first: int = 0) -> tuple[int, ...]:
-        return tuple(range(first, first + -(-n // ps)))
-
-    b_pages = max(-(-max(tok) // ps), max(bs) * -(-(ctx + 1) // ps)) + 8
-    b = Bench(shape, device, page_size, pages=b_pages)
-    prefill = [[t, b.layer_time([SliceSpec(0, 0, t, pages_for(t))])] for t in tok]
-    per = -(-(ctx + 1) // ps)
-    decode = [[n, b.layer_time([SliceSpec(i, ctx, 1, pages_for(ctx + 1, i * per))
-                                for i in range(n)])] for n in bs]
-    slow_specs = [SliceSpec(0, 0, tok[-1], pages_for(tok[-1]))]
+    # torch cannot build SGLang's zero-copy SM kernel: its "kernel" backend gathers on the
+    # device and moves the staging buffer by DMA; the profile names that mechanism
+    prof["io_kernel"].update({"bytes_per_s": rate["h2d/kernel"], "mechanism": "gather_dma"})
+    prof["gpu"]["hbm_bytes_per_s"] = b.device_copy_rate()
+    compute = measure_compute(shape, device, page_size, grid)
     # the profile models a fractional slowdown (< 1); CPU threads under the GIL can measure
     # more than that, which means "copies and compute do not overlap": cap it at 0.95
-    slowdown = b.compute_slowdown(slow_specs, n=min(8, b_pages // 4))
-    prof["io_kernel"]["compute_slowdown"] = min(max(slowdown, 0.0), 0.95)
+    prof["io_kernel"]["compute_slowdown"] = min(max(float(compute.pop("slowdown")), 0.0), 0.95)
+    points = [tuple(p[:3]) for p in compute["prefill"] + compute["decode"]]
+    host = measure_host(shape, device, page_size, points)
+    prof["cpu"].update({k: host[k] for k in ("op_submit_s", "op_gap_s", "layer_launch_s")})
+    prof["cpu"]["copy_issue_s"] = b.issue_per_call()
     prof["calibrated"] = {
         "device": "cuda" if b.cuda else "cpu",
         "copy": {"calls_per_row": calls,  # each row times one all-layer Mover call
                  "h2d": tables["h2d/direct"], "d2h": tables["d2h/direct"],
                  "h2d_kernel": tables["h2d/kernel"], "d2h_kernel": tables["d2h/kernel"]},
-        "prefill_layer": prefill, "decode_layer": decode,
+        "compute": compute,
+        "host": {"setup": host["setup"], "prepare": host["prepare"]},
         "shape": shape.to_mapping(),  # validation warns when a scenario's shape differs
     }
-    where = f"measured by gpu_backend.calibrate on {device} ({shape.name})"
+    # CPU: lane workers run Python under the driver thread's GIL, so a step's device ops
+    # start when the driver blocks; CUDA streams run what the driver issued at once
+    prof["cpu"]["device_waits_for_host"] = not b.cuda
+    prof["cpu"]["handoff_s"] = 0.0
     if scheduler:
-        st = measure_scheduler_step(shape, device, page_size)
-        prof["cpu"]["scheduler_step_s"] = st.median_s
+        ins = in_situ(shape, device, page_size, host["op_submit_s"])
+        prof["cpu"]["scheduler_step_s"] = ins.pop("scheduler_step_s")
+        prof["cpu"]["admit_step_s"] = ins.pop("admit_step_s")
+        handoff = ins.pop("handoff_s")
+        prof["cpu"]["handoff_s"] = handoff if not b.cuda else 0.0
+        gaps = ins.pop("gaps")
+        prof["calibrated"]["in_situ"] = ins
         src["cpu.scheduler_step_s"] = (
-            f"measured: median of {st.steps} working driver steps (Scheduler.step + "
-            f"submission) on {device} ({shape.name}); all {st.total_steps} steps: "
-            f"median {st.all_median_s:.3g} s")
+            f"measured: median of the gaps from a batch's completion to the next "
+            f"decode batch's prepare_batch ({gaps} gaps timed, calibration scenario, "
+            f"{device}, {shape.name})")
+        src["cpu.admit_step_s"] = ("measured: how much longer the gap is before a prefill "
+                                   "batch (finish, admit, prefix match)")
+        src["cpu.handoff_s"] = ("measured: median from execute_batch's end to the "
+                                "batch's first device-lane op (0 on CUDA)")
+    src["cpu.device_waits_for_host"] = "CPU lanes are threads under one GIL; CUDA: false"
+    src["gpu.hbm_bytes_per_s"] = where + ": a device-to-device copy, read + write"
     for k in ("pcie.h2d_bytes_per_s", "pcie.d2h_bytes_per_s", "pcie.bidirectional_bytes_per_s",
               "pcie.call_overhead_s", "pcie.half_efficiency_bytes", "io_kernel.bytes_per_s",
-              "io_kernel.compute_slowdown", "calibrated"):
+              "io_kernel.compute_slowdown", "cpu.op_submit_s", "cpu.op_gap_s",
+              "cpu.layer_launch_s", "cpu.copy_issue_s", "calibrated"):
         src[k] = where
+    src["io_kernel.mechanism"] = ("the torch runtime's kernel backend: device gather + DMA "
+                                  "(SGLang's zero-copy kernel is sm_zero_copy)")
+    assert set(GRIDS) >= {grid}
     return prof, src
 
 
@@ -265,6 +167,8 @@ def run_args(args: argparse.Namespace) -> None:
     if args.device is None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     shape = ModelShape.tiny()
+    if args.device == "cpu":
+        torch.set_num_threads(1)  # two threads on a shared box lose whole ticks at barriers
     if args.model and Path(args.model).suffix in (".yaml", ".yml"):
         import yaml
         with open(args.model) as f:

@@ -2,6 +2,7 @@
 
 The work is in :mod:`gpu_backend.calibrate`; torch is imported only when the command runs.
 ``python -m gpu_backend.calibrate`` takes the same arguments (:func:`add_arguments`).
+(``hicache-lab measure`` is :mod:`gpu_backend.measure_command`.)
 """
 
 from __future__ import annotations

@@ -34,6 +34,11 @@ class Outbox:
             self.timeline.record(ev.lane, op, ev.start, ev.end, batch=batch, layer=layer,
                                  nbytes=nbytes)
 
+    def record_span(self, lane: str, op: str, start: float, end: float, batch: int) -> None:
+        """A row for host work done on the calling thread (the driver's ``cpu`` lane)."""
+        with self._cond:
+            self.timeline.record(lane, op, start, max(start, end), batch=batch)
+
     def check(self, ev: LaneEvent) -> None:
         """Last callback of every op: keep its error for the next take."""
         if ev.error is not None:

@@ -184,6 +184,7 @@ def run_scenario(scenario: Scenario | dict, *, device: str = "cpu", shape: Model
                        rt.timeline, loop.end - loop.t0, loop.n, loop.t0,
                        {"scheduler_s": loop.sched_s, "steps": loop.steps,
                         "step_s": loop.step_s, "work_step_s": loop.work_step_s,
+                        "batch_specs": rt.batch_specs,  # (new, context) per slice
                         "device": device, "shape": shape.name, "l3_faults": l3_faults,
                         **boundary,
                         **({"torch_trace": str(trace)} if trace else {})},

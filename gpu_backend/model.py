@@ -37,7 +37,10 @@ class SliceSpec:
 class BatchIndex:
     """Index tensors for one batch, built vectorized on the host; moved with :meth:`to`.
 
-    Rows of the batch's hidden state are the slices' new tokens in slice order."""
+    Rows of the batch's hidden state are the slices' new tokens in slice order. The
+    attention mask (``[b, 1, max new, max total]``, the batch's padded shape) is built on
+    the device the index lives on, when first used: on a GPU that is a few kernels
+    instead of megabytes of host work and a pageable copy per batch."""
 
     def __init__(self, slices: Sequence[SliceSpec], page_size: int) -> None:
         b = len(slices)
@@ -59,40 +62,54 @@ class BatchIndex:
         j = torch.arange(tq)
         qpos = ctx[:, None] + j[None, :]  # [b, tq]
         qvalid = j[None, :] < new[:, None]
-        mask = torch.arange(tk)[None, None, :] <= qpos[:, :, None]
-        mask &= qvalid[:, :, None]
-        mask[:, :, 0] |= ~qvalid  # padded queries see one key (no NaN); they are dropped
         ends = torch.cumsum(new, 0)
         self.num_tokens = int(ends[-1])
+        self.max_total = tk
         self.rids = [s.rid for s in slices]
         self.last_rows = ends - 1
         self.write_slots = torch.cat(write)
         self.q_rows = torch.where(qvalid, (ends - new)[:, None] + j[None, :], 0)
         self.kv_slots = kv_slots
-        self.mask = mask[:, None]  # [b, 1, tq, tk]
+        self.qpos, self.qvalid = qpos, qvalid
         self.valid = (torch.arange(b)[:, None] * tq + j[None, :])[qvalid]
         rid = torch.tensor(self.rids, dtype=torch.long)[:, None]
         self.token_ids = ((rid * 7919 + qpos) % VOCAB)[qvalid]
+        self._mask: torch.Tensor | None = None
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """``[b, 1, tq, tk]``: query at position p sees keys 0..p; padded queries see key 0
+        (no NaN; their rows are dropped)."""
+        if self._mask is None:
+            keys = torch.arange(self.max_total, device=self.qpos.device)
+            m = keys[None, None, :] <= self.qpos[:, :, None]
+            m &= self.qvalid[:, :, None]
+            m[:, :, 0] |= ~self.qvalid
+            self._mask = m[:, None]
+        return self._mask
 
     def to(self, device: torch.device | str) -> BatchIndex:
-        for name in ("last_rows", "write_slots", "q_rows", "kv_slots", "mask", "valid",
-                     "token_ids"):
+        for name in ("last_rows", "write_slots", "q_rows", "kv_slots", "qpos", "qvalid",
+                     "valid", "token_ids"):
             setattr(self, name, getattr(self, name).to(device, non_blocking=True))
+        self._mask = None
         return self
 
 
 class SyntheticModel:
-    """Random weights with the shape's per-rank dimensions."""
+    """Random weights with the shape's per-rank dimensions, built on ``device`` (a seeded
+    generator there: a GPU builds Llama-3-8B's weights in well under a second, where CPU
+    ``randn`` plus a copy took minutes). The LM head has ``shape.vocab_size`` rows."""
 
     def __init__(self, shape: ModelShape, device: str, dtype: torch.dtype, seed: int = 0) -> None:
         self.shape, self.device, self.dtype = shape, device, dtype
-        g = torch.Generator().manual_seed(seed)
+        g = torch.Generator(device=device).manual_seed(seed)
         hq, hkv, d = shape.heads_per_rank, shape.kv_heads_per_rank, shape.head_dim
         hid, ffn = shape.hidden_size, shape.ffn_per_rank
 
         def w(n_in: int, n_out: int) -> torch.Tensor:
-            t = torch.randn(n_in, n_out, generator=g) / math.sqrt(n_in)
-            return t.to(device=device, dtype=dtype)
+            t = torch.randn(n_in, n_out, generator=g, device=device, dtype=dtype)
+            return t.mul_(1.0 / math.sqrt(n_in))
 
         self.embed = w(VOCAB, hid) * math.sqrt(VOCAB)
         self.layers = [
@@ -100,6 +117,7 @@ class SyntheticModel:
              "wo": w(hq * d, hid), "w1": w(hid, ffn), "w2": w(ffn, hid)}
             for _ in range(shape.num_layers)
         ]
+        self.lm_head = w(hid, shape.vocab_per_rank) if shape.vocab_size else None
 
     def embed_tokens(self, idx: BatchIndex) -> torch.Tensor:
         return self.embed.index_select(0, idx.token_ids)
@@ -120,6 +138,15 @@ class SyntheticModel:
         x = x + attn.reshape(-1, hq * d) @ p["wo"]
         h = F.rms_norm(x, (x.shape[-1],))
         return x + F.silu(h @ p["w1"]) @ p["w2"]
+
+    def sample(self, x: torch.Tensor, idx: BatchIndex) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step's last op: final norm of each request's last row, LM head, greedy
+        sampling. Returns (last hidden rows, next token ids), one per request."""
+        last = x.index_select(0, idx.last_rows)
+        if self.lm_head is None:  # a shape without a vocabulary: no LM head to run
+            return last, torch.zeros(len(idx.rids), dtype=torch.long, device=x.device)
+        logits = F.rms_norm(last, (last.shape[-1],)) @ self.lm_head
+        return last, logits.argmax(dim=-1)
 
 
 def paged_attention(q: torch.Tensor, kflat: torch.Tensor, vflat: torch.Tensor,

@@ -90,7 +90,7 @@ class TorchRuntime:
                  l3: L3Store | None = None, runtime_id: str = "torch0",
                  timeline: Timeline | None = None, seed: int = 0, generation: int = 0,
                  max_requests: int = 4096, l3_policy: RetryPolicy | None = None,
-                 wait_timeout_s: float = WAIT_TIMEOUT_S,
+                 wait_timeout_s: float = WAIT_TIMEOUT_S, warm_up: bool = True,
                  writeback: WritebackConfig | str | None = None) -> None:
         if set(device_pages) - {"full", *STATE_POOLS} or set(host_pages) - {"full"}:
             raise ValueError(f"TorchRuntime pools: device 'full', 'swa', 'mamba'; host "
@@ -130,8 +130,45 @@ class TorchRuntime:
             make_policy(writeback), self.lanes, self.mover, self.outbox,
             self.dev.bytes_per_page_layer * L, range(L), self.outbox.record)
         self.outputs: dict[int, torch.Tensor] = {}  # rid -> last hidden state (tests)
+        self.tokens: dict[int, torch.Tensor] = {}  # rid -> last sampled token id
+        self.batch_specs: dict[int, list[tuple[int, int]]] = {}  # batch -> (new, context)s
         self._prepared: dict[int, _Prepared] = {}
         self._closed = False
+        if warm_up and not self.state.active:  # a hybrid batch needs its state rows
+            self.warm_up()
+
+    def warm_up(self, tokens: int = 64) -> None:
+        """Engine start-up: a prefill, a decode step and a copy each way through the lanes,
+        once (kernels loaded, allocator, caches and interpreter warm), so the first batches
+        of a run are steady state as in a serving engine after its start-up, not a cold
+        start no cost model should carry. Nothing is recorded; every page is freed."""
+        ps, L = self.page_size, self.shape.num_layers
+        n = -(-(tokens + 1) // ps)
+        if self.dev_alloc.num_free < n:
+            return
+        pages = self.dev_alloc.alloc(n)
+        evs: list[LaneEvent] = []
+        for ctx, new in ((0, tokens), (tokens, 1)):
+            idx = BatchIndex([SliceSpec(-1, ctx, new, tuple(pages))], ps)
+            state: dict[str, Any] = {}
+            evs += [self.lanes["compute"].submit(partial(self._layer, i, state, idx))
+                    for i in range(L)]
+            evs.append(self.lanes["compute"].submit(partial(self._sample, state, idx)))
+        if self.host_alloc.num_free >= 1:
+            host = self.host_alloc.alloc(1)
+            evs.append(self.lanes["d2h"].submit(partial(self.mover.d2h, pages[:1], host,
+                                                        range(L)), [evs[-1]]))
+            evs.append(self.lanes["h2d"].submit(partial(self.mover.h2d, pages[:1], host,
+                                                        range(L)), [evs[-1]]))
+            evs[-1].wait(120)
+            self.host_alloc.free(host)
+        self.lanes.drain(120)
+        self.dev_alloc.free(pages)
+        self.outputs.pop(-1, None)
+        self.tokens.pop(-1, None)
+        err = next((e.error for e in evs if e.error is not None), None)
+        if err is not None:
+            raise RuntimeError(f"runtime warm-up failed: {err!r}") from err
 
     # ---- RuntimeInterface -------------------------------------------------------------
     def info(self) -> RuntimeInfo:
@@ -149,7 +186,14 @@ class TorchRuntime:
 
     def prepare_batch(self, plan: BatchPlan) -> PreparedBatchHandle:
         """Atomic: :meth:`_validate` checks every handle, free, release and the capacity
-        (counting what the frees and releases return) before anything changes."""
+        (counting what the frees and releases return) before anything changes. The
+        driver thread's time in it is a ``cpu`` row (as ``execute``)."""
+        t0 = self.lanes.clock.now()
+        handle = self._prepare(plan)
+        self.outbox.record_span("cpu", "prepare", t0, self.lanes.clock.now(), plan.batch_id)
+        return handle
+
+    def _prepare(self, plan: BatchPlan) -> PreparedBatchHandle:
         if plan.batch_id in self._prepared:
             raise ValueError(f"batch {plan.batch_id} is already prepared")
         self._validate(plan)
@@ -183,6 +227,11 @@ class TorchRuntime:
         return prep.handle
 
     def execute_batch(self, handle: PreparedBatchHandle) -> None:
+        t0 = self.lanes.clock.now()
+        self._execute(handle)
+        self.outbox.record_span("cpu", "execute", t0, self.lanes.clock.now(), handle.batch_id)
+
+    def _execute(self, handle: PreparedBatchHandle) -> None:
         if handle.runtime_id != self.runtime_id or handle.generation != self.generation:
             raise StaleHandleError(f"batch handle of {handle.runtime_id!r} gen "
                                    f"{handle.generation} presented to {self.runtime_id!r} "
@@ -448,44 +497,46 @@ class TorchRuntime:
             return self.lanes["compute"].submit(lambda: None, [], [empty, self.outbox.check])
         idx = (HybridIndex(prep.specs, prep.states, self.page_size, self.state.window)
                if self.state.active else BatchIndex(prep.specs, self.page_size))
+        self.batch_specs[bid] = [(sp.new, sp.context) for sp in prep.specs]
         state: dict[str, Any] = {}
         first: LaneEvent | None = None
-        ev: LaneEvent | None = None
-        L = self.shape.num_layers
         decode = len(prep.specs) if prep.op == "decode" else 0
-        for layer in range(L):
+        for layer in range(self.shape.num_layers):
             waits = [prep.loads[layer if self.layerwise else 0]] if prep.loads else []
-            then = []
-            if layer == L - 1:
-                def finish(e: LaneEvent, first_ev: LaneEvent | None = first) -> None:
-                    start = first_ev.start if first_ev is not None else e.start
-                    self.writeback.step_done(bid, start, e.end, decode)
-                    self.outbox.post(BatchCompletion(bid, start, e.end, finished))
-                then.append(finish)
             ev = self._submit("compute", partial(self._layer, layer, state, idx), waits,
-                              prep.op, bid, layer=layer, then=then)
+                              prep.op, bid, layer=layer)
             first = first or ev
-        assert ev is not None
-        return ev
+
+        def finish(e: LaneEvent, first_ev: LaneEvent = first) -> None:
+            self.writeback.step_done(bid, first_ev.start, e.end, decode)
+            self.outbox.post(BatchCompletion(bid, first_ev.start, e.end, finished))
+
+        return self._submit("compute", partial(self._sample, state, idx), [], "sample", bid,
+                            then=[finish])
 
     def _layer(self, layer: int, state: dict[str, Any], idx: BatchIndex) -> None:
         hybrid = isinstance(idx, HybridIndex)
-        if layer == 0:
+        if layer == 0:  # calibrated as "embed" (gpu_backend.calib_compute)
             idx.to(self.dev.kv.device)
+            idx.mask  # noqa: B018 - built on the device, once per batch
             state["x"] = self.model.embed_tokens(idx)
-            if hybrid:
+            if hybrid:  # copy-on-write of attached checkpoints, fresh slots zeroed
                 copy_states(self.state, idx.states, before=True)
         if hybrid:
             state["x"] = self.model.forward_hybrid(layer, state["x"], idx, self.dev,
                                                    self.state)
         else:
             state["x"] = self.model.forward_layer(layer, state["x"], idx, self.dev)
-        if layer == self.shape.num_layers - 1:
-            if hybrid:
-                copy_states(self.state, idx.states, before=False)
-            last = state.pop("x").index_select(0, idx.last_rows)
-            for i, rid in enumerate(idx.rids):
-                self.outputs[rid] = last[i]
+
+    def _sample(self, state: dict[str, Any], idx: BatchIndex) -> None:
+        """LM head and greedy sampling of every request's last row (one op per batch);
+        a hybrid batch first copies the checkpoints its slices ask for."""
+        if isinstance(idx, HybridIndex):
+            copy_states(self.state, idx.states, before=False)
+        last, tokens = self.model.sample(state.pop("x"), idx)
+        for i, rid in enumerate(idx.rids):
+            self.outputs[rid] = last[i]
+            self.tokens[rid] = tokens[i]
 
     def _submit(self, lane: str, fn: Any, waits: list[LaneEvent | None], op: str, batch: int,
                 *, layer: int = -1, nbytes: int | list[int] = 0, then: list | None = None

@@ -1,23 +1,20 @@
-"""Calibrate ``cpu.scheduler_step_s``: the control plane's CPU time per scheduler step.
+"""The calibration scenario and the driver thread's gaps read from a run's timeline.
 
-Runs a short representative scenario (multi-turn chat over L1+L2 with evictions, loads
-and backups, one batch in flight) through :func:`gpu_backend.driver.run_scenario` on the
-calibration's device and shape, and takes the median wall time of the driver's steps that
-submitted work. That is what the simulator charges: ``sim.driver`` waits
-``scheduler_step_s`` after every loop iteration that produced plans, and a driver step is
-``Scheduler.step`` until it returns no plan, plus ``prepare_batch``/``execute_batch`` of
-each plan (their submission cost is CPU time on the same thread). Invariant: the result
-is the median of at least ``min_steps`` timed steps, else ValueError.
+:data:`SCENARIO` (multi-turn chat over L1+L2 with evictions, loads and backups, one batch
+in flight) is what :mod:`gpu_backend.calib_insitu` runs. The simulator models the runtime
+calls themselves (its ``cpu`` lane, :mod:`sim.host`) and charges ``cpu.scheduler_step_s``
+before a step's batches reach the runtime, so that figure is what separates a batch's
+completion from the next batch's ``prepare_batch`` on the driver thread: waking up, the
+scheduler's step, the loop; a step that admits requests costs ``cpu.admit_step_s`` more.
+``cpu.handoff_s`` separates execute_batch's end from the
+batch's first device-lane op: on CPU the lanes' worker threads wait for the driver thread
+to block (the GIL); on CUDA about 0.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
-from dataclasses import dataclass
 from typing import Any
-
-from gpu_backend.shapes import ModelShape
 
 SCENARIO: dict[str, Any] = {
     "name": "scheduler_step_calibration", "seed": 11,
@@ -32,27 +29,36 @@ SCENARIO: dict[str, Any] = {
 }
 
 
-@dataclass(frozen=True)
-class StepTiming:
-    median_s: float  # median over the steps that submitted a plan (the calibrated value)
-    all_median_s: float  # median over every step, idle ones included
-    steps: int  # steps that submitted a plan
-    total_steps: int
-
-
-def measure_scheduler_step(shape: ModelShape, device: str = "cpu", page_size: int = 16,
-                           *, repeats: int = 2, min_steps: int = 20) -> StepTiming:
-    """Run :data:`SCENARIO` ``repeats`` times; pool the step times of all runs."""
-    from gpu_backend.driver import run_scenario
-
-    d = {**SCENARIO, "cache": {**SCENARIO["cache"], "page_size": page_size}}
-    work: list[float] = []
-    every: list[float] = []
-    for _ in range(repeats):
-        res = run_scenario(dict(d), device=device, shape=shape, name="scheduler-step")
-        work += res.extra["work_step_s"]
-        every += res.extra["step_s"]
-    if len(work) < min_steps:
-        raise ValueError(f"scheduler-step calibration timed {len(work)} working steps, "
-                         f"need {min_steps}")
-    return StepTiming(statistics.median(work), statistics.median(every), len(work), len(every))
+def driver_gaps(timeline: Any) -> tuple[list[float], list[float], list[float]]:
+    """(completion -> next prepare before a decode batch, the same before a prefill batch,
+    execute end -> first device op) per batch, from one run's timeline rows (batches in
+    id order; a next batch that was prepared before the previous one completed is skipped:
+    its gap is not the driver's). A step that admits requests (its batch prefills) does
+    more scheduler work than one that only decodes."""
+    first: dict[int, float] = {}
+    end: dict[int, float] = {}
+    prep: dict[int, float] = {}
+    exe: dict[int, float] = {}
+    prefill: set[int] = set()
+    for r in timeline.rows:
+        if r.batch < 0:
+            continue
+        if r.lane == "cpu":
+            if r.op == "prepare":
+                prep[r.batch] = r.start
+            else:
+                exe[r.batch] = r.end
+        elif r.lane in ("compute", "h2d"):
+            first[r.batch] = min(first.get(r.batch, r.start), r.start)
+            if r.lane == "compute":
+                end[r.batch] = max(end.get(r.batch, r.end), r.end)
+                if r.op == "prefill":
+                    prefill.add(r.batch)
+    ids = sorted(b for b in end if b in prep)
+    dec: list[float] = []
+    pre: list[float] = []
+    for a, b in zip(ids, ids[1:], strict=False):
+        if prep[b] >= end[a]:
+            (pre if b in prefill else dec).append(prep[b] - end[a])
+    hand = [first[b] - exe[b] for b in ids if b in exe and first[b] >= exe[b]]
+    return dec, pre, hand

@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "sweep": "sim.sweep_command",
     "replay": "hicache.replay.command",
     "calibrate": "gpu_backend.command",
+    "measure": "gpu_backend.measure_command",
     "validate": "validation.command",
 }
 

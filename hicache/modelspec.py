@@ -50,6 +50,7 @@ class ModelSpec(Plain):
     layers: Annotated[tuple[Kind, ...], Parse(_kinds)] = ()
     sliding_window: PosInt = 4096  # tokens seen by each swa layer
     mamba_state_bytes: NonNegInt = 0  # recurrent state per mamba layer per request
+    vocab_size: NonNegInt = 0  # the LM head's width (split over tp ranks); 0: no LM head
 
     __pydantic_config__ = {"extra": "forbid", "validate_default": True}
 
@@ -82,6 +83,11 @@ class ModelSpec(Plain):
     def kv_heads_per_rank(self) -> int:
         """KV heads are split across ranks, replicated when there are fewer than ranks."""
         return max(1, self.num_kv_heads // self.tensor_parallel)
+
+    @property
+    def vocab_per_rank(self) -> int:
+        """The LM head is split over tensor-parallel ranks (vocab-parallel)."""
+        return -(-self.vocab_size // self.tensor_parallel)
 
     @property
     def ffn_per_rank(self) -> int:
@@ -156,13 +162,13 @@ class ModelSpec(Plain):
                 "hidden_size": self.hidden_size, "ffn_size": self.ffn_size,
                 "dtype_bytes": self.dtype_bytes, "tensor_parallel": self.tensor_parallel,
                 "layers": list(self.layers), "sliding_window": self.sliding_window,
-                "mamba_state_bytes": self.mamba_state_bytes}
+                "mamba_state_bytes": self.mamba_state_bytes, "vocab_size": self.vocab_size}
 
     @classmethod
     def tiny(cls) -> ModelSpec:
         """A shape small enough for CPU tests."""
         return cls(num_layers=4, num_heads=4, num_kv_heads=2, head_dim=16, hidden_size=64,
-                   ffn_size=128, dtype_bytes=4, name="tiny")
+                   ffn_size=128, dtype_bytes=4, name="tiny", vocab_size=1024)
 
 
 DEFAULT_MODEL = "llama-3-8b"

@@ -1,7 +1,9 @@
 """What the runtime remembers about a prepared batch between prepare and execute.
 
 Invariant: ``layer_events[i]`` fires when layer i of every load in the batch is on the
-device; ``loads_done`` fires when all of them are (None: the batch loads nothing).
+device; ``loads_done`` fires when all of them are (None: the batch loads nothing);
+``load_issued[g]`` when the host issued load op g's first copy call, ``launched[i]`` when
+it launched compute op i (None: no host lane modelled).
 """
 
 from __future__ import annotations
@@ -18,8 +20,18 @@ from hicache.runtime.interface import BackupIntent, BatchPlan, PreparedBatchHand
 class PendingBackup:
     intent: BackupIntent
     dst: CacheExtentRef
-    calls_per_layer: int  # coalesced (src, dst) runs: DMA calls per layer (direct backend)
+    src_pages: list[int]
+    dst_pages: list[int]
     done: simpy.Event
+
+
+@dataclass(slots=True)
+class LoadGroup:
+    """One h2d op: the layers it moves, its bytes and copy calls."""
+
+    layers: range
+    nbytes: int
+    calls: int
 
 
 @dataclass(slots=True)
@@ -34,6 +46,10 @@ class BatchState:
     loads_done: simpy.Event | None = None
     backups: list[PendingBackup] = field(default_factory=list)
     extra_s: float = 0.0  # state copies (MAMBA checkpoints, copy-on-write) added to compute
+    load_groups: list[LoadGroup] = field(default_factory=list)
+    load_issued: list[simpy.Event] = field(default_factory=list)
+    load_issue_end: list[float] = field(default_factory=list)
+    launched: list[simpy.Event] | None = None
 
 
 def paired_runs(src: list[int], dst: list[int]) -> int:

@@ -1,18 +1,34 @@
-"""Compute cost model: the time one layer of a batch takes, separate from the engine.
+"""Compute cost model: the time one layer of a batch takes, the LM head with sampling, and
+the host work a batch costs the driver thread, separate from the engine.
 
-Analytic (default): a roofline per layer,
+Analytic (datasheet profiles): a roofline per layer,
     t = max(flops / (bf16_flops * matmul_efficiency), bytes / hbm_bytes_per_s) + kernel_launch_s
 where flops = 2 * tokens * linear params (per rank) + 4 * heads * head_dim * attended pairs,
 bytes = weights (once per batch) + KV read and written + activations + mamba state.
 A new token at sequence position p attends to p keys (full), min(p, window) keys (swa) or
 none (mamba: linear in tokens, plus reading and writing the recurrent state per request).
-One launch cost per layer is charged (CUDA-graph-like; per-kernel launches are not).
+The LM head is one more roofline (2 * requests * hidden * vocab/tp flops, its weights read
+once). Host work is not modelled (0) unless the profile measures it.
 
-Calibrated: when the profile has ``calibrated.prefill_layer`` and ``decode_layer`` tables,
-a layer takes interp(prefill_layer, prefill tokens in the batch) + interp(decode_layer,
-decode requests in the batch), the same for every layer kind (context length is not in the
-tables). Interpolation is piecewise linear in log-log space; beyond the table ends the end
-segment's log-log slope extrapolates (a single point scales proportionally).
+Calibrated (``calibrated.compute``): least-squares parametric rooflines
+(:mod:`sim.fit`) fitted to the measured grid, per phase (prefill, decode)::
+
+    layer(batch) = c0 + c1 * max(size, knee) + c2 * keys + c3 * pairs
+
+size = new tokens (prefill) or requests (decode); keys and pairs are the attention's work
+under the mechanism the runtime used: ``padded`` (the torch runtime: dense over the batch's
+longest request, keys = requests x longest total, pairs = requests x longest new x longest
+total) or ``ragged`` (FlashAttention-style kernels: sums of each request's own). Why a
+fitted model rather than 2-D tables: docs/VALIDATION.md. The embedding (added to layer 0),
+LM head with sampling, batch setup and prepare_batch are linear fits of their own grids.
+
+In situ (``calibrated.in_situ``, :mod:`gpu_backend.calib_insitu`): the serving loop's ops
+run colder than the microbenchmarks; layers scale by ``compute_scale``, layer 0 gains
+``first_op_s``, sampling scales by ``sample_scale``, batch setup gains ``setup_s``.
+
+Ablation (``profile.ablate``): ``context`` drops keys and pairs, ``knee`` the knee,
+``lm_head`` the LM head, ``embed`` the embedding time, ``in_situ`` the in-situ terms; the
+host lane's switches live in :mod:`sim.host`.
 """
 
 from __future__ import annotations
@@ -21,8 +37,11 @@ import bisect
 import math
 from collections.abc import Sequence
 
+from sim.fit import LinearFit, fit_knee, fit_linear
 from sim.hardware.model import KINDS, ModelPreset
 from sim.hardware.profile import HardwareProfile, Table
+
+Batch = tuple[Sequence[tuple[int, int]], Sequence[int]]  # (prefill (new, ctx)), decode ctxs
 
 
 def attended_pairs(new_tokens: int, context_tokens: int, window: int | None) -> float:
@@ -35,7 +54,8 @@ def attended_pairs(new_tokens: int, context_tokens: int, window: int | None) -> 
 
 
 def interp_loglog(table: Table, x: float) -> float:
-    """Piecewise-linear interpolation of ``table`` in log-log space (see module doc)."""
+    """Piecewise-linear interpolation of ``table`` in log-log space; beyond the ends the
+    end segment's slope extrapolates (a single point scales proportionally)."""
     if x <= 0:
         return 0.0
     if len(table) == 1:
@@ -50,11 +70,67 @@ def interp_loglog(table: Table, x: float) -> float:
     return math.exp(math.log(y0) + slope * (math.log(x) - math.log(x0)))
 
 
+def attention_work(prefills: Sequence[tuple[int, int]], decodes: Sequence[int],
+                   mechanism: str) -> tuple[float, float]:
+    """(keys read, query-key pairs) of one layer's attention over the batch."""
+    reqs = [(n, c) for n, c in prefills] + [(1, c) for c in decodes]
+    if not reqs:
+        return 0.0, 0.0
+    if mechanism == "padded":
+        b, tq, tk = len(reqs), max(n for n, _ in reqs), max(n + c for n, c in reqs)
+        return float(b * tk), float(b * tq * tk)
+    return (float(sum(n + c for n, c in reqs)),
+            float(sum(attended_pairs(n, c, None) for n, c in reqs)))
+
+
+PREFILL_FEATURES = ("1", "tokens", "keys", "pairs")
+DECODE_FEATURES = ("1", "requests", "keys")
+
+
+class FittedCompute:
+    """The calibrated per-layer model (module doc), one fit per phase."""
+
+    def __init__(self, grid: dict, ablate: frozenset[str]) -> None:
+        self.mechanism = grid["attention"]
+        self.context = "context" not in ablate
+        fit = fit_linear if "knee" in ablate else fit_knee
+        pre = [(self.features(((int(n), int(c)),) * int(b), ()), t)
+               for b, n, c, t in grid["prefill"]]
+        dec = [(self.features((), (int(c),) * int(b)), t) for b, _, c, t in grid["decode"]]
+        self.prefill = self._fit(fit, PREFILL_FEATURES, pre)
+        self.decode = self._fit(fit, DECODE_FEATURES, dec)
+
+    def _fit(self, fit, names: tuple[str, ...], pts: list) -> LinearFit:  # noqa: ANN001
+        k = len(names) if self.context else 2
+        return fit(names[:k], [f[:k] for f, _ in pts], [t for _, t in pts])
+
+    def features(self, prefills: Sequence[tuple[int, int]], decodes: Sequence[int]
+                 ) -> list[float]:
+        keys, pairs = attention_work(prefills, decodes, self.mechanism)
+        if prefills:
+            return [1.0, float(sum(n for n, _ in prefills) + len(decodes)), keys, pairs]
+        return [1.0, float(len(decodes)), keys]
+
+    def __call__(self, prefills: Sequence[tuple[int, int]], decodes: Sequence[int]) -> float:
+        f = self.features(prefills, decodes)
+        model = self.prefill if prefills else self.decode
+        return model(f[:len(model.coef)])
+
+
+def _line(points: Sequence[Sequence[float]], names: tuple[str, ...]) -> LinearFit | None:
+    """A non-negative linear fit of rows ``[*x, seconds]`` on features ``[1, *x]``."""
+    if not points:
+        return None
+    return fit_linear(names, [[1.0, *p[:-1]] for p in points], [p[-1] for p in points])
+
+
 class CostModel:
-    """Per-layer compute times for a (profile, model) pair. Stateless after construction."""
+    """Per-layer compute, LM head and host times for a (profile, model) pair. Stateless
+    after construction."""
 
     def __init__(self, profile: HardwareProfile, model: ModelPreset) -> None:
         self.profile, self.model = profile, model
+        self.ablate = profile.ablate
         gpu = profile.gpu
         self.flops_per_s = gpu.bf16_flops * gpu.matmul_efficiency
         self.hbm = gpu.hbm_bytes_per_s
@@ -66,6 +142,22 @@ class CostModel:
         cal = profile.calibrated
         self.tables = (cal.prefill_layer, cal.decode_layer) if (
             cal is not None and cal.prefill_layer and cal.decode_layer) else None
+        self.fitted = None
+        self.embed_fit = self.sample_fit = self.setup_fit = self.prepare_fit = None
+        ins = cal.in_situ if cal is not None and "in_situ" not in self.ablate else None
+        self.in_situ = ins or {"compute_scale": 1.0, "first_op_s": 0.0, "sample_scale": 1.0,
+                               "setup_s": 0.0}
+        if cal is not None and cal.compute:
+            c = cal.compute
+            self.fitted = FittedCompute(c, self.ablate)
+            self.embed_fit = _line(c.get("embed", ()), ("1", "tokens"))
+            self.sample_fit = _line(c.get("sample", ()), ("1", "requests"))
+        if cal is not None and cal.host:
+            h = cal.host
+            self.setup_fit = _line([[b, b * n, b * (n + c), t] for b, n, c, t in h["setup"]],
+                                   ("1", "requests", "tokens", "keys"))
+            self.prepare_fit = _line([[b, b * t, s] for b, t, s in h["prepare"]],
+                                     ("1", "requests", "tokens"))
 
     def _window(self, kind: str) -> int | None:
         return self.model.sliding_window if kind == "swa" else None
@@ -96,6 +188,8 @@ class CostModel:
         """Seconds for one layer of ``kind`` over a (possibly mixed) batch."""
         if not prefills and not decodes:
             return 0.0
+        if self.fitted is not None:
+            return self.fitted(prefills, decodes) * self.in_situ["compute_scale"]
         if self.tables is not None:
             pre, dec = self.tables
             prefill_tokens = sum(n for n, _ in prefills)
@@ -112,7 +206,45 @@ class CostModel:
 
     def batch_layer_times(self, prefills: Sequence[tuple[int, int]],
                           decodes: Sequence[int]) -> tuple[float, ...]:
-        """Per-layer times of a batch in layer order (each kind computed once)."""
+        """Per-layer times of a batch in layer order (each kind computed once); the
+        embedding is charged to layer 0."""
         per_kind = {k: self.layer_time(k, prefills, decodes)
                     for k in set(self.model.layer_kinds)}
-        return tuple(per_kind[k] for k in self.model.layer_kinds)
+        times = [per_kind[k] for k in self.model.layer_kinds]
+        times[0] += self.embed_time(prefills, decodes) + self.in_situ["first_op_s"]
+        return tuple(times)
+
+    def embed_time(self, prefills: Sequence[tuple[int, int]], decodes: Sequence[int]) -> float:
+        if self.embed_fit is None or "embed" in self.ablate:
+            return 0.0
+        return self.embed_fit([1.0, sum(n for n, _ in prefills) + len(decodes)])
+
+    def sample_time(self, requests: int) -> float:
+        """LM head over each request's last row, then sampling (0 without a vocabulary)."""
+        if requests <= 0 or "lm_head" in self.ablate:
+            return 0.0
+        if self.sample_fit is not None:
+            return self.sample_fit([1.0, requests]) * self.in_situ["sample_scale"]
+        vocab = self.model.vocab_size / self.model.tensor_parallel
+        if not vocab:
+            return 0.0
+        h = self.model.hidden_size
+        flops = 2.0 * requests * h * vocab
+        nbytes = (h * vocab + requests * (h + vocab)) * self.model.dtype_bytes
+        return max(flops / self.flops_per_s, nbytes / self.hbm) + self.launch
+
+    def setup_time(self, prefills: Sequence[tuple[int, int]], decodes: Sequence[int]) -> float:
+        """Host time to build the batch's index and move it to the device."""
+        if self.setup_fit is None:
+            return 0.0
+        reqs = [(n, c) for n, c in prefills] + [(1, c) for c in decodes]
+        b = len(reqs)
+        tk = max((n + c for n, c in reqs), default=0)
+        return self.setup_fit([1.0, b, sum(n for n, _ in reqs), b * tk]) + self.in_situ["setup_s"]
+
+    def prepare_time(self, requests: int, tokens: int = 0) -> float:
+        """Host time of prepare_batch's own bookkeeping for ``requests`` slices of
+        ``tokens`` new tokens in all (copy issue is separate)."""
+        if self.prepare_fit is None:
+            return 0.0
+        return self.prepare_fit([1.0, requests, tokens])

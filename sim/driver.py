@@ -112,7 +112,7 @@ def _runtime(env: simpy.Environment, sc: Scenario, hw: HardwareProfile,
     return SimRuntime(env, profile=hw, model=sc.model, page_size=sc.cache.page_size,
                       device_pages=pools, host_pages={"full": host_pages},
                       l3=l3, io_backend=sc.cache.hicache_io_backend,
-                      layerwise=run.layerwise,
+                      layerwise=run.layerwise, mem_layout=sc.cache.effective_mem_layout,
                       backup_throttle_bytes_per_s=run.backup_throttle_bytes_per_s,
                       runtime_id=runtime_id, timeline=tl, trace_layers=run.trace_layers,
                       writeback=run.writeback)
@@ -244,8 +244,8 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed):  # noqa
     cpu = rt.profile.scheduler_step_s
     ipc = rep.crossing or CrossingCost(rt.profile, False)
     while True:
-        if ipc.process:
-            yield env.timeout(ipc.wakeup())
+        if ipc.process:  # the poll that brings the completions crosses too
+            yield rt.host_lane.run(ipc.wakeup())
         arrivals, feed.inbox[i] = feed.inbox[i], []
         step = sched.step(env.now, arrivals, rt.poll())
         while True:
@@ -254,8 +254,8 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed):  # noqa
             if not step.plans:
                 break
             cost = cpu + sum(ipc.plan(len(p.slices)) for p in step.plans)
-            if cost > 0:
-                yield env.timeout(cost)
+            if cost > 0:  # driver-thread time: in line with the runtime calls' (sim.host)
+                yield rt.host_lane.run(cost)
             for plan in step.plans:
                 handle = rt.prepare_batch(plan)
                 sched.prepared(handle)

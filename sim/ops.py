@@ -25,22 +25,66 @@ if TYPE_CHECKING:
 Proc = Generator[simpy.Event, Any, None]
 
 
-def load_op(rt: SimRuntime, batch: int, layer_bytes: list[int], layer_calls: list[int],
-            events: list[simpy.Event]) -> Proc:
-    """Layer-wise H2D: one copy (or copy kernel) per layer, then that layer's event."""
-    for layer, (nbytes, calls) in enumerate(zip(layer_bytes, layer_calls, strict=True)):
-        if nbytes:
+def load_op(rt: SimRuntime, st: BatchState) -> Proc:
+    """H2D in the batch's load groups (one per layer when layer-wise, else one for all
+    layers): each starts once the host issued its first call, then fires its layers'
+    events."""
+    bid = st.plan.batch_id
+    slot = None
+    for g, group in enumerate(st.load_groups):
+        if group.nbytes:
+            slot = yield from _start(rt, [st.load_issued[g]], slot)
             t0 = rt.env.now
-            start, end = yield from rt.copies.copy("h2d", nbytes, calls, op="load",
-                                                   batch=batch, layer=layer)
-            rt.timeline.record("h2d", "load", t0, end, batch=batch, layer=layer, nbytes=nbytes)
-            rt.timeline.record("pcie:h2d", "load", start, end, batch=batch, layer=layer,
-                               nbytes=nbytes)
-        events[layer].succeed()
+            layer = group.layers.start if len(group.layers) == 1 else -1
+            start, end = yield from rt.copies.copy(
+                "h2d", group.nbytes, group.calls, op="load", batch=bid, layer=layer,
+                issue_end=st.load_issue_end[g])
+            rt.timeline.record("h2d", "load", t0, end, batch=bid, layer=layer,
+                               nbytes=group.nbytes)
+            rt.timeline.record("pcie:h2d", "load", start, end, batch=bid, layer=layer,
+                               nbytes=group.nbytes)
+        assert st.layer_events is not None
+        for i in group.layers:
+            st.layer_events[i].succeed()
+    rt.host_lane.release(slot)
+
+
+def _start(rt: SimRuntime, waits: list[simpy.Event], slot: simpy.Event | None
+           ) -> Generator[simpy.Event, Any, simpy.Event | None]:
+    """Wait until a device-lane op may start: its events, then the host (sim.host). A lane
+    that holds the one-at-a-time slot (CPU runtime: the GIL) keeps it for its next op when
+    that op is ready at once, as a running thread keeps the GIL; else it lets it go."""
+    if slot is not None and all(e.processed for e in waits):
+        if rt.host_lane.gap:
+            yield rt.env.timeout(rt.host_lane.gap)
+        return slot
+    rt.host_lane.release(slot)
+    for e in waits:
+        if not e.processed:
+            yield e
+    yield from rt.host_lane.before_device_op()
+    slot = rt.host_lane.acquire()
+    if slot is not None:
+        yield slot
+    return slot
+
+
+def _op(rt: SimRuntime, st: BatchState, waits: list[simpy.Event], seconds: float, op: str,
+        layer: int, slot: simpy.Event | None
+        ) -> Generator[simpy.Event, Any, tuple[float, simpy.Event | None]]:
+    """One compute-lane op: once it may start (:func:`_start`), ``seconds`` of compute
+    (slowed while copy kernels hold SMs), one timeline row. Returns (start, slot)."""
+    env = rt.env
+    slot = yield from _start(rt, waits, slot)
+    t0 = env.now
+    yield rt.fluid.submit(FluidJob(seconds, "compute"))
+    rt.timeline.record("compute", op, t0, env.now, batch=st.plan.batch_id, layer=layer)
+    return t0, slot
 
 
 def compute_op(rt: SimRuntime, st: BatchState) -> Proc:
-    """Per-layer compute waiting on load events, or one fluid job (fast path)."""
+    """Per-layer compute waiting on launches and load events, or one fluid job (fast
+    path: no host lane, no per-layer loads); then the LM head and sampling."""
     env, start = rt.env, rt.env.now
     bid = st.plan.batch_id
     if st.prefills or st.decodes:
@@ -48,20 +92,28 @@ def compute_op(rt: SimRuntime, st: BatchState) -> Proc:
         if st.extra_s:  # HBM copies of recurrent state, charged before the first layer
             times = (times[0] + st.extra_s, *times[1:])
         op = "prefill" if st.prefills else "decode"
-        per_layer = rt.trace_layers or (st.layer_events is not None and rt.layerwise)
+        per_layer = (rt.trace_layers or (st.layer_events is not None and rt.layerwise)
+                     or st.launched is not None)
         if st.loads_done is not None and not rt.layerwise:
             yield st.loads_done  # layerwise=False: every load lands before layer 0
+        slot = None
         if not per_layer:
             t0 = env.now
             yield rt.fluid.submit(FluidJob(sum(times), "compute"))
             rt.timeline.record("compute", op, t0, env.now, batch=bid)
+            start = t0
         else:
             for layer, t in enumerate(times):
+                waits = [] if st.launched is None else [st.launched[layer]]
                 if st.layer_events is not None and rt.layerwise:
-                    yield st.layer_events[layer]
-                t0 = env.now
-                yield rt.fluid.submit(FluidJob(t, "compute"))
-                rt.timeline.record("compute", op, t0, env.now, batch=bid, layer=layer)
+                    waits.append(st.layer_events[layer])
+                t0, slot = yield from _op(rt, st, waits, t, op, layer, slot)
+                start = t0 if layer == 0 else start
+        sample = rt.cost.sample_time(len(st.prefills) + len(st.decodes))
+        if sample > 0 or st.launched is not None:
+            waits = [] if st.launched is None else [st.launched[len(times)]]
+            _, slot = yield from _op(rt, st, waits, sample, "sample", -1, slot)
+        rt.host_lane.release(slot)
     elif st.loads_done is not None:
         yield st.loads_done  # a plan without slices still completes after its loads
     if st.generation == rt.generation:
@@ -70,18 +122,16 @@ def compute_op(rt: SimRuntime, st: BatchState) -> Proc:
 
 def backup_op(rt: SimRuntime, st: BatchState) -> Proc:
     """One all-layer D2H copy for all of the batch's backups (after its compute)."""
-    payload = calls = 0
-    for b in st.backups:
-        pool = b.intent.src.pool
-        payload += b.dst.num_pages * rt.bytes_per_page[pool]
-        calls += b.calls_per_layer * rt.layers_touched[pool]
-    if rt.copies.io_backend == "kernel":
-        calls = 1
+    payload = sum(b.dst.num_pages * rt.bytes_per_page[b.intent.src.pool] for b in st.backups)
+    calls = rt.backup_calls(st)
+    slot = yield from _start(rt, [], None)
     t0 = rt.env.now
     if payload:
         bid = st.plan.batch_id
         start, end = yield from rt.copies.copy("d2h", payload, calls, rt.backup_throttle,
                                                op="backup", batch=bid)
+    rt.host_lane.release(slot)
+    if payload:
         rt.timeline.record("d2h", "backup", t0, end, batch=bid, nbytes=payload)
         rt.timeline.record("pcie:d2h", "backup", start, end, batch=bid, nbytes=payload)
     for b in st.backups:

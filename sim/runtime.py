@@ -1,11 +1,13 @@
 """SimRuntime: the RuntimeInterface over a SimPy model of one GPU, its host and L3.
 
 Invariants: all time is ``env.now``; prepare_batch places pages (per-pool free lists) and
-starts layer-wise H2D loads at once, so loads of batch N+1 overlap compute of batch N;
-execute_batch queues compute after earlier batches, then one D2H backup copy per batch;
-every handle is checked against (runtime_id, generation); bytes copied per direction are
-counted by the link (``bytes_moved``) and, independently, from page counts at prepare
-(``bytes_accounted``).
+starts layer-wise H2D loads at once (as soon as the host issued them, :mod:`sim.host`), so
+loads of batch N+1 overlap compute of batch N; execute_batch queues compute after earlier
+batches (each op once the host launched it), the LM head and sampling, then one D2H backup
+copy per batch; every handle is checked against (runtime_id, generation); bytes copied per
+direction are counted by the link (``bytes_moved``) and, independently, from page counts at
+prepare (``bytes_accounted``). ``batch_shapes`` records what each batch computed (tokens,
+requests, context, load bytes) for residual plots.
 """
 
 from __future__ import annotations
@@ -36,13 +38,14 @@ from hicache.runtime.state import StateKeeper
 from hicache.runtime.writeback import WritebackConfig
 from hicache.timeline import Timeline
 from sim import ops, validate
-from sim.batch import BatchState, PendingBackup, paired_runs
+from sim.batch import BatchState, LoadGroup, PendingBackup
 from sim.calibration import apply_copy_calibration
 from sim.copy_engine import CopyEngines
 from sim.cost import CostModel
 from sim.fluid import FluidServer
 from sim.hardware.model import ModelPreset, load_model
 from sim.hardware.profile import HardwareProfile, load_profile
+from sim.host import HostLane, copy_calls
 from sim.l3 import L3Store
 from sim.link import PcieLink
 from sim.pools import TierPools
@@ -56,6 +59,7 @@ class SimRuntime:
                  model: ModelPreset | str, page_size: int, device_pages: dict[str, int],
                  host_pages: dict[str, int], l3: L3Store | None = None,
                  io_backend: str = "kernel", layerwise: bool = True,
+                 mem_layout: str = "layer_first",
                  backup_throttle_bytes_per_s: float | None = None, runtime_id: str = "sim0",
                  timeline: Timeline | None = None, trace_layers: bool = False,
                  writeback: WritebackConfig | str | None = None) -> None:
@@ -71,6 +75,8 @@ class SimRuntime:
         self.page_size, self.runtime_id = page_size, runtime_id
         self.device_sizes, self.host_sizes = dict(device_pages), dict(host_pages)
         self.l3, self.layerwise, self.trace_layers = l3, layerwise, trace_layers
+        # the host layout decides how many copy calls a page run costs (sim.host)
+        self.mem_layout = "page_first" if mem_layout.startswith("page_first") else "layer_first"
         self.backup_throttle = backup_throttle_bytes_per_s
         self.writeback = Writeback(writeback)  # when D2H backups run (runtime-owned policy)
         self._decode: dict[int, int] = {}  # executed batch id -> decode batch size (or 0)
@@ -81,6 +87,9 @@ class SimRuntime:
         self.copies = CopyEngines(env, self.profile, self.link, self.fluid, io_backend)
         self.copies.timeline = self.timeline
         self.streams = {n: Stream(env, n) for n in ("compute", "h2d", "d2h")}
+        self.host_lane = HostLane(env, self.profile, self.cost, self.timeline)
+        self.streams["cpu"] = self.host_lane.stream
+        self.batch_shapes: dict[int, dict[str, int]] = {}
         self.layer_bytes = self._layer_bytes(set(device_pages) | set(host_pages))
         self.bytes_per_page = {p: sum(b) for p, b in self.layer_bytes.items()}
         self.layers_touched = {p: sum(1 for x in b if x) for p, b in self.layer_bytes.items()}
@@ -143,17 +152,22 @@ class SimRuntime:
         loads: list[tuple[str, list[int], list[int]]] = []  # (pool, src, dst)
         slices = tuple(self._prepare_slice(s, st, loads) for s in plan.slices)
         st.finished = tuple(s.rid for s in plan.slices if s.finishes)
+        st.load_groups = self._load_groups(loads)
+        self.host_lane.prepare(st, len(plan.slices),
+                               [g.calls if g.nbytes else 0 for g in st.load_groups],
+                               admits=bool(st.prefills))
         if loads:
-            self._start_loads(st, loads)
+            self._start_loads(st)
         for b in plan.backups:
             src = list(b.src.pages())
             dst = self.host[b.src.pool].allocate(len(src))
             ext = self._extent(Tier.HOST, dst, b.src.pool)
-            pending = PendingBackup(b, ext, paired_runs(src, dst), self.env.event())
+            pending = PendingBackup(b, ext, src, dst, self.env.event())
             st.backups.append(pending)
             for p in dst:
                 self._pending[(b.src.pool, p)] = pending.done
             self.bytes_accounted["d2h"] += len(src) * self.bytes_per_page[b.src.pool]
+        self._record_shape(st, loads)
         for pf in plan.prefetches:
             reserved = self.host["full"].allocate(pf.max_pages)
             self.env.process(ops.prefetch_op(self, pf, reserved, self.generation))
@@ -168,6 +182,8 @@ class SimRuntime:
         if st is None or st.handle != handle:  # by value: a handle may cross a process
             raise ValueError(f"batch {handle.batch_id} was not prepared (or already executed)")
         del self._prepared[handle.batch_id]
+        ops_launched = self.model.num_layers + 1 if (st.prefills or st.decodes) else 1
+        self.host_lane.execute(st, ops_launched, self.backup_calls(st))
         compute = self.streams["compute"].submit(lambda: ops.compute_op(self, st))
         self._decode[st.plan.batch_id] = 0 if st.prefills else len(st.decodes)
         if st.backups and self.writeback.policy.chunked:
@@ -273,21 +289,45 @@ class SimRuntime:
             st.decodes.extend([s.context_tokens] * s.new_tokens)
         return PreparedSlice(s.rid, row.handle, row.extent(), tuple(loaded), state)
 
-    def _start_loads(self, st: BatchState, loads: list[tuple[str, list[int], list[int]]]) -> None:
+    def _calls(self, pool: str, src: list[int], dst: list[int], layers: range) -> int:
+        """Copy calls of one op moving ``src`` -> ``dst`` over ``layers`` (sim.host)."""
+        touched = sum(1 for i in layers if self.layer_bytes[pool][i])
+        return copy_calls(self.copies.io_backend, self.profile.io_kernel.mechanism,
+                          self.mem_layout, src, dst, src, touched,
+                          touched == self.layers_touched[pool],
+                          legacy="copy_calls" in self.profile.ablate)
+
+    def _load_groups(self, loads: list[tuple[str, list[int], list[int]]]) -> list[LoadGroup]:
+        """One h2d op per layer (layer-wise) or one for all layers, as the torch runtime."""
+        if not loads:
+            return []
         layers = self.model.num_layers
-        nbytes, calls = [0] * layers, [0] * layers
-        for pool, src, dst in loads:
-            runs = paired_runs(src, dst)
-            for i, b in enumerate(self.layer_bytes[pool]):
-                if b:
-                    nbytes[i] += b * len(src)
-                    calls[i] += runs
-        if self.copies.io_backend == "kernel":
-            calls = [1 if b else 0 for b in nbytes]
-        st.layer_events = [self.env.event() for _ in range(layers)]
+        spans = [range(i, i + 1) for i in range(layers)] if self.layerwise else [range(layers)]
+        out = []
+        for r in spans:
+            nbytes = sum(self.layer_bytes[pool][i] * len(src)
+                         for pool, src, _ in loads for i in r)
+            calls = sum(self._calls(pool, src, dst, r) for pool, src, dst in loads)
+            out.append(LoadGroup(r, nbytes, calls))
+        return out
+
+    def backup_calls(self, st: BatchState) -> int:
+        """Copy calls of the batch's one all-layer backup op."""
+        return sum(self._calls(b.intent.src.pool, b.src_pages, b.dst_pages,
+                               range(self.model.num_layers)) for b in st.backups)
+
+    def _start_loads(self, st: BatchState) -> None:
+        st.layer_events = [self.env.event() for _ in range(self.model.num_layers)]
         st.loads_done = st.layer_events[-1]  # the h2d stream completes layers in order
-        bid = st.plan.batch_id
-        self.streams["h2d"].submit(lambda: ops.load_op(self, bid, nbytes, calls, st.layer_events))
+        self.streams["h2d"].submit(lambda: ops.load_op(self, st))
+
+    def _record_shape(self, st: BatchState, loads: list[tuple[str, list[int], list[int]]]
+                      ) -> None:
+        reqs = [(n, c) for n, c in st.prefills] + [(1, c) for c in st.decodes]
+        self.batch_shapes[st.plan.batch_id] = {
+            "requests": len(reqs), "tokens": sum(n for n, _ in reqs),
+            "context_tokens": sum(c for _, c in reqs),
+            "load_bytes": sum(g.nbytes for g in st.load_groups)}
 
     def _release(self, rel: Release) -> None:
         row = self.rows.pop(rel.request.slot_id)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from hicache.runtime.interface import TransferCompletion, TransferKind
 from hicache.runtime.writeback import ChunkLog, WritebackConfig, WritebackPolicy, make_policy
 from sim.batch import BatchState
-from sim.ops import Proc
+from sim.ops import Proc, _start
 
 if TYPE_CHECKING:
     from sim.runtime import SimRuntime
@@ -41,15 +41,10 @@ class Writeback:
 
 def chunked_backup_op(rt: SimRuntime, st: BatchState, ready: dict[str, float]) -> Proc:
     """A batch's backups in chunks under ``rt.writeback``'s policy (after its compute,
-    which set ``ready["t"]``)."""
+    which set ``ready["t"]``); copy calls split evenly over the chunks."""
     wb, env = rt.writeback, rt.env
-    payload = calls = 0
-    for b in st.backups:
-        pool = b.intent.src.pool
-        payload += b.dst.num_pages * rt.bytes_per_page[pool]
-        calls += b.calls_per_layer * rt.layers_touched[pool]
-    if rt.copies.io_backend == "kernel":
-        calls = 1
+    payload = sum(b.dst.num_pages * rt.bytes_per_page[b.intent.src.pool] for b in st.backups)
+    calls = rt.backup_calls(st)
     bid, t_ready = st.plan.batch_id, ready.get("t", env.now)
     n = max(1, math.ceil(payload / wb.policy.cfg.chunk_bytes))
     for i in range(n if payload else 0):
@@ -60,10 +55,12 @@ def chunked_backup_op(rt: SimRuntime, st: BatchState, ready: dict[str, float]) -
         if gate.after_loads and not h2d.idle():
             yield env.any_of([h2d.tail, env.timeout(gate.loads_s)])
         nbytes = payload // n + (payload % n if i == n - 1 else 0)
-        k = max(1, calls // n) if rt.copies.io_backend != "kernel" else 1
+        k = max(1, calls // n)
+        slot = yield from _start(rt, [], None)
         t0 = env.now
         wb.chunks.started(t0)
         start, end = yield from rt.copies.copy("d2h", nbytes, k, op="backup", batch=bid)
+        rt.host_lane.release(slot)
         wb.chunks.ended(t0, end)
         wb.policy.chunk_done(end, nbytes, end - t0)
         rt.timeline.record("d2h", "backup", t0, end, batch=bid, nbytes=nbytes)

@@ -274,6 +274,8 @@ class KVCacheManager:
         request's own pages the tree takes become tree-owned (kept at release)."""
         n = len(pages)
         first = st.prefix_tokens // self.page
+        if 0 < n <= first:  # all reused: the walk still counts the hits (as SGLang's does)
+            self.tree.insert(pages, {})
         if n <= first or st.kv is None or st.kv.num_pages < n:
             return None
         ext = st.kv.slice(first, n)
@@ -312,7 +314,7 @@ class KVCacheManager:
         m = self.tree.match(pages, touch=False)
         for node in m.path[:m.device_nodes]:
             if (node.on_device and not node.on_host and not node.backing_up
-                    and self.write.backup_on_hit(node.hit_count + 1)):
+                    and self.write.backup_on_hit(node.hit_count)):  # this insert counted
                 first, count = self.tree.page_span(node)
                 keys = tuple(st.hashes[first:first + count])
                 self.start_backup(self.tree.residency.begin_backup(node),

@@ -68,20 +68,22 @@ def strategy(name: str, *, session_aware: bool = False) -> KeyFn:
 
 
 class LazyHeap:
-    """Min-heap of (key, node) with lazy invalidation by ``node.stamp``.
+    """Min-heap of (key, last access, node) with lazy invalidation by ``node.stamp``.
 
     Push a node whenever its key may have changed (after bumping its stamp); stale entries
     are skipped when popped. ``pop_valid`` yields nodes in key order that pass ``ok``.
+    Equal keys fall back to recency, as SGLang's heap compares nodes by last access.
     """
 
     def __init__(self, key: KeyFn) -> None:
         self.key = key
-        self._heap: list[tuple[tuple, int, int, Node]] = []
+        self._heap: list[tuple[tuple, int, int, int, Node]] = []
         self._seq = 0
 
     def push(self, node: Node) -> None:
         self._seq += 1
-        heapq.heappush(self._heap, (self.key(node), self._seq, node.stamp, node))
+        heapq.heappush(self._heap,
+                       (self.key(node), node.last_access, self._seq, node.stamp, node))
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -91,7 +93,7 @@ class LazyHeap:
         stale are dropped; live ones failing ``ok`` are dropped too (their owner pushes
         them again when they become eligible, e.g. on unlock)."""
         while self._heap:
-            _, _, stamp, node = heapq.heappop(self._heap)
+            *_, stamp, node = heapq.heappop(self._heap)
             if stamp != node.stamp:
                 continue
             if ok(node):

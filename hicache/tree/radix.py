@@ -4,11 +4,18 @@
                      └──── [q3]                   data per tier (see node.py)
 
 The tree decides and returns frozen actions (actions.py); it owns no memory. Callers own
-allocators (or a runtime owns placement) and execute the actions. Time is a logical clock
-owned by the tree (one tick per match or insert), so a run is reproducible.
+allocators (or a runtime owns placement) and execute the actions. Every decision is the
+one SGLang 0.5.23's ``UnifiedRadixCache`` makes on the same operations (``tests/oracle``
+replays SGLang's recorded results); options.py names the deliberate departures.
 
-Split rule: a node is split where a match or insert diverges inside it, and at the start
-of a component's data when an insert carries that component only for a suffix (SWA).
+Recency is a logical clock owned by the tree (one tick per stamp, so a run is
+reproducible): a match stamps the reused path from the root down, an insert every node it
+walks and creates, a split both parts (upper first).
+
+Split rule: a node is split where a match or insert diverges inside it; where an insert's
+component data starts inside a node that lacks that component (an SWA suffix over an SWA
+tombstone); and a new leaf's SWA part longer than one window is cut so that its last
+window is a node of its own (locking it then pins one window, SGLang's SWA lock split).
 Locks, eviction and sessions live in their own modules and operate on this structure.
 """
 
@@ -24,6 +31,7 @@ from hicache.tree.components import Kind, TreeSpec
 from hicache.tree.eviction import strategy
 from hicache.tree.locks import LockTable
 from hicache.tree.node import Node, PageKey
+from hicache.tree.options import SGLANG, TreeOptions
 from hicache.tree.residency import Residency
 
 
@@ -84,19 +92,32 @@ class InsertResult:
 
 class UnifiedRadixTree:
     def __init__(self, spec: TreeSpec, *, eviction_policy: str = "lru",
-                 session_aware: bool = False) -> None:
+                 session_aware: bool = False, options: TreeOptions = SGLANG) -> None:
         self.spec = spec
+        self.options = options
         self.clock = 0
         self._next_id = 1
         self.root = Node(0, None, [], 0)
         self.nodes: dict[int, Node] = {}
         self.locks = LockTable(self)
-        self.residency = Residency(self, strategy(eviction_policy, session_aware=session_aware))
+        self.residency = Residency(self, strategy(eviction_policy, session_aware=session_aware),
+                                   session_aware=session_aware, options=options)
         self.sessions: dict[str, set[Node]] = {}
+        swa = spec.get(Kind.SWA)
+        self._window_pages = -(-swa.window // spec.page_size) if swa is not None else 0
 
     # -- structure -------------------------------------------------------------------
+    def _tick(self) -> int:
+        self.clock += 1
+        return self.clock
+
+    def _stamp(self, node: Node) -> None:
+        """``node`` was used now (its FULL eviction key changes: re-queue it)."""
+        node.last_access = self._tick()
+        self.residency.touched(node)
+
     def _new_node(self, parent: Node, key: list) -> Node:
-        node = Node(self._next_id, parent, key, self.clock)
+        node = Node(self._next_id, parent, key, self._tick())
         self._next_id += 1
         parent.children[key[0]] = node
         self.nodes[node.id] = node
@@ -104,16 +125,17 @@ class UnifiedRadixTree:
 
     def split(self, node: Node, at: int) -> Node:
         """Split ``node`` after ``at`` pages; return the new upper node (``node`` keeps
-        the tail, its children and its MAMBA checkpoint)."""
+        the tail, its children and its MAMBA checkpoint). Both parts count as just used,
+        the upper one first; in the SWA list the upper part goes just behind ``node``."""
         if not 0 < at < node.num_pages:
             raise ValueError(f"split of {node} at {at}")
         parent = node.parent
         assert parent is not None
-        head = Node(self._next_id, parent, node.key[:at], node.created)
+        head = Node(self._next_id, parent, node.key[:at], self._tick())
         self._next_id += 1
         self.nodes[head.id] = head
-        head.last_access, head.hit_count, head.priority = (
-            node.last_access, node.hit_count, node.priority)
+        head.created, head.hit_count, head.priority = node.created, node.hit_count, node.priority
+        node.last_access = self._tick()
         node.key = node.key[at:]
         parent.children[head.key[0]] = head
         head.children[node.key[0]] = node
@@ -131,14 +153,16 @@ class UnifiedRadixTree:
             self.sessions[sid].add(head)
         self.locks.on_split(node, head)
         self.residency.on_split(node, head)
+        self.residency.touched(head)
+        self.residency.touched(node)
         return head
 
-    def _walk(self, pages: Sequence[PageKey],
-              cuts: Sequence[int] = ()) -> Iterator[tuple[Node, int]]:
-        """Follow ``pages`` from the root, splitting where the match diverges inside a node
-        or crosses a cut; yield (node, start page) for each fully matched node."""
+    def _walk(self, pages: Sequence[PageKey], starts: dict[Kind, int] | None = None,
+              attr: str = "device") -> Iterator[tuple[Node, int]]:
+        """Follow ``pages`` from the root, splitting where the match diverges inside a node,
+        and where a component's data starts (``starts``: page index) inside a node that
+        lacks that component in ``attr``; yield (node, start page) per matched node."""
         node, i, n = self.root, 0, len(pages)
-        cuts = sorted(c for c in cuts if 0 < c < n)
         while i < n:
             child = node.children.get(pages[i])
             if child is None:
@@ -147,10 +171,10 @@ class UnifiedRadixTree:
             m, limit = 1, min(len(key), n - i)
             while m < limit and key[m] == pages[i + m]:
                 m += 1
-            for c in cuts:
-                if i < c < i + m:
-                    m = c - i
-                    break
+            if starts:
+                held = getattr(child, attr)
+                m = min([m] + [c - i for k, c in starts.items()
+                               if i < c < i + m and k not in held])
             if m < len(key):
                 child = self.split(child, m)
             yield child, i
@@ -167,12 +191,10 @@ class UnifiedRadixTree:
         if all_tokens < dev_tokens:  # a host-tier hole cannot shorten the L1 boundary
             all_tokens, all_nodes = dev_tokens, dev_nodes
         path = path[:all_nodes]
-        if touch:
-            self.clock += 1
-            for node in path:
-                node.last_access = self.clock
-                node.hit_count += 1
-                self.residency.touched(node)
+        if touch and path:
+            for node in path:  # the reused path, the deepest node the most recent
+                self._stamp(node)
+            self.residency.refresh_after_match(path[-1])
         return MatchResult(dev_tokens, all_tokens - dev_tokens, matched, tuple(path), dev_nodes)
 
     # -- insert ----------------------------------------------------------------------
@@ -181,19 +203,25 @@ class UnifiedRadixTree:
         """Cache ``pages`` with their data in ``tier``.
 
         Each paged extent covers the *last* ``num_pages`` pages. ``values[FULL]`` may skip
-        a prefix only if the tree already holds that prefix (in any tier); ``values[SWA]``
+        a prefix only if the tree already holds that prefix (in any tier), and may be left
+        out when it holds every page (a request that computed nothing new: the insert only
+        walks, counting its hits as SGLang's insert of a cached key does); ``values[SWA]``
         may be shorter still (earlier nodes keep SWA tombstones); ``values[MAMBA]`` is the
         checkpoint at the end. Pages the tree already holds in that tier are
         duplicates: their caller-side copies are returned as free actions (unless they
         are the very same pages, as when a request re-inserts a prefix it borrowed).
+
+        An L1 insert counts a hit on every L1 node it walks and on its new leaf
+        (``Node.hit_count``: what LFU/SLRU and write-through thresholds read; SGLang
+        counts none under write_back); a match counts none.
         """
         n = len(pages)
         if n == 0:
             return InsertResult(0, None, ())
         full = values.get(Kind.FULL)
-        if full is None or not 0 < full.num_pages <= n:
+        if full is not None and not 0 < full.num_pages <= n:
             raise ValueError(f"insert needs a FULL extent of 1..{n} pages, got "
-                             f"{None if full is None else full.num_pages}")
+                             f"{full.num_pages}")
         for kind in values:
             if self.spec.get(kind) is None:
                 raise ValueError(f"insert of component {kind.value!r} the tree does not have")
@@ -201,51 +229,85 @@ class UnifiedRadixTree:
         for k, s in starts.items():
             if s < 0:
                 raise ValueError(f"{k.value} extent longer than the inserted pages")
-        self.clock += 1
         attr = "device" if tier is Tier.DEVICE else "host"
+        res = self.residency
+        hits = tier is Tier.DEVICE and not (res.host_enabled and res.write_back)
         actions: list[Action] = []
         existing = 0
         node, i = self.root, 0  # i: pages covered by the nodes walked so far
-        for node, start in self._walk(pages, cuts=list(starts.values())):
+        for node, start in self._walk(pages, starts, attr):
             i = start + node.num_pages
-            had_full = Kind.FULL in getattr(node, attr)
-            self._fill(node, attr, values, starts, start, i, actions)
-            if had_full:
+            if Kind.FULL in getattr(node, attr):
                 existing = i
-            node.last_access = self.clock
-            self.residency.touched(node)
-        if i < starts[Kind.FULL]:
-            raise ValueError(f"insert of a FULL suffix from page {starts[Kind.FULL]}: the tree "
-                             f"holds only the first {i} pages of its prefix")
-        while i < n:
-            nxt = min([s for s in starts.values() if s > i] + [n])
-            child = self._new_node(node, list(pages[i:nxt]))
-            self._fill(child, attr, values, starts, i, nxt, actions)
-            self.residency.added(child)
-            node, i = child, nxt
+            self._fill(node, attr, values, starts, start, i, actions)
+            if hits and node.on_device:
+                node.hit_count += 1
+            self._stamp(node)
+        if i < starts.get(Kind.FULL, n):
+            raise ValueError(f"insert of a FULL suffix from page {starts.get(Kind.FULL, n)}: "
+                             f"the tree holds only the first {i} pages of its prefix")
+        walked_to = node
+        for a, b in self._new_spans(i, n, starts):
+            node = self._new_node(node, list(pages[a:b]))
+            self._fill(node, attr, values, starts, a, b, actions)
+            if hits and b == n:  # the new leaf (not the parts cut off above it)
+                node.hit_count = 1
+            self.residency.added(node)
         mamba = values.get(Kind.MAMBA)
         if mamba is not None:
-            self._put(node, attr, Kind.MAMBA, mamba, actions)
-            self.residency.touched(node)
+            self._put_checkpoint(node, attr, mamba, node is walked_to, actions)
+        if attr == "device" and node is not self.root:
+            self.residency.refresh_after_insert(node)
         return InsertResult(existing, node, tuple(actions))
+
+    def _new_spans(self, i: int, n: int, starts: dict[Kind, int]) -> list[tuple[int, int]]:
+        """Page spans of the nodes an insert creates for pages ``i:n``: cut where a
+        component's data starts and, when the SWA part is longer than one window, where
+        its last window starts (SGLang's cap of a fresh SWA leaf)."""
+        cuts = {s for s in starts.values() if i < s < n}
+        swa = starts.get(Kind.SWA)
+        if swa is not None and n - max(swa, i) > self._window_pages:
+            cuts.add(n - self._window_pages)
+        bounds = [i, *sorted(cuts), n]
+        return [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if a < b]
 
     def _fill(self, node: Node, attr: str, values: dict[Kind, CacheExtentRef],
               starts: dict[Kind, int], i: int, end: int, actions: list[Action]) -> None:
+        """Give pages ``i:end`` (``node``) their part of each extent that reaches them."""
         for kind, start in starts.items():
-            if start <= i:
-                self._put(node, attr, kind, values[kind].slice(i - start, end - start), actions)
+            if start < end:
+                ext = values[kind].slice(max(start, i) - start, end - start)
+                self._put(node, attr, kind, ext, actions, offset=max(start - i, 0))
 
     def _put(self, node: Node, attr: str, kind: Kind, ext: CacheExtentRef,
-             actions: list[Action]) -> None:
+             actions: list[Action], offset: int = 0) -> None:
+        """Store ``ext`` as ``node``'s ``kind`` data (from page ``offset`` of the node);
+        if the node has it already, the caller's copy is a duplicate to free (unless it is
+        the very same pages)."""
         held: dict[Kind, CacheExtentRef] = getattr(node, attr)
         current = held.get(kind)
         if current is None and attr == "host" and self.residency.backup_covers(node, kind):
             actions.append(FreeHost(node.id, kind, ext))  # the in-flight backup brings it
         elif current is None:
+            assert offset == 0, "a node lacking a component is cut where its data starts"
             self.residency.put_value(node, attr, kind, ext)
-        elif list(current.pages()) != list(ext.pages()):
-            free = FreeDevice if attr == "device" else FreeHost
-            actions.append(free(node.id, kind, ext))
+        else:
+            mine = current if offset == 0 and ext.num_pages == current.num_pages else \
+                current.slice(offset, offset + ext.num_pages)
+            if list(mine.pages()) != list(ext.pages()):
+                free = FreeDevice if attr == "device" else FreeHost
+                actions.append(free(node.id, kind, ext))
+
+    def _put_checkpoint(self, node: Node, attr: str, ext: CacheExtentRef, existed: bool,
+                        actions: list[Action]) -> None:
+        """The MAMBA checkpoint at the end of an insert. On L1 a node that already held
+        one counts it as used (its copy is freed); an existing node is stamped used."""
+        had = Kind.MAMBA in getattr(node, attr)
+        self._put(node, attr, Kind.MAMBA, ext, actions)
+        if attr == "device" and had:
+            self.residency.refresh_mamba(node)
+        if existed:
+            self._stamp(node)
 
     # -- queries ---------------------------------------------------------------------
     def path_to_root(self, node: Node) -> Iterator[Node]:

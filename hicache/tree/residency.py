@@ -1,12 +1,21 @@
 """Where each node's data lives (L1/L2) and how it leaves: eviction and backup state.
 
-    FULL on L1   evict device leaves (FULL on L1, no child on L1) by the strategy key;
-                 a backed-up leaf is demoted to host-only, others are deleted (with any
-                 host-only descendants); under write_back a leaf is first backed up
-    SWA, MAMBA   per-component LRU over nodes holding them on L1: a long node is split at
-                 the retention boundary (its head loses SWA), a leaf is evicted whole,
-                 an internal node gets a tombstone; session-referenced nodes go last
+Eviction decides as SGLang 0.5.23's ``UnifiedRadixCache`` does:
+
+    FULL on L1   device leaves (FULL on L1, no child on L1, nothing locked) by the strategy
+                 key; a backed-up leaf is demoted to host-only, others are deleted (with
+                 any host-only descendants); under write_back a leaf is first backed up.
+                 The parent of an evicted leaf joins the candidates with its own key.
+    SWA, MAMBA   a walk from the LRU end of the component's recency list (lru.py): a
+                 device leaf is evicted whole (every component), an internal node loses
+                 that component (a tombstone; SWA takes the node's MAMBA along, the lower
+                 priority); with session-aware eviction referenced nodes go last
     L2           host-only leaves without a host lock, by the strategy key
+
+Every walk stops as soon as it has freed what was asked (``evict(0)`` frees nothing).
+Recency: FULL orders by ``Node.last_access`` (the tree stamps it); SWA and MAMBA order
+by their lists, which the tree refreshes at the end of a match or an insert only: SWA the
+end node and the ancestors within one window plus a page, MAMBA the matched node alone.
 
 A node being backed up is locked until :meth:`complete_backup`. Nothing here frees
 memory: it returns actions.
@@ -14,8 +23,7 @@ memory: it returns actions.
 
 from __future__ import annotations
 
-import math
-from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -23,7 +31,9 @@ from hicache.runtime.handles import CacheExtentRef
 from hicache.tree.actions import Action, BackupNode, Deleted, Demoted, FreeDevice, FreeHost
 from hicache.tree.components import Kind
 from hicache.tree.eviction import KeyFn, LazyHeap
+from hicache.tree.lru import LruList
 from hicache.tree.node import HOST, Node
+from hicache.tree.options import SGLANG, TreeOptions
 
 if TYPE_CHECKING:
     from hicache.tree.radix import UnifiedRadixTree
@@ -41,12 +51,15 @@ class EvictResult:
 
 
 class Residency:
-    def __init__(self, tree: UnifiedRadixTree, key: KeyFn) -> None:
+    def __init__(self, tree: UnifiedRadixTree, key: KeyFn, *, session_aware: bool = False,
+                 options: TreeOptions = SGLANG) -> None:
         self.tree = tree
+        self.options = options
+        self.session_aware = session_aware
         self.device_heap = LazyHeap(key)
         self.host_heap = LazyHeap(key)
-        self.lru: dict[Kind, OrderedDict[Node, None]] = {
-            k: OrderedDict() for k in (Kind.SWA, Kind.MAMBA) if tree.spec.get(k)}
+        self.lru: dict[Kind, LruList] = {
+            k: LruList() for k in (Kind.SWA, Kind.MAMBA) if tree.spec.get(k)}
         self.host_enabled = False
         self.write_back = False
         self.held: dict[tuple[str, str], int] = {}  # ("device"|"host", pool) -> pages held
@@ -56,42 +69,95 @@ class Residency:
 
     # -- hooks from the tree -----------------------------------------------------------
     def touched(self, node: Node) -> None:
+        """The node's eviction key or eligibility may have changed: re-queue it. (Recency
+        is the tree's ``last_access`` stamp and the refreshes below, not this.)"""
         node.stamp += 1
         if node.on_device:
             if node.is_device_leaf():
                 self.device_heap.push(node)
-            for kind, lru in self.lru.items():
-                if kind in node.device:
-                    lru[node] = None
-                    lru.move_to_end(node)
         elif node.on_host and not node.children:
             self.host_heap.push(node)
 
     added = touched
     unlocked = touched
 
+    def refresh_after_match(self, node: Node) -> None:
+        """SGLang's MATCH_END refresh: the SWA window ending at ``node``; MAMBA ``node``."""
+        self._refresh_window(node)
+        mamba = self.lru.get(Kind.MAMBA)
+        if mamba is not None and Kind.MAMBA in node.device:
+            mamba.push_mru(node)
+
+    def refresh_after_insert(self, node: Node) -> None:
+        """SGLang's INSERT_END refresh: the SWA window ending at ``node`` (a new MAMBA
+        checkpoint entered its list when it was stored)."""
+        self._refresh_window(node)
+
+    def refresh_mamba(self, node: Node) -> None:
+        """An insert ended on a node that already has its checkpoint: it was used."""
+        mamba = self.lru.get(Kind.MAMBA)
+        if mamba is not None and Kind.MAMBA in node.device:
+            mamba.push_mru(node)
+
+    def _refresh_window(self, node: Node) -> None:
+        """Make ``node`` and its ancestors within one window plus a page the most recent
+        SWA holders, the deepest first (nodes without live SWA keep their place)."""
+        lru = self.lru.get(Kind.SWA)
+        if lru is None:
+            return
+        spec = self.tree.spec
+        comp = spec.get(Kind.SWA)
+        assert comp is not None
+        span = comp.window + spec.page_size
+        chain: list[Node] = []
+        covered = 0
+        n: Node | None = node
+        while n is not None and n is not self.tree.root and covered < span:
+            if Kind.SWA in n.device:
+                chain.append(n)
+            covered += n.num_pages * spec.page_size
+            n = n.parent
+        for n in reversed(chain):
+            lru.push_mru(n)
+
     # -- the only places values enter or leave nodes (keeps ``held`` exact) -----------
     def put_value(self, node: Node, attr: str, kind: Kind, ext: CacheExtentRef) -> None:
+        """Store data (a new SWA/MAMBA holder on L1 becomes its list's most recent)."""
         getattr(node, attr)[kind] = ext
         key = (attr, ext.pool)
         self.held[key] = self.held.get(key, 0) + ext.num_pages
         if attr == "device" and kind in self.lru:
-            self.lru[kind][node] = None
+            self.lru[kind].push_mru(node)
 
     def pop_value(self, node: Node, attr: str, kind: Kind) -> CacheExtentRef:
         ext: CacheExtentRef = getattr(node, attr).pop(kind)
         self.held[(attr, ext.pool)] -= ext.num_pages
         if attr == "device" and kind in self.lru:
-            self.lru[kind].pop(node, None)
+            self.lru[kind].discard(node)
         return ext
 
     def held_pages(self, attr: str, pool: str = "full") -> int:
         return self.held.get((attr, pool), 0)
 
+    def sizes(self, kind: Kind) -> tuple[int, int]:
+        """(evictable, protected) L1 pages of ``kind`` (MAMBA: slots): held unlocked and
+        held locked, SGLang's ``component_evictable_size``/``component_protected_size``.
+        A scan of the tree, for tests and reports."""
+        evictable = protected = 0
+        for n in self.tree.nodes.values():
+            ext = n.device.get(kind)
+            if ext is not None:
+                if n.locked(kind):
+                    protected += ext.num_pages
+                else:
+                    evictable += ext.num_pages
+        return evictable, protected
+
     def on_split(self, tail: Node, head: Node) -> None:
+        """The new upper part sits just behind the lower part in each list it joins."""
         for kind, lru in self.lru.items():
             if kind in head.device:
-                lru[head] = None
+                lru.insert_after(tail, head)
         job = self._job_of.get(tail.id)
         if job is not None:
             nodes = self._jobs[job]
@@ -155,60 +221,73 @@ class Residency:
                 and not n.backing_up)
 
     def evict_device(self, kind: Kind, pages: int) -> EvictResult:
-        """Free at least ``pages`` L1 pages of ``kind``'s pool if possible."""
+        """Free at least ``pages`` L1 pages of ``kind``'s pool if possible, and no more
+        nodes than needed: the walk stops once enough is freed."""
         res = EvictResult()
         pool = kind.value
+        if pages <= 0:
+            return res
         if kind is Kind.FULL:
             for node in self.device_heap.pop_valid(self._device_evictable):
                 self._evict_leaf(node, res)
                 if res.freed.get(pool, 0) >= pages:
                     break
             return res
-        for node in self._lru_order(kind):
+        for node in self._lru_walk(kind):
+            self._evict_component(node, kind, res)
             if res.freed.get(pool, 0) >= pages:
                 break
-            if node.parent is None or kind not in node.device or node.locked(kind) \
-                    or node.backing_up:
-                continue
-            self._evict_component(node, kind, res)
         return res
 
-    def _lru_order(self, kind: Kind) -> list[Node]:
-        nodes = list(self.lru[kind])
-        return [n for n in nodes if not n.sessions] + [n for n in nodes if n.sessions]
+    def _aux_evictable(self, n: Node, kind: Kind) -> bool:
+        return (n.parent is not None and kind in n.device and not n.locked(kind)
+                and not n.backing_up)
+
+    def _lru_walk(self, kind: Kind) -> Iterator[Node]:
+        """Unlocked holders of ``kind`` from the LRU end; with session-aware eviction the
+        unreferenced ones first. Each step reads its successor before the caller evicts
+        the node, and restarts from the LRU end if that successor left the list."""
+        lru = self.lru[kind]
+        passes: tuple[bool | None, ...] = (False, True) if self.session_aware else (None,)
+        for referenced in passes:
+            node = lru.lru()
+            while node is not None:
+                nxt = lru.newer(node)
+                if self._aux_evictable(node, kind) and (
+                        referenced is None or bool(node.sessions) == referenced):
+                    yield node
+                    if nxt is not None and nxt not in lru:
+                        nxt = lru.lru()
+                node = nxt
 
     def _evict_component(self, node: Node, kind: Kind, res: EvictResult) -> None:
-        spec = self.tree.spec
-        comp = spec.get(kind)
-        assert comp is not None
-        if kind is Kind.SWA:
-            keep = math.ceil(comp.window / spec.page_size)
-            if node.num_pages > keep:  # split at the retention boundary, drop the head
-                head = self.tree.split(node, node.num_pages - keep)
-                self._tombstone(head, kind, res)
-                return
         if self._device_evictable(node):
             self._evict_leaf(node, res)
         else:
             self._tombstone(node, kind, res)
 
     def _tombstone(self, node: Node, kind: Kind, res: EvictResult) -> None:
+        """Drop ``kind`` from an internal node; SWA takes MAMBA along (without a live
+        window ending here the checkpoint cannot serve reuse: SGLang's priorities)."""
         res.add_free(FreeDevice(node.id, kind, self.pop_value(node, "device", kind)))
+        if kind is Kind.SWA and Kind.MAMBA in node.device and not node.locked(Kind.MAMBA):
+            res.add_free(FreeDevice(node.id, Kind.MAMBA,
+                                    self.pop_value(node, "device", Kind.MAMBA)))
 
     def _drop_device(self, node: Node, res: EvictResult) -> None:
         for kind in list(node.device):
             res.add_free(FreeDevice(node.id, kind, self.pop_value(node, "device", kind)))
 
     def _evict_leaf(self, node: Node, res: EvictResult) -> None:
-        """Evict a device leaf; then any parent left as an evictable device leaf with an
-        SWA tombstone (it could never serve reuse) goes too, iteratively."""
+        """Evict a device leaf; with ``free_swa_tombstone_leaves`` a parent left as an
+        evictable device leaf with an SWA tombstone goes too, iteratively."""
         nxt: Node | None = node
         while nxt is not None:
             nxt = self._evict_one_leaf(nxt, res)
 
     def _swa_tombstone_leaf(self, n: Node) -> bool:
-        return (Kind.SWA in self.lru and Kind.SWA not in n.device
-                and self._device_evictable(n))
+        return (self.options.free_swa_tombstone_leaves and Kind.SWA in self.lru
+                and Kind.SWA not in n.device and self._device_evictable(n))
 
     def _evict_one_leaf(self, node: Node, res: EvictResult) -> Node | None:
         tokens = node.num_pages * self.tree.spec.page_size

@@ -6,6 +6,7 @@ SI units (bytes, seconds, FLOP/s). The YAML schema is documented in docs/SCHEMAS
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,10 +42,38 @@ class PcieSpec:
         return self.call_overhead_s + (nbytes + self.half_efficiency_bytes) / peak
 
 
+IO_MECHANISMS = ("sm_zero_copy", "gather_dma")
+
+
 @dataclass(frozen=True, slots=True)
 class IoKernelSpec:
+    """The ``kernel`` io backend. ``mechanism``: ``sm_zero_copy`` is SGLang's copy kernel
+    (SMs read pinned host memory directly: one launch per op, at ``bytes_per_s``, slowing
+    compute); ``gather_dma`` is what the torch runtime can build (a device gather/scatter
+    into a staging buffer plus one DMA per host run). A study names the one it models."""
+
     bytes_per_s: float
     compute_slowdown: float
+    mechanism: str = "sm_zero_copy"
+
+
+@dataclass(frozen=True, slots=True)
+class HostSpec:
+    """The driver thread's work per op (all 0 in datasheet profiles: not modelled).
+    ``op_submit_s``: queue one op on a lane; ``op_gap_s``: a lane's idle time between two
+    queued ops; ``layer_launch_s``: issue one layer's kernels; ``copy_issue_s``: issue one
+    copy call (cudaMemcpyAsync); ``device_waits_for_host``: device lanes start an op only
+    while the driver thread is idle (the torch runtime on CPU: lane threads under one
+    GIL), ``handoff_s`` after it went idle; ``admit_step_s``: the scheduler's extra time in
+    a step that admits requests (a prefill batch), beyond ``scheduler_step_s``."""
+
+    op_submit_s: float = 0.0
+    op_gap_s: float = 0.0
+    layer_launch_s: float = 0.0
+    copy_issue_s: float = 0.0
+    handoff_s: float = 0.0
+    device_waits_for_host: bool = False
+    admit_step_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +106,13 @@ class CalibratedSpec:
     # the model shape the tables were measured with, as sorted (key, value) pairs of a
     # model-preset mapping (lists become tuples); () when the profile does not say
     shape: tuple[tuple[str, Any], ...] = ()
+    # measured grids the cost model fits (sim.cost): {"attention", "prefill", "decode",
+    # "embed", "sample"} and {"setup", "prepare"}; None when absent
+    compute: Any = None
+    host: Any = None
+    # how the serving loop's ops differ from the hot microbenchmarks (gpu_backend.
+    # calib_insitu): compute_scale, first_op_s, sample_scale, setup_s; None when absent
+    in_situ: Any = None
 
     def shape_mapping(self) -> dict[str, Any]:
         """``calibrated.shape`` as a dict ({} when absent)."""
@@ -95,6 +131,8 @@ class HardwareProfile:
     file: FileSpec | None
     calibrated: CalibratedSpec | None = None
     source: str = "<mapping>"
+    host_cpu: HostSpec = HostSpec()
+    ablate: frozenset[str] = frozenset()  # modelled effects switched off (ablation studies)
     # the RuntimeInterface across a process (run.runtime_process): seconds one crossing
     # adds with O(1) content (execute, poll), and a prepare_batch crossing by the plan's
     # requests ([[requests, seconds], ...]); absent = not measured for this host
@@ -131,7 +169,72 @@ def _calibrated(s: Section) -> CalibratedSpec:
         prefill_layer=s.table("prefill_layer") if s.has("prefill_layer") else (),
         decode_layer=s.table("decode_layer") if s.has("decode_layer") else (),
         shape=_shape(s.sub("shape")) if s.has("shape") else (),
+        compute=_compute(s.sub("compute")) if s.has("compute") else None,
+        host=_host_grids(s.sub("host")) if s.has("host") else None,
+        in_situ=_in_situ(s.sub("in_situ")) if s.has("in_situ") else None,
     )
+
+
+def _in_situ(s: Section) -> dict[str, float]:
+    return {"compute_scale": s.num("compute_scale", 1.0, positive=True),
+            "first_op_s": s.num("first_op_s", 0.0),
+            "sample_scale": s.num("sample_scale", 1.0, positive=True),
+            "setup_s": s.num("setup_s", 0.0)}
+
+
+def _rows(s: Section, key: str, width: int) -> tuple[tuple[float, ...], ...]:
+    """A list of rows of ``width`` non-negative numbers, the last (seconds) positive."""
+    raw = s.raw(key)
+    where = f"{s.origin}: key {s._key(key)!r}"
+    if not isinstance(raw, list) or not raw:
+        raise ValueError(f"{where} must be a non-empty list of [{width} numbers] rows")
+    out = []
+    for i, row in enumerate(raw):
+        ok = isinstance(row, list) and len(row) == width and all(
+            isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+            and x >= 0 for x in row)
+        if not ok or row[-1] <= 0:
+            raise ValueError(f"{where} row {i}: expected {width} finite numbers >= 0 with "
+                             f"a positive last one (seconds), got {row!r}")
+        out.append(tuple(float(x) for x in row))
+    return tuple(out)
+
+
+def _compute(s: Section) -> dict[str, Any]:
+    mech = s.str("attention", "padded")
+    if mech not in ("padded", "ragged"):
+        raise ValueError(f"{s.origin}: key {s._key('attention')!r} must be padded or ragged")
+    out: dict[str, Any] = {"attention": mech, "prefill": _rows(s, "prefill", 4),
+                           "decode": _rows(s, "decode", 4)}
+    for key in ("embed", "sample"):
+        if s.has(key):
+            out[key] = _rows(s, key, 2)
+    return out
+
+
+def _host_grids(s: Section) -> dict[str, Any]:
+    return {"setup": _rows(s, "setup", 4), "prepare": _rows(s, "prepare", 3)}
+
+
+ABLATIONS = ("context", "knee", "lm_head", "embed", "in_situ", "host_lane", "op_gap",
+             "copy_calls", "pipelined_issue", "scheduler_step", "gather_dma")
+
+
+def _ablate(top: Section) -> frozenset[str]:
+    raw = top.raw("ablate", [])
+    if not isinstance(raw, list) or any(x not in ABLATIONS for x in raw):
+        raise ValueError(f"{top.origin}: key 'ablate' must be a list of effects from "
+                         f"{', '.join(ABLATIONS)}, got {raw!r}")
+    return frozenset(raw)
+
+
+def _host_spec(cpu: Section) -> HostSpec:
+    waits = cpu.raw("device_waits_for_host", False)
+    if not isinstance(waits, bool):
+        raise ValueError(f"{cpu.origin}: key 'cpu.device_waits_for_host' must be true or false")
+    return HostSpec(*(cpu.num(k, 0.0) for k in (
+        "op_submit_s", "op_gap_s", "layer_launch_s", "copy_issue_s", "handoff_s")), waits,
+        cpu.num("admit_step_s", 0.0))
 
 
 def _shape(s: Section) -> tuple[tuple[str, Any], ...]:
@@ -159,8 +262,11 @@ def load_profile(source: str | Path | Mapping[str, Any]) -> HardwareProfile:
     slowdown = io.num("compute_slowdown")
     if slowdown >= 1:
         raise ValueError(f"{origin}: key 'io_kernel.compute_slowdown' must be < 1")
+    mechanism = io.str("mechanism", "sm_zero_copy")
+    if mechanism not in IO_MECHANISMS:
+        raise ValueError(f"{origin}: key 'io_kernel.mechanism' must be one of "
+                         f"{', '.join(IO_MECHANISMS)}, got {mechanism!r}")
     l3 = top.sub("l3", {})
-    cpu = top.sub("cpu")
     mooncake = file = None
     if l3.has("mooncake"):
         m = l3.sub("mooncake")
@@ -177,11 +283,12 @@ def load_profile(source: str | Path | Mapping[str, Any]) -> HardwareProfile:
             f.num("read_bytes_per_s", positive=True), f.num("write_bytes_per_s", positive=True),
             f.num("latency_s"), f.num("capacity_bytes", positive=True), shared,
         )
+    cpu = top.sub("cpu")
     profile = HardwareProfile(
         name=top.str("name"),
         gpu=_gpu(top.sub("gpu")),
         pcie=_pcie(top.sub("pcie")),
-        io_kernel=IoKernelSpec(io.num("bytes_per_s", positive=True), slowdown),
+        io_kernel=IoKernelSpec(io.num("bytes_per_s", positive=True), slowdown, mechanism),
         host_memory_bytes_per_s=top.sub("host").num("memory_bytes_per_s", positive=True),
         scheduler_step_s=cpu.num("scheduler_step_s"),
         ipc_crossing_s=cpu.num("ipc_crossing_s") if cpu.has("ipc_crossing_s") else None,
@@ -190,6 +297,8 @@ def load_profile(source: str | Path | Mapping[str, Any]) -> HardwareProfile:
         file=file,
         calibrated=_calibrated(top.sub("calibrated")) if top.has("calibrated") else None,
         source=origin,
+        host_cpu=_host_spec(cpu),
+        ablate=_ablate(top),
     )
     # every hand-written key was asked for: a typo is an error, not a silent default
     # (calibration writes more measured tables than the cost model reads yet)

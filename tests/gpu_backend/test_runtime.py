@@ -52,9 +52,15 @@ def test_two_batch_plan_round_trip():
         assert done[0].end <= done[1].start and done[1].finished == (1,)
         assert h2.slices[0].kv.num_pages == 3 and h2.slices[1].kv.num_pages == 2
         rows = [r for r in rt.timeline.rows if r.lane == "compute"]
+        # one row per layer, then the batch's LM head and sampling
         assert [(r.op, r.batch, r.layer) for r in rows] == (
-            [("prefill", 1, i) for i in range(4)] + [("decode", 2, i) for i in range(4)])
+            [("prefill", 1, i) for i in range(4)] + [("sample", 1, -1)]
+            + [("decode", 2, i) for i in range(4)] + [("sample", 2, -1)])
         assert all(torch.isfinite(rt.outputs[rid]).all() for rid in (1, 2))
+        assert all(0 <= int(rt.tokens[rid]) < rt.shape.vocab_size for rid in (1, 2))
+        # the driver thread's host work is on lane cpu, one prepare and execute per batch
+        cpu = [(r.op, r.batch) for r in rt.timeline.rows if r.lane == "cpu"]
+        assert cpu == [("prepare", 1), ("execute", 1), ("prepare", 2), ("execute", 2)]
         run(rt, BatchPlan(3, releases=(Release(r1), Release(r2))))
         rt.drain()
         assert rt.dev_alloc.num_allocated == 0 and rt.dev_alloc.num_free == 32
@@ -98,7 +104,8 @@ def test_compute_of_layer_i_starts_only_after_load_of_layer_i(layerwise):
         run(rt, BatchPlan(41, slices=(RequestSlice(2, P, 16, 4, loads=(LoadIntent(host),)),)))
         collect(rt, batches_done(41))
         loads = [r for r in rt.timeline.rows if r.lane == "h2d" and r.batch == 41]
-        comp = [r for r in rt.timeline.rows if r.lane == "compute" and r.batch == 41]
+        comp = [r for r in rt.timeline.rows
+                if r.lane == "compute" and r.batch == 41 and r.layer >= 0]
         assert len(comp) == 4 and len(loads) == (4 if layerwise else 1)
         for r in comp:
             load = loads[r.layer] if layerwise else loads[0]

@@ -1,8 +1,9 @@
 """Layer-wise loads overlap compute: closed forms for hidden and transfer-bound loads.
 
 Toy model: 4 full layers, page 16 tokens, 16 KiB per page per layer; direct backend
-(copy-engine DMA: no SM cost), so a layer's load of P contiguous pages takes
-t_l = call_overhead + (P * 16 KiB + half_efficiency_bytes) / 50 GB/s.
+(copy-engine DMA: no SM cost), so a layer's load of P contiguous pages is two calls (K and
+V, as the torch runtime issues them) and takes
+t_l = 2 * call_overhead + (P * 16 KiB + 2 * half_efficiency_bytes) / 50 GB/s.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ LAYERS, PAGE, PAGE_LAYER_BYTES = 4, 16, 16 * 1024
 
 
 def load_layer_time(profile, pages: int) -> float:
-    return profile.pcie.lone_copy_time(pages * PAGE_LAYER_BYTES)
+    pcie = profile.pcie
+    return (2 * pcie.call_overhead_s
+            + (pages * PAGE_LAYER_BYTES + 2 * pcie.half_efficiency_bytes) / pcie.h2d_bytes_per_s)
 
 
 def run_loaded_prefill(env, rt, host, new_tokens, batch_id=10):

@@ -236,5 +236,6 @@ def test_throttled_backups_take_longer(env, profile, model) -> None:
         _, done = run(env, rt, BatchPlan(2, backups=(BackupIntent(h.slices[0].kv, 1),)))
         ends.append(next(c.end for c in done if isinstance(c, TransferCompletion)) - t0)
     nbytes = 8 * 4 * 16 * 1024
-    assert ends[1] == pytest.approx(4 * 1e-5 + (nbytes + 4 * 100_000) / 1e9)  # 4 layer calls
+    # 8 calls: K and V of each of 4 layers, as the torch runtime issues them
+    assert ends[1] == pytest.approx(8 * 1e-5 + (nbytes + 8 * 100_000) / 1e9)
     assert ends[0] < ends[1]

@@ -9,15 +9,17 @@ spec (FULL + SWA window 8 + MAMBA, page 4) and on FULL only. After every step:
   * lock counts are positive and equal to what live handles raised; zero at the end
   * no eviction action touches a component locked when it ran
   * a match's reuse boundaries equal the seed-003 rule recomputed on the matched path
-  * no unlocked device leaf carries an SWA tombstone
+  * each SWA/MAMBA recency list holds exactly the nodes with that component on L1
+  * with ``free_swa_tombstone_leaves``: no unlocked device leaf carries an SWA tombstone
   * a match right after an insert returns the whole inserted prefix
+
+How many examples run comes from the Hypothesis profile (tests/conftest.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -34,6 +36,7 @@ from hicache.tree.actions import BackupNode, Deleted, Demoted, FreeDevice, FreeH
 from hicache.tree.components import Kind, TreeSpec
 from hicache.tree.locks import LockHandle
 from hicache.tree.node import HOST
+from hicache.tree.options import TreeOptions
 
 # a prompt is a list of page ids from a small alphabet, so prompts share prefixes
 prompts = st.lists(st.integers(1, 3), min_size=1, max_size=10)
@@ -76,12 +79,14 @@ def seed_boundary(path: list, window: int, mamba: bool, page: int, has) -> int: 
 class TreeMachine(RuleBasedStateMachine):
     spec: TreeSpec = TreeSpec(page_size=4)
     write_back = False
+    options = TreeOptions()
     requests = Bundle("requests")
 
     def __init__(self) -> None:
         super().__init__()
         self.h = Harness(self.spec, device_pages=4096, host_pages=4096,
-                         session_aware=True, host_enabled=True, write_back=self.write_back)
+                         session_aware=True, host_enabled=True, write_back=self.write_back,
+                         options=self.options)
         self.window = self.spec.get(Kind.SWA).window if self.spec.get(Kind.SWA) else 0
         self.live: list[Request] = []
         self.excused: set[int] = set()  # tombstoned device leaves the cascade could not take
@@ -286,11 +291,18 @@ class TreeMachine(RuleBasedStateMachine):
                 assert n.parent.on_device, f"{n} on L1 under host-only {n.parent}"
 
     @invariant()
+    def recency_lists_hold_exactly_the_l1_holders(self) -> None:
+        for kind, lru in self.tree.residency.lru.items():
+            listed = [n.id for n in lru]
+            assert len(listed) == len(set(listed)) == len(lru)
+            assert set(listed) == {n.id for n in self.tree.nodes.values() if kind in n.device}
+
+    @invariant()
     def no_device_leaf_has_an_swa_tombstone(self) -> None:
-        """Eviction takes a parent left as a tombstoned device leaf along with its child.
-        Only a parent that was locked or being backed up then may stay that way (until
-        it is evicted itself)."""
-        if not self.window:
+        """With ``free_swa_tombstone_leaves`` eviction takes a parent left as a tombstoned
+        device leaf along with its child. Only a parent that was locked or being backed
+        up then may stay that way (until it is evicted itself)."""
+        if not self.window or not self.options.free_swa_tombstone_leaves:
             return
         now = {n.id for n in self.tree.nodes.values()
                if n.is_device_leaf() and Kind.SWA not in n.device}
@@ -319,15 +331,16 @@ class HybridWriteBackMachine(TreeMachine):
     write_back = True
 
 
+class HybridFreeTombstonesMachine(TreeMachine):
+    spec = TreeSpec.hybrid(4, swa_window=8, mamba=True)
+    options = TreeOptions(free_swa_tombstone_leaves=True)
+
+
 class FullOnlyMachine(TreeMachine):
     spec = TreeSpec(page_size=4)
 
 
-SETTINGS = settings(max_examples=250, stateful_step_count=50, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
 TestHybridTree = HybridMachine.TestCase
-TestHybridTree.settings = SETTINGS
 TestHybridWriteBackTree = HybridWriteBackMachine.TestCase
-TestHybridWriteBackTree.settings = SETTINGS
+TestHybridFreeTombstonesTree = HybridFreeTombstonesMachine.TestCase
 TestFullOnlyTree = FullOnlyMachine.TestCase
-TestFullOnlyTree.settings = SETTINGS

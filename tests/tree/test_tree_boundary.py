@@ -1,4 +1,4 @@
-"""Tombstones, the SWA retention split, MAMBA checkpoints and the safe reuse boundary.
+"""Tombstones, SWA leaves cut to one window, MAMBA checkpoints and the reuse boundary.
 
 Seed 003's worked example, through the real tree: 4-token nodes, window 4,
 path = [mamba] [-] [swa tombstone, mamba] [-]
@@ -13,6 +13,7 @@ from tree_harness import Harness
 from hicache.runtime.handles import Tier
 from hicache.tree.actions import Deleted, FreeDevice
 from hicache.tree.components import Kind, TreeSpec
+from hicache.tree.options import TreeOptions
 
 
 def seed_tree_by_inserts(spec: TreeSpec) -> tuple[Harness, list]:
@@ -46,20 +47,25 @@ def test_seed_003_worked_example_via_inserts(spec: TreeSpec, expected: int) -> N
 
 
 def test_seed_003_worked_example_via_swa_eviction() -> None:
-    """Same tree, but n3's SWA slot is tombstoned by evict_device(kind=SWA) on an
-    internal node (the LRU one) while its FULL pages stay."""
+    """Same path, but n3's SWA slot is tombstoned by evict_device(kind=SWA) on an internal
+    node (the only SWA holder left unlocked) while its FULL pages stay; SWA takes n3's
+    checkpoint along (SGLang's cascade: MAMBA is the lower priority)."""
     h = Harness(TreeSpec.hybrid(4, swa_window=4, mamba=True))
     p = h.pages([1, 2, 3, 4])
-    h.insert(p[:3], mamba=True)
-    h.insert(p[:1], swa_pages=0, mamba=True)
-    h.insert(p[:2], swa_pages=0, mamba=False)
+    h.insert(p[:3], mamba=True)  # [1 2](SWA) [3](SWA, MAMBA): a new leaf keeps one window
+    h.insert(p[:1], swa_pages=0, mamba=True)  # splits [1] off, checkpoint there
     h.insert(p, swa_pages=1, mamba=False)
-    n3 = h.tree.root.children[p[0]].children[p[1]].children[p[2]]
-    for n in h.tree.path_to_root(n3.children[p[3]]):  # everything but n3 used recently
-        if n is not n3:
-            h.tree.residency.touched(n)
+    n1 = h.tree.root.children[p[0]]
+    n2 = n1.children[p[1]]
+    n3 = n2.children[p[2]]
+    n4 = n3.children[p[3]]
+    assert h.tree.match(p[:2], touch=False).device_tokens == 4  # no checkpoint at n2
+    handles = [h.tree.lock(n, kinds=[Kind.SWA]) for n in (n1, n2, n4)]
     res = h.evict_device(1, Kind.SWA)
-    assert [(a.node_id, a.kind) for a in res.actions] == [(n3.id, Kind.SWA)]
+    assert [(a.node_id, a.kind) for a in res.actions] == [(n3.id, Kind.SWA),
+                                                        (n3.id, Kind.MAMBA)]
+    for handle in handles:
+        h.tree.unlock(handle)
     assert Kind.FULL in n3.device and n3.parent is not None  # a tombstone, not a delete
     assert h.tree.match(p).device_tokens == 4
     h.check_accounting()
@@ -73,18 +79,21 @@ def test_tombstoned_internal_node_still_serves_full_attention_reuse() -> None:
     assert h.tree.match(p[:2]).device_tokens == 0  # no live window ends after page 2
 
 
-def test_swa_eviction_splits_a_long_node_at_the_retention_boundary() -> None:
-    """window 8 tokens = 2 pages of 4: a 6-page node loses SWA on its first 4 pages."""
+def test_a_new_swa_leaf_is_cut_to_one_window_and_an_internal_node_loses_swa_whole() -> None:
+    """window 8 tokens = 2 pages of 4: a 6-page insert makes [4 pages][last 2 pages], both
+    with SWA (SGLang cuts at insert time so that a lock pins one window). SWA eviction of
+    the internal part tombstones all 4 of its pages at once."""
     h = Harness(TreeSpec.hybrid(4, swa_window=8, mamba=True))
     p = h.pages([1, 2, 3, 4, 5, 6])
     leaf = h.insert(p).node
+    head = leaf.parent
+    assert (head.num_pages, leaf.num_pages) == (4, 2)
+    assert Kind.SWA in head.device and Kind.MAMBA not in head.device
     res = h.evict_device(1, Kind.SWA)
     assert res.freed == {"swa": 4}
-    head = leaf.parent
-    assert head.num_pages == 4 and leaf.num_pages == 2
     assert Kind.SWA not in head.device and Kind.FULL in head.device
     assert Kind.SWA in leaf.device and Kind.MAMBA in leaf.device
-    assert h.tree.match(p).device_tokens == 24  # the retained window still serves reuse
+    assert h.tree.match(p).device_tokens == 24  # the leaf's window still serves reuse
     h.check_accounting()
 
 
@@ -98,7 +107,7 @@ def test_swa_eviction_of_a_short_leaf_drops_the_whole_leaf() -> None:
 
 
 def test_mamba_checkpoint_stays_on_the_tail_when_a_node_splits() -> None:
-    h = Harness(TreeSpec.hybrid(4, swa_window=4, mamba=True))
+    h = Harness(TreeSpec.hybrid(4, swa_window=16, mamba=True))
     p = h.pages([1, 2, 3, 4])
     leaf = h.insert(p).node
     slot = leaf.device[Kind.MAMBA]
@@ -118,8 +127,7 @@ def test_mamba_eviction_tombstones_an_internal_node() -> None:
     h.insert(p[:1])
     h.insert(p)
     first = h.tree.root.children[p[0]]
-    h.tree.match(p)  # the leaf is more recent than ``first`` in the MAMBA LRU
-    h.tree.residency.touched(first.children[p[1]])
+    h.tree.match(p)  # refreshes the matched checkpoint only: ``first`` is least recent
     res = h.evict_device(1, Kind.MAMBA)
     assert [(a.node_id, a.kind) for a in res.actions if isinstance(a, FreeDevice)] == [
         (first.id, Kind.MAMBA)]
@@ -129,13 +137,27 @@ def test_mamba_eviction_tombstones_an_internal_node() -> None:
     h.check_accounting()
 
 
-def test_a_parent_left_as_a_device_leaf_with_an_swa_tombstone_goes_with_its_child() -> None:
-    """It could never end a reuse boundary (no live window ends there), so FULL eviction
-    takes it along (as SGLang deletes tombstone leaves iteratively)."""
+def test_a_full_leaf_with_an_swa_tombstone_stays_until_its_own_turn() -> None:
+    """FULL decides whether a node survives (SGLang): evicting the child leaves the
+    tombstoned parent as a device leaf; it goes when FULL eviction reaches it."""
     h = Harness(TreeSpec.hybrid(4, swa_window=4))
     leaf = h.insert(h.pages([1, 2, 3]), swa_pages=1).node
     parent = leaf.parent
     assert Kind.SWA not in parent.device
+    res = h.evict_device(1)
+    assert [a.node_id for a in res.actions if isinstance(a, Deleted)] == [leaf.id]
+    assert parent.is_device_leaf() and Kind.SWA not in parent.device
+    res = h.evict_device(1)
+    assert [a.node_id for a in res.actions if isinstance(a, Deleted)] == [parent.id]
+    h.check_accounting()
+
+
+def test_option_free_swa_tombstone_leaves_takes_the_parent_along() -> None:
+    """It could never end a reuse boundary (no live window ends there)."""
+    h = Harness(TreeSpec.hybrid(4, swa_window=4),
+                options=TreeOptions(free_swa_tombstone_leaves=True))
+    leaf = h.insert(h.pages([1, 2, 3]), swa_pages=1).node
+    parent = leaf.parent
     res = h.evict_device(1)
     assert [a.node_id for a in res.actions if isinstance(a, Deleted)] == [leaf.id, parent.id]
     assert not h.tree.nodes
@@ -143,8 +165,8 @@ def test_a_parent_left_as_a_device_leaf_with_an_swa_tombstone_goes_with_its_chil
 
 
 def test_a_locked_device_leaf_keeps_full_but_may_lose_its_swa_slot() -> None:
-    """A FULL-only lock pins the pages, not the SWA slot; once unlocked, the tombstoned
-    leaf goes on the next FULL eviction and takes its tombstoned parent with it."""
+    """A FULL-only lock pins the pages, not the SWA slot; once unlocked, FULL eviction
+    takes the tombstoned nodes in recency order."""
     h = Harness(TreeSpec.hybrid(4, swa_window=4))
     p = h.pages([1, 2, 3])
     for i in (1, 2, 3):
@@ -153,15 +175,14 @@ def test_a_locked_device_leaf_keeps_full_but_may_lose_its_swa_slot() -> None:
     second = first.children[p[1]]
     leaf = second.children[p[2]]
     handle = h.tree.lock(second, kinds=[Kind.FULL])
-    h.tree.residency.touched(first)
-    h.tree.residency.touched(second)
-    res = h.evict_device(1, Kind.SWA)  # the LRU leaf goes whole
+    h.tree.match(p[:2])  # first and second are now more recent than the leaf
+    res = h.evict_device(1, Kind.SWA)  # the LRU SWA holder is the leaf: it goes whole
     assert [a.node_id for a in res.actions if isinstance(a, Deleted)] == [leaf.id]
     h.evict_device(2, Kind.SWA)  # both remaining nodes lose only their SWA slot
     assert second.is_device_leaf() and Kind.SWA not in second.device
     assert Kind.SWA not in first.device
     assert h.evict_device(100).actions == []  # FULL is locked along the path
     h.tree.unlock(handle)
-    res = h.evict_device(1)
+    res = h.evict_device(100)
     assert [a.node_id for a in res.actions if isinstance(a, Deleted)] == [second.id, first.id]
     h.check_accounting()

@@ -13,12 +13,15 @@ from hicache.tree.eviction import STRATEGIES, strategy
 
 
 def three_leaves(policy: str, **kw) -> tuple[Harness, dict]:  # noqa: ANN003
-    """Leaves A, B, C (one page each, created in that order) with
-    hits A=2 (last access t5), B=0 (t2), C=1 (t6); priorities A=2, B=3, C=1."""
+    """Leaves A, B, C (one page each, created in that order) with hits A=2, B=1, C=1
+    (an insert counts one, a match none) and last access B < A < C; priorities A=2, B=3,
+    C=1."""
     h = Harness(TreeSpec(page_size=4), eviction_policy=policy, **kw)
     leaves = {name: h.insert(h.pages([i])).node for i, name in enumerate("ABC", 1)}
-    for name in "AAC":
-        h.tree.match(h.pages(["ABC".index(name) + 1]))
+    h.insert(h.pages([1]))  # A's second hit
+    h.tree.match(h.pages([1]))
+    h.tree.match(h.pages([3]))
+    assert [leaves[n].hit_count for n in "ABC"] == [2, 1, 1]
     for name, prio in zip("ABC", (2, 3, 1), strict=True):
         leaves[name].priority = prio
         h.tree.residency.touched(leaves[name])  # its key changed: re-queue it
@@ -70,10 +73,10 @@ def test_only_leaves_are_evicted_and_a_parent_follows_once_it_is_a_leaf() -> Non
 
 def test_evicting_a_leaf_drops_all_its_components() -> None:
     h = Harness(TreeSpec.hybrid(4, swa_window=8, mamba=True))
-    leaf = h.insert(h.pages([1, 2, 3])).node
+    leaf = h.insert(h.pages([1, 2])).node
     res = h.evict_device(1)
     frees = {a.kind: a.extent.num_pages for a in res.actions if isinstance(a, FreeDevice)}
-    assert frees == {Kind.FULL: 3, Kind.SWA: 3, Kind.MAMBA: 1}
+    assert frees == {Kind.FULL: 2, Kind.SWA: 2, Kind.MAMBA: 1}
     assert leaf.id not in h.tree.nodes
     assert all(h.tree.held_pages(Tier.DEVICE, pool) == 0 for pool in ("full", "swa", "mamba"))
     h.check_accounting()
@@ -117,7 +120,7 @@ def test_swa_eviction_drains_unreferenced_nodes_first() -> None:
     second = first.children[p[1]]
     leaf = second.children[p[2]]
     h.tree.reference_session("s", second)  # refs ``first`` and ``second``
-    h.tree.residency.touched(leaf)  # the leaf is the most recently used
+    h.tree.match(p)  # the leaf is the most recently used SWA holder
     res = h.evict_device(1, Kind.SWA)
     # the unreferenced leaf still goes first (a leaf is evicted whole)
     assert [a.node_id for a in res.actions if isinstance(a, Deleted)] == [leaf.id]

@@ -43,10 +43,11 @@ def test_locked_data_is_never_evicted() -> None:
     a, b, c, d = chain(h, 4)
     handle = h.tree.lock(d)
     assert h.evict_device(100).actions == []  # the only leaf is FULL-locked
-    swa = h.evict_device(100, Kind.SWA)
-    assert {x.node_id for x in swa.actions} == {a.id, b.id}  # outside the window
+    swa = h.evict_device(100, Kind.SWA)  # outside the window; takes their checkpoints
+    assert {(x.node_id, x.kind) for x in swa.actions} == {
+        (n.id, k) for n in (a, b) for k in (Kind.SWA, Kind.MAMBA)}
     mamba = h.evict_device(100, Kind.MAMBA)
-    assert {x.node_id for x in mamba.actions} == {a.id, b.id, c.id}
+    assert {x.node_id for x in mamba.actions} == {c.id}
     assert Kind.MAMBA in d.device and Kind.SWA in c.device and Kind.SWA in d.device
     h.tree.unlock(handle)
     res = h.evict_device(100)
@@ -65,7 +66,7 @@ def test_lock_of_a_subset_of_components() -> None:
 
 
 def test_a_split_of_a_locked_node_locks_the_new_head_and_unlock_returns_to_zero() -> None:
-    h = Harness(HYBRID)
+    h = Harness(TreeSpec.hybrid(4, swa_window=16, mamba=True))  # a 4-page leaf: one window
     leaf = h.insert(h.pages([1, 2, 3, 4])).node
     handle = h.tree.lock(leaf)
     h.tree.match(h.pages([1, 2, 7]))  # split while locked

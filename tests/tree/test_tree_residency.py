@@ -11,7 +11,7 @@ from hicache.tree.actions import BackupNode, Deleted, Demoted, FreeDevice, FreeH
 from hicache.tree.components import Kind, TreeSpec
 
 FULL_ONLY = TreeSpec(page_size=4)
-HYBRID = TreeSpec.hybrid(4, swa_window=8, mamba=True)
+HYBRID = TreeSpec.hybrid(4, swa_window=16, mamba=True)  # inserts of <= 4 pages: one node
 
 
 def kinds(actions: list) -> list[str]:

@@ -16,6 +16,7 @@ from hicache.runtime.handles import CacheExtentRef, Tier
 from hicache.tree.actions import Action, BackupNode, FreeDevice, FreeHost
 from hicache.tree.allocator import PageAllocator
 from hicache.tree.components import Kind, TreeSpec
+from hicache.tree.options import SGLANG, TreeOptions
 from hicache.tree.radix import InsertResult, UnifiedRadixTree, page_keys
 
 TIERS = (Tier.DEVICE, Tier.HOST)
@@ -24,10 +25,11 @@ TIERS = (Tier.DEVICE, Tier.HOST)
 class Harness:
     def __init__(self, spec: TreeSpec, *, device_pages: int = 10_000, host_pages: int = 10_000,
                  eviction_policy: str = "lru", session_aware: bool = False,
-                 host_enabled: bool = False, write_back: bool = False) -> None:
+                 host_enabled: bool = False, write_back: bool = False,
+                 options: TreeOptions = SGLANG) -> None:
         self.spec = spec
         self.tree = UnifiedRadixTree(spec, eviction_policy=eviction_policy,
-                                     session_aware=session_aware)
+                                     session_aware=session_aware, options=options)
         self.tree.residency.host_enabled = host_enabled
         self.tree.residency.write_back = write_back
         self.alloc: dict[tuple[Tier, str], PageAllocator] = {}

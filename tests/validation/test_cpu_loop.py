@@ -1,26 +1,19 @@
-"""The calibrate -> validate loop on CPU: measure this box into a profile, then predict a
-small L1+L2 run with it and compare with the TorchRuntime's measurement of the same run.
+"""The measure -> validate loop on CPU: calibrate this box, run a small L1+L2 scenario on
+the TorchRuntime three times, predict it with the simulator and score the prediction.
 
-Scenario (written here): tiny shape, 6 chat clients x 3 rounds arriving at once, one batch
-in flight, no L3, an L1 of 512 tokens so turns evict to L2 and load back. Under these
-conditions the control plane decides the same on both runtimes, so all batches match by id.
+Scenario: scenarios/validation/cpu_loop.yaml (tiny shape, 6 chat clients x 3 rounds
+arriving at once, one batch in flight, no L3, an L1 of 512 tokens so turns evict to L2 and
+load back): both runtimes decide alike, so batches and requests match by id.
 
-Tolerances, measured on this 2-core box (torch limited to one intra-op thread, below;
-13 runs of calibrate+validate, then 5 consecutive `pytest tests/validation` runs, all pass):
-- median |relative error| of per-batch step time: observed 0.26-0.43, asserted <= 1.0
-  (the simulator underpredicts: the runtime's Python gaps between layers are not modelled);
-- compute ops (prefill, decode) per-batch duration: observed 0.22-0.51, asserted <= 1.0;
-- TTFT p50/p90 relative error: observed -0.19 to -0.75, asserted |err| <= 0.85. Calibrating
-  cpu.scheduler_step_s (0.47-0.53 ms here instead of the 0.2 ms default) did not move it:
-  6 paired runs, default -0.60..-0.67, calibrated -0.62..-0.65 (docs/VALIDATION.md). The
-  simulator charges that time *after* submitting a step's batches, hidden under them,
-  while the real loop spends it before the next batch starts;
-- copy ops (h2d load, d2h backup) are NOT bounded: observed 0.9-6x overprediction, a known
-  mismatch between the calibration's copy tables (one Mover call over all layers per row)
-  and sim.calibration's per-call fit (see the validation report).
-Why one thread: with torch's default two intra-op threads and another process on the box,
-thread barriers lose whole scheduler ticks and the calibrated layer times come out up to
-100x too high (observed: 8-64 ms instead of 0.1-0.5 ms), so the errors say nothing.
+Bounds: two-sided, so that a predictor of zero (error -1) or of twice the time (+1) fails
+them, and wide enough for this shared 2-core box, where other jobs move single runs by
+30-50 % (the noise floor is reported beside every error) and stretch TTFT, a sum of thread
+wake-ups, most: at a load average of 5 the TTFT error reached -0.58 (step: -0.25).
+Accuracy targets live in benchmarks/fidelity_cpu.py, not here: the test checks the loop
+and that the scoring discriminates, on the measured data itself (the zero and 2x predictor
+test).
+Why the old version was flaky: it compared one run with one-sided bounds; a loaded run
+fell outside them. Now the reference is the per-batch median of three runs.
 """
 
 from __future__ import annotations
@@ -31,69 +24,83 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_backend.calibrate import calibrate, to_yaml
-from gpu_backend.shapes import ModelShape
 from hicache.cli import main
+from hicache.report.frames import read_timeline_parquet
+from validation.compare import Run, compare
+from validation.runner import load_measured
+from validation.targets import Targets, comparison_checks
 
 SCENARIO = Path(__file__).resolve().parents[2] / "scenarios/validation/cpu_loop.yaml"
-FIELDS = {"decisions_equal", "decisions", "batches", "step_time", "ops", "ttft",
-          "load_hidden_fraction", "summary", "device", "shape", "profile", "variant",
+BOUNDS = Targets(step=0.6, step_p90=None, ttft=0.8, hidden=None)
+FIELDS = {"scored", "decisions_equal", "decisions", "runs", "batches", "step_time", "ops",
+          "ttft", "load_hidden_fraction", "summary", "noise", "shape", "profile", "variant",
           "warnings", "scheduler_step_s"}
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> tuple[dict, Path]:
+def loop(tmp_path_factory) -> tuple[dict, Path]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        tmp = tmp_path_factory.mktemp("validate")
-        prof, src = calibrate(ModelShape.tiny(), "cpu", page_size=16)
-        (tmp / "cpu.yaml").write_text(to_yaml(prof, src))
-        out = tmp / "out"
-        rc = main(["validate", str(SCENARIO), "--profile", str(tmp / "cpu.yaml"),
-                   "--device", "cpu", "--out", str(out)])
-        assert rc == 0
-        return json.loads((out / "comparison.json").read_text()), out
+        tmp = tmp_path_factory.mktemp("loop")
+        assert main(["measure", str(SCENARIO), "--device", "cpu", "--out",
+                     str(tmp / "measured"), "--repeats", "3"]) == 0
+        assert main(["validate", "--measured", str(tmp / "measured"), "--out",
+                     str(tmp / "out")]) == 0
+        return json.loads((tmp / "out" / "cpu_loop" / "comparison.json").read_text()), tmp
     finally:
         torch.set_num_threads(threads)
 
 
-def test_the_loop_writes_every_field_and_file(run):
-    cmp, out = run
+def test_the_loop_writes_every_field_and_file(loop):
+    cmp, tmp = loop
     assert FIELDS <= set(cmp)
-    assert {"median_abs_rel_error", "predicted_median_s", "measured_median_s"} <= set(
-        cmp["step_time"])
-    assert set(cmp["ttft"]) == {"p50", "p90"}
-    assert set(cmp["load_hidden_fraction"]) == {"predicted", "measured"}
-    for name in ("comparison.json", "comparison.csv", "steps.csv", "overlay.png"):
+    for key in ("median_rel_error", "median_abs_rel_error", "p90_abs_rel_error"):
+        assert key in cmp["step_time"] and key in cmp["ttft"]["per_request"]
+    out = tmp / "out" / "cpu_loop"
+    for name in ("comparison.json", "comparison.csv", "steps.csv", "ttft.csv", "overlay.png",
+                 "residuals.png"):
         assert (out / name).stat().st_size > 0
-    assert cmp["device"] == "cpu" and cmp["shape"] == "tiny"
-    assert cmp["warnings"] == []  # the profile was calibrated with this very shape
+    assert (tmp / "out" / "validation.json").is_file()
+    assert cmp["shape"] == "tiny" and cmp["warnings"] == []  # calibrated with this shape
+    measured = tmp / "measured"
+    for name in ("measured.json", "environment.json", "profile.yaml"):
+        assert (measured / name).is_file()
+    assert cmp["runs"]["measured"] == 3 and cmp["noise"]["scored"]
 
 
-def test_the_simulator_uses_the_calibrated_scheduler_step(run):
-    cmp, _ = run
-    st = cmp["scheduler_step_s"]
-    assert st["predicted"] != 2.0e-4  # not the profile default: measured by calibrate
-    assert 0.2 < st["predicted"] / st["measured"] < 5  # same quantity, two runs of this box
-
-
-def test_both_runtimes_decide_the_same_and_number_batches_alike(run):
-    cmp, _ = run
-    assert cmp["decisions_equal"] is True
+def test_both_runtimes_decide_the_same_and_number_batches_alike(loop):
+    cmp, _ = loop
+    assert cmp["scored"] and cmp["decisions_equal"] is True
     assert cmp["decisions"]["predicted"] == cmp["decisions"]["measured"] > 0
     b = cmp["batches"]
     assert b["predicted"] == b["measured"] == b["matched"] > 10
     ops = {(o["lane"], o["op"]) for o in cmp["ops"] if o["n_matched_batches"]}
-    assert {("compute", "prefill"), ("compute", "decode"), ("h2d", "load"),
+    assert {("compute", "prefill"), ("compute", "decode"), ("compute", "sample"),
+            ("cpu", "prepare"), ("cpu", "execute"), ("h2d", "load"),
             ("d2h", "backup")} <= ops  # L1+L2: loads and backups happened on both sides
 
 
-def test_prediction_errors_are_within_the_measured_cpu_tolerance(run):
-    cmp, _ = run
-    assert cmp["step_time"]["median_abs_rel_error"] <= 1.0
+def test_prediction_errors_are_within_two_sided_bounds(loop):
+    cmp, _ = loop
+    checks = {c.name: c for c in comparison_checks("cpu_loop", cmp, BOUNDS)}
+    assert checks["step"].ok and checks["ttft"].ok, (cmp["step_time"], cmp["ttft"],
+                                                     cmp["noise"])
     for o in cmp["ops"]:
-        if o["lane"] == "compute":
-            assert o["median_abs_rel_error"] <= 1.0, o
-    for q in ("p50", "p90"):
-        assert abs(cmp["ttft"][q]["rel_error"]) <= 0.85, cmp["ttft"]
+        if o["lane"] == "compute" and o["n_matched_batches"]:
+            assert abs(o["median_rel_error"]) <= BOUNDS.step, o
+
+
+def test_the_bounds_reject_a_zero_or_a_2x_predictor(loop):
+    """The same bounds on the measured data, with predictions scaled by 0 and by 2."""
+    _, tmp = loop
+    ms = load_measured(tmp / "measured").scenarios[0]
+    runs = [r.run() for r in ms.runs]
+    for factor in (0.0, 2.0):
+        tl = read_timeline_parquet(tmp / "measured" / "cpu_loop" / "run0" / "timeline.parquet")
+        tl[["start", "end", "duration"]] *= factor
+        req = runs[0].requests.copy()
+        req["ttft"] *= factor
+        cmp = compare(Run(tl, req, runs[0].decisions), runs)
+        checks = {c.name: c for c in comparison_checks("cpu_loop", cmp, BOUNDS)}
+        assert checks["step"].ok is False and checks["ttft"].ok is False, factor
