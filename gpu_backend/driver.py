@@ -23,10 +23,10 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpu_backend.l3_protocol import L3Store
-from gpu_backend.process import log_l3_faults, scenario_runtime
+from gpu_backend.process import batch_specs_of, log_l3_faults, scenario_runtime
 from gpu_backend.runtime import TorchRuntime
 from gpu_backend.shapes import ModelShape
 from gpu_backend.trace import add_lanes, torch_profiler, wall_epoch
@@ -39,7 +39,10 @@ from hicache.scheduler.scheduler import Scheduler
 from hicache.timeline import Timeline
 from hicache.workload.factory import make_workload
 from hicache.workload.request import Request
-from ipc import ProcessGPURuntime, RuntimeProcessDied
+from ipc.errors import RuntimeProcessDied
+
+if TYPE_CHECKING:
+    from ipc.client import ProcessGPURuntime
 
 # one scenario drives both runtimes: max_sim_time bounds the run's wall time here, the
 # simulator-only run keys are ignored, torch_profiler is read here only
@@ -171,6 +174,8 @@ def run_scenario(scenario: Scenario | dict, *, device: str = "cpu", shape: Model
                         rt.apply(log_l3_faults)
                     else:
                         log_l3_faults(rt)
+                specs = ({} if loop.died else rt.apply(batch_specs_of) if process
+                         else batch_specs_of(rt))
         finally:
             close = getattr(l3, "close", None)
             if close is not None:
@@ -184,7 +189,7 @@ def run_scenario(scenario: Scenario | dict, *, device: str = "cpu", shape: Model
                        rt.timeline, loop.end - loop.t0, loop.n, loop.t0,
                        {"scheduler_s": loop.sched_s, "steps": loop.steps,
                         "step_s": loop.step_s, "work_step_s": loop.work_step_s,
-                        "batch_specs": rt.batch_specs,  # (new, context) per slice
+                        "batch_specs": specs,  # (new, context) per slice
                         "device": device, "shape": shape.name, "l3_faults": l3_faults,
                         **boundary,
                         **({"torch_trace": str(trace)} if trace else {})},
@@ -193,7 +198,10 @@ def run_scenario(scenario: Scenario | dict, *, device: str = "cpu", shape: Model
 
 def open_process_runtime(sc: Scenario, shape: ModelShape, device: str, l3_dir: str,
                          **kwargs: Any) -> ProcessGPURuntime:
-    """The runtime :func:`build_runtime` builds, in a process of its own."""
+    """The runtime :func:`build_runtime` builds, in a process of its own (needs pyzmq,
+    imported here only: the GPU machine's measure path does not)."""
+    from ipc.client import ProcessGPURuntime
+
     factory = partial(scenario_runtime, sc=sc, shape=shape, device=device, l3_dir=l3_dir)
     return ProcessGPURuntime(factory, wall_clock=True, **kwargs)
 

@@ -30,6 +30,11 @@ class _WithL3:
             close()
 
 
+def batch_specs_of(rt: Any) -> dict[int, list[tuple[int, int]]]:
+    """The runtime's (new, context) per slice of every batch it computed."""
+    return rt.batch_specs
+
+
 def log_l3_faults(rt: Any) -> None:
     """Name on the console (of the runtime's process) what the L3 fault counters hold."""
     rt.l3.faults.log_summary()

@@ -9,6 +9,16 @@ a factory the composition root passes in (``gpu_backend`` or ``sim``), so this p
 never imports either (``tests/architecture``).
 """
 
-from ipc.client import ProcessGPURuntime, RuntimeProcessDied
+from typing import Any
+
+from ipc.errors import RuntimeProcessDied
 
 __all__ = ["ProcessGPURuntime", "RuntimeProcessDied"]
+
+
+def __getattr__(name: str) -> Any:  # ZeroMQ is imported only when a process is started
+    if name == "ProcessGPURuntime":
+        from ipc.client import ProcessGPURuntime
+
+        return ProcessGPURuntime
+    raise AttributeError(name)

@@ -44,13 +44,10 @@ from hicache.runtime.interface import (
     RuntimeInfo,
 )
 from hicache.timeline import Timeline
+from ipc.errors import RuntimeProcessDied
 from ipc.wire import Factory, dumps, loads
 
 POLL_S = 0.02  # how often a waiting call checks that the runtime process lives
-
-
-class RuntimeProcessDied(RuntimeError):
-    """The runtime process exited or stopped answering; its handles are gone with it."""
 
 
 class ProcessGPURuntime:
