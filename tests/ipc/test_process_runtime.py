@@ -78,19 +78,19 @@ def _crossing_run(scale: int):
     c = res.extra["crossings"]
     tokens = sum(r["prompt_tokens"] - r["cached_tokens"] + r["output_tokens"]
                  for r in res.records)
-    return c, tokens, res
+    return c, tokens
 
 
 def test_crossings_per_batch_not_per_token():
-    """Two crossings per plan (prepare, execute), a bounded number of polls/waits per
-    driver wake-up; 8x longer prompts and outputs cost fewer crossings per token."""
-    (small, t1, r1), (large, t8, r8) = _crossing_run(1), _crossing_run(8)
-    for c, res in ((small, r1), (large, r8)):
+    """Two crossings per plan (prepare, execute), a poll and a wait per driver wake-up
+    (a batch's completion, a backup's, an arrival): a few crossings per plan at any
+    length, while 8x longer prompts and outputs cost fewer crossings per token."""
+    (small, t1), (large, t8) = _crossing_run(1), _crossing_run(8)
+    for c in (small, large):
         plans = c["prepare_batch"]
         assert c["execute_batch"] == plans
-        # the loop polls once and waits once per wake-up; a wake-up is a completion or
-        # an arrival, so waits stay within the plans plus the requests
-        assert c["poll"] + c["wait"] <= 2 * (plans + res.requests) + 4
+        assert abs(c["poll"] - c["wait"]) <= 2  # one of each per wake-up
+        assert sum(c.values()) <= 6 * plans  # ~4 here, at either length
     assert t8 >= 7 * t1
     per_token = [sum(c.values()) / t for c, t in ((small, t1), (large, t8))]
     assert per_token[1] < per_token[0]
