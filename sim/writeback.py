@@ -14,10 +14,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from hicache.runtime.interface import TransferCompletion, TransferKind
 from hicache.runtime.writeback import ChunkLog, WritebackConfig, WritebackPolicy, make_policy
 from sim.batch import BatchState
-from sim.ops import Proc, _start
+from sim.ops import Proc, _start, backups_done
 
 if TYPE_CHECKING:
     from sim.runtime import SimRuntime
@@ -65,9 +64,4 @@ def chunked_backup_op(rt: SimRuntime, st: BatchState, ready: dict[str, float]) -
         wb.policy.chunk_done(end, nbytes, end - t0)
         rt.timeline.record("d2h", "backup", t0, end, batch=bid, nbytes=nbytes)
         rt.timeline.record("pcie:d2h", "backup", start, end, batch=bid, nbytes=nbytes)
-    for b in st.backups:
-        b.done.succeed()
-        if st.generation == rt.generation:
-            rt.host_ready(b.dst, b.done)
-            rt.complete(TransferCompletion(b.intent.job_id, TransferKind.BACKUP, env.now,
-                                           b.dst.num_pages, b.dst))
+    backups_done(rt, st)
