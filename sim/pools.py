@@ -2,11 +2,13 @@
 
 Invariant: every page id in 0..size-1 is either free or allocated, never both; allocating
 beyond the free count raises :class:`CapacityError` before anything changes; freeing a page
-that is not allocated raises ValueError. Allocation pops the most recently freed pages
-first (a stack), then fresh pages lowest first, so fresh pools hand out contiguous runs.
+that is not allocated raises ValueError. Allocation hands out the lowest free ids first,
+as the torch runtime's allocator does (so both issue the same copy calls for the same
+plans: a run of pages contiguous on both sides is one call), and fresh pools hand out
+contiguous runs.
 
-Capacity is accounted, not materialised (:class:`hicache.runtime.page_ids.PageIds`, LIFO):
-memory grows with the pages used, not with ``size``.
+Capacity is accounted, not materialised (:class:`hicache.runtime.page_ids.PageIds`,
+``lowest``): memory grows with the pages used, not with ``size``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ class PagePool:
         if size < 0:
             raise ValueError(f"pool {pool!r} size must be >= 0")
         self.tier, self.pool, self.size = tier, pool, size
-        self._ids = PageIds(size, "lifo")
+        self._ids = PageIds(size, "lowest")
 
     @property
     def free_count(self) -> int:
