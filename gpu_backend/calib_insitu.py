@@ -15,9 +15,9 @@ loop differs (``calibrated.in_situ``):
 - ``sample_scale``: median of (loop LM head + sampling / hot);
 - ``setup_s``: median of (loop execute_batch - hot batch setup - its submits), added to
   the host's batch setup.
-Only ops that ran alone count (no other lane's row overlaps them): beside another thread
-an op is slowed by the interpreter lock, which the simulator models apart
-(:mod:`sim.interpreter`).
+On CPU only ops that ran alone count (no other lane's row overlaps them): beside another
+thread an op is slowed by the interpreter lock, which the simulator models apart
+(:mod:`sim.interpreter`); CUDA lanes take no lock, so there every op counts.
 From the same runs, the driver thread between a completion and the next prepare
 (:func:`gpu_backend.sched_timing.driver_gaps`): ``wakeup_s`` (to its first scheduler
 step: the driver waking up) and the step from then to the prepare, ``scheduler_step_s``
@@ -80,11 +80,12 @@ def _alone(rows: list[Any]) -> set[int]:
     return out
 
 
-def loop_batches(res: Any) -> list[LoopBatch]:
-    """Per batch of one TorchResult: its shape and the loop's measured op times."""
+def loop_batches(res: Any, only_alone: bool = True) -> list[LoopBatch]:
+    """Per batch of one TorchResult: its shape and the loop's measured op times (with
+    ``only_alone``, None for ops that ran beside another lane's: the CPU runtime)."""
     specs = res.extra.get("batch_specs") or {}
     all_rows = list(res.timeline.rows)
-    alone = _alone(all_rows)
+    alone = _alone(all_rows) if only_alone else set(range(len(all_rows)))
     rows: dict[int, dict[str, Any]] = {}
     for i, r in enumerate(all_rows):
         if r.batch < 0 or r.batch not in specs:
@@ -122,7 +123,8 @@ def in_situ(shape: ModelShape, device: str, page_size: int, op_submit_s: float,
     gaps: list[Gap] = []
     for _ in range(repeats):
         res = run_scenario(d, device=device, shape=shape, name="in-situ")
-        batches += loop_batches(res)
+        # on CUDA the lanes share no interpreter lock: every op is a sample
+        batches += loop_batches(res, only_alone=not device.startswith("cuda"))
         gaps += driver_gaps(res.timeline, [r["finish"] for r in res.records
                                            if r.get("finish") is not None])
     plain = [g for g in gaps if not (g.after_prefill or g.admits or g.finished)]
