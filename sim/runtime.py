@@ -128,8 +128,9 @@ class SimRuntime:
         self.generation += 1
         if getattr(self, "_wake", None) is not None and not self._wake.triggered:
             self._wake.succeed()  # a driver waiting on the old generation wakes and re-reads
-        self.device = TierPools(Tier.DEVICE, self.device_sizes)
-        self.host = TierPools(Tier.HOST, self.host_sizes)
+        order = "lifo" if "page_order" in self.profile.ablate else "lowest"
+        self.device = TierPools(Tier.DEVICE, self.device_sizes, order)
+        self.host = TierPools(Tier.HOST, self.host_sizes, order)
         self.rows: dict[int, RequestRow] = {}
         self.state = StateKeeper(self.device, self.runtime_id, self.generation, self.page_size,
                                  self.swa_window, self.mamba, self.state_copy_s)

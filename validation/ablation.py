@@ -29,6 +29,7 @@ EFFECTS: dict[str, str] = {
     "gather_dma": "the torch kernel backend modelled as SGLang's zero-copy kernel",
     "interpreter": "CPU runtime threads never contend for the interpreter lock (GIL)",
     "wakeup": "threads start at once when woken (no wake-up latency of driver or lanes)",
+    "page_order": "pages handed out most recently freed first, not lowest first as torch",
 }
 assert set(EFFECTS) == set(ABLATIONS)
 

@@ -239,7 +239,7 @@ def _host_grids(s: Section) -> dict[str, Any]:
 
 ABLATIONS = ("context", "knee", "lm_head", "embed", "in_situ", "host_lane", "op_gap",
              "copy_calls", "pipelined_issue", "scheduler_step", "gather_dma", "interpreter",
-             "wakeup")
+             "wakeup", "page_order")
 
 
 def _ablate(top: Section) -> frozenset[str]:
