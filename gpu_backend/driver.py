@@ -244,7 +244,9 @@ class _Loop:
         """One scheduler step for the events of time ``at`` (<= ``now``)."""
         t = time.perf_counter()
         sch, rt = self.scheduler, self.rt
+        a = rt.now()
         step = sch.step(now, arrivals, completions)
+        self.span(a)
         for rid in step.ended:
             self.push(self.workload.on_finished(rid, at - self.t0))
         worked = bool(step.plans)
@@ -256,7 +258,9 @@ class _Loop:
                 self.queue.append(plan.batch_id)
                 if not plan.slices:
                     self.empty.add(plan.batch_id)
+            a = rt.now()
             step = sch.step(now)
+            self.span(a)
             for rid in step.ended:
                 self.push(self.workload.on_finished(rid, at - self.t0))
         dt = time.perf_counter() - t
@@ -265,6 +269,13 @@ class _Loop:
         self.step_s.append(dt)
         if worked:
             self.work_step_s.append(dt)
+
+    def span(self, start: float) -> None:
+        """A ``cpu`` / ``schedule`` timeline row for a scheduler step from ``start`` to now
+        (the driver thread's own work between runtime calls; in-process runtimes only)."""
+        record = getattr(self.rt, "record_host", None)
+        if record is not None:
+            record("schedule", start, self.rt.now())
 
     def coalesce(self, comps: list[Completion]) -> dict[int, float]:
         """Plans without slices compute nothing: as in the simulator, a run of them queued

@@ -17,17 +17,22 @@ import simpy
 
 
 class FluidJob:
-    """One unit of work on a :class:`FluidServer`. ``kind`` and ``cap`` steer allocation."""
+    """One unit of work on a :class:`FluidServer`. ``kind`` and ``cap`` steer allocation;
+    ``gil`` (the share of it that needs the interpreter lock, 0: none) and ``thread`` (the
+    lane whose thread runs it) steer :mod:`sim.interpreter`."""
 
-    __slots__ = ("work", "remaining", "rate", "kind", "cap", "tags", "done", "token")
+    __slots__ = ("work", "remaining", "rate", "kind", "cap", "tags", "done", "token", "gil",
+                 "thread")
 
     def __init__(self, work: float, kind: str, cap: float | None = None,
-                 tags: frozenset[str] = frozenset()) -> None:
+                 tags: frozenset[str] = frozenset(), gil: float = 0.0,
+                 thread: str = "") -> None:
         if work < 0:
             raise ValueError(f"negative work {work}")
         self.work = self.remaining = float(work)
         self.rate = 0.0
         self.kind, self.cap, self.tags = kind, cap, tags
+        self.gil, self.thread = min(1.0, max(0.0, gil)), thread
         self.done: simpy.Event | None = None
         self.token = 0
 

@@ -30,10 +30,9 @@ def load_op(rt: SimRuntime, st: BatchState) -> Proc:
     layers): each starts once the host issued its first call, then fires its layers'
     events."""
     bid = st.plan.batch_id
-    slot = None
     for g, group in enumerate(st.load_groups):
         if group.nbytes:
-            slot = yield from _start(rt, [st.load_issued[g]], slot)
+            yield from _start(rt, [st.load_issued[g]])
             t0 = rt.env.now
             layer = group.layers.start if len(group.layers) == 1 else -1
             start, end = yield from rt.copies.copy(
@@ -46,40 +45,33 @@ def load_op(rt: SimRuntime, st: BatchState) -> Proc:
         assert st.layer_events is not None
         for i in group.layers:
             st.layer_events[i].succeed()
-    rt.host_lane.release(slot)
 
 
-def _start(rt: SimRuntime, waits: list[simpy.Event], slot: simpy.Event | None
-           ) -> Generator[simpy.Event, Any, simpy.Event | None]:
-    """Wait until a device-lane op may start: its events, then the host (sim.host). A lane
-    that holds the one-at-a-time slot (CPU runtime: the GIL) keeps it for its next op when
-    that op is ready at once, as a running thread keeps the GIL; else it lets it go."""
-    if slot is not None and all(e.processed for e in waits):
-        if rt.host_lane.gap:
-            yield rt.env.timeout(rt.host_lane.gap)
-        return slot
-    rt.host_lane.release(slot)
+def _start(rt: SimRuntime, waits: list[simpy.Event], woken: bool = False) -> Proc:
+    """Wait until a device-lane op may start: its events, then its lane's worker (a wake-up
+    if it had to wait for them, or ``woken``: the op's lane waited for another lane;
+    else the hand-off gap: :meth:`sim.host.HostLane.before_device_op`)."""
+    asleep = woken
     for e in waits:
         if not e.processed:
+            asleep = True
             yield e
-    yield from rt.host_lane.before_device_op()
-    slot = rt.host_lane.acquire()
-    if slot is not None:
-        yield slot
-    return slot
+    yield from rt.host_lane.before_device_op(asleep)
 
 
 def _op(rt: SimRuntime, st: BatchState, waits: list[simpy.Event], seconds: float, op: str,
-        layer: int, slot: simpy.Event | None
-        ) -> Generator[simpy.Event, Any, tuple[float, simpy.Event | None]]:
+        layer: int, interp: float = 0.0) -> Generator[simpy.Event, Any, float]:
     """One compute-lane op: once it may start (:func:`_start`), ``seconds`` of compute
-    (slowed while copy kernels hold SMs), one timeline row. Returns (start, slot)."""
+    (slowed while copy kernels hold SMs, and, ``interp`` of it, while other threads hold
+    the CPU runtime's interpreter lock: :mod:`sim.interpreter`), one timeline row.
+    Returns its start."""
     env = rt.env
-    slot = yield from _start(rt, waits, slot)
+    yield from _start(rt, waits)
     t0 = env.now
-    yield rt.fluid.submit(FluidJob(seconds, "compute"))
+    gil = interp / seconds if rt.interpreter and seconds > 0 else 0.0
+    yield rt.fluid.submit(FluidJob(seconds, "compute", gil=gil, thread="compute"))
     rt.timeline.record("compute", op, t0, env.now, batch=st.plan.batch_id, layer=layer)
-    return t0, slot
+    return t0
 
 
 def compute_op(rt: SimRuntime, st: BatchState) -> Proc:
@@ -89,6 +81,7 @@ def compute_op(rt: SimRuntime, st: BatchState) -> Proc:
     bid = st.plan.batch_id
     if st.prefills or st.decodes:
         times = rt.cost.batch_layer_times(st.prefills, st.decodes)
+        interp = rt.cost.batch_layer_interpreter(st.prefills, st.decodes)
         if st.extra_s:  # HBM copies of recurrent state, charged before the first layer
             times = (times[0] + st.extra_s, *times[1:])
         op = "prefill" if st.prefills else "decode"
@@ -96,7 +89,6 @@ def compute_op(rt: SimRuntime, st: BatchState) -> Proc:
                      or st.launched is not None)
         if st.loads_done is not None and not rt.layerwise:
             yield st.loads_done  # layerwise=False: every load lands before layer 0
-        slot = None
         if not per_layer:
             t0 = env.now
             yield rt.fluid.submit(FluidJob(sum(times), "compute"))
@@ -107,13 +99,14 @@ def compute_op(rt: SimRuntime, st: BatchState) -> Proc:
                 waits = [] if st.launched is None else [st.launched[layer]]
                 if st.layer_events is not None and rt.layerwise:
                     waits.append(st.layer_events[layer])
-                t0, slot = yield from _op(rt, st, waits, t, op, layer, slot)
+                t0 = yield from _op(rt, st, waits, t, op, layer, interp[layer])
                 start = t0 if layer == 0 else start
-        sample = rt.cost.sample_time(len(st.prefills) + len(st.decodes))
+        requests = len(st.prefills) + len(st.decodes)
+        sample = rt.cost.sample_time(requests)
         if sample > 0 or st.launched is not None:
             waits = [] if st.launched is None else [st.launched[len(times)]]
-            _, slot = yield from _op(rt, st, waits, sample, "sample", -1, slot)
-        rt.host_lane.release(slot)
+            yield from _op(rt, st, waits, sample, "sample", -1,
+                           rt.cost.sample_interpreter(requests))
     elif st.loads_done is not None:
         yield st.loads_done  # a plan without slices still completes after its loads
     if st.generation == rt.generation:
@@ -124,13 +117,12 @@ def backup_op(rt: SimRuntime, st: BatchState) -> Proc:
     """One all-layer D2H copy for all of the batch's backups (after its compute)."""
     payload = sum(b.dst.num_pages * rt.bytes_per_page[b.intent.src.pool] for b in st.backups)
     calls = rt.backup_calls(st)
-    slot = yield from _start(rt, [], None)
+    yield from _start(rt, [], woken=True)  # the d2h worker waited for the compute lane
     t0 = rt.env.now
     if payload:
         bid = st.plan.batch_id
         start, end = yield from rt.copies.copy("d2h", payload, calls, rt.backup_throttle,
                                                op="backup", batch=bid)
-    rt.host_lane.release(slot)
     if payload:
         rt.timeline.record("d2h", "backup", t0, end, batch=bid, nbytes=payload)
         rt.timeline.record("pcie:d2h", "backup", start, end, batch=bid, nbytes=payload)
