@@ -3,9 +3,11 @@
 Per fault (in ``faults:`` order), from the run itself:
 - ``requests_exposed``: requests waiting for their first token while it lasted
   ([arrival, first token) overlaps [start, end));
-- ``requests_lost_hits`` and ``extra_recompute_tokens``: requests whose L3 prefetch
-  fetched fewer pages than a store without faults held (a failed call, or keys the fault
-  lost), and those pages' tokens, recomputed instead of loaded;
+- ``requests_lost_hits`` and ``extra_recompute_tokens``: requests whose L3 prefetch the
+  fault touched (a failed, timed-out or skipped call, or keys it lost) and that got fewer
+  L3 hits than a store without faults held (capped by what the prefetch could take), and
+  those tokens, recomputed instead of loaded (an estimate: the twin's
+  ``fault_extra_prefill_tokens`` is the end-to-end figure);
 - the L3 calls it failed (``l3_errors``, ``l3_timeouts``, ``l3_skipped``), the pages a
   failed store did not write (``store_pages_failed``) and the keys it lost (``keys_lost``).
 Against the fault-free twin (``run.fault_twin``; requests matched by client and round,
@@ -44,8 +46,9 @@ def fault_costs(ledger: FaultLedger, records: Sequence[dict], page_size: int,
         row["active_s"] = (min(end, _last(records)) - cost.started) if started else 0.0
         exposed = [r for r in records if started and _exposed(r, f.start, f.end)]
         row["requests_exposed"] = len(exposed)
-        row["requests_lost_hits"] = len(ledger.requests(i))
-        row["extra_recompute_tokens"] = cost.counts["lost_hit_pages"] * page_size
+        short = ledger.shortfalls(i, records, page_size)
+        row["requests_lost_hits"] = sum(1 for v in short.values() if v > 0)
+        row["extra_recompute_tokens"] = sum(short.values())
         row.update({k: cost.counts[k] for k in COUNTS})
         if deltas is not None:
             d = [deltas[_key(r)] for r in exposed if _key(r) in deltas]

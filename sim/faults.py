@@ -68,13 +68,13 @@ class FaultCost:
     started: float | None = None
     ended: float | None = None
     counts: Counter = field(default_factory=Counter)
-    jobs: set = field(default_factory=set)  # (runtime id, prefetch job) that lost pages
+    jobs: dict = field(default_factory=dict)  # (runtime id, prefetch job) -> pages it wanted
 
 
 class FaultLedger:
     """Per-fault counters (index = position in ``faults:``), charged by the L3 clients
-    (failed, timed-out and skipped calls, writes lost) and by prefetches (pages a store
-    without faults would have given)."""
+    (failed, timed-out and skipped calls, writes lost), and the prefetches each fault
+    touched (with the pages a store without faults would have given)."""
 
     def __init__(self, faults: Sequence[Any]) -> None:
         self.costs = [FaultCost(f) for f in faults]
@@ -84,22 +84,31 @@ class FaultLedger:
         self.costs[fault].counts[counter] += n
 
     def prefetched(self, rt: SimRuntime, pf: PrefetchIntent, truth: tuple[int, int | None],
-                   blame: int | None, fetched: int) -> None:
-        """A prefetch fetched ``fetched`` pages; a store without faults held ``truth[0]``
-        consecutive hits. The pages it would have fetched beyond those are recomputed:
-        charged to ``blame`` (the fault behind a failed call) or to the fault that lost
-        the first missing key."""
+                   trace: Sequence[int | None], fetched: int) -> None:
+        """A prefetch ended with ``fetched`` pages; a store without faults held ``truth[0]``
+        consecutive hits. A prefetch a fault touched (a failed, timed-out or skipped
+        attempt in ``trace``, or a key the fault lost) is charged to that fault with the
+        pages it should have brought (its request's shortfall: :mod:`sim.fault_report`)."""
         hits, lost_by = truth
         want = min(hits, pf.max_pages) if hits >= max(pf.min_hit_pages, 1) else 0
-        culprit = blame if blame is not None else lost_by
-        if want > fetched and culprit is not None:
-            cost = self.costs[culprit]
-            cost.counts["lost_hit_pages"] += want - fetched
-            cost.jobs.add((rt.runtime_id, pf.job_id))
+        culprit = next((b for b in trace if b is not None), None)
+        if culprit is None and want > fetched:
+            culprit = lost_by
+        if culprit is not None and want:
+            self.costs[culprit].jobs[(rt.runtime_id, pf.job_id)] = want
 
-    def requests(self, fault: int) -> set[int]:
-        """Requests whose prefetch lost pages to ``fault``."""
-        return {self.owners[j] for j in self.costs[fault].jobs if j in self.owners}
+    def shortfalls(self, fault: int, records: Sequence[dict], page: int) -> dict[int, int]:
+        """Requests ``fault`` touched -> tokens they recomputed that a store without faults
+        would have given them (pages it should have fetched minus their L3 hits)."""
+        by_rid = {r["rid"]: r for r in records}
+        out: dict[int, int] = {}
+        for job, want in self.costs[fault].jobs.items():
+            rid = self.owners.get(job)
+            if rid is None or rid not in by_rid:
+                continue
+            short = max(0, want * page - by_rid[rid]["l3_hit"])
+            out[rid] = max(out.get(rid, 0), short)
+        return out
 
 
 class FaultInjector:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from sim.faults import FaultLedger
 
 Proc = Generator[simpy.Event, Any, Any]
+Trace = list[int | None] | None  # the faults blamed for an operation's failed attempts
 OK, ERROR, TIMEOUT = "ok", "error", "timeout"
 
 
@@ -93,15 +94,16 @@ class L3Client:
         self.fluid.replan()
 
     # ---- operations ------------------------------------------------------------------
-    def exists(self, keys: Sequence[str]) -> Proc:
-        """Which of ``keys`` the store holds (a master RPC); all False when it fails."""
+    def exists(self, keys: Sequence[str], trace: Trace = None) -> Proc:
+        """Which of ``keys`` the store holds (a master RPC); all False when it fails.
+        ``trace`` (a list) collects the fault blamed for each failed or skipped attempt."""
         def attempt() -> Proc:
             outcome = yield from self._rpc()
             return outcome, [self.store.contains(k) for k in keys]
-        out = yield from self._guarded("exists", 0, attempt)
+        out = yield from self._guarded("exists", 0, attempt, trace)
         return [False] * len(keys) if out is None else out
 
-    def get(self, keys: Sequence[str], bytes_per_key: int) -> Proc:
+    def get(self, keys: Sequence[str], bytes_per_key: int, trace: Trace = None) -> Proc:
         """Fetch ``keys`` into host memory; returns how many leading keys arrived (a key
         lost meanwhile, or a failed operation, ends the prefix)."""
         nbytes = len(keys) * bytes_per_key
@@ -112,7 +114,7 @@ class L3Client:
             self.store.touch(keys[:got])
             self.store.bytes_read += got * bytes_per_key
             return outcome, got
-        got = yield from self._guarded("get", nbytes, attempt)
+        got = yield from self._guarded("get", nbytes, attempt, trace)
         return got or 0
 
     def put(self, keys: Sequence[str], bytes_per_key: int) -> Proc:
@@ -137,24 +139,29 @@ class L3Client:
         return written or 0
 
     # ---- the guard ---------------------------------------------------------------------
-    def _guarded(self, op: str, nbytes: int, attempt: Callable[[], Proc]) -> Proc:
+    def _guarded(self, op: str, nbytes: int, attempt: Callable[[], Proc],
+                 trace: Trace = None) -> Proc:
         """Run ``attempt`` under the policy; its value, or None when the operation failed
         or was skipped (counted, and blamed on the fault behind it)."""
         admission = self.health.admit(self.env.now)
         if admission == "skip":
             self._count("l3_skipped", self.blame)
+            if trace is not None:
+                trace.append(self.blame)
             return None
         for k in range(self.policy.attempts(admission == "probe")):
             if k:
                 self._count("l3_retries")
                 yield self.env.timeout(self.policy.backoff(k - 1))
-            t0 = self.env.now
+            t0, cause = self.env.now, self._culprit()
             outcome, value = yield from attempt()
             if outcome == OK:
                 if self.health.answered():
                     self._count("l3_reconnects")
                 return value
-            self.blame = self._culprit()
+            self.blame = cause if cause is not None else self._culprit()
+            if trace is not None:
+                trace.append(self.blame)
             self.timeline.record("l3", f"{op}_{outcome}", t0, self.env.now,
                                  nbytes=0)
             if outcome == TIMEOUT:
@@ -197,7 +204,8 @@ class L3Client:
         return OK if done.triggered else TIMEOUT
 
     def _culprit(self) -> int | None:
-        """The fault to blame for a failure now: the store's, then this replica's."""
+        """The fault active now that would fail a call: the store's, then this replica's
+        (an attempt blames the one active when it started, else when it failed)."""
         st = self.store
         for faults in (st.refusing, st.hanging, list(self.nic_faults), self.host_faults):
             if faults:

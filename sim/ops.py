@@ -173,12 +173,12 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[int], generat
     assert client is not None
     ledger = client.ledger
     truth = client.store.truth_hits(pf.keys) if ledger is not None else None
-    failures = client.counts["l3_errors"] + client.counts["l3_skipped"]
+    trace: list[int | None] = []  # faults behind failed attempts (sim.faults' ledger)
     hit = 0
     for lo in range(0, len(pf.keys), pf.batch_pages):
         chunk = pf.keys[lo:lo + pf.batch_pages]
         t0 = rt.env.now
-        found = yield from client.exists(chunk)
+        found = yield from client.exists(chunk, trace)
         rt.timeline.record("l3", "query", t0, rt.env.now)
         n = next((i for i, f in enumerate(found) if not f), len(found))
         hit += n
@@ -190,15 +190,14 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[int], generat
     for lo in range(0, fetch, pf.batch_pages):
         hi = min(fetch, lo + pf.batch_pages)
         t0 = rt.env.now
-        n = yield from client.get(pf.keys[lo:hi], bpp)
+        n = yield from client.get(pf.keys[lo:hi], bpp, trace)
         if n:
             rt.timeline.record("l3", "prefetch", t0, rt.env.now, nbytes=n * bpp)
         got += n
         if n < hi - lo:
             break
     if ledger is not None and truth is not None:
-        failed = client.counts["l3_errors"] + client.counts["l3_skipped"] > failures
-        ledger.prefetched(rt, pf, truth, client.blame if failed else None, got)
+        ledger.prefetched(rt, pf, truth, trace, got)
     if generation != rt.generation:
         return
     rt.l3_bytes["read"] += got * bpp
