@@ -178,6 +178,13 @@ def run_args(args: argparse.Namespace) -> None:
         shape = load_shape(args.model)
     prof, src = calibrate(shape, args.device, args.page_size,
                           scheduler=not args.no_scheduler)
+    for k in prof["l3"]["mooncake"]:
+        src.setdefault(f"l3.mooncake.{k}", "default: docs/SOURCES.md §5")
+    if getattr(args, "mooncake_master", None) or getattr(args, "mooncake_local", False):
+        from gpu_backend.calib_l3 import calibrate_mooncake
+
+        calibrate_mooncake(prof, src, master=args.mooncake_master,
+                           local=bool(args.mooncake_local))
     prof["name"] = args.name or f"calibrated-{args.device}"
     text = to_yaml(prof, src)
     if args.out:
