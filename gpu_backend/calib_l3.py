@@ -48,11 +48,12 @@ def measure_mooncake(client: Any, value_bytes: int = 1 << 20,
     for c in concurrency:
         keys = [[f"{prefix}-c{c}-t{t}-{i}" for i in range(keys_per_call * calls_per_thread)]
                 for t in range(c)]
-        put_s, put_lat = _parallel(c, lambda t, i: client.batch_set(
-            keys[t][i * keys_per_call:(i + 1) * keys_per_call], [value] * keys_per_call),
-            calls_per_thread)
-        get_s, get_lat = _parallel(c, lambda t, i: client.batch_get(
-            keys[t][i * keys_per_call:(i + 1) * keys_per_call]), calls_per_thread)
+        def batch(t: int, i: int, keys: list[list[str]] = keys) -> list[str]:
+            return keys[t][i * keys_per_call:(i + 1) * keys_per_call]
+        put_s, put_lat = _parallel(c, lambda t, i, b=batch: client.batch_set(
+            b(t, i), [value] * keys_per_call), calls_per_thread)
+        get_s, get_lat = _parallel(c, lambda t, i, b=batch: client.batch_get(b(t, i)),
+                                   calls_per_thread)
         moved = c * calls_per_thread * keys_per_call * value_bytes
         rows.append([c, moved / get_s, moved / put_s, get_lat, put_lat])
     nic = max(r[1] for r in rows)

@@ -160,11 +160,13 @@ def _state_pools(model: ModelPreset, sc: Scenario) -> dict[str, int]:
 
 
 def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<scenario>",
-             progress: bool | Callable[[int, int, float], None] | None = None) -> SimResult:
+             progress: bool | Callable[[int, int, float], None] | None = None,
+             observe: Callable[[int, Replica], None] | None = None) -> SimResult:
     """Simulate one scenario (one variant: ``Scenario.expand()`` gives the others).
     ``progress``: a callable ``(done, issued, sim_now)`` called after each finished
     request, True for the console's (:mod:`sim.progress`), False for none, None to follow
-    the scenario's ``run.progress``."""
+    the scenario's ``run.progress``. ``observe(replica index, replica)`` is called after
+    each scheduler step once its plans reached the runtime (invariant checks: the soak)."""
     sc = as_scenario(scenario, source=source)
     env = simpy.Environment()
     replicas, _ = build(env, sc)
@@ -185,7 +187,7 @@ def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<sc
     env.process(feed.route())
     ledger = injector.ledger if injector is not None else None
     for i, rep in enumerate(replicas):
-        env.process(_replica(env, i, rep, feed, ledger))
+        env.process(_replica(env, i, rep, feed, ledger, observe))
     if injector is None:
         env.run(until=sc.run.max_sim_time)
     else:
@@ -276,7 +278,8 @@ class _Feed:
 
 
 def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa: ANN202
-             ledger: FaultLedger | None = None):
+             ledger: FaultLedger | None = None,
+             observe: Callable[[int, Replica], None] | None = None):
     """One replica's scheduler loop: step on arrivals and completions; each step that
     plans work costs ``scheduler_step_s`` of CPU *before* its batch reaches the runtime
     (with overlap on, that time hides behind the batch already running), and with the
@@ -307,6 +310,8 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa:
                     for pf in plan.prefetches:
                         ledger.owners[(rt.runtime_id, pf.job_id)] = sched.l3.jobs[pf.job_id].rid
             step = sched.step(env.now)
+        if observe is not None:
+            observe(i, rep)
         if feed.inbox[i]:
             continue
         feed.kick[i] = env.event()
