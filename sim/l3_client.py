@@ -42,10 +42,8 @@ OK, ERROR, TIMEOUT = "ok", "error", "timeout"
 
 class L3Client:
     def __init__(self, env: simpy.Environment, store: L3Store, fluid: FluidServer,
-                 timeline: Timeline, *, replica: int = 0,
-                 policy: RetryPolicy | None = None) -> None:
+                 timeline: Timeline, *, policy: RetryPolicy | None = None) -> None:
         self.env, self.store, self.fluid, self.timeline = env, store, fluid, timeline
-        self.replica = replica
         self.policy = policy or RetryPolicy()
         self.health = L3Health(self.policy)
         self.counts = dict.fromkeys(COUNTERS, 0)
