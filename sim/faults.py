@@ -46,17 +46,17 @@ if TYPE_CHECKING:
 
 def check_faults(sc: Scenario, profile: HardwareProfile) -> None:
     """Raise ValueError naming ``faults[i].key`` for a replica or node that does not exist."""
-    backend = sc.cache.hicache_storage_backend
-    nodes = profile.mooncake.nodes if backend == "mooncake" and profile.mooncake else 1
+    mooncake = profile.mooncake if sc.cache.hicache_storage_backend == "mooncake" else None
     for i, f in enumerate(sc.faults):
         replica = getattr(f, "replica", None)
         if replica is not None and replica >= sc.replicas:
             raise ValueError(f"{sc.source}: faults[{i}].replica: {replica}, but the scenario "
                              f"has {sc.replicas} replica(s) (0..{sc.replicas - 1})")
         node = getattr(f, "node", None)
-        if node is not None and backend is not None and node >= nodes:
-            raise ValueError(f"{sc.source}: faults[{i}].node: {node}, but the {backend} L3 of "
-                             f"profile {profile.name!r} has {nodes} node(s) (0..{nodes - 1})")
+        if node is not None and mooncake is not None and node >= mooncake.nodes:
+            raise ValueError(f"{sc.source}: faults[{i}].node: {node}, but the mooncake L3 of "
+                             f"profile {profile.name!r} has {mooncake.nodes} node(s) "
+                             f"(0..{mooncake.nodes - 1})")
 
 
 @dataclass
@@ -125,10 +125,14 @@ class FaultInjector:
             env.process(self._window(i, f))
 
     def _applies(self, f: Any) -> bool:
-        if f.kind in L3_KINDS or getattr(f, "link", None) == "nic":
-            return self.store is not None and (f.kind != "l3_node_down"
-                                               or self.store.name == "mooncake")
-        return True
+        """A fault on a part this run lacks does nothing: L3 faults need an L3 in use, a
+        node a Mooncake store, a NIC a networked store (a local file L3 has none)."""
+        store = self.store
+        if f.kind == "l3_node_down":
+            return store is not None and store.name == "mooncake"
+        if getattr(f, "link", None) == "nic":
+            return store is not None and store.nic is not None
+        return f.kind not in L3_KINDS or store is not None
 
     def _targets(self, f: Any) -> list[SimRuntime]:
         replica = getattr(f, "replica", None)

@@ -211,3 +211,12 @@ def test_the_twin_run_costs_the_faults_and_the_run_is_reproducible() -> None:
 def test_a_replica_or_node_that_does_not_exist_is_refused_before_running(fault, message) -> None:
     with pytest.raises(ValueError, match=message):
         simulate(scenario(fault))
+
+
+def test_a_local_file_l3_has_no_nic_and_no_nodes_to_fail() -> None:
+    file_l3 = {"hicache_storage_backend": "file"}
+    res = simulate(scenario({"kind": "link_down", "link": "nic"},
+                            {"kind": "l3_node_down", "node": 0}, cache=file_l3))
+    plain = simulate(scenario(cache=file_l3))
+    assert [f["applies"] for f in summary(res)["faults"]] == [False, False]
+    assert res.records == plain.records
