@@ -77,6 +77,12 @@ class RequestState:
     def rid(self) -> int:
         return self.req.rid
 
+    def drop_keys(self) -> None:
+        """The request is done: its page keys and hashes are never read again. Dropping
+        them keeps memory proportional to what the cache holds, not to every token a long
+        run served (an hour of chat held ~16 GiB of them: benchmarks/soak.py)."""
+        self.pages, self.hashes = [], []
+
     @property
     def prompt_len(self) -> int:
         return self.req.prompt_len
