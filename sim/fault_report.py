@@ -4,8 +4,9 @@ Per fault (in ``faults:`` order), from the run itself:
 - ``requests_exposed``: requests waiting for their first token while it lasted
   ([arrival, first token) overlaps [start, end));
 - ``requests_lost_hits`` and ``extra_recompute_tokens``: requests whose L3 prefetch the
-  fault touched (a failed, timed-out or skipped call, or keys it lost) and that got fewer
-  L3 hits than a store without faults held (capped by what the prefetch could take), and
+  fault touched (a failed, timed-out or skipped call, a slow path while it ran, or keys
+  it lost, possibly after its window) and that got fewer L3 hits than a store without
+  faults held (capped by what the prefetch could take), and
   those tokens, recomputed instead of loaded (an estimate: the twin's
   ``fault_extra_prefill_tokens`` is the end-to-end figure);
 - the L3 calls it failed (``l3_errors``, ``l3_timeouts``, ``l3_skipped``), the pages a

@@ -86,8 +86,9 @@ class FaultLedger:
     def prefetched(self, rt: SimRuntime, pf: PrefetchIntent, truth: tuple[int, int | None],
                    trace: Sequence[int | None], fetched: int) -> None:
         """A prefetch ended with ``fetched`` pages; a store without faults held ``truth[0]``
-        consecutive hits. A prefetch a fault touched (a failed, timed-out or skipped
-        attempt in ``trace``, or a key the fault lost) is charged to that fault with the
+        consecutive hits. A prefetch a fault touched (``trace``: the faults behind its
+        failed, timed-out or skipped attempts, then those on its path while it ran, such
+        as a slow NIC; or a key the fault lost) is charged to the first of them with the
         pages it should have brought (its request's shortfall: :mod:`sim.fault_report`)."""
         hits, lost_by = truth
         want = min(hits, pf.max_pages) if hits >= max(pf.min_hit_pages, 1) else 0

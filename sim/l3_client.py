@@ -204,11 +204,15 @@ class L3Client:
     def _culprit(self) -> int | None:
         """The fault active now that would fail a call: the store's, then this replica's
         (an attempt blames the one active when it started, else when it failed)."""
+        active = self.on_path()
+        return active[0] if active else None
+
+    def on_path(self) -> list[int]:
+        """Faults active now on this replica's way to L3, most disruptive first: the
+        store refusing or hanging, then its NIC, then its host memory."""
         st = self.store
-        for faults in (st.refusing, st.hanging, list(self.nic_faults), self.host_faults):
-            if faults:
-                return faults[-1]
-        return None
+        return [*reversed(st.refusing), *reversed(st.hanging), *reversed(self.nic_faults),
+                *reversed(self.host_faults)]
 
     def _count(self, counter: str, blame: int | None = None) -> None:
         self.counts[counter] += 1

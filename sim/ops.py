@@ -174,6 +174,7 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[int], generat
     ledger = client.ledger
     truth = client.store.truth_hits(pf.keys) if ledger is not None else None
     trace: list[int | None] = []  # faults behind failed attempts (sim.faults' ledger)
+    on_path = client.on_path() if ledger is not None else []  # e.g. a slow NIC
     hit = 0
     for lo in range(0, len(pf.keys), pf.batch_pages):
         chunk = pf.keys[lo:lo + pf.batch_pages]
@@ -197,7 +198,7 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[int], generat
         if n < hi - lo:
             break
     if ledger is not None and truth is not None:
-        ledger.prefetched(rt, pf, truth, trace, got)
+        ledger.prefetched(rt, pf, truth, [*trace, *on_path, *client.on_path()], got)
     if generation != rt.generation:
         return
     rt.l3_bytes["read"] += got * bpp

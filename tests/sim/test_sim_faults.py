@@ -158,6 +158,8 @@ def test_a_slow_nic_caps_l3_reads_in_the_window() -> None:
     nic = res.replicas[0].runtime.profile.mooncake.nic_bytes_per_s
     during = _rates([r for r in rows(res, "l3", "prefetch") if inside(r)])
     assert during and max(during) <= 0.05 * nic * 1.0001
+    f = summary(res)["faults"][0]  # slow prefetches end after their requests were admitted
+    assert f["requests_lost_hits"] >= 1 and f["l3_errors"] == 0
 
 
 def test_host_memory_pressure_squeezes_pcie_and_l3_together() -> None:
