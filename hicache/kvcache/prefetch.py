@@ -92,7 +92,7 @@ class L3Prefetcher:
             self.tree.unlock(st.prefix_lock)
             st.prefix_lock = None
         if st.status is Status.DONE:
-            st.drop_keys()  # it finished while this prefetch ran
+            st.forget()  # it finished while this prefetch ran
 
     # -- the decision ------------------------------------------------------------------
     def _lost_prefix(self, st: RequestState) -> bool:
