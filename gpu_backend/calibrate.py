@@ -46,8 +46,8 @@ BASE: dict[str, Any] = {  # docs/SOURCES.md §4 (H100/H200 SXM) unless measured
     "io_kernel": {"bytes_per_s": 55.0e9, "compute_slowdown": 0.06},
     "host": {"memory_bytes_per_s": 200.0e9},
     "cpu": {"scheduler_step_s": 2.0e-4},
-    "l3": {"mooncake": {"master_rpc_s": 3.0e-4, "bytes_per_s": 20.0e9, "latency_s": 5.0e-5,
-                        "capacity_bytes": 1.0e13},
+    "l3": {"mooncake": {"master_rpc_s": 3.0e-4, "latency_s": 5.0e-5, "capacity_bytes": 1.0e13,
+                        "nic_bytes_per_s": 23.75e9, "node_bytes_per_s": 190.0e9, "nodes": 4},
            "file": {"read_bytes_per_s": 13.0e9, "write_bytes_per_s": 6.0e9, "latency_s": 1.0e-4,
                     "capacity_bytes": 4.0e12}},
 }
@@ -196,6 +196,13 @@ def run_args(args: argparse.Namespace) -> None:
         shape = load_shape(args.model)
     prof, src = calibrate(shape, args.device, args.page_size,
                           scheduler=not args.no_scheduler)
+    for k in prof["l3"]["mooncake"]:
+        src.setdefault(f"l3.mooncake.{k}", "default: docs/SOURCES.md §5")
+    if getattr(args, "mooncake_master", None) or getattr(args, "mooncake_local", False):
+        from gpu_backend.calib_l3 import calibrate_mooncake
+
+        calibrate_mooncake(prof, src, master=args.mooncake_master,
+                           local=bool(args.mooncake_local))
     prof["name"] = args.name or f"calibrated-{args.device}"
     text = to_yaml(prof, src)
     if args.out:

@@ -131,6 +131,9 @@ def run_scenario(scenario: Scenario | dict, *, device: str = "cpu", shape: Model
                          f"runtime, got {sc.replicas} (sharing.pool: static or shared runs "
                          f"them as schedulers sharing one runtime)")
     cache, run = sc.cache, sc.run
+    if sc.faults:
+        raise ValueError(f"{source}: faults: injected by the simulator only; the torch "
+                         f"runtime meets real L3 faults (gpu_backend.l3): remove the section")
     if shape is None:
         shape = ModelShape.tiny() if device == "cpu" else sc.model
     trace = torch_trace if torch_trace is not None else run.torch_profiler

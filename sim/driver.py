@@ -12,11 +12,18 @@ on entry); routing is :mod:`hicache.routing`'s policy.
 Liveness: when SimPy runs out of events while requests are neither finished nor rejected,
 nothing can ever make progress (a stall): the result names each such request and why
 (``SimResult.unfinished``, ``SimResult.stall``) instead of looking like a short run.
+
+Faults (``scenario.faults``, :mod:`sim.faults`): their windows are events too, so such a
+run stops once every request ended and every replica is idle, not when events run out;
+with ``run.fault_twin`` a fault-free twin is simulated too, for what the faults cost
+(``SimResult.extra["fault_twin"]``, :mod:`sim.fault_report`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +39,7 @@ from hicache.timeline import Timeline
 from hicache.workload.factory import make_workload
 from hicache.workload.request import Request
 from sim.boundary import CrossingCost
+from sim.faults import FaultInjector, FaultLedger, check_faults
 from sim.hardware.model import ModelPreset
 from sim.hardware.profile import HardwareProfile, load_profile
 from sim.l3 import L3Store
@@ -58,6 +66,7 @@ class SimResult:
     extra: dict[str, Any] = field(default_factory=dict)
     unfinished: dict[int, str] = field(default_factory=dict)  # rid -> why it did not finish
     stall: str | None = None  # the diagnosis when the run stalled
+    faults: FaultLedger | None = None  # what each injected fault did (sim.faults)
 
     @property
     def rejected(self) -> dict[int, str]:
@@ -81,6 +90,7 @@ def build(env: simpy.Environment, scenario: Scenario | dict,
     sc = as_scenario(scenario, source=source)
     cache, run, model = sc.cache, sc.run, sc.model
     hw: HardwareProfile = load_profile(sc.hardware)
+    check_faults(sc, hw)
     page = cache.page_size
     device_pages = cache.device_tokens // page
     host_pages = 0
@@ -150,14 +160,21 @@ def _state_pools(model: ModelPreset, sc: Scenario) -> dict[str, int]:
 
 
 def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<scenario>",
-             progress: bool | Callable[[int, int, float], None] | None = None) -> SimResult:
+             progress: bool | Callable[[int, int, float], None] | None = None,
+             observe: Callable[[int, Replica], None] | None = None) -> SimResult:
     """Simulate one scenario (one variant: ``Scenario.expand()`` gives the others).
     ``progress``: a callable ``(done, issued, sim_now)`` called after each finished
     request, True for the console's (:mod:`sim.progress`), False for none, None to follow
-    the scenario's ``run.progress``."""
+    the scenario's ``run.progress``. ``observe(replica index, replica)`` is called after
+    each scheduler step once its plans reached the runtime (invariant checks: the soak)."""
     sc = as_scenario(scenario, source=source)
     env = simpy.Environment()
     replicas, _ = build(env, sc)
+    injector = None
+    if sc.faults:
+        runtimes = [r.runtime for r in replicas]
+        used = any(r.scheduler.kv.l3 for r in replicas)  # L3 is reached through L2
+        injector = FaultInjector(env, sc.faults, runtimes, runtimes[0].l3 if used else None)
     workload = make_workload(sc.workload, sc.seed)
     router = Router(sc.router, [SchedulerView(r.scheduler) for r in replicas])
     show = sc.run.progress if progress is None else progress
@@ -168,16 +185,25 @@ def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<sc
         show = bar = Progress(name, expected_requests(sc.workload))
     feed = _Feed(env, workload, router, len(replicas), show or None)
     env.process(feed.route())
+    ledger = injector.ledger if injector is not None else None
     for i, rep in enumerate(replicas):
-        env.process(_replica(env, i, rep, feed))
-    env.run(until=sc.run.max_sim_time)
+        env.process(_replica(env, i, rep, feed, ledger, observe))
+    if injector is None:
+        env.run(until=sc.run.max_sim_time)
+    else:
+        _run_until_idle(env, feed, replicas, sc.run.max_sim_time)
+        injector.finish(env.now)
     records = [r for rep in replicas for r in rep.scheduler.records()]
     records.sort(key=lambda r: r["rid"])
     decisions = [(i, *dec.row()) for i, rep in enumerate(replicas)
                  for dec in rep.scheduler.decisions]
     if bar is not None:
         bar.close()
-    res = SimResult(name, replicas, records, decisions, env.now, feed.issued)
+    res = SimResult(name, replicas, records, decisions, env.now, feed.issued, faults=ledger)
+    if sc.faults and sc.run.fault_twin:
+        twin = simulate(dataclasses.replace(sc, faults=()), name=f"{name} (fault-free twin)",
+                        progress=False)
+        res.extra["fault_twin"] = twin.records
     open_ = [r["rid"] for r in records if r["finish"] is None and not r.get("rejected")]
     if open_:
         limit = sc.run.max_sim_time
@@ -189,6 +215,19 @@ def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<sc
             why = f"stalled: nothing could make progress ({res.stall})"
         res.unfinished = dict.fromkeys(open_, why)
     return res
+
+
+def _run_until_idle(env: simpy.Environment, feed: _Feed, replicas: list[Replica],
+                    limit: float | None) -> None:
+    """Step until every request ended and every replica is idle (fault windows still
+    queued must not stretch the run), events run out, or ``limit`` is reached."""
+    end = math.inf if limit is None else limit
+    while env.peek() < end:
+        if feed.all_ended() and all(r.scheduler.idle for r in replicas):
+            return
+        env.step()
+    if limit is not None and env.now < limit and env.peek() < math.inf:
+        env.run(until=limit)  # the clock reaches the limit, as env.run(until=) does
 
 
 class _Feed:
@@ -210,6 +249,10 @@ class _Feed:
             self.issued += 1
         if reqs and not self.more.triggered:
             self.more.succeed()
+
+    def all_ended(self) -> bool:
+        """Every request issued so far ended, and none is due."""
+        return self.done == self.issued and not self.pending
 
     def ended(self, rid: int, now: float) -> None:
         """A request finished or was rejected: the workload may issue follow-ups."""
@@ -234,12 +277,15 @@ class _Feed:
             yield env.any_of(waits)
 
 
-def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed):  # noqa: ANN202
+def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa: ANN202
+             ledger: FaultLedger | None = None,
+             observe: Callable[[int, Replica], None] | None = None):
     """One replica's scheduler loop: step on arrivals and completions; each step that
     plans work costs ``scheduler_step_s`` of CPU *before* its batch reaches the runtime
     (with overlap on, that time hides behind the batch already running), and with the
     runtime in its own process each wake-up's poll and each plan's crossings cost what
-    :class:`sim.boundary.CrossingCost` says."""
+    :class:`sim.boundary.CrossingCost` says. With faults, the ledger learns which request
+    each L3 prefetch serves."""
     sched, rt = rep.scheduler, rep.runtime
     cpu = rt.profile.scheduler_step_s
     ipc = rep.crossing or CrossingCost(rt.profile, False)
@@ -260,7 +306,12 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed):  # noqa
                 handle = rt.prepare_batch(plan)
                 sched.prepared(handle)
                 rt.execute_batch(handle)
+                if ledger is not None and plan.prefetches and sched.l3 is not None:
+                    for pf in plan.prefetches:
+                        ledger.owners[(rt.runtime_id, pf.job_id)] = sched.l3.jobs[pf.job_id].rid
             step = sched.step(env.now)
+        if observe is not None:
+            observe(i, rep)
         if feed.inbox[i]:
             continue
         feed.kick[i] = env.event()

@@ -5,7 +5,7 @@ job's ``remaining`` work is exact at every change (remaining -= rate * dt). When
 joins or leaves, all rates are recomputed and only jobs whose rate changed get a new
 finish time. Work is in arbitrary units (bytes for links, seconds-at-full-speed for
 compute). No process per job: a finish is a timeout callback guarded by a token, so a
-re-planned job's stale timeout does nothing.
+re-planned (or cancelled) job's stale timeout does nothing.
 """
 
 from __future__ import annotations
@@ -92,6 +92,22 @@ class FluidServer:
         self.jobs.append(job)
         self._replan(new=job)
         return job.done
+
+    def replan(self) -> None:
+        """Re-allocate now: something the allocation reads changed (a fault, a shared
+        resource's users)."""
+        if self.jobs:
+            self._advance()
+            self._replan()
+
+    def cancel(self, job: FluidJob) -> None:
+        """Drop an unfinished ``job``: its ``done`` event never fires (an abandoned call)."""
+        if job not in self.jobs:
+            return
+        self._advance()
+        job.token += 1
+        self.jobs.remove(job)
+        self._replan()
 
     def run(self, job: FluidJob) -> Generator[simpy.Event, Any, None]:
         """Process-body form of :meth:`submit`."""

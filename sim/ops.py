@@ -139,14 +139,16 @@ def backups_done(rt: SimRuntime, st: BatchState) -> None:
 
 
 def store_op(rt: SimRuntime, store: StoreIntent, generation: int) -> Proc:
-    """L2 -> L3 once the host pages exist; keys already in L3 are not written again."""
+    """L2 -> L3 once the host pages exist; keys already in L3 are not written again. A
+    failed write writes nothing (the pages stay L2-only)."""
     pending = rt.pending_events(store.src)
     if pending:
         yield rt.env.all_of(pending)
-    assert rt.l3 is not None
+    client = rt.l3_client
+    assert client is not None
     bpp = rt.bytes_per_page[store.src.pool]
     t0 = rt.env.now
-    written = yield from rt.l3.write(store.keys, bpp, rt.profile.host_memory_bytes_per_s)
+    written = yield from client.put(store.keys, bpp)
     if written:
         rt.timeline.record("l3", "store", t0, rt.env.now, nbytes=written * bpp)
     if generation == rt.generation:
@@ -157,26 +159,45 @@ def store_op(rt: SimRuntime, store: StoreIntent, generation: int) -> Proc:
 def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[int], generation: int
                 ) -> Proc:
     """Query L3 in batches (stop at the first miss); revoke below min_hit_pages, else fetch
-    the hit prefix (at most max_pages) into the reserved host pages, batch by batch."""
-    assert rt.l3 is not None
-    trips = yield from rt.l3.query(pf.keys, pf.batch_pages)
-    for start, end, _ in trips:
-        rt.timeline.record("l3", "query", start, end)
-    hit = sum(h for _, _, h in trips)
+    the hit prefix (at most max_pages) into the reserved host pages, batch by batch. A
+    failed call answers misses (sim.l3_client): what it did not fetch is recomputed."""
+    client = rt.l3_client
+    assert client is not None
+    ledger = client.ledger
+    truth = client.store.truth_hits(pf.keys) if ledger is not None else None
+    trace: list[int | None] = []  # faults behind failed attempts (sim.faults' ledger)
+    on_path = client.on_path() if ledger is not None else []  # e.g. a slow NIC
+    hit = 0
+    for lo in range(0, len(pf.keys), pf.batch_pages):
+        chunk = pf.keys[lo:lo + pf.batch_pages]
+        t0 = rt.env.now
+        found = yield from client.exists(chunk, trace)
+        rt.timeline.record("l3", "query", t0, rt.env.now)
+        n = next((i for i, f in enumerate(found) if not f), len(found))
+        hit += n
+        if n < len(chunk):
+            break
     fetch = min(hit, pf.max_pages) if hit >= max(pf.min_hit_pages, 1) else 0
     bpp = rt.bytes_per_page["full"]
+    got = 0
     for lo in range(0, fetch, pf.batch_pages):
         hi = min(fetch, lo + pf.batch_pages)
         t0 = rt.env.now
-        yield from rt.l3.read(pf.keys[lo:hi], (hi - lo) * bpp, rt.profile.host_memory_bytes_per_s)
-        rt.timeline.record("l3", "prefetch", t0, rt.env.now, nbytes=(hi - lo) * bpp)
+        n = yield from client.get(pf.keys[lo:hi], bpp, trace)
+        if n:
+            rt.timeline.record("l3", "prefetch", t0, rt.env.now, nbytes=n * bpp)
+        got += n
+        if n < hi - lo:
+            break
+    if ledger is not None and truth is not None:
+        ledger.prefetched(rt, pf, truth, [*trace, *on_path, *client.on_path()], got)
     if generation != rt.generation:
         return
-    rt.l3_bytes["read"] += fetch * bpp
-    if reserved[fetch:]:
-        rt.host["full"].free(reserved[fetch:])
+    rt.l3_bytes["read"] += got * bpp
+    if reserved[got:]:
+        rt.host["full"].free(reserved[got:])
     extent = None
-    if fetch:
-        extent = CacheExtentRef(rt.runtime_id, generation, Tier.HOST, coalesce(reserved[:fetch]),
+    if got:
+        extent = CacheExtentRef(rt.runtime_id, generation, Tier.HOST, coalesce(reserved[:got]),
                                 "full")
-    rt.complete(TC(pf.job_id, TK.PREFETCH, rt.env.now, fetch, extent, hit))
+    rt.complete(TC(pf.job_id, TK.PREFETCH, rt.env.now, got, extent, hit))

@@ -59,6 +59,13 @@ class PagePool:
     def is_allocated(self, page: int) -> bool:
         return self._ids.is_used(page)
 
+    def check(self) -> None:
+        """The free list's invariant (module doc); AssertionError naming the pool."""
+        try:
+            self._ids.check()
+        except AssertionError as e:
+            raise AssertionError(f"{self.tier.value} pool {self.pool!r}: {e}") from None
+
 
 class TierPools:
     """The pools of one tier, by name."""

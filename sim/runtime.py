@@ -48,6 +48,7 @@ from sim.hardware.profile import HardwareProfile, load_profile
 from sim.host import HostLane, copy_calls, interpreter_on
 from sim.interpreter import Interpreter
 from sim.l3 import L3Store
+from sim.l3_client import L3Client
 from sim.link import PcieLink
 from sim.pools import TierPools
 from sim.rows import RequestRow
@@ -102,8 +103,11 @@ class SimRuntime:
         self.layers_touched = {p: sum(1 for x in b if x) for p, b in self.layer_bytes.items()}
         self.bytes_accounted = {"h2d": 0, "d2h": 0}
         self.l3_bytes = {"read": 0, "write": 0}
+        self.l3_client: L3Client | None = None  # this replica's NIC and guarded L3 calls
         if l3 is not None:
             l3.attach(runtime_id)
+            self.l3_client = L3Client(env, l3, self.fluid, self.timeline)
+            self.link.l3 = self.l3_client
         m = self.model
         self.swa_window = m.sliding_window if "swa" in device_pages and m.count("swa") else 0
         self.mamba = "mamba" in device_pages and m.count("mamba") > 0

@@ -107,3 +107,21 @@ class PageIds:
                 else:
                     self._runs.append([p, 1])
         self._n_runs += len(pages)
+
+    def check(self) -> None:
+        """Raise AssertionError when the free runs and the used map disagree: a freed page
+        still marked used, a page free twice or beyond the fresh mark, or counts that do
+        not add up (O(pages ever handed out): for tests and soak runs)."""
+        free: set[int] = set()
+        for start, length in self._runs:
+            if length <= 0:
+                raise AssertionError(f"an empty free run at page {start}")
+            for p in range(start, start + length):
+                if p >= self._fresh or self._used[p] or p in free:
+                    raise AssertionError(f"page {p} is free but also used, repeated or "
+                                         f"never handed out")
+                free.add(p)
+        used = sum(self._used[:self._fresh])
+        if len(free) != self._n_runs or used + self._n_runs != self._fresh:
+            raise AssertionError(f"{used} used + {self._n_runs} free != {self._fresh} handed out "
+                                 f"({len(free)} in the runs)")

@@ -53,6 +53,7 @@ class RunSection(Plain):
     runtime_process: Bool = False
     # when the runtime runs D2H backups (none, static, adaptive): both runtimes
     writeback: WritebackConfig = WritebackConfig()
+    fault_twin: Bool = True  # with faults: also simulate a fault-free twin to cost them
 
 
 RUN_KEYS = frozenset(field_types(RunSection))

@@ -99,10 +99,22 @@ class HostSpec:
 
 @dataclass(frozen=True, slots=True)
 class MooncakeSpec:
+    """A Mooncake store (docs/SOURCES.md §5). ``master_rpc_s``: one existence query (a
+    round trip to the master); ``latency_s``: a transfer's fixed cost (placement lookup,
+    transfer submission); ``nic_bytes_per_s``: each replica's own NIC, which its reads and
+    writes share; ``nodes`` storage nodes each serve ``node_bytes_per_s`` (all replicas
+    share them) and hold ``capacity_bytes / nodes``."""
+
     master_rpc_s: float
-    bytes_per_s: float
     latency_s: float
     capacity_bytes: float
+    nic_bytes_per_s: float
+    node_bytes_per_s: float
+    nodes: int = 1
+
+    @property
+    def store_bytes_per_s(self) -> float:
+        return self.node_bytes_per_s * self.nodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +300,17 @@ def _shape(s: Section) -> tuple[tuple[str, Any], ...]:
     return tuple(out)
 
 
+def _mooncake(m: Section) -> MooncakeSpec:
+    if m.has("bytes_per_s"):
+        raise ValueError(f"{m.origin}: key 'l3.mooncake.bytes_per_s' is gone: one global rate "
+                         f"mixed two ratios (docs/SOURCES.md §5); give nic_bytes_per_s (each "
+                         f"replica's NIC), node_bytes_per_s and nodes (the store's service)")
+    return MooncakeSpec(
+        m.num("master_rpc_s"), m.num("latency_s"), m.num("capacity_bytes", positive=True),
+        m.num("nic_bytes_per_s", positive=True), m.num("node_bytes_per_s", positive=True),
+        m.int("nodes", 1, positive=True))
+
+
 def load_profile(source: str | Path | Mapping[str, Any]) -> HardwareProfile:
     """Load a profile from a name (``scenarios/hardware/NAME.yaml``), a path or a mapping."""
     data, origin = resolve(source, "hardware")
@@ -303,11 +326,7 @@ def load_profile(source: str | Path | Mapping[str, Any]) -> HardwareProfile:
     l3 = top.sub("l3", {})
     mooncake = file = None
     if l3.has("mooncake"):
-        m = l3.sub("mooncake")
-        mooncake = MooncakeSpec(
-            m.num("master_rpc_s"), m.num("bytes_per_s", positive=True), m.num("latency_s"),
-            m.num("capacity_bytes", positive=True),
-        )
+        mooncake = _mooncake(l3.sub("mooncake"))
     if l3.has("file"):
         f = l3.sub("file")
         shared = f.raw("shared", False)
