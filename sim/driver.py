@@ -12,11 +12,18 @@ on entry); routing is :mod:`hicache.routing`'s policy.
 Liveness: when SimPy runs out of events while requests are neither finished nor rejected,
 nothing can ever make progress (a stall): the result names each such request and why
 (``SimResult.unfinished``, ``SimResult.stall``) instead of looking like a short run.
+
+Faults (``scenario.faults``, :mod:`sim.faults`): their windows are events too, so such a
+run stops once every request ended and every replica is idle, not when events run out;
+with ``run.fault_twin`` a fault-free twin is simulated too, for what the faults cost
+(``SimResult.extra["fault_twin"]``, :mod:`sim.fault_report`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,15 +32,19 @@ import simpy
 
 from hicache.config import CacheConfig
 from hicache.routing import Router, SchedulerView
+from hicache.runtime.state import state_pool_sizes
 from hicache.scenario import Scenario, as_scenario
 from hicache.scheduler.scheduler import Scheduler
 from hicache.timeline import Timeline
 from hicache.workload.factory import make_workload
 from hicache.workload.request import Request
+from sim.boundary import CrossingCost
+from sim.faults import FaultInjector, FaultLedger, check_faults
 from sim.hardware.model import ModelPreset
 from sim.hardware.profile import HardwareProfile, load_profile
 from sim.l3 import L3Store
 from sim.runtime import SimRuntime
+from sim.shared import share_runtime
 
 
 @dataclass
@@ -41,6 +52,7 @@ class Replica:
     scheduler: Scheduler
     runtime: SimRuntime
     timeline: Timeline
+    crossing: CrossingCost | None = None  # what the runtime in a process adds (or None)
 
 
 @dataclass
@@ -54,6 +66,7 @@ class SimResult:
     extra: dict[str, Any] = field(default_factory=dict)
     unfinished: dict[int, str] = field(default_factory=dict)  # rid -> why it did not finish
     stall: str | None = None  # the diagnosis when the run stalled
+    faults: FaultLedger | None = None  # what each injected fault did (sim.faults)
 
     @property
     def rejected(self) -> dict[int, str]:
@@ -77,6 +90,7 @@ def build(env: simpy.Environment, scenario: Scenario | dict,
     sc = as_scenario(scenario, source=source)
     cache, run, model = sc.cache, sc.run, sc.model
     hw: HardwareProfile = load_profile(sc.hardware)
+    check_faults(sc, hw)
     page = cache.page_size
     device_pages = cache.device_tokens // page
     host_pages = 0
@@ -89,43 +103,78 @@ def build(env: simpy.Environment, scenario: Scenario | dict,
     pools = {"full": device_pages}
     if sc.scheduler.track_components:
         pools.update(_state_pools(model, sc))
+    if sc.sharing.pool != "none":
+        return _shared_replicas(env, sc, hw, pools, host_pages, l3), cache
     replicas = []
     for i in range(sc.replicas):
         tl = Timeline()
-        rt = SimRuntime(env, profile=hw, model=model, page_size=page,
-                        device_pages=pools, host_pages={"full": host_pages},
-                        l3=l3, io_backend=cache.hicache_io_backend,
-                        layerwise=run.layerwise,
-                        mem_layout=cache.effective_mem_layout,
-                        backup_throttle_bytes_per_s=run.backup_throttle_bytes_per_s,
-                        runtime_id=f"sim{i}", timeline=tl,
-                        trace_layers=run.trace_layers)
+        rt = _runtime(env, sc, hw, pools, host_pages, l3, f"sim{i}", tl)
         cfg = sc.scheduler_config(l3=l3 is not None)
-        replicas.append(Replica(Scheduler(cache, rt.info(), cfg, replica=i), rt, tl))
+        replicas.append(Replica(Scheduler(cache, rt.info(), cfg, replica=i), rt, tl,
+                                CrossingCost(hw, run.runtime_process)))
     return replicas, cache
 
 
-def _state_pools(model: ModelPreset, sc: Scenario) -> dict[str, int]:
-    """L1 pools of a hybrid model's other components (scheduler.track_components):
-    ``run.swa_tokens`` (default: cache.device_tokens) sized into SWA pages, and
-    ``run.mamba_slots`` (default: 3 x max_running_requests) MAMBA state slots."""
-    out = {}
-    if model.count("swa"):
-        out["swa"] = (sc.run.swa_tokens or sc.cache.device_tokens) // sc.cache.page_size
-    if model.count("mamba"):
-        out["mamba"] = sc.run.mamba_slots or 3 * sc.scheduler.max_running_requests
+def _runtime(env: simpy.Environment, sc: Scenario, hw: HardwareProfile,
+             pools: dict[str, int], host_pages: int, l3: L3Store | None, runtime_id: str,
+             tl: Timeline) -> SimRuntime:
+    run = sc.run
+    return SimRuntime(env, profile=hw, model=sc.model, page_size=sc.cache.page_size,
+                      device_pages=pools, host_pages={"full": host_pages},
+                      l3=l3, io_backend=sc.cache.hicache_io_backend,
+                      layerwise=run.layerwise, mem_layout=sc.cache.effective_mem_layout,
+                      backup_throttle_bytes_per_s=run.backup_throttle_bytes_per_s,
+                      runtime_id=runtime_id, timeline=tl, trace_layers=run.trace_layers,
+                      writeback=run.writeback)
+
+
+def _shared_replicas(env: simpy.Environment, sc: Scenario, hw: HardwareProfile,
+                     pools: dict[str, int], host_pages: int, l3: L3Store | None
+                     ) -> list[Replica]:
+    """``sharing.pool`` static or shared: every replica's scheduler on one runtime (one
+    GPU: one pool, one compute stream) through its own tenant view. The runtime's
+    timeline is replica 0's."""
+    if sc.scheduler.track_components:
+        raise ValueError(f"{sc.source}: sharing.pool: replicas sharing a runtime track the "
+                         f"FULL component only (scheduler.track_components: false)")
+    tl = Timeline()
+    rt = _runtime(env, sc, hw, pools, host_pages, l3, "sim0", tl)
+    try:
+        shared, views = share_runtime(rt, sc.sharing, sc.replicas)
+    except ValueError as e:
+        raise ValueError(f"{sc.source}: {e}") from None
+    cfg = sc.scheduler_config(l3=l3 is not None)
+    out = []
+    for i, view in enumerate(views):
+        sched = Scheduler(sc.cache, view.info(), cfg, replica=i)
+        shared.attach(view.tenant, sched.kv.budget)
+        out.append(Replica(sched, view, tl if i == 0 else Timeline(),  # type: ignore[arg-type]
+                           CrossingCost(hw, sc.run.runtime_process)))
     return out
 
 
+def _state_pools(model: ModelPreset, sc: Scenario) -> dict[str, int]:
+    return state_pool_sizes(model.layer_kinds, sc.cache.page_size, sc.cache.device_tokens,
+                            sc.run.swa_tokens, sc.run.mamba_slots,
+                            sc.scheduler.max_running_requests)
+
+
 def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<scenario>",
-             progress: bool | Callable[[int, int, float], None] | None = None) -> SimResult:
+             progress: bool | Callable[[int, int, float], None] | None = None,
+             observe: Callable[[int, Replica], None] | None = None) -> SimResult:
     """Simulate one scenario (one variant: ``Scenario.expand()`` gives the others).
     ``progress``: a callable ``(done, issued, sim_now)`` called after each finished
     request, True for the console's (:mod:`sim.progress`), False for none, None to follow
-    the scenario's ``run.progress``."""
+    the scenario's ``run.progress``. ``observe(replica index, replica)`` is called after
+    each scheduler step once its plans reached the runtime (invariant checks: the soak)."""
     sc = as_scenario(scenario, source=source)
     env = simpy.Environment()
     replicas, _ = build(env, sc)
+    injector = None
+    if sc.faults:
+        runtimes = [r.runtime for r in replicas]
+        used = any(r.scheduler.kv.l3 for r in replicas)  # L3 is reached through L2
+        injector = FaultInjector(env, sc.faults, runtimes, runtimes[0].l3 if used else None)
     workload = make_workload(sc.workload, sc.seed)
     router = Router(sc.router, [SchedulerView(r.scheduler) for r in replicas])
     show = sc.run.progress if progress is None else progress
@@ -136,16 +185,25 @@ def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<sc
         show = bar = Progress(name, expected_requests(sc.workload))
     feed = _Feed(env, workload, router, len(replicas), show or None)
     env.process(feed.route())
+    ledger = injector.ledger if injector is not None else None
     for i, rep in enumerate(replicas):
-        env.process(_replica(env, i, rep, feed))
-    env.run(until=sc.run.max_sim_time)
+        env.process(_replica(env, i, rep, feed, ledger, observe))
+    if injector is None:
+        env.run(until=sc.run.max_sim_time)
+    else:
+        _run_until_idle(env, feed, replicas, sc.run.max_sim_time)
+        injector.finish(env.now)
     records = [r for rep in replicas for r in rep.scheduler.records()]
     records.sort(key=lambda r: r["rid"])
     decisions = [(i, *dec.row()) for i, rep in enumerate(replicas)
                  for dec in rep.scheduler.decisions]
     if bar is not None:
         bar.close()
-    res = SimResult(name, replicas, records, decisions, env.now, feed.issued)
+    res = SimResult(name, replicas, records, decisions, env.now, feed.issued, faults=ledger)
+    if sc.faults and sc.run.fault_twin:
+        twin = simulate(dataclasses.replace(sc, faults=()), name=f"{name} (fault-free twin)",
+                        progress=False)
+        res.extra["fault_twin"] = twin.records
     open_ = [r["rid"] for r in records if r["finish"] is None and not r.get("rejected")]
     if open_:
         limit = sc.run.max_sim_time
@@ -157,6 +215,19 @@ def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<sc
             why = f"stalled: nothing could make progress ({res.stall})"
         res.unfinished = dict.fromkeys(open_, why)
     return res
+
+
+def _run_until_idle(env: simpy.Environment, feed: _Feed, replicas: list[Replica],
+                    limit: float | None) -> None:
+    """Step until every request ended and every replica is idle (fault windows still
+    queued must not stretch the run), events run out, or ``limit`` is reached."""
+    end = math.inf if limit is None else limit
+    while env.peek() < end:
+        if feed.all_ended() and all(r.scheduler.idle for r in replicas):
+            return
+        env.step()
+    if limit is not None and env.now < limit and env.peek() < math.inf:
+        env.run(until=limit)  # the clock reaches the limit, as env.run(until=) does
 
 
 class _Feed:
@@ -178,6 +249,10 @@ class _Feed:
             self.issued += 1
         if reqs and not self.more.triggered:
             self.more.succeed()
+
+    def all_ended(self) -> bool:
+        """Every request issued so far ended, and none is due."""
+        return self.done == self.issued and not self.pending
 
     def ended(self, rid: int, now: float) -> None:
         """A request finished or was rejected: the workload may issue follow-ups."""
@@ -202,13 +277,21 @@ class _Feed:
             yield env.any_of(waits)
 
 
-def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed):  # noqa: ANN202
+def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa: ANN202
+             ledger: FaultLedger | None = None,
+             observe: Callable[[int, Replica], None] | None = None):
     """One replica's scheduler loop: step on arrivals and completions; each step that
     plans work costs ``scheduler_step_s`` of CPU *before* its batch reaches the runtime
-    (with overlap on, that time hides behind the batch already running)."""
+    (with overlap on, that time hides behind the batch already running), and with the
+    runtime in its own process each wake-up's poll and each plan's crossings cost what
+    :class:`sim.boundary.CrossingCost` says. With faults, the ledger learns which request
+    each L3 prefetch serves."""
     sched, rt = rep.scheduler, rep.runtime
     cpu = rt.profile.scheduler_step_s
+    ipc = rep.crossing or CrossingCost(rt.profile, False)
     while True:
+        if ipc.process:  # the poll that brings the completions crosses too
+            yield rt.host_lane.run(ipc.wakeup())
         arrivals, feed.inbox[i] = feed.inbox[i], []
         step = sched.step(env.now, arrivals, rt.poll())
         while True:
@@ -216,13 +299,19 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed):  # noqa
                 feed.ended(rid, env.now)
             if not step.plans:
                 break
-            if cpu > 0:  # driver-thread time: in line with the runtime calls' (sim.host)
-                yield rt.host_lane.run(cpu)
+            cost = cpu + sum(ipc.plan(len(p.slices)) for p in step.plans)
+            if cost > 0:  # driver-thread time: in line with the runtime calls' (sim.host)
+                yield rt.host_lane.run(cost)
             for plan in step.plans:
                 handle = rt.prepare_batch(plan)
                 sched.prepared(handle)
                 rt.execute_batch(handle)
+                if ledger is not None and plan.prefetches and sched.l3 is not None:
+                    for pf in plan.prefetches:
+                        ledger.owners[(rt.runtime_id, pf.job_id)] = sched.l3.jobs[pf.job_id].rid
             step = sched.step(env.now)
+        if observe is not None:
+            observe(i, rep)
         if feed.inbox[i]:
             continue
         feed.kick[i] = env.event()

@@ -30,6 +30,7 @@ from hicache.report.frames import requests_frame, timeline_frame, write_timeline
 from hicache.report.metrics import cliff_round, hit_rate_by_round, summarize
 from hicache.report.plots import has_rounds
 from sim.driver import SimResult
+from sim.fault_report import fault_costs
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def summary_of(result: SimResult, req: pd.DataFrame, tl: pd.DataFrame,
                wall: float | None = None) -> dict[str, Any]:
     """The flat summary of a run: :func:`summarize` plus run facts (JSON-safe values)."""
     s = summarize(req, tl)
-    rt = [rep.runtime for rep in result.replicas]
+    rt = runtimes_of(result)
     s.update({"variant": result.name, "replicas": len(result.replicas),
               "sim_time_s": result.sim_time, "timeline_rows": len(tl),
               "h2d_bytes_accounted": sum(r.bytes_accounted["h2d"] for r in rt),
@@ -74,16 +75,33 @@ def summary_of(result: SimResult, req: pd.DataFrame, tl: pd.DataFrame,
         s["stall"] = result.stall
     if has_rounds(req):
         s["cliff_round"] = cliff_round(hit_rate_by_round(req))
+    clients = [r.l3_client for r in rt if r.l3_client is not None]
+    if clients:  # the torch runtime's counter names (hicache.tiers.l3_guard.COUNTERS)
+        s["l3_faults"] = {k: sum(c.counts[k] for c in clients) for k in clients[0].counts}
+    if result.faults is not None:
+        faults, totals = fault_costs(result.faults, result.records, rt[0].page_size,
+                                     result.extra.get("fault_twin"))
+        s["faults"] = faults
+        s.update(totals)
     s.update(capacity_of(result))
     if wall is not None:
         s["wall_s"] = round(wall, 3)
     return {k: _json_safe(v) for k, v in s.items()}
 
 
+def runtimes_of(result: SimResult) -> list[Any]:
+    """The distinct runtimes under the replicas (replicas may share one)."""
+    out = {}
+    for rep in result.replicas:
+        rt = getattr(rep.runtime, "base_runtime", rep.runtime)
+        out[id(rt)] = rt
+    return list(out.values())
+
+
 def capacity_of(result: SimResult) -> dict[str, Any]:
     """Cache sizes per GPU, in tokens and GiB (KV of all layers on one TP rank), and the
     bytes the L3 store held at the end (an L3 shared by replicas counted once)."""
-    rt = result.replicas[0].runtime if result.replicas else None
+    rt = runtimes_of(result)[0] if result.replicas else None
     if rt is None:
         return {}
     page, kv = rt.page_size, rt.model.kv_bytes_per_token()

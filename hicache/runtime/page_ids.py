@@ -8,19 +8,22 @@ Freed pages wait as runs ``[start, length]``; memory grows with the pages ever h
 
 ``order="fifo"``: fresh pages first (lowest first), then freed pages in the order they were
 freed (a replay allocator). ``order="lifo"``: the most recently freed pages first, then
-fresh pages (a runtime's free list: hot pages are reused). :meth:`give` checks every page
-before it changes anything.
+fresh pages (a runtime's free list: hot pages are reused). ``order="lowest"``: the lowest
+free id first (the torch runtime's heap, and SGLang's paged allocator once it sorts its
+free list), so a fragmented pool still hands out the longest runs it can; freed pages
+wait in a heap. :meth:`give` checks every page before it changes anything.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Sequence
 from typing import Literal
 
 
 class PageIds:
-    def __init__(self, capacity: int, order: Literal["fifo", "lifo"]) -> None:
+    def __init__(self, capacity: int, order: Literal["fifo", "lifo", "lowest"]) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
             raise ValueError(f"capacity must be an integer >= 0, got {capacity!r}")
         self.capacity, self.order = capacity, order
@@ -28,6 +31,7 @@ class PageIds:
         self._runs: deque[list[int]] = deque()  # freed runs [start, length]
         self._n_runs = 0
         self._used = bytearray()  # of pages below _fresh: 1 = handed out
+        self._heap: list[int] = []  # order "lowest": freed pages (all below _fresh)
 
     @property
     def free(self) -> int:
@@ -39,7 +43,11 @@ class PageIds:
     def take(self, n: int) -> list[int]:
         """``n`` free page ids (the caller checked ``n <= free``)."""
         pages: list[int] = []
-        if self.order == "fifo":
+        if self.order == "lowest":
+            k = min(n, len(self._heap))
+            pages = [heapq.heappop(self._heap) for _ in range(k)]
+            self._n_runs -= k
+        elif self.order == "fifo":
             self._take_fresh(pages, n)
         while self._runs and len(pages) < n:
             run = self._runs[0] if self.order == "fifo" else self._runs[-1]
@@ -80,7 +88,10 @@ class PageIds:
             raise ValueError(f"page {p} is not handed out")
         for p in pages:
             self._used[p] = 0
-        if self.order == "fifo":
+        if self.order == "lowest":
+            for p in pages:
+                heapq.heappush(self._heap, p)
+        elif self.order == "fifo":
             for p in pages:
                 last = self._runs[-1] if self._runs else None
                 if last is not None and last[0] + last[1] == p:
@@ -96,3 +107,21 @@ class PageIds:
                 else:
                     self._runs.append([p, 1])
         self._n_runs += len(pages)
+
+    def check(self) -> None:
+        """Raise AssertionError when the free runs and the used map disagree: a freed page
+        still marked used, a page free twice or beyond the fresh mark, or counts that do
+        not add up (O(pages ever handed out): for tests and soak runs)."""
+        free: set[int] = set()
+        for start, length in self._runs:
+            if length <= 0:
+                raise AssertionError(f"an empty free run at page {start}")
+            for p in range(start, start + length):
+                if p >= self._fresh or self._used[p] or p in free:
+                    raise AssertionError(f"page {p} is free but also used, repeated or "
+                                         f"never handed out")
+                free.add(p)
+        used = sum(self._used[:self._fresh])
+        if len(free) != self._n_runs or used + self._n_runs != self._fresh:
+            raise AssertionError(f"{used} used + {self._n_runs} free != {self._fresh} handed out "
+                                 f"({len(free)} in the runs)")

@@ -30,6 +30,8 @@ from hicache.config import DERIVED_KEYS, CacheConfig
 from hicache.modelspec import DEFAULT_MODEL, ModelSpec, load_model_spec
 from hicache.presets import find_preset, is_name, trace_hint
 from hicache.routing import RouterConfig
+from hicache.runtime.sharing import SharingConfig
+from hicache.scenario.faults import Faults
 from hicache.scenario.overrides import ScenarioError, apply_overrides, set_path
 from hicache.scenario.sections import (
     DEFAULT_HARDWARE,
@@ -158,8 +160,10 @@ class Scenario(Plain):
     scheduler: SchedulerSection = SchedulerSection()  # frozen: one default is shared safely
     replicas: int_(ge=1, le=4096) = 1
     router: RouterConfig = RouterConfig()
+    sharing: SharingConfig = SharingConfig()  # replicas on one runtime (hicache.runtime)
     workload: WorkloadField
     run: RunSection = RunSection()
+    faults: Faults = ()  # injected in windows of simulated time (hicache.scenario.faults)
     variants: Variants = ()
 
     # where it was read from; not fields (equality ignores them)
@@ -243,10 +247,11 @@ class Scenario(Plain):
         :func:`hicache.scenario.resolved.load_resolved` rebuilds without pydantic."""
         d = to_plain(self)
         d["model"] = self.model.to_mapping()
-        if not d["variants"]:
-            del d["variants"]
-        else:
-            d["variants"] = list(d["variants"])
+        for key in ("faults", "variants"):  # absent when empty (as written)
+            if not d[key]:
+                del d[key]
+            else:
+                d[key] = list(d[key])
         return d
 
     def scheduler_config(self, *, l3: bool) -> Any:

@@ -119,6 +119,7 @@ class Scheduler:
             elif not self.kv.on_transfer(c) and c.kind is TransferKind.PREFETCH:
                 assert self.l3 is not None, "a prefetch completed without an L3"
                 self.l3.done(c)
+        self.kv.shrink()  # a pool shared with other schedulers may want pages back
         self._admit(now)
         plans = []
         if self.plans.compute_inflight() < (2 if self.cfg.overlap else 1):
@@ -186,6 +187,7 @@ class Scheduler:
         st.status, st.rejected = Status.REJECTED, reason
         self.kv.log(Reject(st.rid, reason.split(":", 1)[0]))
         self._rejected.append(st.rid)
+        st.forget()
 
     def _never_servable(self, st: RequestState) -> str | None:
         if self.cfg.max_running_requests <= 0:
@@ -279,4 +281,6 @@ class Scheduler:
             st.pages, st.hashes = [], []  # the record needs neither: O(prompt) freed
         self.running.remove(st)
         self.finished.append(st)
+        if self.l3 is None or st.prefetch_job not in self.l3.jobs:
+            st.forget()  # else the prefetch's completion still inserts by them
 
