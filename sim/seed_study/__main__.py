@@ -53,10 +53,8 @@ def collect_sessions(out: Path, reuse: bool) -> pd.DataFrame:
 
 def collect_sweeps(out: Path, reuse: bool) -> dict[str, pd.DataFrame]:
     res = {}
-    scenarios = {st.key: st.scenario for st in (*MULTITURN, *SESSIONS)}
     for sw in SWEEPS:
-        df = runner.sweep(sw, scenarios[sw.study], out / "sweeps" / sw.key, root=ROOT,
-                          reuse=reuse)
+        df = runner.sweep(sw, out / "sweeps" / sw.key, root=ROOT, reuse=reuse)
         df["cliff_round"] = df["cliff_round"] + 1  # the report counts rounds from 1
         res[sw.key] = df
         print(f"sweep {sw.key}: done", file=sys.stderr, flush=True)

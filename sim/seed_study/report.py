@@ -14,6 +14,7 @@ import pandas as pd
 
 from sim.seed_study import plots
 from sim.seed_study.analysis import relative_gap
+from sim.seed_study.runner import sweep_args
 from sim.seed_study.spec import MULTITURN, SESSIONS, SWEEPS, Sweep
 
 GAP = 0.20  # differences above this need a measured explanation (issue 13)
@@ -140,10 +141,8 @@ def sweep_section(res: dict, out: Path) -> str:
         cols = [key, "variant", *metrics]
         rows = [[_f(r[c]) if isinstance(r[c], float) else str(r[c]) for c in cols]
                 for _, r in df.iterrows()]
-        sets = " ".join(f"--set {s}" for s in sw.sets)
-        parts.append(f"### 3.{i} {sw.question}\n\n`hicache-lab sweep "
-                     f"{_scenario_of(sw)} {sets} --grid {key}="
-                     f"{','.join(map(str, sw.grid[0][1]))}`\n\n{_table(cols, rows)}\n\n"
+        parts.append(f"### 3.{i} {sw.question}\n\n`hicache-lab {' '.join(sweep_args(sw))} "
+                     f"--out results/seed_study/sweeps/{sw.key}`\n\n{_table(cols, rows)}\n\n"
                      f"{res['readings'].get(sw.key, '')}\n\n![{sw.key}](sweep_{sw.key}.png)\n")
     return "\n".join(parts)
 
@@ -154,13 +153,6 @@ def _sweep_metrics(sw: Sweep) -> list[str]:
     if sw.key in ("pro_l1", "qwen_mamba"):
         return ["ttft_mean_s", "device_hit_rate", "hit_rate"]
     return ["hit_rate", "l3_hit_rate", "ttft_mean_s", "effective_input_throughput_tps"]
-
-
-def _scenario_of(sw: Sweep) -> str:
-    for st in (*MULTITURN, *SESSIONS):
-        if st.key == sw.study:
-            return st.scenario
-    raise KeyError(sw.study)
 
 
 def render(res: dict, out: Path, intro: str, discussion: str) -> Path:

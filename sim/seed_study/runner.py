@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim.seed_study.spec import Sweep
+from sim.seed_study.spec import Sweep, scenario_of
+
+RUN_OUTPUT = ("--overwrite", "--no-trace", "--no-plots", "--no-progress")
 
 
 def cli(args: Sequence[str], *, root: Path) -> None:
@@ -30,30 +32,33 @@ def _sets(items: Sequence[str]) -> list[str]:
     return [x for s in items for x in ("--set", s)]
 
 
+def run_args(scenario: str, sets: Sequence[str] = (), variants: Sequence[str] = ()
+             ) -> list[str]:
+    """The ``hicache-lab`` arguments of one study run, without its output options."""
+    return ["run", scenario, *_sets(sets), *(x for v in variants for x in ("--variant", v))]
+
+
+def sweep_args(sw: Sweep) -> list[str]:
+    """The ``hicache-lab`` arguments of one assumption sweep, without its output options."""
+    grid = [x for key, values in sw.grid
+            for x in ("--grid", f"{key}={','.join(map(str, values))}")]
+    return ["sweep", scenario_of(sw), "--executor", "local", *_sets(sw.sets), *grid,
+            *(x for v in sw.variants for x in ("--variant", v))]
+
+
 def run(scenario: str, out: Path, *, root: Path, sets: Sequence[str] = (),
         variants: Sequence[str] = (), reuse: bool = False) -> Path:
     """``hicache-lab run`` of ``scenario`` into ``out`` (no traces, no per-run plots)."""
     if reuse and (out / "run.json").exists():
         return out
-    args = ["run", scenario, "--out", str(out), "--overwrite", "--no-trace", "--no-plots",
-            "--no-progress", *_sets(sets)]
-    for v in variants:
-        args += ["--variant", v]
-    cli(args, root=root)
+    cli([*run_args(scenario, sets, variants), "--out", str(out), *RUN_OUTPUT], root=root)
     return out
 
 
-def sweep(sw: Sweep, scenario: str, out: Path, *, root: Path, reuse: bool = False
-          ) -> pd.DataFrame:
+def sweep(sw: Sweep, out: Path, *, root: Path, reuse: bool = False) -> pd.DataFrame:
     """``hicache-lab sweep`` of ``sw`` (local executor) into ``out``; its table."""
     if not (reuse and (out / ".complete").exists()):
-        args = ["sweep", scenario, "--out", str(out), "--overwrite", "--no-plots",
-                "--executor", "local", *_sets(sw.sets)]
-        for key, values in sw.grid:
-            args += ["--grid", f"{key}={','.join(map(str, values))}"]
-        for v in sw.variants:
-            args += ["--variant", v]
-        cli(args, root=root)
+        cli([*sweep_args(sw), "--out", str(out), "--overwrite", "--no-plots"], root=root)
     return pd.read_parquet(out / "sweep.parquet")
 
 

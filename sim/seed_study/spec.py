@@ -137,3 +137,11 @@ SWEEPS = (
           question="MAMBA checkpoint slots at batch 32 (default 3 per running request): "
                    "device hit and the session-aware gain."),
 )
+
+
+def scenario_of(sw: Sweep) -> str:
+    """The scenario file of the study a sweep varies."""
+    for st in (*MULTITURN, *SESSIONS):
+        if st.key == sw.study:
+            return st.scenario
+    raise KeyError(f"sweep {sw.key!r}: no study {sw.study!r}")

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pandas as pd
 
 from hicache.modelspec import load_model_spec
-from sim.seed_study.spec import MULTITURN, SESSIONS
+from sim.seed_study.runner import run_args, sweep_args
+from sim.seed_study.spec import MULTITURN, SESSIONS, SWEEPS, session_sets
 
 COMMAND = ".venv/bin/python -m sim.seed_study --out results/seed_study"
 
@@ -167,18 +168,16 @@ def _chg(lru: pd.Series, ses: pd.Series) -> str:
 
 
 def commands() -> str:
-    lines = ["## Commands", "", "Every run and sweep above, as the study runs it "
-             "(`--out` folders under `results/seed_study/runs` and `sweeps`):", "", "```sh"]
-    for st in MULTITURN:
-        lines.append(f"hicache-lab run {st.scenario} --no-trace")
-    for st in SESSIONS:
-        from sim.seed_study.spec import session_sets
-
-        for b in st.batches:
-            sets = " ".join(f"--set {s}" for s in session_sets(st, b))
-            lines.append(f"hicache-lab run {st.scenario} {sets} --no-trace")
-    lines += ["# sweeps: the commands in section 3, with --executor local", "```", ""]
-    return "\n".join(lines)
+    """Every run and sweep of the study, as ``python -m sim.seed_study`` runs them."""
+    lines = ["## Commands", "", "Every run and sweep above, as `python -m sim.seed_study` runs "
+             "them (each run also gets `--out results/seed_study/runs/NAME --overwrite "
+             "--no-trace --no-plots --no-progress`; each sweep `--out "
+             "results/seed_study/sweeps/KEY --overwrite --no-plots`):", "", "```sh"]
+    lines += [f"hicache-lab {' '.join(run_args(st.scenario))}" for st in MULTITURN]
+    lines += [f"hicache-lab {' '.join(run_args(st.scenario, session_sets(st, b)))}"
+              for st in SESSIONS for b in st.batches]
+    lines += [f"hicache-lab {' '.join(sweep_args(sw))}" for sw in SWEEPS]
+    return "\n".join([*lines, "```", ""])
 
 
 def discussion(res: dict) -> str:
