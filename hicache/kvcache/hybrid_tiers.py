@@ -110,7 +110,10 @@ class HybridTiers:
 
     def write_through(self, st: RequestState, node: Node | None) -> None:
         """The write policy over the path the prompt's insert ended at (every component
-        on L1 there is backed up with FULL, or alone when FULL is on L2 already)."""
+        on L1 there is backed up with FULL, or alone when FULL is on L2 already). The
+        parts an insert cuts above its new leaf (an SWA leaf's last window is a node of
+        its own) count the hit the leaf counts: they are as new as it is, and a path
+        backed up only below them would be deleted with them on L1 eviction."""
         if node is not None:
             path = list(self.tree.path_to_root(node))[::-1]
-            self.kv.write_through(st, st.pages, path)
+            self.kv.write_through(st, st.pages, path, min_hits=1)

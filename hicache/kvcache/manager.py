@@ -313,11 +313,12 @@ class KVCacheManager:
         self.write_through(st, st.pages)
 
     def write_through(self, st: RequestState, pages: list,
-                      nodes: Iterable[Node] | None = None) -> None:
+                      nodes: Iterable[Node] | None = None, min_hits: int = 0) -> None:
         """The write policy: back up the path's nodes that reached its threshold and hold
-        data on L1 with no L2 copy (``nodes``: that path, else the L1 match of ``pages``).
-        A node whose FULL copy is on L2 already gets a component-only backup of the
-        hybrid components it lacks there (SGLang's incremental backup)."""
+        data on L1 with no L2 copy (``nodes``: that path, else the L1 match of ``pages``;
+        ``min_hits``: the hits a node of it counts at least). A node whose FULL copy is
+        on L2 already gets a component-only backup of the hybrid components it lacks
+        there (SGLang's incremental backup)."""
         if not self.l2 or self.write.threshold is None:
             return
         if nodes is None:
@@ -326,7 +327,7 @@ class KVCacheManager:
         for node in nodes:
             if (node.on_device and not node.backing_up
                     and any(k not in node.host for k in node.device)
-                    and self.write.backup_on_hit(node.hit_count)):  # this insert counted
+                    and self.write.backup_on_hit(max(node.hit_count, min_hits))):
                 if node.on_host:
                     missing = frozenset(k for k in node.device if k not in node.host)
                     self.start_backup(self.tree.residency.begin_backup(node), None, missing)
