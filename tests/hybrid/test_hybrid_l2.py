@@ -19,8 +19,8 @@ from hicache.config import CacheConfig
 from hicache.runtime.handles import Tier
 from hicache.runtime.state import host_state_pool_sizes
 from hicache.scheduler.scheduler import Scheduler, SchedulerConfig
+from hicache.tree.invariants import check_tree
 from hicache.workload.request import Request
-from sim.invariants import check_replica
 from sim.runtime import SimRuntime
 
 
@@ -39,6 +39,16 @@ def hybrid_l2_system(model, *, full: int, swa: int, mamba: int, ratio: float,  #
     cfg = SchedulerConfig(max_running_requests=max_running, chunked_prefill_size=64,
                           track_components=True)
     return env, rt, Scheduler(cache, rt.info(), cfg)
+
+
+def check_pages(sched: Scheduler, rt: SimRuntime) -> None:
+    """The tree's invariants, and every page it holds on either tier allocated in the
+    runtime's pool of that tier (no use after free)."""
+    check_tree(sched.tree)
+    for node in sched.tree.nodes.values():
+        for attr, tier in (("device", rt.device), ("host", rt.host)):
+            for ext in getattr(node, attr).values():
+                assert all(tier[ext.pool].is_allocated(p) for p in ext.pages()), (node, ext)
 
 
 def balanced(rt: SimRuntime, sched: Scheduler) -> bool:
@@ -60,7 +70,7 @@ def test_l2_reuses_what_an_l1_holding_everything_reuses(seed: int):
     assert sum(r["host_hit"] for r in small.records()) > 0
     loads = [d for d in small.decisions if d.kind == "load"]
     assert loads and all(d.tokens > 0 for d in loads)
-    check_replica(small, rt)
+    check_pages(small, rt)
     assert balanced(rt, small)
 
 
@@ -78,7 +88,7 @@ def test_state_host_pools_stay_within_budget_under_pressure(write: str):
     recs = sched.records()
     assert all(r["finish"] is not None for r in recs)
     assert sum(r["host_hit"] for r in recs) > 0
-    check_replica(sched, rt)
+    check_pages(sched, rt)
     assert balanced(rt, sched)
     for pool in ("swa", "mamba"):
         assert sched.kv.budget.host_pool_free(pool) >= 0
