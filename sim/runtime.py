@@ -280,13 +280,14 @@ class SimRuntime:
             for ext in s.attach:
                 if ext.pool == "full":
                     row.append(ext.pages(), own=False)
-            attach, copies, landed = state_loads(  # hybrid: L2 state pieces of the attach
-                s.attach, lambda pool, n: self.device[pool].allocate(n), self.runtime_id,
-                self.generation)
-            for pool, src, dst in copies:
-                loads.append((pool, src, dst))
-                self.bytes_accounted["h2d"] += len(src) * self.bytes_per_page[pool]
-            if self.state.active:
+            landed: list[CacheExtentRef] = []
+            if self.state.active:  # hybrid: the attach's L2 state pieces are loaded back
+                attach, copies, landed = state_loads(
+                    s.attach, lambda pool, n: self.device[pool].allocate(n), self.runtime_id,
+                    self.generation)
+                for pool, src, dst in copies:
+                    loads.append((pool, src, dst))
+                    self.bytes_accounted["h2d"] += len(src) * self.bytes_per_page[pool]
                 st.extra_s += self.state.open(handle.slot_id, attach, sum(
                     ld.src.num_pages for ld in s.loads if ld.src.pool == "full"))
         else:
