@@ -97,7 +97,7 @@ that matter):
   repositories' 12K shared context, a 1-3K issue, 10-40 steps of a 64-512 token tool call
   and a 256-3,072 token tool result, 1-6 s of tool time; batch = sessions in flight =
   running requests; twice as many sessions in all. DeepSeek-V4-Pro with HiCache (L1+L2);
-  Qwen3.5 with its MAMBA component tracked (L1 only in this simulator).
+  Qwen3.5 with its MAMBA component tracked, in L1 and L2 (HiCache for hybrid trees).
 """
 
 
@@ -108,12 +108,17 @@ def readings(res: dict) -> dict[str, str]:
     if (df := sw.get("dsv4_growth")) is not None:
         parts = []
         for v, g in df.groupby("variant", sort=False):
-            pts = ", ".join(f"{int(r['workload.request_length']) + 256} tokens/round -> "
-                            f"{_r(r['cliff_round'])}" for _, r in g.iterrows())
-            parts.append(f"{v}: {pts}")
+            pts = [(int(r["workload.request_length"]) + 256, r["cliff_round"])
+                   for _, r in g.iterrows()]
+            kept = [grow * (c - 1) for grow, c in pts if c == c and c is not None]
+            spread = (f" (tokens of growth before the cliff: {min(kept) / 1e3:,.1f}K-"
+                      f"{max(kept) / 1e3:,.1f}K)" if len(kept) > 1 else "")
+            parts.append(f"{v}: " + ", ".join(f"{grow} tokens/round -> {_r(c)}"
+                                               for grow, c in pts) + spread)
         out["dsv4_growth"] = ("Cliff round by growth per round: " + "; ".join(parts)
-                              + ". The cliff moves as 1/growth: L1 / (clients x growth) "
-                              "rounds of conversation fit.")
+                              + ". Where growth x (cliff - 1) stays about constant, the "
+                              "cliff is the round at which the clients' conversations "
+                              "outgrow the tier: it moves as 1 / growth.")
     if (df := sw.get("dsv4_prefetch")) is not None:
         hits = ", ".join(f"{r['cache.hicache_storage_prefetch_policy']}: hit "
                          f"{r['hit_rate']:.0%} (L3 {r['l3_hit_rate']:.0%}), "
@@ -133,6 +138,12 @@ def readings(res: dict) -> dict[str, str]:
                 f"{int(r['cache.device_tokens']) / 1e6:.2f}M -> {_r(r['cliff_round'])}"
                 for _, r in g.iterrows()))
         out["inkling_l1"] = "Cliff round by L1 tokens: " + "; ".join(parts) + "."
+    if (df := sw.get("inkling_swa")) is not None:
+        out["inkling_swa"] = "L1+L2+L3 by where the local layers' KV lives: " + "; ".join(
+            f"`{r['model']}` ({int(r['kv_bytes_per_token']):,} B per token): hit "
+            f"{r['hit_rate']:.0%} (L3 {r['l3_hit_rate']:.0%}), mean TTFT "
+            f"{r['ttft_mean_s']:.2f} s, {r['effective_input_throughput_tps'] / 1e3:,.0f}K tok/s"
+            for _, r in df.iterrows()) + "."
     for key, label in (("pro_l1", "cache.device_tokens"), ("qwen_mamba", "run.mamba_slots")):
         if (df := sw.get(key)) is not None:
             out[key] = "Session-aware against LRU: " + "; ".join(
