@@ -54,6 +54,7 @@ class SimResult:
     extra: dict[str, Any] = field(default_factory=dict)
     unfinished: dict[int, str] = field(default_factory=dict)  # rid -> why it did not finish
     stall: str | None = None  # the diagnosis when the run stalled
+    events: int = 0  # SimPy events scheduled (a cost figure for benchmarks)
 
     @property
     def rejected(self) -> dict[int, str]:
@@ -145,7 +146,8 @@ def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<sc
                  for dec in rep.scheduler.decisions]
     if bar is not None:
         bar.close()
-    res = SimResult(name, replicas, records, decisions, env.now, feed.issued)
+    res = SimResult(name, replicas, records, decisions, env.now, feed.issued,
+                    events=events_scheduled(env))
     open_ = [r["rid"] for r in records if r["finish"] is None and not r.get("rejected")]
     if open_:
         limit = sc.run.max_sim_time
@@ -157,6 +159,12 @@ def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<sc
             why = f"stalled: nothing could make progress ({res.stall})"
         res.unfinished = dict.fromkeys(open_, why)
     return res
+
+
+def events_scheduled(env: simpy.Environment) -> int:
+    """How many events ``env`` has scheduled: SimPy numbers them with one counter."""
+    counter = getattr(env, "_eid", None)
+    return next(counter) if counter is not None else 0
 
 
 class _Feed:
