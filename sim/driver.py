@@ -17,6 +17,7 @@ nothing can ever make progress (a stall): the result names each such request and
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +30,9 @@ from hicache.scenario import Scenario, as_scenario
 from hicache.scheduler.scheduler import Scheduler
 from hicache.timeline import Timeline
 from hicache.workload.factory import make_workload
+from hicache.workload.open_loop import OpenLoopWorkload
 from hicache.workload.request import Request
+from sim.fold import DecodeFolder
 from sim.hardware.model import ModelPreset
 from sim.hardware.profile import HardwareProfile, load_profile
 from sim.l3 import L3Store
@@ -135,10 +138,15 @@ def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<sc
         from sim.progress import Progress, expected_requests
 
         show = bar = Progress(name, expected_requests(sc.workload))
-    feed = _Feed(env, workload, router, len(replicas), show or None)
+    feed = _Feed(env, workload, router, len(replicas), show or None, sc.run.max_sim_time)
     env.process(feed.route())
     for i, rep in enumerate(replicas):
-        env.process(_replica(env, i, rep, feed))
+        folder = None
+        if sc.run.fold_decode:
+            folder = DecodeFolder(env, rep.scheduler, rep.runtime,
+                                  rep.runtime.profile.scheduler_step_s, feed.horizon,
+                                  per_step_rows=sc.run.timeline_steps)
+        env.process(_replica(env, i, rep, feed, folder))
     env.run(until=sc.run.max_sim_time)
     records = [r for rep in replicas for r in rep.scheduler.records()]
     records.sort(key=lambda r: r["rid"])
@@ -171,8 +179,13 @@ class _Feed:
     """Arrivals in time order, routed into per-replica inboxes (the simulated frontend)."""
 
     def __init__(self, env: simpy.Environment, workload: Any, router: Router, n: int,
-                 show: Callable[[int, int, float], None] | None) -> None:
+                 show: Callable[[int, int, float], None] | None,
+                 until: float | None = None) -> None:
         self.env, self.workload, self.router, self.show = env, workload, router, show
+        self.until = math.inf if until is None else until
+        # every arrival is pushed before its time unless a replica's finish may issue one
+        # that another replica must take (closed loops over several replicas)
+        self.announced = n == 1 or isinstance(workload, OpenLoopWorkload)
         self.pending: list[tuple[float, int, Request]] = []
         self.inbox: list[list[Request]] = [[] for _ in range(n)]
         self.kick = [env.event() for _ in range(n)]
@@ -194,6 +207,18 @@ class _Feed:
         if self.show is not None:
             self.show(self.done, self.issued, now)
 
+    def horizon(self) -> float:
+        """The earliest time an arrival may reach a replica (or the run stop), as far as
+        anything now scheduled says (sim.fold ends folds before it)."""
+        if not self.announced:
+            return -math.inf
+        return min(self.pending[0][0], self.until) if self.pending else self.until
+
+    def new_kick(self, i: int) -> simpy.Event:
+        """A fresh event that replica ``i``'s next routed arrival fires."""
+        self.kick[i] = self.env.event()
+        return self.kick[i]
+
     def route(self):  # noqa: ANN201 - a simpy process
         env = self.env
         while True:
@@ -210,19 +235,28 @@ class _Feed:
             yield env.any_of(waits)
 
 
-def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed):  # noqa: ANN202
+def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,
+             folder: DecodeFolder | None = None):  # noqa: ANN202
     """One replica's scheduler loop: step on arrivals and completions; each step that
     plans work costs ``scheduler_step_s`` of CPU *before* its batch reaches the runtime
-    (with overlap on, that time hides behind the batch already running)."""
+    (with overlap on, that time hides behind the batch already running). Steady decode
+    steps go to ``folder`` (:mod:`sim.fold`), which returns at this loop's top."""
     sched, rt = rep.scheduler, rep.runtime
     cpu = rt.profile.scheduler_step_s
     while True:
         arrivals, feed.inbox[i] = feed.inbox[i], []
         step = sched.step(env.now, arrivals, rt.poll())
+        folded = False
         while True:
             for rid in step.ended:
                 feed.ended(rid, env.now)
             if not step.plans:
+                break
+            limit = folder.steps_allowed(step.plans) if folder is not None else 0
+            if limit:
+                yield from folder.run(step.plans[0], limit, lambda: bool(feed.inbox[i]),
+                                      lambda: feed.new_kick(i))
+                folded = True
                 break
             if cpu > 0:  # driver-thread time: in line with the runtime calls' (sim.host)
                 yield rt.host_lane.run(cpu)
@@ -231,10 +265,9 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed):  # noqa
                 sched.prepared(handle)
                 rt.execute_batch(handle)
             step = sched.step(env.now)
-        if feed.inbox[i]:
+        if folded or feed.inbox[i]:
             continue
-        feed.kick[i] = env.event()
-        waits = [rt.completion_event(), feed.kick[i]]
+        waits = [rt.completion_event(), feed.new_kick(i)]
         deadline = sched.next_deadline(env.now)
         if deadline is not None:
             waits.append(env.timeout(deadline - env.now))

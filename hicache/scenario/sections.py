@@ -47,6 +47,8 @@ class RunSection(Plain):
     swa_tokens: PosInt | None = None  # SWA pool (scheduler.track_components); default L1's
     mamba_slots: PosInt | None = None  # MAMBA slots; default 3 x max_running_requests
     torch_profiler: Str | None = None  # torch runtime only: a Chrome trace path
+    fold_decode: Bool = True  # simulator: steady decode steps as one event (sim.fold)
+    timeline_steps: Bool = False  # simulator: one timeline row per folded decode step
 
 
 RUN_KEYS = frozenset(field_types(RunSection))

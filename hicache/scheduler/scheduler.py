@@ -157,6 +157,52 @@ class Scheduler:
         """When a waiting request's prefetch timeout expires (so a driver can wake up)."""
         return self.l3.next_deadline(self.waiting, now) if self.l3 is not None else None
 
+    # -- steady decode (a simulator may advance several steps at once) ------------------
+    def steady_decode(self, plan: BatchPlan) -> int:
+        """How many decode batches in a row, ``plan`` (just returned by :meth:`step`) first,
+        will have ``plan``'s request set, counting the first one in which a request takes
+        its last token; 0 unless the pipeline is steady: overlap on, nothing waiting, no
+        copy in flight, no intent pending, and the batch in flight before ``plan`` a decode
+        step of the same requests. While it is steady, one step is one
+        ``BatchCompletion`` in and one decode plan out, and nothing else changes: what
+        :meth:`fold_decode` applies at once."""
+        inflight = self.plans.inflight
+        if (not self.cfg.overlap or self.components is not None or self.waiting
+                or self.plans.has_pending or self.awaiting_transfers or len(inflight) != 2
+                or inflight.get(plan.batch_id) is not plan):
+            return 0
+        prev = inflight.get(plan.batch_id - 1)
+        if (prev is None or not _pure_decode(plan) or not _pure_decode(prev)
+                or len(plan.slices) != len(self.running)
+                or [s.rid for s in prev.slices] != [s.rid for s in plan.slices]):
+            return 0
+        reqs = self.requests
+        return min(reqs[s.rid].req.output_len - reqs[s.rid].decode_planned for s in plan.slices)
+
+    @property
+    def awaiting_transfers(self) -> bool:
+        """Backups, stores or prefetches in flight (they complete into :meth:`step`)."""
+        return self.kv.busy or (self.l3 is not None and bool(self.l3.jobs))
+
+    def fold_decode(self, steps: int) -> tuple[BatchPlan, BatchPlan | None]:
+        """Apply ``steps`` (>= 2) steps of a steady decode pipeline (:meth:`steady_decode`
+        said at least ``steps``) as if :meth:`step` had been called ``steps`` times, each
+        with the completion of the older batch in flight and nothing else: every request
+        gains ``steps`` tokens done and planned. Returns the two plans then in flight (the
+        newer is None when no request has a token left to plan); the runtime prepares
+        them as it would have, the older completes next."""
+        if steps < 2:
+            raise ValueError(f"fold_decode needs >= 2 steps, got {steps}")
+        for bid in sorted(self.plans.inflight):
+            self.plans.complete(bid)
+        for st in self.running:
+            st.decode_done += steps
+            st.decode_planned += steps - 2
+        self.plans.skip_batches(steps - 2)
+        older = self._next_plan()
+        assert older is not None, "fold_decode past the last planned token"
+        return older, self._next_plan()
+
     def records(self) -> list[dict]:
         return [st.record() for st in sorted(self.requests.values(), key=lambda s: s.rid)]
 
@@ -278,3 +324,9 @@ class Scheduler:
         self.running.remove(st)
         self.finished.append(st)
 
+
+
+def _pure_decode(plan: BatchPlan) -> bool:
+    """A plan of decode slices only, with no cache intent."""
+    return bool(plan.slices) and all(s.phase is Phase.DECODE for s in plan.slices) and not (
+        plan.backups or plan.stores or plan.prefetches or plan.frees or plan.releases)

@@ -1,0 +1,108 @@
+"""Decode folding (sim.fold) changes nothing but the cost: every shipped scenario, folded and
+unfolded, gives the same decisions, the same per-request times (to the last bit) and, with
+``run.timeline_steps``, the same timeline rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hicache.scenario import load_scenario
+from sim.driver import SimResult, simulate
+from sim.fold import exact_delay
+
+ROOT = Path(__file__).resolve().parents[2]
+_SHARED = ROOT.parent / "shared"  # beside the repository (CI)
+if not _SHARED.exists():
+    _SHARED = Path("/work/shared")  # where this workplace keeps it
+TRACE = _SHARED / "traces/mooncake/mooncake_conversation_trace.jsonl"
+
+# every shipped scenario, shrunk so that both runs of every variant take seconds; each
+# keeps what it studies (tiers, policies, model, hardware, replicas and router)
+SHRUNK = {
+    "quick.yaml": [],
+    "multiturn_tiers.yaml": ["workload.num_clients=24", "workload.num_rounds=8"],
+    "long_context.yaml": ["workload.count=12"],
+    "agent_sessions.yaml": ["workload.num_sessions=12"],
+    "hybrid_swa_mamba.yaml": ["workload.num_clients=12", "workload.num_rounds=3"],
+    "mooncake_trace.yaml": ["workload.max_requests=150"],
+    **{f"validation/{p.name}": [] for p in sorted((ROOT / "scenarios/validation").glob("*.yaml"))},
+}
+
+
+def _variants(name: str, sets: list[str]) -> list[tuple[str, object]]:
+    if name.startswith("mooncake"):
+        if not TRACE.exists():
+            pytest.skip("shared traces absent")
+        sets = [*sets, f"workload.path={TRACE}"]
+    return list(load_scenario(ROOT / "scenarios" / name, sets).expand())
+
+
+def _run(sc: object, name: str, fold: bool, per_step: bool = True) -> SimResult:
+    sc = sc.with_overrides([f"run.fold_decode={str(fold).lower()}",  # type: ignore[attr-defined]
+                            f"run.timeline_steps={str(per_step).lower()}"])
+    return simulate(sc, name=name, progress=False)
+
+
+def _timelines(res: SimResult) -> list[list[tuple]]:
+    return [sorted(rep.timeline.as_tuples()) for rep in res.replicas]
+
+
+def _assert_same(folded: SimResult, plain: SimResult) -> None:
+    assert folded.decisions == plain.decisions
+    assert folded.records == plain.records  # ttft, finish, itl: equal floats, not close
+    assert folded.sim_time == plain.sim_time
+    assert _timelines(folded) == _timelines(plain)
+    for f, p in zip(folded.replicas, plain.replicas, strict=True):
+        assert f.runtime.batch_shapes == p.runtime.batch_shapes
+        assert f.runtime.bytes_moved == p.runtime.bytes_moved
+
+
+@pytest.mark.parametrize("name", sorted(SHRUNK))
+def test_folded_runs_equal_unfolded_runs_on_every_shipped_scenario(name: str) -> None:
+    for variant, sc in _variants(name, SHRUNK[name]):
+        _assert_same(_run(sc, variant, True), _run(sc, variant, False))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SHRUNK))
+def test_folded_runs_equal_unfolded_runs_at_full_size(name: str) -> None:
+    for variant, sc in _variants(name, []):
+        _assert_same(_run(sc, variant, True), _run(sc, variant, False))
+
+
+def test_folds_happen_and_leave_one_row_per_segment() -> None:
+    """Without timeline_steps a folded segment is one compute row with its step count; the
+    rows cover the same batches and the same busy time as the unfolded run's rows."""
+    (variant, sc), *_ = _variants("long_context.yaml", SHRUNK["long_context.yaml"])
+    folded, plain = _run(sc, variant, True, per_step=False), _run(sc, variant, False)
+    assert folded.records == plain.records
+    rows = folded.replicas[0].timeline.rows
+    segments = [r for r in rows if r.steps > 1]
+    assert segments and all(r.lane == "compute" and r.op == "decode" for r in segments)
+    assert folded.events < plain.events / 2
+    plain_rows = plain.replicas[0].timeline.rows
+    decode_batches = {r.batch for r in plain_rows if r.op == "decode"}
+    covered = {r.batch + k for r in rows if r.op == "decode" for k in range(r.steps)}
+    assert covered == decode_batches
+    for seg in segments:  # a segment spans exactly its batches' decode and sample rows
+        inside = [r for r in plain_rows if r.lane == "compute"
+                  and seg.batch <= r.batch < seg.batch + seg.steps]
+        assert min(r.start for r in inside) == seg.start
+        assert max(r.end for r in inside) == seg.end
+
+
+def test_a_closed_loop_over_replicas_is_not_folded() -> None:
+    """Another replica's finish may issue an arrival at any time: such runs fold nothing
+    (and still equal the unfolded run)."""
+    (variant, sc), *_ = _variants("quick.yaml", ["replicas=2", "workload.num_rounds=2"])
+    folded, plain = _run(sc, variant, True, per_step=False), _run(sc, variant, False)
+    assert folded.records == plain.records and folded.events == plain.events
+    assert all(r.steps == 1 for rep in folded.replicas for r in rep.timeline.rows)
+
+
+@pytest.mark.parametrize("now, at", [(0.1, 0.30000000000000004), (12345.678, 12345.679),
+                                     (1e-9, 3.3), (7.0, 7.0)])
+def test_exact_delay_lands_on_the_time_asked(now: float, at: float) -> None:
+    assert now + exact_delay(now, at) == at
