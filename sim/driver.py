@@ -30,7 +30,6 @@ from hicache.scenario import Scenario, as_scenario
 from hicache.scheduler.scheduler import Scheduler
 from hicache.timeline import Timeline
 from hicache.workload.factory import make_workload
-from hicache.workload.open_loop import OpenLoopWorkload
 from hicache.workload.request import Request
 from sim.fold import DecodeFolder
 from sim.hardware.model import ModelPreset
@@ -44,6 +43,7 @@ class Replica:
     scheduler: Scheduler
     runtime: SimRuntime
     timeline: Timeline
+    folder: DecodeFolder | None = None  # run.fold_decode: its steady decode steps fold
 
 
 @dataclass
@@ -141,12 +141,11 @@ def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<sc
     feed = _Feed(env, workload, router, len(replicas), show or None, sc.run.max_sim_time)
     env.process(feed.route())
     for i, rep in enumerate(replicas):
-        folder = None
         if sc.run.fold_decode:
-            folder = DecodeFolder(env, rep.scheduler, rep.runtime,
-                                  rep.runtime.profile.scheduler_step_s, feed.horizon,
-                                  per_step_rows=sc.run.timeline_steps)
-        env.process(_replica(env, i, rep, feed, folder))
+            rep.folder = DecodeFolder(env, rep.scheduler, rep.runtime,
+                                      rep.runtime.profile.scheduler_step_s, feed.horizon,
+                                      per_step_rows=sc.run.timeline_steps)
+        env.process(_replica(env, i, rep, feed))
     env.run(until=sc.run.max_sim_time)
     records = [r for rep in replicas for r in rep.scheduler.records()]
     records.sort(key=lambda r: r["rid"])
@@ -183,9 +182,6 @@ class _Feed:
                  until: float | None = None) -> None:
         self.env, self.workload, self.router, self.show = env, workload, router, show
         self.until = math.inf if until is None else until
-        # every arrival is pushed before its time unless a replica's finish may issue one
-        # that another replica must take (closed loops over several replicas)
-        self.announced = n == 1 or isinstance(workload, OpenLoopWorkload)
         self.pending: list[tuple[float, int, Request]] = []
         self.inbox: list[list[Request]] = [[] for _ in range(n)]
         self.kick = [env.event() for _ in range(n)]
@@ -208,10 +204,8 @@ class _Feed:
             self.show(self.done, self.issued, now)
 
     def horizon(self) -> float:
-        """The earliest time an arrival may reach a replica (or the run stop), as far as
-        anything now scheduled says (sim.fold ends folds before it)."""
-        if not self.announced:
-            return -math.inf
+        """The next arrival known now, or the run's stop (sim.fold ends folds before it;
+        an arrival issued later, by a finish on another replica, interrupts them)."""
         return min(self.pending[0][0], self.until) if self.pending else self.until
 
     def new_kick(self, i: int) -> simpy.Event:
@@ -235,13 +229,12 @@ class _Feed:
             yield env.any_of(waits)
 
 
-def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,
-             folder: DecodeFolder | None = None):  # noqa: ANN202
+def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed):  # noqa: ANN202
     """One replica's scheduler loop: step on arrivals and completions; each step that
     plans work costs ``scheduler_step_s`` of CPU *before* its batch reaches the runtime
     (with overlap on, that time hides behind the batch already running). Steady decode
-    steps go to ``folder`` (:mod:`sim.fold`), which returns at this loop's top."""
-    sched, rt = rep.scheduler, rep.runtime
+    steps go to the replica's folder (:mod:`sim.fold`), which returns at this loop's top."""
+    sched, rt, folder = rep.scheduler, rep.runtime, rep.folder
     cpu = rt.profile.scheduler_step_s
     while True:
         arrivals, feed.inbox[i] = feed.inbox[i], []

@@ -1,37 +1,38 @@
 """Decode folding: several steps of a steady decode pipeline as one simulated event.
 
 Most batches of a long run are decode steps of the same requests, one after another; each
-costs a dozen SimPy events and a scheduler step, though nothing happens in between that
-could change the next decision. When a replica is in that state the driver hands the
-pipeline to :class:`DecodeFolder`, which computes the steps' times exactly as the
-unfolded simulation would (the same cost-model calls, the same float additions in the
-same order), waits once, and then brings scheduler and runtime to the state the unfolded
-run reaches at that moment::
+costs a dozen SimPy events and a scheduler step, though nothing in between could change
+the next decision. When a replica is in that state the driver hands the pipeline to
+:class:`DecodeFolder`, which computes the steps' times as the unfolded simulation would
+(the same cost-model calls, the same float additions in the same order), waits once, and
+brings scheduler and runtime to the state the unfolded run has at that moment::
 
-    d_A: step -> plan C      (B runs; A completed)     entry: Scheduler.steady_decode(C)
-    cpu yield (as unfolded)  -> C would be prepared here; an arrival: prepare C, go on
-    wait for B's completion  -> an arrival first: prepare C, go on
-    d_B: virtual steps C = b+1 .. b+n, each one
-         c_k = (s_k + sum(layer times)) + sample      s_{k+1} = d_k
-         d_k = max(c_k, d_{k-1} + cpu)                (the driver takes completion k)
-    R = d_{b+n} < the next known arrival: Scheduler.fold_decode(n), pages placed in the
-         order unfolded prepares place them, batch b+n+1 prepared and started at R,
-         batch b+n's completion delivered: the driver goes on as if unfolded.
+    d_A: step -> plan C        (B runs)                 entry: Scheduler.steady_decode(C)
+    cpu yield, as unfolded;    then wait for B          an arrival or a completion first:
+                                                        prepare C, back to the driver
+    d_B: steps k = 0..n-1 (batch C + k), each           start_k = taken_{k-1} (= d_B)
+         end_k = (start_k + sum(layer times)) + sample
+         taken_k = max(end_k, taken_{k-1} + cpu)       the driver takes its completion
+    t = taken_{n-1} (< the next arrival the feed knows), or an arrival or completion first:
+         Scheduler.fold_decode(j + 1) for the j steps taken before t, pages placed in the
+         order unfolded prepares place them, step j's batch running as a real op (its
+         fluid job adopted where it stands), the next plan prepared when the driver's cpu
+         yield ends: the driver goes on as if it had never folded.
 
-What could interrupt a fold, and why none does: arrivals (the fold ends before the next
-one the feed knows; workloads whose arrivals depend on other replicas' finishes are not
-folded); transfer completions, prefetch deadlines, backups and their throttle, L3 I/O
-(a fold needs no copy in flight and nothing waiting: Scheduler.steady_decode); other
-replicas sharing an L3 (a folded replica does no L3 I/O); the host lane's per-op costs
-(a profile that models them is not folded; the scheduler's own CPU time is in d_k);
-``run.max_sim_time`` (a fold ends before it). Folded batches leave one timeline row per
-contiguous run of steps, with ``steps`` set (``run.timeline_steps``: the rows each step
-would have had), and their ``batch_shapes``.
+What could interrupt a fold: arrivals (a fold ends before the next one the feed knows;
+one issued meanwhile, by another replica's finish, interrupts it); completions of this
+replica's backups, stores and prefetches (they interrupt it); prefetch deadlines (nothing
+may wait); L3 traffic of other replicas (it changes no time of this replica: L3 has its
+own fluid server); copies that slow compute (SGLang's copy kernel: none may be in flight,
+and a fold starts none); the host lane's per-op costs (a profile that models them is not
+folded; the scheduler's own CPU time is in taken_k); ``run.max_sim_time`` (a fold ends
+before it). Folded batches leave one timeline row per run of back-to-back steps, with
+``steps`` set (``run.timeline_steps``: the rows each step would have had), and their
+``batch_shapes``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -44,38 +45,33 @@ from hicache.runtime.interface import (
     PreparedBatchHandle,
     PreparedSlice,
 )
+from sim.fluid import FluidJob
+from sim.simtime import exact_delay
 
 if TYPE_CHECKING:
     from hicache.scheduler.scheduler import Scheduler
     from sim.runtime import SimRuntime
 
-MIN_STEPS = 2  # fewer is no fold: Scheduler.fold_decode's minimum
+MIN_STEPS = 2  # a shorter fold saves nothing
+Proc = Generator[simpy.Event, Any, None]
 
 
 @dataclass(frozen=True, slots=True)
 class FoldedStep:
-    """One decode batch of a fold: compute from ``start`` to ``compute_end``, sampling to
-    ``end``; the driver takes its completion at ``taken`` (>= end: its CPU may be busy)."""
+    """One decode batch of a fold: ``work`` seconds of compute from ``start`` to
+    ``compute_end``, sampling to ``end``; the driver takes its completion at ``taken``
+    (later than ``end`` when its own CPU time is the bottleneck)."""
 
+    work: float
     start: float
     compute_end: float
     end: float
     taken: float
 
 
-def exact_delay(now: float, at: float) -> float:
-    """A delay ``d`` with ``now + d == at`` exactly (SimPy adds delays to ``now``)."""
-    d = at - now
-    while now + d < at:
-        d = math.nextafter(d, math.inf)
-    while now + d > at:
-        d = math.nextafter(d, -math.inf)
-    return d
-
-
 class DecodeFolder:
     """Folds one replica's steady decode steps (module doc). ``horizon()``: the time of
-    the next event from outside the replica that the driver knows of (inf: none)."""
+    the next arrival the driver knows of, or of the run's stop (inf: none)."""
 
     def __init__(self, env: simpy.Environment, sched: Scheduler, rt: SimRuntime, cpu: float,
                  horizon: Callable[[], float], per_step_rows: bool = False) -> None:
@@ -84,36 +80,40 @@ class DecodeFolder:
         self.per_step_rows = per_step_rows
         # what the unfolded compute op does per decode batch must be this simple
         self.possible = not (rt.host_lane.active or rt.trace_layers or rt.state.active)
-        self.folds = self.folded_steps = 0
+        # SGLang's copy kernel takes SMs: compute slows while it runs
+        self.copies_slow_compute = (rt.copies.io_backend == "kernel" and not rt.copies.gather
+                                    and rt.link.slowdown > 0)
+        self.folds = self.folded_steps = self.interrupted = 0
 
     def steps_allowed(self, plans: tuple[BatchPlan, ...]) -> int:
-        """How many steps a fold starting with ``plans`` may take (0: not now)."""
+        """How many steps a fold starting with ``plans`` may take (0: no fold now)."""
         if not self.possible or len(plans) != 1:
             return 0
         steps = self.sched.steady_decode(plans[0])
         return steps if steps >= MIN_STEPS else 0
 
     def run(self, plan: BatchPlan, limit: int, inbox: Callable[[], bool],
-            kick: Callable[[], simpy.Event]) -> Generator[simpy.Event, Any, None]:
+            kick: Callable[[], simpy.Event]) -> Proc:
         """Driver-process body for a fold that starts with ``plan`` (at most ``limit``
-        steps). Returns with the driver due to take its next completion or arrivals (the
-        top of its loop). ``inbox()``: arrivals are waiting; ``kick()``: a fresh event
-        an arrival fires."""
+        steps); returns with the driver due at the top of its loop. ``inbox()``: arrivals
+        wait; ``kick()``: a fresh event the next arrival fires."""
         env, rt = self.env, self.rt
         if self.cpu > 0:
             yield rt.host_lane.run(self.cpu)
         if not inbox():
             yield env.any_of([rt.completion_event(), kick()])
-        if inbox() or not self._quiet():
+        steps = self._schedule(plan, limit) if not inbox() and self._quiet() else []
+        if len(steps) < MIN_STEPS:
             self._start(plan)  # as unfolded, where it was prepared at the cpu yield's end
             return
-        steps = self._schedule(plan, limit)
-        if len(steps) < MIN_STEPS:
-            self._start(plan)
-            return
-        end = steps[-1].taken
-        yield env.timeout(exact_delay(env.now, end))
-        self._land(plan, steps)
+        (older,) = rt.poll()  # batch C - 1: its completion is the fold's first step
+        timer = env.timeout(exact_delay(env.now, steps[-1].taken))
+        yield env.any_of([timer, kick(), rt.completion_event()])
+        t = env.now
+        if t < steps[-1].taken:
+            self.interrupted += 1
+        taken = sum(1 for s in steps if s.taken < t)
+        yield from self._materialize(plan, steps, taken, t)
 
     # -- internals --------------------------------------------------------------------
     def _start(self, plan: BatchPlan) -> None:
@@ -122,12 +122,16 @@ class DecodeFolder:
         self.rt.execute_batch(handle)
 
     def _quiet(self) -> bool:
-        """The older batch completed and nothing else of this replica is running."""
+        """Only the older batch's completion came, and nothing that runs on (or will start
+        on) this GPU can change the speed of its compute."""
         rt = self.rt
         done = rt._completions
-        return (len(done) == 1 and isinstance(done[0], BatchCompletion)
-                and not done[0].finished and not rt._prepared and not rt._pending
-                and not rt.fluid.jobs and all(s.idle() for s in rt.streams.values()))
+        if not (len(done) == 1 and isinstance(done[0], BatchCompletion)
+                and not done[0].finished and not rt._prepared
+                and rt.streams["compute"].idle()):
+            return False
+        return not self.copies_slow_compute or (
+            not rt.fluid.jobs and rt.streams["d2h"].idle() and rt.streams["h2d"].idle())
 
     def _schedule(self, plan: BatchPlan, limit: int) -> list[FoldedStep]:
         """The fold's steps: at most ``limit``, the last taken before the horizon."""
@@ -135,38 +139,69 @@ class DecodeFolder:
         horizon = self.horizon()
         contexts = [s.context_tokens for s in plan.slices]
         sample = rt.cost.sample_time(len(contexts))
-        taken = env.now  # the driver takes batch b's completion now; b+1 starts
-        prepared = taken + cpu if cpu > 0 else taken  # b+2, planned now, is prepared then
+        taken = env.now  # the driver takes batch C - 1's completion now; C starts
         out: list[FoldedStep] = []
-        for k in range(limit):
-            work = sum(rt.cost.batch_layer_times([], [c + k for c in contexts]))
+        works = rt.cost.decode_works(contexts, limit)  # compute_op's sum of layer times
+        for work in works:
+            prepared = taken + cpu if cpu > 0 else taken  # the next plan, built at taken
             start = taken
             compute_end = start + work if work > 0 else start  # a fluid job at rate 1
             end = compute_end + sample if sample > 0 else compute_end
             taken = end if end >= prepared else prepared
             if taken >= horizon:
                 break
-            out.append(FoldedStep(start, compute_end, end, taken))
-            prepared = taken + cpu if cpu > 0 else taken
+            out.append(FoldedStep(work, start, compute_end, end, taken))
         return out
 
-    def _land(self, plan: BatchPlan, steps: list[FoldedStep]) -> None:
-        """At the last step's taking: the state the unfolded run has there (module doc)."""
-        sched, rt = self.sched, self.rt
-        n = len(steps)
-        (older,) = rt.poll()  # batch b: its completion is part of the fold
-        assert isinstance(older, BatchCompletion) and older.batch_id == plan.batch_id - 1
-        self._place_pages(plan, n)
-        last, newer = sched.fold_decode(n)
-        assert last.batch_id == plan.batch_id + n - 1
-        sched.prepared(self._handle(last))
-        if newer is not None:
-            self._start(newer)
-        self._record(plan, steps)
-        finished = tuple(s.rid for s in last.slices if s.finishes)
-        rt.complete(BatchCompletion(last.batch_id, steps[-1].start, steps[-1].end, finished))
+    def _materialize(self, plan: BatchPlan, steps: list[FoldedStep], j: int, t: float
+                     ) -> Proc:
+        """The unfolded state at ``t``, when the driver has taken the completions of steps
+        0..j-1: step j's batch runs (or has just completed), the plan after it is prepared
+        once the driver's cpu yield for it ends."""
+        sched, rt, env = self.sched, self.rt, self.env
+        step = steps[j]
+        arrived = rt.poll()  # completions that interrupted the fold, after step j's own
+        self._place_pages(plan, j + 1)
+        running, nxt = sched.fold_decode(j + 1)
+        assert running.batch_id == plan.batch_id + j
+        sched.prepared(self._handle(running))
+        finished = tuple(s.rid for s in running.slices if s.finishes)
+        done = step.end <= t
+        self._record(plan, j + 1, steps[:j + 1] if done else steps[:j])
+        if done:
+            rt.complete(BatchCompletion(running.batch_id, step.start, step.end, finished))
+        else:
+            bid, requests = running.batch_id, len(running.slices)
+            rt.streams["compute"].submit(
+                lambda: self._resumed_op(step, bid, requests, finished, t))
+        for c in arrived:
+            rt.complete(c)
         self.folds += 1
-        self.folded_steps += n
+        self.folded_steps += j + 1
+        prepared = (steps[j - 1].taken if j else steps[0].start) + self.cpu
+        if self.cpu > 0 and t < prepared:
+            yield env.timeout(exact_delay(t, prepared))  # the driver's cpu yield for nxt
+        if nxt is not None:
+            self._start(nxt)
+
+    def _resumed_op(self, step: FoldedStep, bid: int, requests: int,
+                    finished: tuple[int, ...], t: float) -> Proc:
+        """The compute op of the batch a fold stopped in, from where it stands at ``t``
+        (its fluid job adopted as if started when the unfolded run started it)."""
+        rt, env = self.rt, self.env
+        generation = rt.generation
+        compute_end = step.compute_end
+        if t < compute_end:
+            yield rt.fluid.adopt(FluidJob(step.work, "compute"), step.start)
+            compute_end = env.now
+        rt.timeline.record("compute", "decode", step.start, compute_end, batch=bid)
+        sample = rt.cost.sample_time(requests)
+        if sample > 0:
+            job = FluidJob(sample, "compute")
+            yield rt.fluid.adopt(job, compute_end) if t > compute_end else rt.fluid.submit(job)
+            rt.timeline.record("compute", "sample", compute_end, env.now, batch=bid)
+        if generation == rt.generation:
+            rt.complete(BatchCompletion(bid, step.start, env.now, finished))
 
     def _place_pages(self, plan: BatchPlan, n: int) -> None:
         """Allocate the pages decode steps 0..n-1 of ``plan``'s requests need, in the
@@ -198,15 +233,18 @@ class DecodeFolder:
         return PreparedBatchHandle(rt.runtime_id, rt.generation, plan.batch_id, tuple(slices),
                                    ())
 
-    def _record(self, plan: BatchPlan, steps: list[FoldedStep]) -> None:
-        """Timeline rows and batch shapes of the folded batches."""
+    def _record(self, plan: BatchPlan, batches: int, steps: list[FoldedStep]) -> None:
+        """Batch shapes of the first ``batches`` folded batches, timeline rows of
+        ``steps`` (those that ran to their end)."""
         rt, tl = self.rt, self.rt.timeline
         bid0 = plan.batch_id
         contexts = [s.context_tokens for s in plan.slices]
         n_req, ctx0 = len(contexts), sum(contexts)
-        for k in range(len(steps)):
+        for k in range(batches):
             rt.batch_shapes[bid0 + k] = {"requests": n_req, "tokens": n_req,
                                          "context_tokens": ctx0 + k * n_req, "load_bytes": 0}
+        if not steps:
+            return
         if self.per_step_rows:  # the rows compute_op writes for each batch
             sampled = rt.cost.sample_time(n_req) > 0
             for k, st in enumerate(steps):

@@ -162,13 +162,13 @@ class Scheduler:
         """How many decode batches in a row, ``plan`` (just returned by :meth:`step`) first,
         will have ``plan``'s request set, counting the first one in which a request takes
         its last token; 0 unless the pipeline is steady: overlap on, nothing waiting, no
-        copy in flight, no intent pending, and the batch in flight before ``plan`` a decode
-        step of the same requests. While it is steady, one step is one
-        ``BatchCompletion`` in and one decode plan out, and nothing else changes: what
+        intent pending, and the batch in flight before ``plan`` a decode step of the same
+        requests. While it stays steady (no arrival, no transfer completion), one step is
+        one ``BatchCompletion`` in and one decode plan out, and nothing else changes: what
         :meth:`fold_decode` applies at once."""
         inflight = self.plans.inflight
         if (not self.cfg.overlap or self.components is not None or self.waiting
-                or self.plans.has_pending or self.awaiting_transfers or len(inflight) != 2
+                or self.plans.has_pending or len(inflight) != 2
                 or inflight.get(plan.batch_id) is not plan):
             return 0
         prev = inflight.get(plan.batch_id - 1)
@@ -179,20 +179,15 @@ class Scheduler:
         reqs = self.requests
         return min(reqs[s.rid].req.output_len - reqs[s.rid].decode_planned for s in plan.slices)
 
-    @property
-    def awaiting_transfers(self) -> bool:
-        """Backups, stores or prefetches in flight (they complete into :meth:`step`)."""
-        return self.kv.busy or (self.l3 is not None and bool(self.l3.jobs))
-
     def fold_decode(self, steps: int) -> tuple[BatchPlan, BatchPlan | None]:
-        """Apply ``steps`` (>= 2) steps of a steady decode pipeline (:meth:`steady_decode`
+        """Apply ``steps`` (>= 1) steps of a steady decode pipeline (:meth:`steady_decode`
         said at least ``steps``) as if :meth:`step` had been called ``steps`` times, each
         with the completion of the older batch in flight and nothing else: every request
         gains ``steps`` tokens done and planned. Returns the two plans then in flight (the
         newer is None when no request has a token left to plan); the runtime prepares
         them as it would have, the older completes next."""
-        if steps < 2:
-            raise ValueError(f"fold_decode needs >= 2 steps, got {steps}")
+        if steps < 1:
+            raise ValueError(f"fold_decode needs >= 1 step, got {steps}")
         for bid in sorted(self.plans.inflight):
             self.plans.complete(bid)
         for st in self.running:

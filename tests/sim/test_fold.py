@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 
 from hicache.scenario import load_scenario
+from sim.cost import CostModel
 from sim.driver import SimResult, simulate
-from sim.fold import exact_delay
+from sim.hardware.model import load_model
+from sim.hardware.profile import load_profile
+from sim.simtime import exact_delay
 
 ROOT = Path(__file__).resolve().parents[2]
 _SHARED = ROOT.parent / "shared"  # beside the repository (CI)
@@ -93,16 +96,31 @@ def test_folds_happen_and_leave_one_row_per_segment() -> None:
         assert max(r.end for r in inside) == seg.end
 
 
-def test_a_closed_loop_over_replicas_is_not_folded() -> None:
-    """Another replica's finish may issue an arrival at any time: such runs fold nothing
-    (and still equal the unfolded run)."""
-    (variant, sc), *_ = _variants("quick.yaml", ["replicas=2", "workload.num_rounds=2"])
+def test_arrivals_issued_by_other_replicas_interrupt_folds_exactly() -> None:
+    """A closed loop over two replicas: one replica's finish issues an arrival that the
+    other takes in the middle of its fold; the fold stops there, exactly."""
+    (variant, sc), *_ = _variants("quick.yaml", ["replicas=2", "router.policy=round_robin",
+                                                 "workload.num_rounds=3"])
     folded, plain = _run(sc, variant, True, per_step=False), _run(sc, variant, False)
-    assert folded.records == plain.records and folded.events == plain.events
-    assert all(r.steps == 1 for rep in folded.replicas for r in rep.timeline.rows)
+    assert folded.records == plain.records and folded.decisions == plain.decisions
+    assert any(r.steps > 1 for rep in folded.replicas for r in rep.timeline.rows)
+    assert sum(rep.folder.interrupted for rep in folded.replicas) > 0
 
 
 @pytest.mark.parametrize("now, at", [(0.1, 0.30000000000000004), (12345.678, 12345.679),
                                      (1e-9, 3.3), (7.0, 7.0)])
 def test_exact_delay_lands_on_the_time_asked(now: float, at: float) -> None:
     assert now + exact_delay(now, at) == at
+
+
+@pytest.mark.parametrize("model", ["llama-3-8b", "hybrid-swa-mamba", "llama-3-70b-tp8"])
+@pytest.mark.parametrize("hardware", ["h100-sxm", "l40s"])
+def test_decode_works_equal_the_per_step_cost_bit_for_bit(model: str, hardware: str) -> None:
+    """The fold's O(1)-per-step decode cost is the unfolded compute op's sum of layer
+    times, float for float, across the SWA window (the hybrid model's is 4096)."""
+    cost = CostModel(load_profile(hardware), load_model(model))
+    for contexts in ([0], [4090, 17, 4094, 63, 64, 100_000], list(range(1, 200, 7))):
+        works = cost.decode_works(contexts, 12)
+        assert works == [sum(cost.batch_layer_times([], [c + k for c in contexts]))
+                         for k in range(12)]
+    assert works[11] > works[0]  # context grows: so does the cost
