@@ -34,6 +34,10 @@ class RequestRow:
                 self.own.add(p)
             self._extent = None
 
+    def runs_tuples(self) -> list[tuple[int, int]]:
+        """``runs`` as ``(start, length)`` pairs."""
+        return [(r.first_page, r.page_count) for r in self.runs]
+
     def extent(self) -> CacheExtentRef:
         if self._extent is None:
             h = self.handle

@@ -136,12 +136,13 @@ class SimRuntime:
     def prepare_batch(self, plan: BatchPlan) -> PreparedBatchHandle:
         if plan.batch_id in self._prepared:
             raise ValueError(f"batch {plan.batch_id} is already prepared")
-        validate.check_plan(self, plan)  # nothing changes before both checks pass
-        validate.check_capacity(self, plan)
+        released = validate.check_plan(self, plan)  # nothing changes before both pass
+        validate.check_capacity(self, plan, released)
         for ext in plan.frees:
-            self.tier(ext.tier)[ext.pool].free(ext.pages())
+            self.tier(ext.tier)[ext.pool].free_runs(
+                [(r.first_page, r.page_count) for r in ext.page_runs])
         for rel in plan.releases:
-            self._release(rel)
+            self._release(rel, released[rel.request.slot_id])
         st = BatchState(plan, None, self.generation)  # type: ignore[arg-type]
         loads: list[tuple[str, list[int], list[int]]] = []  # (pool, src, dst)
         slices = tuple(self._prepare_slice(s, st, loads) for s in plan.slices)
@@ -313,13 +314,12 @@ class SimRuntime:
             "context_tokens": sum(c for _, c in reqs),
             "load_bytes": sum(g.nbytes for g in st.load_groups)}
 
-    def _release(self, rel: Release) -> None:
-        row = self.rows.pop(rel.request.slot_id)
-        kept = rel.kept()
-        keep = {p for e in kept if e.pool == "full" for p in e.pages()}
-        self.device["full"].free(p for p in row.pages if p in row.own and p not in keep)
+    def _release(self, rel: Release, freed: list[tuple[int, int]]) -> None:
+        """Close the row; ``freed``: the runs of its own pages the tree did not keep."""
+        self.rows.pop(rel.request.slot_id)
+        self.device["full"].free_runs(freed)
         if self.state.active:
-            self.state.release(rel.request.slot_id, kept)
+            self.state.release(rel.request.slot_id, rel.kept())
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"SimRuntime({self.runtime_id!r}, gen={self.generation}, open={len(self.rows)})"

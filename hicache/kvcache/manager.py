@@ -48,6 +48,7 @@ from hicache.tree.components import Kind, TreeSpec
 from hicache.tree.locks import LockHandle
 from hicache.tree.node import HOST, Node
 from hicache.tree.radix import MatchResult, UnifiedRadixTree, page_keys
+from hicache.workload.request import token_prefix
 
 # eviction rounds per make-room: under write_back the first round starts backups, and a
 # runtime that copies at once (replay) lets a later round demote what they copied
@@ -321,11 +322,11 @@ class KVCacheManager:
         tail = None
         if (st.req.full_tokens is not None and st.req.output_len > 1
                 and component_keep is None):
-            kv_tokens = st.prompt_len + st.req.output_len - 1
-            pages = page_keys(st.req.full_tokens[:kv_tokens], self.page)
+            kv = token_prefix(st.req.full_tokens, st.prompt_len + st.req.output_len - 1)
+            pages = page_keys(kv, self.page)
             if len(pages) > len(st.pages) and (tail := self.cache_kv(st, pages)) is not None:
                 if self.l3:
-                    st.hashes = page_hashes(st.req.full_tokens[:kv_tokens], self.page)
+                    st.hashes = page_hashes(kv, self.page)
                 self.write_through(st, pages)
         self.budget.own -= self.footprint(st)
         if component_keep is not None:

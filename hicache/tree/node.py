@@ -1,6 +1,6 @@
 """A tree node: a span of pages plus, per component, its data in each tier.
 
-    node.key            [page0, page1, ...]   page keys (tuples of page_size token ids)
+    node.key            [page0, page1, ...]   page keys (hicache.tree.pagekeys)
     node.device[kind]   CacheExtentRef on L1, absent = evicted there (a tombstone while
                         the node lives on)
     node.host[kind]     CacheExtentRef on L2 (backed up)

@@ -86,7 +86,7 @@ class LazyTokens(Sequence[int]):
 class BlockTokens(LazyTokens):
     """Prompt of ``length`` tokens built lazily from per-block hash ids."""
 
-    __slots__ = ("_ids", "_len", "_block")
+    __slots__ = ("_ids", "_len", "_block", "_keys")
 
     def __init__(self, hash_ids: array, length: int, block: int = 512) -> None:
         n = len(hash_ids)
@@ -95,6 +95,7 @@ class BlockTokens(LazyTokens):
         self._ids = hash_ids
         self._len = length
         self._block = block
+        self._keys: tuple[int, list[range]] | None = None  # (page size, keys): built once
 
     @property
     def hash_ids(self) -> array:
@@ -121,10 +122,13 @@ class BlockTokens(LazyTokens):
 
     def page_keys(self, page_size: int) -> list[range] | None:
         """Page keys without materialising tokens: each full page's ids as a ``range``
-        (equal iff the tokens are equal). None when pages would straddle blocks."""
+        (equal iff the tokens are equal). None when pages would straddle blocks. The list
+        is built once and shared: callers must not change it."""
         b = self._block
         if b % page_size:
             return None
+        if self._keys is not None and self._keys[0] == page_size:
+            return self._keys[1]  # the scheduler and every router view ask: build once
         per_block = b // page_size
         n_pages = self._len // page_size
         keys = []
@@ -132,6 +136,7 @@ class BlockTokens(LazyTokens):
             base = h * b
             for j in range(min(per_block, n_pages - k * per_block)):
                 keys.append(range(base + j * page_size, base + (j + 1) * page_size))
+        self._keys = (page_size, keys)
         return keys
 
     def __iter__(self) -> Iterator[int]:
