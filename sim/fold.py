@@ -106,7 +106,7 @@ class DecodeFolder:
         if len(steps) < MIN_STEPS:
             self._start(plan)  # as unfolded, where it was prepared at the cpu yield's end
             return
-        (older,) = rt.poll()  # batch C - 1: its completion is the fold's first step
+        (older,) = self._take_completions()  # batch C - 1's: the fold's first step
         timer = env.timeout(exact_delay(env.now, steps[-1].taken))
         yield env.any_of([timer, kick(), rt.completion_event()])
         t = env.now
@@ -116,6 +116,12 @@ class DecodeFolder:
         yield from self._materialize(plan, steps, taken, t)
 
     # -- internals --------------------------------------------------------------------
+    def _take_completions(self) -> list:
+        done = self.rt._completions
+        out = done[:]
+        done.clear()
+        return out
+
     def _start(self, plan: BatchPlan) -> None:
         handle = self.rt.prepare_batch(plan)
         self.sched.prepared(handle)
@@ -141,16 +147,18 @@ class DecodeFolder:
         sample = rt.cost.sample_time(len(contexts))
         taken = env.now  # the driver takes batch C - 1's completion now; C starts
         out: list[FoldedStep] = []
-        works = rt.cost.decode_works(contexts, limit)  # compute_op's sum of layer times
-        for work in works:
-            prepared = taken + cpu if cpu > 0 else taken  # the next plan, built at taken
-            start = taken
-            compute_end = start + work if work > 0 else start  # a fluid job at rate 1
-            end = compute_end + sample if sample > 0 else compute_end
-            taken = end if end >= prepared else prepared
-            if taken >= horizon:
-                break
-            out.append(FoldedStep(work, start, compute_end, end, taken))
+        while len(out) < limit:  # in chunks: the horizon often comes first
+            chunk = min(limit - len(out), max(16, len(out)))
+            # compute_op's sum of layer times, step by step
+            for work in rt.cost.decode_works(contexts, chunk, len(out)):
+                prepared = taken + cpu if cpu > 0 else taken  # the next plan, built now
+                start = taken
+                compute_end = start + work if work > 0 else start  # a fluid job at rate 1
+                end = compute_end + sample if sample > 0 else compute_end
+                taken = end if end >= prepared else prepared
+                if taken >= horizon:
+                    return out
+                out.append(FoldedStep(work, start, compute_end, end, taken))
         return out
 
     def _materialize(self, plan: BatchPlan, steps: list[FoldedStep], j: int, t: float
@@ -160,7 +168,8 @@ class DecodeFolder:
         once the driver's cpu yield for it ends."""
         sched, rt, env = self.sched, self.rt, self.env
         step = steps[j]
-        arrived = rt.poll()  # completions that interrupted the fold, after step j's own
+        arrived = self._take_completions()  # those that interrupted the fold: after
+        # step j's own (the runtime's queue, not a poll: the driver polls once it is back)
         self._place_pages(plan, j + 1)
         running, nxt = sched.fold_decode(j + 1)
         assert running.batch_id == plan.batch_id + j

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hicache.runtime.handles import CacheExtentRef, PageRun, RequestRuntimeHandle, Tier
+from hicache.runtime.page_ids import runs_of
 
 
 class RequestRow:
@@ -23,16 +24,20 @@ class RequestRow:
         self._extent: CacheExtentRef | None = None
 
     def append(self, pages: Iterable[int], own: bool) -> None:
-        for p in pages:
-            self.pages.append(p)
-            last = self.runs[-1] if self.runs else None
-            if last is not None and last.first_page + last.page_count == p:
-                self.runs[-1] = PageRun(last.first_page, last.page_count + 1)
+        pages = pages if isinstance(pages, list) else list(pages)
+        if not pages:
+            return
+        self.pages.extend(pages)
+        if own:
+            self.own.update(pages)
+        runs = self.runs
+        for s, n in runs_of(pages):
+            last = runs[-1] if runs else None
+            if last is not None and last.first_page + last.page_count == s:
+                runs[-1] = PageRun(last.first_page, last.page_count + n)
             else:
-                self.runs.append(PageRun(p, 1))
-            if own:
-                self.own.add(p)
-            self._extent = None
+                runs.append(PageRun(s, n))
+        self._extent = None
 
     def runs_tuples(self) -> list[tuple[int, int]]:
         """``runs`` as ``(start, length)`` pairs."""

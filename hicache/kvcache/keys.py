@@ -1,6 +1,6 @@
 """L3 keys of tree nodes: the page-hash chain of the tokens from the root to each page.
 
-A node's page keys are its tokens (packed bytes, or ranges or tuples of token ids), so a
+A node's page keys are its tokens (packed bytes, first ids of block pages, or tuples), so a
 node's L3 keys follow from its path. The last key of each node is memoized by node id: a
 node's end never moves (a split gives the *upper* part a new id, the lower part keeps its
 id and its end), and ids are never reused, so a memoized key stays right for as long as
@@ -54,9 +54,10 @@ class NodeKeys:
         return tuple(out[len(out) - span:])
 
     def _tokens(self, pages: Sequence) -> array:
-        """The token ids of page keys (ranges, as block prompts give, or tuples)."""
-        if pages and isinstance(pages[0], range):
-            starts = np.fromiter((r.start for r in pages), np.int64, len(pages))
+        """The token ids of page keys (first token ids, as block prompts give, or
+        tuples)."""
+        if pages and isinstance(pages[0], int):
+            starts = np.asarray(pages, dtype=np.int64)
             grid = starts[:, None] + np.arange(self.page, dtype=np.int64)[None, :]
         else:
             grid = np.asarray(pages, dtype=np.int64)

@@ -125,7 +125,12 @@ class PageIds:
 
     def bad_runs(self, runs: Sequence[Run]) -> int | None:
         """A page of ``runs`` that is not handed out, or listed twice, else None."""
+        used, fresh = self._used, self._fresh
         for s, n in runs:
+            if n == 1 and 0 <= s < fresh:  # fragmented extents: many one-page runs
+                if not used[s]:
+                    return s
+                continue
             p = self.unused_in(s, n)
             if p is not None:
                 return p
@@ -152,7 +157,10 @@ class PageIds:
         used, stack = self._used, self._runs
         total = 0
         for s, n in runs:
-            used[s:s + n] = bytes(n)
+            if n == 1:
+                used[s] = 0
+            else:
+                used[s:s + n] = bytes(n)
             total += n
         if self.order == "fifo":
             for s, n in runs:

@@ -257,7 +257,7 @@ class Scheduler:
         budget = self.cfg.chunked_prefill_size
         slices = []
         for st in self.running:
-            left = st.to_prefill - st.prefill_planned
+            left = st.prompt_len - st.prefix_tokens - st.prefill_planned
             if left <= 0 or budget <= 0 or (st.prefill_planned and st.handle is None):
                 continue
             chunk = min(left, budget)
@@ -277,14 +277,16 @@ class Scheduler:
                 finishes=last and st.req.output_len <= 1, checkpoint=ckpt))
             st.prefill_planned += chunk
         if not slices:
+            decode = Phase.DECODE
             for st in self.running:
-                if (st.prefill_planned < st.to_prefill or st.handle is None
-                        or st.decode_planned >= st.req.output_len - 1):
+                last = st.req.output_len - 1
+                if (st.decode_planned >= last or st.handle is None
+                        or st.prefill_planned < st.prompt_len - st.prefix_tokens):
                     continue
                 st.decode_planned += 1
                 slices.append(RequestSlice(
-                    st.rid, Phase.DECODE, st.prompt_len + st.decode_planned - 1, 1,
-                    request=st.handle, finishes=st.decode_planned >= st.req.output_len - 1))
+                    st.rid, decode, st.prompt_len + st.decode_planned - 1, 1,
+                    request=st.handle, finishes=st.decode_planned >= last))
         if not slices:
             return None
         return self.plans.build(tuple(slices))

@@ -72,14 +72,12 @@ class RequestState:
     device_hit: int = 0
     host_hit: int = 0
     l3_hit: int = 0
+    prompt_len: int = field(init=False)  # the request's, read in every planning pass
+    rid: int = field(init=False)
 
-    @property
-    def rid(self) -> int:
-        return self.req.rid
-
-    @property
-    def prompt_len(self) -> int:
-        return self.req.prompt_len
+    def __post_init__(self) -> None:
+        self.prompt_len = self.req.prompt_len
+        self.rid = self.req.rid
 
     @property
     def to_prefill(self) -> int:

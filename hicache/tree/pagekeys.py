@@ -5,7 +5,8 @@ bytes): equal iff the tokens are, hashed once (Python caches a bytes hash), comp
 one ``memcmp``, and the very bytes the L3 page-hash chain reads (:mod:`hicache.tiers.
 hashing`), so keys of a cached span hash without unpacking tokens. A token sequence may
 supply its own keys through a ``page_keys(page_size)`` method: Mooncake block prompts give
-``range`` objects (equal iff the tokens are, nothing materialised), conversations their
+each page's first token id (its ids are consecutive, so equal iff the tokens are; nothing
+materialised), conversations their
 buffer's keys, each page built once for the conversation's whole life
 (:class:`hicache.workload.request.BufferPages`). Feed one tree one representation.
 """

@@ -123,4 +123,5 @@ def test_decode_works_equal_the_per_step_cost_bit_for_bit(model: str, hardware: 
         works = cost.decode_works(contexts, 12)
         assert works == [sum(cost.batch_layer_times([], [c + k for c in contexts]))
                          for k in range(12)]
+        assert cost.decode_works(contexts, 5, 7) == works[7:]  # a later chunk
     assert works[11] > works[0]  # context grows: so does the cost
