@@ -34,8 +34,7 @@ before it). Folded batches leave one timeline row per run of back-to-back steps,
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import simpy
 
@@ -56,8 +55,7 @@ MIN_STEPS = 2  # a shorter fold saves nothing
 Proc = Generator[simpy.Event, Any, None]
 
 
-@dataclass(frozen=True, slots=True)
-class FoldedStep:
+class FoldedStep(NamedTuple):
     """One decode batch of a fold: ``work`` seconds of compute from ``start`` to
     ``compute_end``, sampling to ``end``; the driver takes its completion at ``taken``
     (later than ``end`` when its own CPU time is the bottleneck)."""
@@ -147,6 +145,7 @@ class DecodeFolder:
         sample = rt.cost.sample_time(len(contexts))
         taken = env.now  # the driver takes batch C - 1's completion now; C starts
         out: list[FoldedStep] = []
+        make = FoldedStep._make  # a C-level tuple constructor: one per step
         while len(out) < limit:  # in chunks: the horizon often comes first
             chunk = min(limit - len(out), max(16, len(out)))
             # compute_op's sum of layer times, step by step
@@ -158,7 +157,7 @@ class DecodeFolder:
                 taken = end if end >= prepared else prepared
                 if taken >= horizon:
                     return out
-                out.append(FoldedStep(work, start, compute_end, end, taken))
+                out.append(make((work, start, compute_end, end, taken)))
         return out
 
     def _materialize(self, plan: BatchPlan, steps: list[FoldedStep], j: int, t: float
@@ -249,9 +248,7 @@ class DecodeFolder:
         bid0 = plan.batch_id
         contexts = [s.context_tokens for s in plan.slices]
         n_req, ctx0 = len(contexts), sum(contexts)
-        for k in range(batches):
-            rt.batch_shapes[bid0 + k] = {"requests": n_req, "tokens": n_req,
-                                         "context_tokens": ctx0 + k * n_req, "load_bytes": 0}
+        rt.batch_shapes.add_decode_run(bid0, batches, n_req, ctx0)
         if not steps:
             return
         if self.per_step_rows:  # the rows compute_op writes for each batch

@@ -35,7 +35,7 @@ from hicache.runtime.interface import (
 )
 from hicache.timeline import Timeline
 from sim import ops, validate
-from sim.batch import BatchState, LoadGroup, PendingBackup
+from sim.batch import BatchShapes, BatchState, LoadGroup, PendingBackup
 from sim.calibration import apply_copy_calibration
 from sim.copy_engine import CopyEngines
 from sim.cost import CostModel
@@ -83,7 +83,7 @@ class SimRuntime:
         self.streams = {n: Stream(env, n) for n in ("compute", "h2d", "d2h")}
         self.host_lane = HostLane(env, self.profile, self.cost, self.timeline)
         self.streams["cpu"] = self.host_lane.stream
-        self.batch_shapes: dict[int, dict[str, int]] = {}
+        self.batch_shapes = BatchShapes()
         self.layer_bytes = self._layer_bytes(set(device_pages) | set(host_pages))
         self.bytes_per_page = {p: sum(b) for p, b in self.layer_bytes.items()}
         self.layers_touched = {p: sum(1 for x in b if x) for p, b in self.layer_bytes.items()}
