@@ -34,6 +34,7 @@ before it). Folded batches leave one timeline row per run of back-to-back steps,
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import simpy
@@ -98,11 +99,14 @@ class DecodeFolder:
         env, rt = self.env, self.rt
         if self.cpu > 0:
             yield rt.host_lane.run(self.cpu)
+        freed = bool(plan.frees or plan.releases)
+        if freed:  # here, as unfolded (prepare applies them first); its compute may fold
+            rt.apply_frees(plan)
         if not inbox():
             yield env.any_of([rt.completion_event(), kick()])
         steps = self._schedule(plan, limit) if not inbox() and self._quiet() else []
-        if len(steps) < MIN_STEPS:
-            self._start(plan)  # as unfolded, where it was prepared at the cpu yield's end
+        if len(steps) < MIN_STEPS:  # no fold: C runs as unfolded, prepared a bit later
+            self._start(replace(plan, frees=(), releases=()) if freed else plan)
             return
         (older,) = self._take_completions()  # batch C - 1's: the fold's first step
         timer = env.timeout(exact_delay(env.now, steps[-1].taken))

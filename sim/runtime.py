@@ -136,13 +136,7 @@ class SimRuntime:
     def prepare_batch(self, plan: BatchPlan) -> PreparedBatchHandle:
         if plan.batch_id in self._prepared:
             raise ValueError(f"batch {plan.batch_id} is already prepared")
-        released = validate.check_plan(self, plan)  # nothing changes before both pass
-        validate.check_capacity(self, plan, released)
-        for ext in plan.frees:
-            self.tier(ext.tier)[ext.pool].free_runs(
-                [(r.first_page, r.page_count) for r in ext.page_runs])
-        for rel in plan.releases:
-            self._release(rel, released[rel.request.slot_id])
+        self.apply_frees(plan)
         st = BatchState(plan, None, self.generation)  # type: ignore[arg-type]
         loads: list[tuple[str, list[int], list[int]]] = []  # (pool, src, dst)
         slices = tuple(self._prepare_slice(s, st, loads) for s in plan.slices)
@@ -170,6 +164,18 @@ class SimRuntime:
                                         tuple(b.dst for b in st.backups))
         self._prepared[plan.batch_id] = st
         return st.handle
+
+    def apply_frees(self, plan: BatchPlan) -> None:
+        """A prepare's first half: check the whole plan (nothing changes unless it
+        passes), then apply its frees and releases. sim.fold calls it alone for a plan
+        whose compute it folds."""
+        released = validate.check_plan(self, plan)  # nothing changes before both pass
+        validate.check_capacity(self, plan, released)
+        for ext in plan.frees:
+            self.tier(ext.tier)[ext.pool].free_runs(
+                [(r.first_page, r.page_count) for r in ext.page_runs])
+        for rel in plan.releases:
+            self._release(rel, released[rel.request.slot_id])
 
     def execute_batch(self, handle: PreparedBatchHandle) -> None:
         check_generation(handle, self.runtime_id, self.generation, "prepared batch")

@@ -162,17 +162,20 @@ class Scheduler:
         """How many decode batches in a row, ``plan`` (just returned by :meth:`step`) first,
         will have ``plan``'s request set, counting the first one in which a request takes
         its last token; 0 unless the pipeline is steady: overlap on, nothing waiting, no
-        intent pending, and the batch in flight before ``plan`` a decode step of the same
-        requests. While it stays steady (no arrival, no transfer completion), one step is
-        one ``BatchCompletion`` in and one decode plan out, and nothing else changes: what
-        :meth:`fold_decode` applies at once."""
+        intent pending, none in ``plan`` but frees and releases (a runtime applies them at
+        prepare), and the batch in flight before ``plan`` a decode step of the same
+        requests (its intents are the runtime's already). While it stays steady (no
+        arrival, no transfer completion), one step is one ``BatchCompletion`` in and one
+        decode plan out, and nothing else changes: what :meth:`fold_decode` applies at
+        once."""
         inflight = self.plans.inflight
         if (not self.cfg.overlap or self.components is not None or self.waiting
                 or self.plans.has_pending or len(inflight) != 2
                 or inflight.get(plan.batch_id) is not plan):
             return 0
         prev = inflight.get(plan.batch_id - 1)
-        if (prev is None or not _pure_decode(plan) or not _pure_decode(prev)
+        if (prev is None or not _decode_only(plan) or plan.backups or plan.stores
+                or plan.prefetches or not _decode_only(prev)
                 or len(plan.slices) != len(self.running)
                 or [s.rid for s in prev.slices] != [s.rid for s in plan.slices]):
             return 0
@@ -323,7 +326,7 @@ class Scheduler:
 
 
 
-def _pure_decode(plan: BatchPlan) -> bool:
-    """A plan of decode slices only, with no cache intent."""
-    return bool(plan.slices) and all(s.phase is Phase.DECODE for s in plan.slices) and not (
-        plan.backups or plan.stores or plan.prefetches or plan.frees or plan.releases)
+def _decode_only(plan: BatchPlan) -> bool:
+    """A plan whose slices are all decode steps."""
+    return bool(plan.slices) and all(s.phase is Phase.DECODE for s in plan.slices)
+
