@@ -39,12 +39,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import simpy
 
-from hicache.runtime.interface import (
-    BatchCompletion,
-    BatchPlan,
-    PreparedBatchHandle,
-    PreparedSlice,
-)
+from hicache.runtime.interface import BatchCompletion, BatchPlan, PreparedBatchHandle
 from sim.fluid import FluidJob
 from sim.simtime import exact_delay
 
@@ -238,12 +233,9 @@ class DecodeFolder:
     def _handle(self, plan: BatchPlan) -> PreparedBatchHandle:
         """The handle the unfolded prepare of ``plan`` would have returned."""
         rt = self.rt
-        slices = []
-        for s in plan.slices:
-            row = rt.rows[s.request.slot_id]  # type: ignore[union-attr]
-            slices.append(PreparedSlice(s.rid, row.handle, row.extent(), ()))
-        return PreparedBatchHandle(rt.runtime_id, rt.generation, plan.batch_id, tuple(slices),
-                                   ())
+        slices = tuple(rt.rows[s.request.slot_id].prepared_slice()  # type: ignore[union-attr]
+                       for s in plan.slices)
+        return PreparedBatchHandle(rt.runtime_id, rt.generation, plan.batch_id, slices, ())
 
     def _record(self, plan: BatchPlan, batches: int, steps: list[FoldedStep]) -> None:
         """Batch shapes of the first ``batches`` folded batches, timeline rows of

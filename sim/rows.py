@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hicache.runtime.handles import CacheExtentRef, PageRun, RequestRuntimeHandle, Tier
+from hicache.runtime.interface import PreparedSlice
 from hicache.runtime.page_ids import runs_of
 
 
 class RequestRow:
-    __slots__ = ("handle", "rid", "pages", "runs", "own", "_extent")
+    __slots__ = ("handle", "rid", "pages", "runs", "own", "_extent", "_slice")
 
     def __init__(self, handle: RequestRuntimeHandle, rid: int) -> None:
         self.handle, self.rid = handle, rid
@@ -22,6 +23,7 @@ class RequestRow:
         self.runs: list[PageRun] = []
         self.own: set[int] = set()
         self._extent: CacheExtentRef | None = None
+        self._slice: PreparedSlice | None = None  # for this row's current extent
 
     def append(self, pages: Iterable[int], own: bool) -> None:
         pages = pages if isinstance(pages, list) else list(pages)
@@ -49,3 +51,12 @@ class RequestRow:
             self._extent = CacheExtentRef(h.runtime_id, h.generation, Tier.DEVICE,
                                           tuple(self.runs), "full")
         return self._extent
+
+    def prepared_slice(self) -> PreparedSlice:
+        """What a prepare hands back for a slice of this request that loaded nothing and
+        keeps no other state: one immutable value per extent, shared while it holds."""
+        ext = self.extent()
+        ps = self._slice
+        if ps is None or ps.kv is not ext:
+            ps = self._slice = PreparedSlice(self.rid, self.handle, ext, ())
+        return ps

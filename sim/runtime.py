@@ -247,6 +247,8 @@ class SimRuntime:
 
     def _prepare_slice(self, s: RequestSlice, st: BatchState,
                        loads: list[tuple[str, list[int], list[int]]]) -> PreparedSlice:
+        if s.request is not None and not s.loads and not self.state.active:
+            return self._continue_slice(s, st)
         if s.request is None:
             handle = RequestRuntimeHandle(self.runtime_id, self._next_slot, self.generation)
             self._next_slot += 1
@@ -279,6 +281,24 @@ class SimRuntime:
         else:
             st.decodes.extend([s.context_tokens] * s.new_tokens)
         return PreparedSlice(s.rid, row.handle, row.extent(), tuple(loaded), state)
+
+    def _continue_slice(self, s: RequestSlice, st: BatchState) -> PreparedSlice:
+        """:meth:`_prepare_slice` for a request's later slice (most slices of a run: decode
+        steps): new pages if its tokens need them, and the same handle as last time
+        when they do not (nothing of it changed)."""
+        row = self.rows[s.request.slot_id]  # type: ignore[union-attr]
+        held = len(row.pages)
+        ctx = s.context_tokens
+        if ctx > held * self.page_size:
+            validate.new_pages(self, s, held)  # raises: its pages do not hold its context
+        need = -(-(ctx + s.new_tokens) // self.page_size) - held
+        if need > 0:
+            row.append(self.device["full"].allocate(need), own=True)
+        if s.phase is Phase.PREFILL:
+            st.prefills.append((s.new_tokens, ctx))
+        else:
+            st.decodes.extend([ctx] * s.new_tokens)
+        return row.prepared_slice()
 
     def _calls(self, pool: str, src: list[int], dst: list[int], layers: range) -> int:
         """Copy calls of one op moving ``src`` -> ``dst`` over ``layers`` (sim.host)."""

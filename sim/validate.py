@@ -60,12 +60,16 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Released:
     """Reject stale or misplaced handles before anything changes; return what each
     release will free (prepare frees exactly that)."""
     seen: set[int] = set()
+    rows, generation = rt.rows, rt.generation
     for s in plan.slices:
         if s.rid in seen:
             raise ValueError(f"request {s.rid} appears twice in batch {plan.batch_id}")
         seen.add(s.rid)
-        if s.request is not None:
-            _open_row(rt, s.request, f"request {s.rid}")
+        h = s.request
+        if h is not None:
+            row = rows.get(h.slot_id)
+            if row is None or row.handle is not h or h.generation != generation:
+                row_of(rt, h, f"request {s.rid}")  # the full check (raises if stale)
             if s.attach or s.loads:
                 raise ValueError(f"request {s.rid}: attach/loads only on its first slice")
         for ext in s.attach:
@@ -195,19 +199,24 @@ def check_capacity(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
     need_device: dict[str, int] = {"full": 0}
     need_host: dict[str, int] = {}
     state = rt.state.active
+    rows, page = rt.rows, rt.page_size
+    full = 0
     for s in plan.slices:
         if s.request is not None:
-            existing = len(rt.rows[s.request.slot_id].pages)
+            existing = len(rows[s.request.slot_id].pages)
         else:
             existing = sum(e.num_pages for e in s.attach if e.pool == "full") + sum(
                 ld.src.num_pages for ld in s.loads if ld.src.pool == "full")
-        new = new_pages(rt, s, existing)
-        need_device["full"] += new
+        if s.context_tokens > existing * page:
+            new_pages(rt, s, existing)  # raises
+        new = max(0, -(-(s.context_tokens + s.new_tokens) // page) - existing)
+        full += new
         if state:
             for pool, n in rt.state.needs(s, new).items():
                 need_device[pool] = need_device.get(pool, 0) + n
         for ld in s.loads:
             need_device[ld.src.pool] = need_device.get(ld.src.pool, 0) + ld.src.num_pages
+    need_device["full"] += full
     for b in plan.backups:
         need_host[b.src.pool] = need_host.get(b.src.pool, 0) + b.src.num_pages
     for pf in plan.prefetches:
