@@ -2,7 +2,8 @@
 
 Invariant: ``layer_events[i]`` fires when layer i of every load in the batch is on the
 device; ``loads_done`` fires when all of them are (None: the batch loads nothing);
-``load_issued[g]`` when the host issued load op g's first copy call, ``launched[i]`` when
+``load_issued[g]`` when the host issued load op g's first copy call (None: at prepare,
+no host lane modelled), ``launched[i]`` when
 it launched compute op i (None: no host lane modelled).
 """
 
@@ -48,7 +49,7 @@ class BatchState:
     backups: list[PendingBackup] = field(default_factory=list)
     extra_s: float = 0.0  # state copies (MAMBA checkpoints, copy-on-write) added to compute
     load_groups: list[LoadGroup] = field(default_factory=list)
-    load_issued: list[simpy.Event] = field(default_factory=list)
+    load_issued: list[simpy.Event | None] = field(default_factory=list)  # None: at once
     load_issue_end: list[float] = field(default_factory=list)
     launched: list[simpy.Event] | None = None
 

@@ -33,7 +33,8 @@ def load_op(rt: SimRuntime, st: BatchState) -> Proc:
     slot = None
     for g, group in enumerate(st.load_groups):
         if group.nbytes:
-            slot = yield from _start(rt, [st.load_issued[g]], slot)
+            issued = st.load_issued[g]
+            slot = yield from _start(rt, [issued] if issued is not None else [], slot)
             t0 = rt.env.now
             layer = group.layers.start if len(group.layers) == 1 else -1
             start, end = yield from rt.copies.copy(

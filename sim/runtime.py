@@ -303,22 +303,34 @@ class SimRuntime:
     def _calls(self, pool: str, src: list[int], dst: list[int], layers: range) -> int:
         """Copy calls of one op moving ``src`` -> ``dst`` over ``layers`` (sim.host)."""
         touched = sum(1 for i in layers if self.layer_bytes[pool][i])
+        return self._calls_touching(pool, src, dst, touched)
+
+    def _calls_touching(self, pool: str, src: list[int], dst: list[int], touched: int) -> int:
         return copy_calls(self.copies.io_backend, self.profile.io_kernel.mechanism,
                           self.mem_layout, src, dst, src, touched,
                           touched == self.layers_touched[pool],
                           legacy="copy_calls" in self.profile.ablate)
 
     def _load_groups(self, loads: list[tuple[str, list[int], list[int]]]) -> list[LoadGroup]:
-        """One h2d op per layer (layer-wise) or one for all layers, as the torch runtime."""
+        """One h2d op per layer (layer-wise) or one for all layers, as the torch runtime.
+        A load's calls depend on the layers it touches only through their count: counted
+        once per load and count, not once per layer."""
         if not loads:
             return []
         layers = self.model.num_layers
         spans = [range(i, i + 1) for i in range(layers)] if self.layerwise else [range(layers)]
+        memo: list[dict[int, int]] = [{} for _ in loads]
         out = []
         for r in spans:
-            nbytes = sum(self.layer_bytes[pool][i] * len(src)
-                         for pool, src, _ in loads for i in r)
-            calls = sum(self._calls(pool, src, dst, r) for pool, src, dst in loads)
+            nbytes = calls = 0
+            for (pool, src, dst), known in zip(loads, memo, strict=True):
+                per_layer = self.layer_bytes[pool]
+                nbytes += sum(per_layer[i] * len(src) for i in r)
+                touched = sum(1 for i in r if per_layer[i])
+                n = known.get(touched)
+                if n is None:
+                    n = known[touched] = self._calls_touching(pool, src, dst, touched)
+                calls += n
             out.append(LoadGroup(r, nbytes, calls))
         return out
 
@@ -334,10 +346,10 @@ class SimRuntime:
 
     def _record_shape(self, st: BatchState, loads: list[tuple[str, list[int], list[int]]]
                       ) -> None:
-        reqs = [(n, c) for n, c in st.prefills] + [(1, c) for c in st.decodes]
+        pre, dec = st.prefills, st.decodes
         self.batch_shapes[st.plan.batch_id] = {
-            "requests": len(reqs), "tokens": sum(n for n, _ in reqs),
-            "context_tokens": sum(c for _, c in reqs),
+            "requests": len(pre) + len(dec), "tokens": sum(n for n, _ in pre) + len(dec),
+            "context_tokens": sum(c for _, c in pre) + sum(dec),
             "load_bytes": sum(g.nbytes for g in st.load_groups)}
 
     def _release(self, rel: Release, freed: list[tuple[int, int]]) -> None:
