@@ -273,17 +273,18 @@ class KVCacheManager:
             return None
         ext = st.kv.slice(first, n)
         res = self.tree.insert(pages, {Kind.FULL: ext})
-        dup = {p for a in res.actions for p in a.extent.pages()}
-        if dup or st.donated_ids:
-            own = [p for p in ext.pages() if p not in dup and p not in st.donated_ids]
-            taken = ext.with_pages(own) if own else None
+        if res.actions or st.donated:  # skip duplicates, and pages handed over before
+            gone: set[int] = set()
+            for extent in [a.extent for a in res.actions] + st.donated:
+                gone.update(extent.pages())
+            own = [p for p in ext.pages() if p not in gone]
+            taken, count = (ext.with_pages(own), len(own)) if own else (None, 0)
         else:  # the common case: the tree took every new page
-            own, taken = list(ext.pages()), ext
+            taken, count = ext, ext.num_pages
         if taken is not None:
             st.donated.append(taken)
-            st.donated_ids.update(own)
-            st.donated_pages += len(own)
-            self.budget.own -= len(own)
+            st.donated_pages += count
+            self.budget.own -= count
         return res.node
 
     def relock(self, st: RequestState, node: Node | None) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 
 
 class Tier(enum.Enum):
@@ -81,8 +82,7 @@ class CacheExtentRef:
         return n
 
     def pages(self) -> Iterator[int]:
-        for run in self.page_runs:
-            yield from range(run.first_page, run.first_page + run.page_count)
+        return chain.from_iterable(map(PageRun.pages, self.page_runs))  # C-level iteration
 
     def split(self, at_page: int) -> tuple[CacheExtentRef, CacheExtentRef]:
         """Split after ``at_page`` pages: (first at_page pages, the rest). Both non-empty."""

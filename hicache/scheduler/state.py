@@ -47,7 +47,6 @@ class RequestState:
     lock: LockHandle | None = None
     host_lock: LockHandle | None = None
     donated: list[CacheExtentRef] = field(default_factory=list)
-    donated_ids: set[int] = field(default_factory=set)
     donated_pages: int = 0
     prefetch_job: int | None = None  # None: undecided, 0: no prefetch, else the job id
     requeried: bool = False  # asked L3 a second time at the queue head

@@ -65,7 +65,12 @@ class Node:
 
     def is_device_leaf(self) -> bool:
         """Holds FULL on L1 and no child does: the FULL eviction frontier."""
-        return self.on_device and not any(c.on_device for c in self.children.values())
+        if Kind.FULL not in self.device:
+            return False
+        for c in self.children.values():
+            if Kind.FULL in c.device:
+                return False
+        return True
 
     def __repr__(self) -> str:
         dev = ",".join(k.value for k in self.device)
