@@ -57,8 +57,9 @@ def timeline_frame(timeline_or_rows) -> pd.DataFrame:
             df = pd.DataFrame([_row_tuple(r) for r in rows], columns=list(COLUMNS))
         elif rows and isinstance(rows[0], Mapping):
             df = pd.DataFrame.from_records(rows)
-        else:
-            df = pd.DataFrame(rows, columns=list(COLUMNS))
+        else:  # tuples in COLUMNS order (without ``steps``: written before it existed)
+            width = len(rows[0]) if rows else len(COLUMNS)
+            df = pd.DataFrame(rows, columns=list(COLUMNS[:width]))
     if "steps" not in df.columns:  # written before folded decode rows existed: one step
         df["steps"] = 1
     missing = [c for c in COLUMNS if c not in df.columns]
