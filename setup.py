@@ -16,7 +16,7 @@ sub = sorted({p.parent.relative_to(DATA).as_posix() for p in DATA.rglob("*")
               if p.is_file() and p.parent != DATA})
 
 setup(
-    packages=[*find_packages(include=["hicache*", "sim*", "gpu_backend*", "validation*"]),
+    packages=[*find_packages(include=["hicache*", "sim*", "gpu_backend*", "validation*", "ipc*"]),
               BUNDLED, *(f"{BUNDLED}.{s.replace('/', '.')}" for s in sub)],
     package_dir={BUNDLED: "scenarios"},
     package_data={BUNDLED: ["*.yaml"], **{f"{BUNDLED}.{s.replace('/', '.')}":

@@ -21,21 +21,28 @@ import time
 from collections import deque
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpu_backend.l3_protocol import L3Store
+from gpu_backend.process import batch_specs_of, log_l3_faults, scenario_runtime
 from gpu_backend.runtime import TorchRuntime
 from gpu_backend.shapes import ModelShape
 from gpu_backend.trace import add_lanes, torch_profiler, wall_epoch
 from hicache.config import CacheConfig
 from hicache.modelspec import load_model_spec
 from hicache.runtime.interface import BatchCompletion, Completion
+from hicache.runtime.state import state_pool_sizes
 from hicache.scenario import Scenario, as_scenario
 from hicache.scheduler.scheduler import Scheduler
 from hicache.timeline import Timeline
 from hicache.workload.factory import make_workload
 from hicache.workload.request import Request
+from ipc.errors import RuntimeProcessDied
+
+if TYPE_CHECKING:
+    from ipc.client import ProcessGPURuntime
 
 # one scenario drives both runtimes: max_sim_time bounds the run's wall time here, the
 # simulator-only run keys are ignored, torch_profiler is read here only
@@ -84,7 +91,7 @@ def make_l3(cache: CacheConfig, directory: str) -> L3Store | None:
 
 
 def build_runtime(sc: Scenario, cache: CacheConfig, shape: ModelShape, device: str,
-                  l3: L3Store | None) -> TorchRuntime:
+                  l3: L3Store | None, generation: int = 0) -> TorchRuntime:
     """One replica's TorchRuntime sized as sim/driver.py sizes its SimRuntime."""
     page = cache.page_size
     host_pages = 0
@@ -93,39 +100,62 @@ def build_runtime(sc: Scenario, cache: CacheConfig, shape: ModelShape, device: s
     layout = cache.effective_mem_layout
     if layout == "page_first_direct":  # page_first host layout, per-page direct copies
         layout = "page_first"
-    return TorchRuntime(shape, page_size=page, device_pages={"full": cache.device_tokens // page},
+    pools = {"full": cache.device_tokens // page}
+    if sc.scheduler.track_components:  # SWA / MAMBA pools, sized as the simulator sizes them
+        pools.update(state_pool_sizes(shape.layer_kinds, page, cache.device_tokens,
+                                      sc.run.swa_tokens, sc.run.mamba_slots,
+                                      sc.scheduler.max_running_requests))
+    return TorchRuntime(shape, page_size=page, device_pages=pools,
                         host_pages={"full": host_pages}, device=device,
                         io_backend=cache.hicache_io_backend, mem_layout=layout,
                         layerwise=sc.run.layerwise, l3=l3,
-                        runtime_id="torch0", seed=sc.seed)
+                        runtime_id="torch0", seed=sc.seed, generation=generation,
+                        writeback=sc.run.writeback)
 
 
 def run_scenario(scenario: Scenario | dict, *, device: str = "cpu", shape: ModelShape | None = None,
                  name: str = "run", source: str = "<scenario>",
-                 stall_timeout: float = 120.0, torch_trace: str | Path | None = None
-                 ) -> TorchResult:
-    """Run scenario ``d`` (one replica) on a TorchRuntime. ``shape`` defaults to
+                 stall_timeout: float = 120.0, torch_trace: str | Path | None = None,
+                 process: bool | None = None) -> TorchResult:
+    """Run scenario ``d`` (one replica, or with ``sharing.pool`` several schedulers on
+    one runtime: :mod:`gpu_backend.shared_driver`) on a TorchRuntime. ``shape`` defaults to
     ModelShape.tiny() on CPU and to the scenario's model preset elsewhere. ``torch_trace``
     (or the scenario's ``run.torch_profiler``) writes a torch.profiler Chrome trace there
-    (:mod:`gpu_backend.trace`)."""
+    (:mod:`gpu_backend.trace`). ``process`` (default: ``run.runtime_process``) runs the
+    runtime in its own process behind :class:`ipc.ProcessGPURuntime`; if that process
+    dies, the requests not finished are reported unfinished with the reason."""
     sc = as_scenario(scenario, source=source)
     source = sc.source
-    if sc.replicas != 1:
-        raise ValueError(f"{source}: replicas: the torch driver runs exactly 1 replica, got "
-                         f"{sc.replicas}")
+    if sc.replicas != 1 and sc.sharing.pool == "none":
+        raise ValueError(f"{source}: replicas: the torch driver runs exactly 1 replica per "
+                         f"runtime, got {sc.replicas} (sharing.pool: static or shared runs "
+                         f"them as schedulers sharing one runtime)")
     cache, run = sc.cache, sc.run
-    if sc.scheduler.track_components:
-        raise ValueError(f"{source}: scheduler.track_components: the torch runtime has FULL "
-                         f"pools only; SWA/MAMBA pools exist in the simulator for now")
     if shape is None:
         shape = ModelShape.tiny() if device == "cpu" else sc.model
     trace = torch_trace if torch_trace is not None else run.torch_profiler
+    process = run.runtime_process if process is None else process
+    if sc.sharing.pool != "none":
+        if process or trace:
+            raise ValueError(f"{source}: sharing.pool: schedulers sharing one runtime run "
+                             f"in its process (run.runtime_process and run.torch_profiler "
+                             f"are not supported with it yet)")
+        from gpu_backend.shared_driver import run_shared
+
+        with tempfile.TemporaryDirectory(prefix="hicache-l3-") as l3_dir:
+            return run_shared(sc, shape, device, l3_dir, name, stall_timeout)
+    if process and trace:
+        raise ValueError(f"{source}: run.torch_profiler: profile the runtime in-process "
+                         f"(run.runtime_process: false); the profiler would run in the "
+                         f"scheduler's process, not the runtime's")
     with tempfile.TemporaryDirectory(prefix="hicache-l3-") as l3_dir:
-        l3 = make_l3(cache, l3_dir)
+        l3 = None if process else make_l3(cache, l3_dir)
+        has_l3 = cache.hicache_storage_backend is not None
         try:
-            rt = build_runtime(sc, cache, shape, device, l3)
+            rt = (open_process_runtime(sc, shape, device, l3_dir, call_timeout_s=stall_timeout)
+                  if process else build_runtime(sc, cache, shape, device, l3))
             with rt:
-                scheduler = Scheduler(cache, rt.info(), sc.scheduler_config(l3=l3 is not None),
+                scheduler = Scheduler(cache, rt.info(), sc.scheduler_config(l3=has_l3),
                                       replica=0)
                 workload = make_workload(sc.workload, sc.seed)
                 limit = run.max_sim_time if run.max_sim_time is not None else math.inf
@@ -133,30 +163,53 @@ def run_scenario(scenario: Scenario | dict, *, device: str = "cpu", shape: Model
                 with (torch_profiler(trace, rt.lanes.cuda) if trace else nullcontext()):
                     wall0 = wall_epoch(rt.now())
                     loop.run()
-                    if not rt.drain(stall_timeout):
+                    if loop.died is None and not rt.drain(stall_timeout):
                         raise TimeoutError(f"ops still running {stall_timeout} s after the "
                                            f"last request finished")
                 if trace:
                     add_lanes(trace, rt.timeline, wall0)
-            l3_faults = rt.l3_faults()
-            if any(l3_faults.values()):  # name on the console what the counters hold
-                rt.l3.faults.log_summary()
+                l3_faults = {} if loop.died else rt.l3_faults()
+                if any(l3_faults.values()):  # name on the console what the counters hold
+                    if process:
+                        rt.apply(log_l3_faults)
+                    else:
+                        log_l3_faults(rt)
+                specs = ({} if loop.died else rt.apply(batch_specs_of) if process
+                         else batch_specs_of(rt))
         finally:
             close = getattr(l3, "close", None)
             if close is not None:
                 close()
     records = scheduler.records()
     open_ = [r["rid"] for r in records if r["finish"] is None and not r.get("rejected")]
-    why = (f"stalled: {loop.stall}" if loop.stall else
-           f"run.max_sim_time ({loop.limit:g} s of wall time) reached first")
+    why = (f"runtime_died: {loop.died}" if loop.died else f"stalled: {loop.stall}"
+           if loop.stall else f"run.max_sim_time ({loop.limit:g} s of wall time) reached first")
+    boundary = _boundary_stats(rt) if process else {}
     return TorchResult(name, records, [(0, *d.row()) for d in scheduler.decisions],
                        rt.timeline, loop.end - loop.t0, loop.n, loop.t0,
                        {"scheduler_s": loop.sched_s, "steps": loop.steps,
                         "step_s": loop.step_s, "work_step_s": loop.work_step_s,
-                        "batch_specs": rt.batch_specs,  # (new, context) per slice
+                        "batch_specs": specs,  # (new, context) per slice
                         "device": device, "shape": shape.name, "l3_faults": l3_faults,
+                        **boundary,
                         **({"torch_trace": str(trace)} if trace else {})},
                        unfinished=dict.fromkeys(open_, why), stall=loop.stall)
+
+
+def open_process_runtime(sc: Scenario, shape: ModelShape, device: str, l3_dir: str,
+                         **kwargs: Any) -> ProcessGPURuntime:
+    """The runtime :func:`build_runtime` builds, in a process of its own (needs pyzmq,
+    imported here only: the GPU machine's measure path does not)."""
+    from ipc.client import ProcessGPURuntime
+
+    factory = partial(scenario_runtime, sc=sc, shape=shape, device=device, l3_dir=l3_dir)
+    return ProcessGPURuntime(factory, wall_clock=True, **kwargs)
+
+
+def _boundary_stats(rt: ProcessGPURuntime) -> dict[str, Any]:
+    return {"crossings": dict(rt.crossings), "ipc_rpc_s": rt.rpc_s,
+            "ipc_overhead_s": rt.ipc_overhead_s() if rt.final_stats else math.nan,
+            "ipc_bytes": rt.bytes_sent + rt.bytes_received}
 
 
 class _Loop:
@@ -176,6 +229,7 @@ class _Loop:
         self.work_step_s: list[float] = []  # of the steps that submitted a plan
         self.t0 = self.end = 0.0
         self.stall: str | None = None  # why the loop stopped with work left, if it did
+        self.died: str | None = None  # the runtime process died: why
         self.queue: deque[int] = deque()  # executed, uncompleted batches (compute-lane order)
         self.empty: set[int] = set()  # of those, plans without slices (no compute)
 
@@ -268,6 +322,13 @@ class _Loop:
         return any_event
 
     def run(self) -> None:
+        try:
+            self._run()
+        except RuntimeProcessDied as e:
+            self.died = str(e)
+            self.end = self.rt.now()
+
+    def _run(self) -> None:
         rt, sch = self.rt, self.scheduler
         self.t0 = rt.now()
         self.push(self.workload.start())

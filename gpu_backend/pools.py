@@ -194,11 +194,13 @@ class Row:
 
 
 class ReqToTokenTable:
-    """Request slots with a generation each; a closed slot's old handles are stale."""
+    """Request slots with a generation each; a closed slot's old handles are stale. Slot
+    generations of runtime generation g start at g * 2**32, so a restarted runtime refuses
+    the handles its predecessor issued."""
 
-    def __init__(self, runtime_id: str, max_slots: int) -> None:
+    def __init__(self, runtime_id: str, max_slots: int, generation: int = 0) -> None:
         self.runtime_id = runtime_id
-        self._gen = [0] * max_slots
+        self._gen = [generation << 32] * max_slots
         self._rows: dict[int, Row] = {}
         self._free = list(range(max_slots))
         heapq.heapify(self._free)

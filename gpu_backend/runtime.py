@@ -17,6 +17,7 @@ unbounded (``wait_timeout_s``: fences, lane dependencies, ``wait``/``drain``).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -24,13 +25,23 @@ from typing import Any
 import torch
 
 from gpu_backend.completions import Outbox
+from gpu_backend.hybrid import (
+    STATE_POOLS,
+    HybridIndex,
+    HybridModel,
+    StateData,
+    StateSpec,
+    copy_states,
+)
 from gpu_backend.io import Mover
 from gpu_backend.l3.resilient import RetryPolicy
 from gpu_backend.l3_protocol import L3Store, count_hits, fetch_pages, store_pages
 from gpu_backend.model import BatchIndex, SliceSpec, SyntheticModel
+from gpu_backend.page_fences import PageFences
 from gpu_backend.pools import DevicePool, HostPool, PageAllocator, ReqToTokenTable
 from gpu_backend.shapes import ModelShape
-from gpu_backend.streams import DEVICE_LANES, HOST_LANES, WAIT_TIMEOUT_S, LaneEvent, Lanes
+from gpu_backend.streams import WAIT_TIMEOUT_S, LaneEvent, Lanes
+from gpu_backend.writeback import TorchWriteback
 from hicache.runtime.handles import (
     CacheExtentRef,
     StaleHandleError,
@@ -52,6 +63,7 @@ from hicache.runtime.interface import (
     TransferCompletion,
     TransferKind,
 )
+from hicache.runtime.writeback import WritebackConfig, make_policy
 from hicache.timeline import Timeline
 
 
@@ -63,6 +75,7 @@ class _Prepared:
     finished: tuple[int, ...] = ()
     loads: list[LaneEvent] = field(default_factory=list)
     backups: list[tuple[int, list[int], list[int]]] = field(default_factory=list)
+    states: list[StateSpec] = field(default_factory=list)  # hybrid: per slice, SWA/MAMBA
     stores: list[tuple[int, list[int], tuple[str, ...]]] = field(default_factory=list)
     prefetches: list[tuple[PrefetchIntent, list[int]]] = field(default_factory=list)
     handle: PreparedBatchHandle | None = None
@@ -77,33 +90,51 @@ class TorchRuntime:
                  l3: L3Store | None = None, runtime_id: str = "torch0",
                  timeline: Timeline | None = None, seed: int = 0, generation: int = 0,
                  max_requests: int = 4096, l3_policy: RetryPolicy | None = None,
-                 wait_timeout_s: float = WAIT_TIMEOUT_S, warm_up: bool = True) -> None:
-        for pools in (device_pages, host_pages):
-            if set(pools) - {"full"}:
-                raise ValueError(f"TorchRuntime supports only the 'full' pool, got {pools}")
+                 wait_timeout_s: float = WAIT_TIMEOUT_S, warm_up: bool = True,
+                 writeback: WritebackConfig | str | None = None) -> None:
+        if set(device_pages) - {"full", *STATE_POOLS} or set(host_pages) - {"full"}:
+            raise ValueError(f"TorchRuntime pools: device 'full', 'swa', 'mamba'; host "
+                             f"'full'; got {device_pages} and {host_pages}")
         self.shape, self.page_size, self.layerwise = shape, page_size, layerwise
         self.runtime_id, self.generation = runtime_id, generation
         self.lanes = Lanes(device, wait_timeout_s)
+        self.fences = PageFences()
         dtype = torch.bfloat16 if self.lanes.cuda else torch.float32
-        dims = (shape.num_layers, page_size, shape.kv_heads_per_rank, shape.head_dim)
-        L, ps, h, d = dims
+        self.state = StateData(shape, device_pages, page_size, runtime_id, generation, dtype,
+                               device, self.fences, wait_timeout_s)
+        if self.state.active and host_pages.get("full", 0):
+            raise ValueError("SWA/MAMBA state pools are L1 only: host_pages must be 0 "
+                             "(see README, hybrid models)")
+        # with state pools the full pool holds the full-attention layers only
+        L = shape.layer_kinds.count("full") if self.state.active else shape.num_layers
+        self.kv_layers = L
+        ps, h, d = page_size, shape.kv_heads_per_rank, shape.head_dim
         self.dev = DevicePool(L, device_pages.get("full", 0), ps, h, d, dtype, device)
         self.host = HostPool(mem_layout, L, host_pages.get("full", 0), ps, h, d, dtype,
                              pin=self.lanes.cuda)
-        self.dev_alloc = PageAllocator(device_pages.get("full", 0), "L1", wait_timeout_s)
-        self.host_alloc = PageAllocator(host_pages.get("full", 0), "L2", wait_timeout_s)
-        self.table = ReqToTokenTable(runtime_id, max_requests)
+        self.allocs = {(Tier.DEVICE, "full"): PageAllocator(device_pages.get("full", 0), "L1",
+                                                            wait_timeout_s),
+                       (Tier.HOST, "full"): PageAllocator(host_pages.get("full", 0), "L2",
+                                                          wait_timeout_s),
+                       **{(Tier.DEVICE, p): a for p, a in self.state.allocs.items()}}
+        self.dev_alloc = self.allocs[(Tier.DEVICE, "full")]
+        self.host_alloc = self.allocs[(Tier.HOST, "full")]
+        self.table = ReqToTokenTable(runtime_id, max_requests, generation)
         self.mover = Mover(self.dev, self.host, io_backend)
-        self.model = SyntheticModel(shape, device, dtype, seed)
+        self.model = (HybridModel if self.state.active else SyntheticModel)(
+            shape, device, dtype, seed)
         self.timeline = timeline if timeline is not None else Timeline()
         self.outbox = Outbox(self.timeline, wait_timeout_s)
-        self.l3 = _guarded(l3, l3_policy, self.dev.bytes_per_page_layer * shape.num_layers)
+        self.l3 = _guarded(l3, l3_policy, self.dev.bytes_per_page_layer * L)
+        self.writeback = TorchWriteback(  # when D2H backups run (runtime-owned policy)
+            make_policy(writeback), self.lanes, self.mover, self.outbox,
+            self.dev.bytes_per_page_layer * L, range(L), self.outbox.record)
         self.outputs: dict[int, torch.Tensor] = {}  # rid -> last hidden state (tests)
         self.tokens: dict[int, torch.Tensor] = {}  # rid -> last sampled token id
         self.batch_specs: dict[int, list[tuple[int, int]]] = {}  # batch -> (new, context)s
         self._prepared: dict[int, _Prepared] = {}
         self._closed = False
-        if warm_up:
+        if warm_up and not self.state.active:  # a hybrid batch needs its state rows
             self.warm_up()
 
     def warm_up(self, tokens: int = 64) -> None:
@@ -141,11 +172,17 @@ class TorchRuntime:
 
     # ---- RuntimeInterface -------------------------------------------------------------
     def info(self) -> RuntimeInfo:
-        page = self.dev.bytes_per_page_layer * self.shape.num_layers
+        page = {"full": self.dev.bytes_per_page_layer * self.kv_layers}
+        if self.state.window:
+            page["swa"] = self.state.swa.bytes_per_page_layer * self.state.swa.num_layers
+        if self.state.mamba:
+            page["mamba"] = self.state.state[0].numel() * self.state.state.element_size()
         return RuntimeInfo(self.runtime_id, self.generation, self.page_size,
-                           {"full": self.dev_alloc.num_pages},
-                           {"full": self.host_alloc.num_pages}, {"full": page},
-                           self.shape.num_layers)
+                           {pool: a.num_pages for (tier, pool), a in self.allocs.items()
+                            if tier is Tier.DEVICE},
+                           {"full": self.host_alloc.num_pages}, page,
+                           self.shape.num_layers, swa_window=self.state.window,
+                           mamba=self.state.mamba)
 
     def prepare_batch(self, plan: BatchPlan) -> PreparedBatchHandle:
         """Atomic: :meth:`_validate` checks every handle, free, release and the capacity
@@ -161,15 +198,18 @@ class TorchRuntime:
             raise ValueError(f"batch {plan.batch_id} is already prepared")
         self._validate(plan)
         prep = _Prepared(plan.batch_id)
-        # a freed page waits only for the lanes that touch its tier: L1 pages never wait
-        # on the l3 lane, so a slow L3 cannot hold up device allocation
-        fence = {Tier.DEVICE: self.lanes.fence(DEVICE_LANES),
-                 Tier.HOST: self.lanes.fence(HOST_LANES)}
+        # a freed page waits only for the in-flight ops that use it (gpu_backend.page_fences):
+        # the next batch's loads never wait for a running batch that does not touch them
         for ext in plan.frees:
-            self._alloc(ext.tier).free(list(ext.pages()), fence[ext.tier])
+            pages = list(ext.pages())
+            self._alloc(ext.tier, ext.pool).free(
+                pages, self.fences.fence(ext.tier, pages, ext.pool))
         for rel in plan.releases:
             row = self.table.close(rel.request)
-            self.dev_alloc.free(self._released(row, rel), fence[Tier.DEVICE])
+            pages = self._released(row, rel)
+            self.dev_alloc.free(pages, self.fences.fence(Tier.DEVICE, pages))
+            if self.state.active:  # freed once this batch has run (StateData.flush)
+                self.state.keeper.release(rel.request.slot_id, rel.kept())
         slices, load_dev, load_host = self._open_slices(plan, prep)
         if load_dev:
             self._start_loads(prep, load_dev, load_host)
@@ -201,8 +241,19 @@ class TorchRuntime:
             raise ValueError(f"batch {handle.batch_id} was not prepared or already executed")
         del self._prepared[handle.batch_id]
         done = self._queue_compute(prep)
+        self.fences.use(Tier.DEVICE, (p for s in prep.specs for p in s.pages), done)
+        if self.state.active:
+            self.state.use(prep.states, done)
+            self.state.flush()
         bid = prep.batch_id
         if prep.backups:
+            dev = [p for _, d, _ in prep.backups for p in d]
+            host = [p for _, _, h in prep.backups for p in h]
+        if prep.backups and self.writeback.policy.chunked:
+            ev = self.writeback.submit(bid, prep.backups, done)
+            self.fences.use(Tier.DEVICE, dev, ev)
+            self.fences.use(Tier.HOST, host, ev)
+        elif prep.backups:
             dev = [p for _, d, _ in prep.backups for p in d]
             host = [p for _, _, h in prep.backups for p in h]
             nbytes = len(dev) * self.info().bytes_per_page["full"]
@@ -211,12 +262,17 @@ class TorchRuntime:
                 for job, d, _ in prep.backups:
                     self.outbox.post(TransferCompletion(job, TransferKind.BACKUP, ev.end, len(d)))
 
-            self._submit("d2h", partial(self.mover.d2h, dev, host, range(self.shape.num_layers)),
-                         [done], "backup", bid, nbytes=nbytes, then=[backed_up])
+            ev = self._submit("d2h", partial(self.mover.d2h, dev, host,
+                                             range(self.kv_layers)),
+                              [done], "backup", bid, nbytes=nbytes, then=[backed_up])
+            self.fences.use(Tier.DEVICE, dev, ev)
+            self.fences.use(Tier.HOST, host, ev)
         for job, pages, keys in prep.stores:
-            self._l3_job("store", bid, partial(self._store, job, pages, keys))
+            ev = self._l3_job("store", bid, partial(self._store, job, pages, keys))
+            self.fences.use(Tier.HOST, pages, ev)
         for intent, reserved in prep.prefetches:
-            self._l3_job("prefetch", bid, partial(self._prefetch, intent, reserved))
+            ev = self._l3_job("prefetch", bid, partial(self._prefetch, intent, reserved))
+            self.fences.use(Tier.HOST, reserved, ev)
 
     def poll(self) -> list[Completion]:
         return self.outbox.take(0.0)
@@ -258,25 +314,27 @@ class TorchRuntime:
         self.close()
 
     # ---- internals --------------------------------------------------------------------
-    def _alloc(self, tier: Tier) -> PageAllocator:
-        if tier is Tier.DEVICE:
-            return self.dev_alloc
-        if tier is Tier.HOST:
-            return self.host_alloc
-        raise ValueError(f"the runtime holds no {tier} pages")
+    def _alloc(self, tier: Tier, pool: str = "full") -> PageAllocator:
+        alloc = self.allocs.get((tier, pool))
+        if alloc is None:
+            raise ValueError(f"the runtime holds no {tier.value} pages of pool {pool!r}")
+        return alloc
 
     def _extent(self, tier: Tier, pages: list[int]) -> CacheExtentRef:
         return CacheExtentRef(self.runtime_id, self.generation, tier, coalesce(pages))
 
-    def _check(self, ext: CacheExtentRef, tier: Tier, what: str) -> None:
+    def _check(self, ext: CacheExtentRef, tier: Tier, what: str, state: bool = False
+               ) -> None:
+        """``ext`` is this runtime's, on ``tier``, allocated; of pool 'full' (or, with
+        ``state``, of a state pool this runtime keeps)."""
         check_generation(ext, self.runtime_id, self.generation, what)
-        if ext.tier is not tier or ext.pool != "full":
+        if ext.tier is not tier or (ext.pool != "full" and not state):
             raise ValueError(f"{what}: expected a {tier} 'full' extent, got {ext.tier}/{ext.pool}")
-        self._alloc(tier).check_allocated(ext.pages(), what)
+        self._alloc(tier, ext.pool).check_allocated(ext.pages(), what)
 
     @staticmethod
     def _released(row: Any, rel: Release) -> list[int]:
-        keep = {p for e in rel.kept() for p in e.pages()}
+        keep = {p for e in rel.kept() if e.pool == "full" for p in e.pages()}
         return [p for p in row.owned if p not in keep]
 
     def _validate(self, plan: BatchPlan) -> None:
@@ -284,13 +342,15 @@ class TorchRuntime:
         changes (prepare is atomic). Raises StaleHandleError, CapacityError or ValueError."""
         for ext in plan.frees:
             check_generation(ext, self.runtime_id, self.generation, "free")
-            self._check(ext, ext.tier, "free")
+            self._check(ext, ext.tier, "free", state=True)
         released: dict[int, list[int]] = {}
         for rel in plan.releases:
             row = self.table.get(rel.request)
             for keep in rel.kept():
-                self._check(keep, Tier.DEVICE, "release.keep")
-                if not set(keep.pages()) <= set(row.pages):
+                self._check(keep, Tier.DEVICE, "release.keep", state=True)
+                ok = (set(keep.pages()) <= set(row.pages) if keep.pool == "full" else
+                      self.state.keeper.check_keep(rel.request.slot_id, keep))
+                if not ok:
                     raise ValueError(f"release of rid {row.rid} keeps pages it does not hold")
             if rel.request.slot_id in released:
                 raise ValueError(f"batch {plan.batch_id} releases rid {row.rid} twice")
@@ -308,13 +368,13 @@ class TorchRuntime:
                 tokens = row.tokens
             else:
                 rows += 1
-                tokens = (sum(e.num_pages for e in s.attach)
+                tokens = (sum(e.num_pages for e in s.attach if e.pool == "full")
                           + sum(ld.src.num_pages for ld in s.loads)) * self.page_size
             if tokens != s.context_tokens or s.new_tokens <= 0:
                 raise ValueError(f"rid {s.rid}: row holds {tokens} tokens, slice says "
                                  f"context {s.context_tokens} + new {s.new_tokens}")
             for ext in s.attach:
-                self._check(ext, Tier.DEVICE, f"rid {s.rid} attach")
+                self._check(ext, Tier.DEVICE, f"rid {s.rid} attach", state=True)
             for load in s.loads:
                 self._check(load.src, Tier.HOST, f"rid {s.rid} load")
         for b in plan.backups:
@@ -329,36 +389,46 @@ class TorchRuntime:
         self._check_capacity(plan, released, rows)
 
     def _check_frees_once(self, plan: BatchPlan, released: dict[int, list[int]]) -> None:
-        reads = {Tier.DEVICE: {p for b in plan.backups for p in b.src.pages()},
-                 Tier.HOST: {p for s in plan.stores for p in s.src.pages()}}
-        seen: dict[Tier, set[int]] = {Tier.DEVICE: set(), Tier.HOST: set()}
-        for tier, pages in [*((e.tier, list(e.pages())) for e in plan.frees),
-                            *((Tier.DEVICE, pages) for pages in released.values())]:
-            if reads[tier].intersection(pages):
+        reads = {(Tier.DEVICE, "full"): {p for b in plan.backups for p in b.src.pages()},
+                 (Tier.HOST, "full"): {p for s in plan.stores for p in s.src.pages()}}
+        seen: dict[tuple[Tier, str], set[int]] = {}
+        for key, pages in [*(((e.tier, e.pool), list(e.pages())) for e in plan.frees),
+                           *(((Tier.DEVICE, "full"), pages) for pages in released.values())]:
+            if reads.get(key, set()).intersection(pages):
                 raise ValueError("plan frees pages that its own backups or stores read")
-            if seen[tier].intersection(pages) or len(set(pages)) != len(pages):
-                raise ValueError(f"batch {plan.batch_id} frees a {tier.value} page twice")
-            seen[tier].update(pages)
+            done = seen.setdefault(key, set())
+            if done.intersection(pages) or len(set(pages)) != len(pages):
+                raise ValueError(f"batch {plan.batch_id} frees a {key[0].value} page twice")
+            done.update(pages)
 
     def _check_capacity(self, plan: BatchPlan, released: dict[int, list[int]],
                         rows: int) -> None:
-        dev = 0
+        need: Counter[tuple[Tier, str]] = Counter()
         for s in plan.slices:
             have = (len(self.table.get(s.request).pages) if s.request is not None else
-                    sum(e.num_pages for e in s.attach))
+                    sum(e.num_pages for e in s.attach if e.pool == "full"))
             loads = sum(ld.src.num_pages for ld in s.loads)
-            dev += loads + max(0, -(-(s.context_tokens + s.new_tokens) // self.page_size)
-                               - have - loads)
-        host = sum(b.src.num_pages for b in plan.backups) + sum(
+            new = max(0, -(-(s.context_tokens + s.new_tokens) // self.page_size) - have - loads)
+            need[(Tier.DEVICE, "full")] += loads + new
+            if self.state.active:
+                for pool, n in self.state.keeper.needs(s, new).items():
+                    need[(Tier.DEVICE, pool)] += n
+        need[(Tier.HOST, "full")] += sum(b.src.num_pages for b in plan.backups) + sum(
             p.max_pages for p in plan.prefetches)
-        back = {t: sum(e.num_pages for e in plan.frees if e.tier is t) for t in Tier}
-        back[Tier.DEVICE] += sum(len(p) for p in released.values())
-        for tier, need, alloc in ((Tier.DEVICE, dev, self.dev_alloc),
-                                  (Tier.HOST, host, self.host_alloc)):
-            free = alloc.num_free + back[tier]
-            if need > free:
-                raise CapacityError(f"batch {plan.batch_id} needs {need} {tier.value} pages "
-                                    f"of pool 'full', {free} free (not accounted for)")
+        back: Counter[tuple[Tier, str]] = Counter()  # what the frees and releases return
+        for e in plan.frees:
+            back[(e.tier, e.pool)] += e.num_pages
+        back[(Tier.DEVICE, "full")] += sum(len(p) for p in released.values())
+        if self.state.active:  # state pages a release frees come back after the batch
+            for rel in plan.releases:
+                for pool, n in self.state.keeper.releasable(rel.request.slot_id,
+                                                            rel.kept()).items():
+                    back[(Tier.DEVICE, pool)] += n
+        for (tier, pool), n in need.items():
+            free = self._alloc(tier, pool).num_free + back[(tier, pool)]
+            if n > free:
+                raise CapacityError(f"batch {plan.batch_id} needs {n} {tier.value} pages "
+                                    f"of pool {pool!r}, {free} free (not accounted for)")
         slots = self.table.free_slots + len(released)
         if rows > slots:
             raise CapacityError(f"batch {plan.batch_id} opens {rows} request rows, {slots} free")
@@ -368,10 +438,17 @@ class TorchRuntime:
         out, load_dev, load_host = [], [], []
         for s in plan.slices:
             loaded = []
+            copy_in, fresh = -1, False
             if s.request is None:
                 handle, row = self.table.open(s.rid)
                 for ext in s.attach:
-                    row.pages += list(ext.pages())
+                    if ext.pool == "full":
+                        row.pages += list(ext.pages())
+                if self.state.active:
+                    self.state.keeper.open(handle.slot_id, s.attach)
+                    ckpt = [e for e in s.attach if e.pool == "mamba"]
+                    copy_in = next(ckpt[0].pages()) if ckpt else -1
+                    fresh = self.state.mamba and not ckpt
                 for load in s.loads:
                     host_pages = list(load.src.pages())
                     dev_pages = self.dev_alloc.alloc(len(host_pages))
@@ -384,14 +461,18 @@ class TorchRuntime:
                 handle, row = s.request, self.table.get(s.request)
             total = s.context_tokens + s.new_tokens
             need = -(-total // self.page_size) - len(row.pages)
-            if need > 0:
-                pages = self.dev_alloc.alloc(need)
-                row.pages += pages
-                row.owned += pages
+            pages = self.dev_alloc.alloc(need) if need > 0 else []
+            row.pages += pages
+            row.owned += pages
             row.tokens = total
+            state: tuple[CacheExtentRef, ...] = ()
+            if self.state.active:
+                state, spec = self.state.advance(handle.slot_id, s, len(row.pages), pages,
+                                                 copy_in, fresh)
+                prep.states.append(spec)
             prep.specs.append(SliceSpec(s.rid, s.context_tokens, s.new_tokens, tuple(row.pages)))
             out.append(PreparedSlice(s.rid, handle, self._extent(Tier.DEVICE, row.pages),
-                                     tuple(loaded)))
+                                     tuple(loaded), state))
         prep.op = "prefill" if any(s.phase is Phase.PREFILL for s in plan.slices) else "decode"
         prep.finished = tuple(s.rid for s in plan.slices if s.finishes)
         return out, load_dev, load_host
@@ -404,17 +485,22 @@ class TorchRuntime:
             layer = r.start if len(r) == 1 else -1
             prep.loads.append(self._submit("h2d", partial(self.mover.h2d, dev, host, r), [],
                                            "load", prep.batch_id, layer=layer, nbytes=nbytes))
+        self.fences.use(Tier.DEVICE, dev, prep.loads[-1])  # one lane: the last op is last
+        self.fences.use(Tier.HOST, host, prep.loads[-1])
 
     def _queue_compute(self, prep: _Prepared) -> LaneEvent:
         bid, finished = prep.batch_id, prep.finished
         if not prep.specs:
             def empty(ev: LaneEvent) -> None:
+                self.writeback.step_done(bid, ev.start, ev.end, 0)
                 self.outbox.post(BatchCompletion(bid, ev.start, ev.end, ()))
             return self.lanes["compute"].submit(lambda: None, [], [empty, self.outbox.check])
-        idx = BatchIndex(prep.specs, self.page_size)
+        idx = (HybridIndex(prep.specs, prep.states, self.page_size, self.state.window)
+               if self.state.active else BatchIndex(prep.specs, self.page_size))
         self.batch_specs[bid] = [(sp.new, sp.context) for sp in prep.specs]
         state: dict[str, Any] = {}
         first: LaneEvent | None = None
+        decode = len(prep.specs) if prep.op == "decode" else 0
         for layer in range(self.shape.num_layers):
             waits = [prep.loads[layer if self.layerwise else 0]] if prep.loads else []
             ev = self._submit("compute", partial(self._layer, layer, state, idx), waits,
@@ -422,20 +508,31 @@ class TorchRuntime:
             first = first or ev
 
         def finish(e: LaneEvent, first_ev: LaneEvent = first) -> None:
+            self.writeback.step_done(bid, first_ev.start, e.end, decode)
             self.outbox.post(BatchCompletion(bid, first_ev.start, e.end, finished))
 
         return self._submit("compute", partial(self._sample, state, idx), [], "sample", bid,
                             then=[finish])
 
     def _layer(self, layer: int, state: dict[str, Any], idx: BatchIndex) -> None:
+        hybrid = isinstance(idx, HybridIndex)
         if layer == 0:  # calibrated as "embed" (gpu_backend.calib_compute)
             idx.to(self.dev.kv.device)
             idx.mask  # noqa: B018 - built on the device, once per batch
             state["x"] = self.model.embed_tokens(idx)
-        state["x"] = self.model.forward_layer(layer, state["x"], idx, self.dev)
+            if hybrid:  # copy-on-write of attached checkpoints, fresh slots zeroed
+                copy_states(self.state, idx.states, before=True)
+        if hybrid:
+            state["x"] = self.model.forward_hybrid(layer, state["x"], idx, self.dev,
+                                                   self.state)
+        else:
+            state["x"] = self.model.forward_layer(layer, state["x"], idx, self.dev)
 
     def _sample(self, state: dict[str, Any], idx: BatchIndex) -> None:
-        """LM head and greedy sampling of every request's last row (one op per batch)."""
+        """LM head and greedy sampling of every request's last row (one op per batch);
+        a hybrid batch first copies the checkpoints its slices ask for."""
+        if isinstance(idx, HybridIndex):
+            copy_states(self.state, idx.states, before=False)
         last, tokens = self.model.sample(state.pop("x"), idx)
         for i, rid in enumerate(idx.rids):
             self.outputs[rid] = last[i]
@@ -449,9 +546,9 @@ class TorchRuntime:
             self.outbox.record(ev, op, batch=batch, layer=layer, nbytes=n)
         return self.lanes[lane].submit(fn, waits, [rec, *(then or []), self.outbox.check])
 
-    def _l3_job(self, op: str, batch: int, job: Any) -> None:
+    def _l3_job(self, op: str, batch: int, job: Any) -> LaneEvent:
         result: dict[str, Any] = {"bytes": [0]}
-        self._submit("l3", partial(job, result), [self.lanes["d2h"].last], op, batch,
+        return self._submit("l3", partial(job, result), [self.lanes["d2h"].last], op, batch,
                      nbytes=result["bytes"], then=[lambda ev: self.outbox.post(
                          result["completion"](ev.end))])
 

@@ -177,9 +177,10 @@ class CudaLane(Lane):
             ev._finish(self.clock.of_cuda(start), self.clock.of_cuda(end), callbacks)
 
 
-LANES = ("compute", "h2d", "d2h", "l3")
-DEVICE_LANES = ("compute", "h2d", "d2h")  # the lanes that touch device (L1) pages
-HOST_LANES = ("h2d", "d2h", "l3")  # the lanes that touch host (L2) pages
+# "writeback" (a host thread) gates paced backup chunks onto d2h (gpu_backend.writeback)
+LANES = ("compute", "h2d", "d2h", "l3", "writeback")
+DEVICE_LANES = ("compute", "h2d", "d2h", "writeback")  # lanes that touch device (L1) pages
+HOST_LANES = ("h2d", "d2h", "l3", "writeback")  # the lanes that touch host (L2) pages
 
 
 class Lanes:
@@ -196,7 +197,7 @@ class Lanes:
         self.clock = Clock(self.cuda)
         self.lanes: dict[str, Lane] = {}
         for name in LANES:
-            if self.cuda and name != "l3":
+            if self.cuda and name in ("compute", "h2d", "d2h"):
                 prio = -1 if name == "compute" else 0
                 self.lanes[name] = CudaLane(name, self.clock, prio, wait_timeout_s)
             else:

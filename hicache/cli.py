@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "calibrate": "gpu_backend.command",
     "measure": "gpu_backend.measure_command",
     "validate": "validation.command",
+    "scenario": "hicache.scenario.command",
 }
 
 EPILOG = """\
@@ -29,6 +30,7 @@ examples:
   hicache-lab sweep scenarios/quick.yaml --grid cache.hicache_ratio=1.5,2,4 \\
       --target 'ttft_p90_s<=2' --out results/sweep      how much host memory for a target
   hicache-lab replay --trace trace.jsonl --capacity-tokens 1M,4M   hit rate per cache size
+  hicache-lab scenario check scenarios/quick.yaml     validate a scenario without running it
 run 'hicache-lab COMMAND --help' for a command's options."""
 
 # Errors a user can cause and read (bad input, missing files, disks): one line, exit 2.

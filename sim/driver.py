@@ -26,16 +26,19 @@ import simpy
 
 from hicache.config import CacheConfig
 from hicache.routing import Router, SchedulerView
+from hicache.runtime.state import state_pool_sizes
 from hicache.scenario import Scenario, as_scenario
 from hicache.scheduler.scheduler import Scheduler
 from hicache.timeline import Timeline
 from hicache.workload.factory import make_workload
 from hicache.workload.request import Request
+from sim.boundary import CrossingCost
 from sim.fold import DecodeFolder
 from sim.hardware.model import ModelPreset
 from sim.hardware.profile import HardwareProfile, load_profile
 from sim.l3 import L3Store
 from sim.runtime import SimRuntime
+from sim.shared import share_runtime
 
 
 @dataclass
@@ -43,6 +46,7 @@ class Replica:
     scheduler: Scheduler
     runtime: SimRuntime
     timeline: Timeline
+    crossing: CrossingCost | None = None  # what the runtime in a process adds (or None)
     folder: DecodeFolder | None = None  # run.fold_decode: its steady decode steps fold
 
 
@@ -93,32 +97,60 @@ def build(env: simpy.Environment, scenario: Scenario | dict,
     pools = {"full": device_pages}
     if sc.scheduler.track_components:
         pools.update(_state_pools(model, sc))
+    if sc.sharing.pool != "none":
+        return _shared_replicas(env, sc, hw, pools, host_pages, l3), cache
     replicas = []
     for i in range(sc.replicas):
         tl = Timeline()
-        rt = SimRuntime(env, profile=hw, model=model, page_size=page,
-                        device_pages=pools, host_pages={"full": host_pages},
-                        l3=l3, io_backend=cache.hicache_io_backend,
-                        layerwise=run.layerwise,
-                        mem_layout=cache.effective_mem_layout,
-                        backup_throttle_bytes_per_s=run.backup_throttle_bytes_per_s,
-                        runtime_id=f"sim{i}", timeline=tl,
-                        trace_layers=run.trace_layers)
+        rt = _runtime(env, sc, hw, pools, host_pages, l3, f"sim{i}", tl)
         cfg = sc.scheduler_config(l3=l3 is not None)
-        replicas.append(Replica(Scheduler(cache, rt.info(), cfg, replica=i), rt, tl))
+        replicas.append(Replica(Scheduler(cache, rt.info(), cfg, replica=i), rt, tl,
+                                CrossingCost(hw, run.runtime_process)))
     return replicas, cache
 
 
-def _state_pools(model: ModelPreset, sc: Scenario) -> dict[str, int]:
-    """L1 pools of a hybrid model's other components (scheduler.track_components):
-    ``run.swa_tokens`` (default: cache.device_tokens) sized into SWA pages, and
-    ``run.mamba_slots`` (default: 3 x max_running_requests) MAMBA state slots."""
-    out = {}
-    if model.count("swa"):
-        out["swa"] = (sc.run.swa_tokens or sc.cache.device_tokens) // sc.cache.page_size
-    if model.count("mamba"):
-        out["mamba"] = sc.run.mamba_slots or 3 * sc.scheduler.max_running_requests
+def _runtime(env: simpy.Environment, sc: Scenario, hw: HardwareProfile,
+             pools: dict[str, int], host_pages: int, l3: L3Store | None, runtime_id: str,
+             tl: Timeline) -> SimRuntime:
+    run = sc.run
+    return SimRuntime(env, profile=hw, model=sc.model, page_size=sc.cache.page_size,
+                      device_pages=pools, host_pages={"full": host_pages},
+                      l3=l3, io_backend=sc.cache.hicache_io_backend,
+                      layerwise=run.layerwise, mem_layout=sc.cache.effective_mem_layout,
+                      backup_throttle_bytes_per_s=run.backup_throttle_bytes_per_s,
+                      runtime_id=runtime_id, timeline=tl, trace_layers=run.trace_layers,
+                      writeback=run.writeback)
+
+
+def _shared_replicas(env: simpy.Environment, sc: Scenario, hw: HardwareProfile,
+                     pools: dict[str, int], host_pages: int, l3: L3Store | None
+                     ) -> list[Replica]:
+    """``sharing.pool`` static or shared: every replica's scheduler on one runtime (one
+    GPU: one pool, one compute stream) through its own tenant view. The runtime's
+    timeline is replica 0's."""
+    if sc.scheduler.track_components:
+        raise ValueError(f"{sc.source}: sharing.pool: replicas sharing a runtime track the "
+                         f"FULL component only (scheduler.track_components: false)")
+    tl = Timeline()
+    rt = _runtime(env, sc, hw, pools, host_pages, l3, "sim0", tl)
+    try:
+        shared, views = share_runtime(rt, sc.sharing, sc.replicas)
+    except ValueError as e:
+        raise ValueError(f"{sc.source}: {e}") from None
+    cfg = sc.scheduler_config(l3=l3 is not None)
+    out = []
+    for i, view in enumerate(views):
+        sched = Scheduler(sc.cache, view.info(), cfg, replica=i)
+        shared.attach(view.tenant, sched.kv.budget)
+        out.append(Replica(sched, view, tl if i == 0 else Timeline(),  # type: ignore[arg-type]
+                           CrossingCost(hw, sc.run.runtime_process)))
     return out
+
+
+def _state_pools(model: ModelPreset, sc: Scenario) -> dict[str, int]:
+    return state_pool_sizes(model.layer_kinds, sc.cache.page_size, sc.cache.device_tokens,
+                            sc.run.swa_tokens, sc.run.mamba_slots,
+                            sc.scheduler.max_running_requests)
 
 
 def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<scenario>",
@@ -140,8 +172,11 @@ def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<sc
         show = bar = Progress(name, expected_requests(sc.workload))
     feed = _Feed(env, workload, router, len(replicas), show or None, sc.run.max_sim_time)
     env.process(feed.route())
+    # a shared runtime serves several schedulers, a process split charges each crossing:
+    # the fold's pipeline (one scheduler, in-process calls) is neither
+    fold = sc.run.fold_decode and sc.sharing.pool == "none" and not sc.run.runtime_process
     for i, rep in enumerate(replicas):
-        if sc.run.fold_decode:
+        if fold:
             rep.folder = DecodeFolder(env, rep.scheduler, rep.runtime,
                                       rep.runtime.profile.scheduler_step_s, feed.horizon,
                                       per_step_rows=sc.run.timeline_steps)
@@ -232,11 +267,16 @@ class _Feed:
 def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed):  # noqa: ANN202
     """One replica's scheduler loop: step on arrivals and completions; each step that
     plans work costs ``scheduler_step_s`` of CPU *before* its batch reaches the runtime
-    (with overlap on, that time hides behind the batch already running). Steady decode
-    steps go to the replica's folder (:mod:`sim.fold`), which returns at this loop's top."""
+    (with overlap on, that time hides behind the batch already running), and with the
+    runtime in its own process each wake-up's poll and each plan's crossings cost what
+    :class:`sim.boundary.CrossingCost` says. Steady decode steps go to the replica's
+    folder (:mod:`sim.fold`), which returns at this loop's top."""
     sched, rt, folder = rep.scheduler, rep.runtime, rep.folder
     cpu = rt.profile.scheduler_step_s
+    ipc = rep.crossing or CrossingCost(rt.profile, False)
     while True:
+        if ipc.process:  # the poll that brings the completions crosses too
+            yield rt.host_lane.run(ipc.wakeup())
         arrivals, feed.inbox[i] = feed.inbox[i], []
         step = sched.step(env.now, arrivals, rt.poll())
         folded = False
@@ -251,8 +291,9 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed):  # noqa
                                       lambda: feed.new_kick(i))
                 folded = True
                 break
-            if cpu > 0:  # driver-thread time: in line with the runtime calls' (sim.host)
-                yield rt.host_lane.run(cpu)
+            cost = cpu + sum(ipc.plan(len(p.slices)) for p in step.plans)
+            if cost > 0:  # driver-thread time: in line with the runtime calls' (sim.host)
+                yield rt.host_lane.run(cost)
             for plan in step.plans:
                 handle = rt.prepare_batch(plan)
                 sched.prepared(handle)

@@ -133,6 +133,8 @@ class DecodeFolder:
                 and not done[0].finished and not rt._prepared
                 and rt.streams["compute"].idle()):
             return False
+        if rt.writeback.policy.chunked and not rt.streams["d2h"].idle():
+            return False  # its chunks ask the policy, which must have seen every step
         return not self.copies_slow_compute or (
             not rt.fluid.jobs and rt.streams["d2h"].idle() and rt.streams["h2d"].idle())
 
@@ -174,7 +176,8 @@ class DecodeFolder:
         sched.prepared(self._handle(running))
         finished = tuple(s.rid for s in running.slices if s.finishes)
         done = step.end <= t
-        self._record(plan, j + 1, steps[:j + 1] if done else steps[:j])
+        self._record(plan, j + 1, steps[:j + 1] if done else steps[:j], observed=j)
+        rt._decode[running.batch_id] = len(running.slices)  # the write-back policy's view
         if done:
             rt.complete(BatchCompletion(running.batch_id, step.start, step.end, finished))
         else:
@@ -237,14 +240,20 @@ class DecodeFolder:
                        for s in plan.slices)
         return PreparedBatchHandle(rt.runtime_id, rt.generation, plan.batch_id, slices, ())
 
-    def _record(self, plan: BatchPlan, batches: int, steps: list[FoldedStep]) -> None:
-        """Batch shapes of the first ``batches`` folded batches, timeline rows of
-        ``steps`` (those that ran to their end)."""
+    def _record(self, plan: BatchPlan, batches: int, steps: list[FoldedStep],
+                observed: int) -> None:
+        """Batch shapes of the first ``batches`` folded batches; timeline rows of
+        ``steps`` (those that ran to their end); the first ``observed`` of them the
+        write-back policy sees complete, in order, as the runtime shows it every batch
+        (the runtime's completion of a later one shows it that one)."""
         rt, tl = self.rt, self.rt.timeline
         bid0 = plan.batch_id
         contexts = [s.context_tokens for s in plan.slices]
         n_req, ctx0 = len(contexts), sum(contexts)
         rt.batch_shapes.add_decode_run(bid0, batches, n_req, ctx0)
+        seen = rt.writeback.step_done
+        for k in range(observed):
+            seen(bid0 + k, steps[k].start, steps[k].end, n_req)
         if not steps:
             return
         if self.per_step_rows:  # the rows compute_op writes for each batch

@@ -135,6 +135,11 @@ def backup_op(rt: SimRuntime, st: BatchState) -> Proc:
     if payload:
         rt.timeline.record("d2h", "backup", t0, end, batch=bid, nbytes=payload)
         rt.timeline.record("pcie:d2h", "backup", start, end, batch=bid, nbytes=payload)
+    backups_done(rt, st)
+
+
+def backups_done(rt: SimRuntime, st: BatchState) -> None:
+    """The batch's L2 copies exist: release stores waiting on them, post completions."""
     for b in st.backups:
         b.done.succeed()
         if st.generation == rt.generation:

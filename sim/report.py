@@ -58,7 +58,7 @@ def summary_of(result: SimResult, req: pd.DataFrame, tl: pd.DataFrame,
                wall: float | None = None) -> dict[str, Any]:
     """The flat summary of a run: :func:`summarize` plus run facts (JSON-safe values)."""
     s = summarize(req, tl)
-    rt = [rep.runtime for rep in result.replicas]
+    rt = runtimes_of(result)
     s.update({"variant": result.name, "replicas": len(result.replicas),
               "sim_time_s": result.sim_time, "timeline_rows": len(tl),
               "h2d_bytes_accounted": sum(r.bytes_accounted["h2d"] for r in rt),
@@ -78,10 +78,19 @@ def summary_of(result: SimResult, req: pd.DataFrame, tl: pd.DataFrame,
     return {k: _json_safe(v) for k, v in s.items()}
 
 
+def runtimes_of(result: SimResult) -> list[Any]:
+    """The distinct runtimes under the replicas (replicas may share one)."""
+    out = {}
+    for rep in result.replicas:
+        rt = getattr(rep.runtime, "base_runtime", rep.runtime)
+        out[id(rt)] = rt
+    return list(out.values())
+
+
 def capacity_of(result: SimResult) -> dict[str, Any]:
     """Cache sizes per GPU, in tokens and GiB (KV of all layers on one TP rank), and the
     bytes the L3 store held at the end (an L3 shared by replicas counted once)."""
-    rt = result.replicas[0].runtime if result.replicas else None
+    rt = runtimes_of(result)[0] if result.replicas else None
     if rt is None:
         return {}
     page, kv = rt.page_size, rt.model.kv_bytes_per_token()

@@ -24,6 +24,7 @@ from hicache.runtime.handles import (
     coalesce,
 )
 from hicache.runtime.interface import (
+    BatchCompletion,
     BatchPlan,
     Completion,
     Phase,
@@ -33,6 +34,8 @@ from hicache.runtime.interface import (
     RequestSlice,
     RuntimeInfo,
 )
+from hicache.runtime.state import StateKeeper
+from hicache.runtime.writeback import WritebackConfig
 from hicache.timeline import Timeline
 from sim import ops, validate
 from sim.batch import BatchShapes, BatchState, LoadGroup, PendingBackup
@@ -47,8 +50,8 @@ from sim.l3 import L3Store
 from sim.link import PcieLink
 from sim.pools import TierPools
 from sim.rows import RequestRow
-from sim.state import StateKeeper
 from sim.streams import Stream
+from sim.writeback import Writeback, chunked_backup_op
 
 
 class SimRuntime:
@@ -58,7 +61,8 @@ class SimRuntime:
                  io_backend: str = "kernel", layerwise: bool = True,
                  mem_layout: str = "layer_first",
                  backup_throttle_bytes_per_s: float | None = None, runtime_id: str = "sim0",
-                 timeline: Timeline | None = None, trace_layers: bool = False) -> None:
+                 timeline: Timeline | None = None, trace_layers: bool = False,
+                 writeback: WritebackConfig | str | None = None) -> None:
         if page_size <= 0:
             raise ValueError("page_size must be > 0")
         if "full" not in device_pages:
@@ -74,6 +78,8 @@ class SimRuntime:
         # the host layout decides how many copy calls a page run costs (sim.host)
         self.mem_layout = "page_first" if mem_layout.startswith("page_first") else "layer_first"
         self.backup_throttle = backup_throttle_bytes_per_s
+        self.writeback = Writeback(writeback)  # when D2H backups run (runtime-owned policy)
+        self._decode: dict[int, int] = {}  # executed batch id -> decode batch size (or 0)
         self.timeline = timeline if timeline is not None else Timeline()
         self.cost = CostModel(self.profile, self.model)
         self.link = PcieLink(self.profile)
@@ -186,7 +192,13 @@ class SimRuntime:
         ops_launched = self.model.num_layers + 1 if (st.prefills or st.decodes) else 1
         self.host_lane.execute(st, ops_launched, self.backup_calls(st))
         compute = self.streams["compute"].submit(lambda: ops.compute_op(self, st))
-        if st.backups:
+        self._decode[st.plan.batch_id] = 0 if st.prefills else len(st.decodes)
+        if st.backups and self.writeback.policy.chunked:
+            ready: dict[str, float] = {}
+            compute.callbacks.append(lambda _ev: ready.setdefault("t", self.env.now))
+            self.streams["d2h"].submit(lambda: chunked_backup_op(self, st, ready),
+                                       waits=(compute,))
+        elif st.backups:
             self.streams["d2h"].submit(lambda: ops.backup_op(self, st), waits=(compute,))
         for store in st.plan.stores:
             self.env.process(ops.store_op(self, store, self.generation))
@@ -214,6 +226,10 @@ class SimRuntime:
         return self._wake
 
     def complete(self, completion: Completion) -> None:
+        if isinstance(completion, BatchCompletion):
+            decode = self._decode.pop(completion.batch_id, 0)
+            self.writeback.step_done(completion.batch_id, completion.start, completion.end,
+                                     decode)
         self._completions.append(completion)
         wake, self._wake = self._wake, self.env.event()
         wake.succeed()

@@ -7,6 +7,10 @@
 
 Invariant: the runtime's allocations never exceed what this budget handed out, so a
 runtime never runs out of pages (it raises CapacityError if it would).
+
+When several schedulers share one runtime's pool, ``share`` (a
+:class:`hicache.runtime.sharing.TenantShare`) bounds the device pages by the sharing
+policy's live limit; ``device_total`` stays the most this scheduler can ever hold.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import TYPE_CHECKING
 from hicache.runtime.handles import Tier
 
 if TYPE_CHECKING:
+    from hicache.runtime.sharing import TenantShare
     from hicache.tree.radix import UnifiedRadixTree
 
 
@@ -27,10 +32,19 @@ class PageBudget:
         self.own = 0  # device pages running requests hold beyond what they borrow
         self.loads_pending = 0  # device pages admitted loads take at prepare
         self.host_reserved = 0  # host pages of backups and prefetches in flight
+        self.share: TenantShare | None = None  # a pool shared with other schedulers
+
+    def device_used(self) -> int:
+        return self.tree.held_pages(Tier.DEVICE) + self.own + self.loads_pending
+
+    def device_limit(self) -> int:
+        if self.share is None:
+            return self.device_total
+        return min(self.device_total, self.share.limit())
 
     def device_free(self) -> int:
-        return (self.device_total - self.tree.held_pages(Tier.DEVICE) - self.own
-                - self.loads_pending)
+        """Negative when a shared pool asks this scheduler to give pages back."""
+        return self.device_limit() - self.device_used()
 
     def host_free(self) -> int:
         return self.host_total - self.tree.held_pages(Tier.HOST) - self.host_reserved

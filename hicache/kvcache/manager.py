@@ -152,7 +152,15 @@ class KVCacheManager:
                 self.apply(self.tree.evict_device(pages - free).actions)
             finally:
                 residency.write_back = write_back
-        return self.budget.free(tier) >= pages
+        free = self.budget.free(tier)
+        if tier is Tier.DEVICE and pages > 0 and self.budget.share is not None:
+            self.budget.share.short(pages - free)  # a shared pool reclaims for us if short
+        return free >= pages
+
+    def shrink(self) -> None:
+        """Evict what a shared pool's limit no longer covers (nothing if within it)."""
+        if self.budget.device_free() < 0:
+            self.make_room(Tier.DEVICE, 0)
 
     def apply(self, actions: Iterable[Action]) -> None:
         """Carry out the tree's actions: frees go to the sink, backups start."""

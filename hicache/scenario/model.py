@@ -30,6 +30,7 @@ from hicache.config import DERIVED_KEYS, CacheConfig
 from hicache.modelspec import DEFAULT_MODEL, ModelSpec, load_model_spec
 from hicache.presets import find_preset, is_name, trace_hint
 from hicache.routing import RouterConfig
+from hicache.runtime.sharing import SharingConfig
 from hicache.scenario.overrides import ScenarioError, apply_overrides, set_path
 from hicache.scenario.sections import (
     DEFAULT_HARDWARE,
@@ -140,6 +141,7 @@ class Scenario(Plain):
     scheduler: SchedulerSection = SchedulerSection()  # frozen: one default is shared safely
     replicas: int_(ge=1, le=4096) = 1
     router: RouterConfig = RouterConfig()
+    sharing: SharingConfig = SharingConfig()  # replicas on one runtime (hicache.runtime)
     workload: WorkloadField
     run: RunSection = RunSection()
     variants: Variants = ()

@@ -19,8 +19,8 @@ from hicache.schema.errors import InputError, suggest
 from hicache.schema.yamlio import read_yaml_text
 
 TOP_LEVEL_KEYS = ("name", "seed", "model", "hardware", "cache", "scheduler", "replicas",
-                  "router", "workload", "variants", "run")
-SECTIONS = ("cache", "scheduler", "run", "workload")
+                  "router", "sharing", "workload", "variants", "run")
+SECTIONS = ("cache", "scheduler", "run", "workload", "sharing")
 PATH_KEYS = ("model", "hardware", "workload.path")  # relative paths resolve against a base
 
 

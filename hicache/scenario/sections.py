@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from hicache.runtime.writeback import WritebackConfig
 from hicache.scheduler.scheduler import SchedulerConfig
 from hicache.schema.plain import Plain, field_types
 from hicache.schema.types import Bool, NonEmptyStr, PosFloat, PosInt, Str
@@ -47,6 +48,11 @@ class RunSection(Plain):
     swa_tokens: PosInt | None = None  # SWA pool (scheduler.track_components); default L1's
     mamba_slots: PosInt | None = None  # MAMBA slots; default 3 x max_running_requests
     torch_profiler: Str | None = None  # torch runtime only: a Chrome trace path
+    # the runtime in its own process (ipc.ProcessGPURuntime): the torch driver runs it so,
+    # the simulator charges the profile's cpu.ipc_* crossing costs
+    runtime_process: Bool = False
+    # when the runtime runs D2H backups (none, static, adaptive): both runtimes
+    writeback: WritebackConfig = WritebackConfig()
     fold_decode: Bool = True  # simulator: steady decode steps as one event (sim.fold)
     timeline_steps: Bool = False  # simulator: one timeline row per folded decode step
 

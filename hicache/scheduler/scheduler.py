@@ -119,6 +119,7 @@ class Scheduler:
             elif not self.kv.on_transfer(c) and c.kind is TransferKind.PREFETCH:
                 assert self.l3 is not None, "a prefetch completed without an L3"
                 self.l3.done(c)
+        self.kv.shrink()  # a pool shared with other schedulers may want pages back
         self._admit(now)
         plans = []
         if self.plans.compute_inflight() < (2 if self.cfg.overlap else 1):

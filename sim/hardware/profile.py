@@ -133,6 +133,11 @@ class HardwareProfile:
     source: str = "<mapping>"
     host_cpu: HostSpec = HostSpec()
     ablate: frozenset[str] = frozenset()  # modelled effects switched off (ablation studies)
+    # the RuntimeInterface across a process (run.runtime_process): seconds one crossing
+    # adds with O(1) content (execute, poll), and a prepare_batch crossing by the plan's
+    # requests ([[requests, seconds], ...]); absent = not measured for this host
+    ipc_crossing_s: float | None = None
+    ipc_prepare_s: Table = ()
 
 
 def _gpu(s: Section) -> GpuSpec:
@@ -286,6 +291,8 @@ def load_profile(source: str | Path | Mapping[str, Any]) -> HardwareProfile:
         io_kernel=IoKernelSpec(io.num("bytes_per_s", positive=True), slowdown, mechanism),
         host_memory_bytes_per_s=top.sub("host").num("memory_bytes_per_s", positive=True),
         scheduler_step_s=cpu.num("scheduler_step_s"),
+        ipc_crossing_s=cpu.num("ipc_crossing_s") if cpu.has("ipc_crossing_s") else None,
+        ipc_prepare_s=cpu.table("ipc_prepare_s") if cpu.has("ipc_prepare_s") else (),
         mooncake=mooncake,
         file=file,
         calibrated=_calibrated(top.sub("calibrated")) if top.has("calibrated") else None,

@@ -6,6 +6,8 @@
     validation/   composes both runtimes; nothing above imports it
     pydantic      imported by no module at import time; only inside the input edge's
                   functions (hicache/schema/, hicache/scenario/) and pydantic's own hooks
+    ipc/          the RuntimeInterface across a process: hicache and zmq only (the runtime
+                  is built in the child by a factory the composition root passes)
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ FORBIDDEN = {
     "hicache": {"simpy", "torch", "sim", "gpu_backend", "validation"},
     "sim": {"torch", "gpu_backend", "validation"},
     "gpu_backend": {"simpy", "sim", "validation"},
+    "ipc": {"simpy", "torch", "sim", "gpu_backend", "validation"},
 }
 CLOCKS = {("time", "time"), ("time", "perf_counter"), ("time", "monotonic"),
           ("datetime", "now"), ("time", "time_ns"), ("time", "perf_counter_ns")}

@@ -88,9 +88,36 @@ def torch_harness() -> Harness:
     return Harness(rt, lambda t: allocs[t].num_free, lambda: len(rt.table), 0.5)
 
 
-@pytest.fixture(params=["sim", "torch"])
+def _sim_free(rt, tier: Tier) -> int:  # noqa: ANN001 - probes run in the runtime process
+    return rt.tier(tier)["full"].free_count
+
+
+def _sim_open_rows(rt) -> int:  # noqa: ANN001
+    return rt.open_requests()
+
+
+def process_harness() -> Harness:
+    """The simulated runtime in a process of its own, behind ipc.ProcessGPURuntime: every
+    message crosses pickled, every error comes back with its type."""
+    from functools import partial
+
+    from ipc import ProcessGPURuntime
+    from sim.process import standalone_sim_runtime
+
+    rt = ProcessGPURuntime(partial(standalone_sim_runtime, profile="h100-sxm",
+                                   model="llama-3-8b", page_size=PAGE,
+                                   device_pages={"full": PAGES}, host_pages={"full": PAGES},
+                                   l3="mooncake", runtime_id="rt"))
+    return Harness(rt, lambda t: rt.apply(_sim_free, t), lambda: rt.apply(_sim_open_rows),
+                   1.0)
+
+
+HARNESSES = {"sim": sim_harness, "torch": torch_harness, "process": process_harness}
+
+
+@pytest.fixture(params=sorted(HARNESSES))
 def h(request) -> Harness:  # noqa: ANN001
-    harness = sim_harness() if request.param == "sim" else torch_harness()
+    harness = HARNESSES[request.param]()
     yield harness
     close = getattr(harness.rt, "close", None)
     if close is not None:

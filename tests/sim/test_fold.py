@@ -30,6 +30,10 @@ SHRUNK = {
     "agent_sessions.yaml": ["workload.num_sessions=12"],
     "hybrid_swa_mamba.yaml": ["workload.num_clients=12", "workload.num_rounds=3"],
     "mooncake_trace.yaml": ["workload.max_requests=150"],
+    "writeback_study.yaml": ["workload.num_clients=16", "workload.num_rounds=2",
+                             "workload.output_length=128"],
+    "cross_batch_overlap.yaml": [],
+    "shared_pool.yaml": ["workload.num_clients=12", "workload.num_rounds=3"],
     **{f"validation/{p.name}": [] for p in sorted((ROOT / "scenarios/validation").glob("*.yaml"))},
 }
 
@@ -60,6 +64,7 @@ def _assert_same(folded: SimResult, plain: SimResult) -> None:
     for f, p in zip(folded.replicas, plain.replicas, strict=True):
         assert f.runtime.batch_shapes == p.runtime.batch_shapes
         assert f.runtime.bytes_moved == p.runtime.bytes_moved
+        assert f.runtime.writeback.steps == p.runtime.writeback.steps  # what the policy saw
 
 
 @pytest.mark.parametrize("name", sorted(SHRUNK))

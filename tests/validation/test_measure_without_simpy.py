@@ -17,10 +17,11 @@ CODE = """
 import sys
 sys.modules["simpy"] = None  # import simpy -> ImportError
 sys.modules["pydantic"] = None
+sys.modules["zmq"] = None  # pyzmq: only a runtime in its own process needs it
 import gpu_backend.calibrate, gpu_backend.calib_insitu  # calibration's whole module graph
 from hicache.cli import main
 rc = main(sys.argv[1:])
-bad = sorted(m for m in ("simpy", "pydantic", "sim.runtime", "sim.driver", "sim.cost",
+bad = sorted(m for m in ("simpy", "pydantic", "zmq", "sim.runtime", "sim.driver", "sim.cost",
                         "validation.runner") if sys.modules.get(m) is not None)
 print("IMPORTED", bad)
 sys.exit(rc)

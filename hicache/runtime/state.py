@@ -12,16 +12,46 @@
 
 Invariant: every page a :class:`StateRow` holds as own is allocated in the runtime's pool,
 and a Release frees exactly the own pages and slots it does not keep.
+
+Runtime-side bookkeeping shared by both runtimes (the simulator's free lists and the torch
+runtime's fenced allocators satisfy :class:`StatePools`), so they hold the same pages for
+the same plans; the torch runtime also moves the data (SWA K/V, MAMBA state copies).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from hicache.runtime.handles import CacheExtentRef, Tier, coalesce
 from hicache.runtime.interface import RequestSlice
-from sim.pools import TierPools
+
+
+def state_pool_sizes(kinds: Sequence[str], page_size: int, device_tokens: int,
+                     swa_tokens: int | None, mamba_slots: int | None,
+                     max_running_requests: int) -> dict[str, int]:
+    """L1 pools of a hybrid model's other components (``scheduler.track_components``),
+    as both runtimes size them: ``run.swa_tokens`` (default: cache.device_tokens) in SWA
+    pages, and ``run.mamba_slots`` (default: 3 x max_running_requests) MAMBA slots."""
+    out = {}
+    if "swa" in kinds:
+        out["swa"] = (swa_tokens or device_tokens) // page_size
+    if "mamba" in kinds:
+        out["mamba"] = mamba_slots or 3 * max_running_requests
+    return out
+
+
+class StatePool(Protocol):
+    def allocate(self, n: int) -> list[int]: ...
+
+    def free(self, pages: Sequence[int]) -> None: ...
+
+
+class StatePools(Protocol):
+    """The device pools by name ("swa", "mamba")."""
+
+    def __getitem__(self, pool: str) -> StatePool: ...
 
 
 @dataclass(slots=True)
@@ -37,7 +67,7 @@ class StateRow:
 class StateKeeper:
     """The SWA/MAMBA side of a runtime's request rows (inactive without those pools)."""
 
-    def __init__(self, device: TierPools, runtime_id: str, generation: int, page_size: int,
+    def __init__(self, device: StatePools, runtime_id: str, generation: int, page_size: int,
                  window: int, mamba: bool, copy_s: float) -> None:
         self.device, self.page = device, page_size
         self.runtime_id, self.generation = runtime_id, generation
