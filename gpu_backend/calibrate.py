@@ -8,6 +8,8 @@ Measured (each with a source comment in the YAML):
   compute beside copy kernels (:mod:`calib_compute`);
 - host: lane submit cost and inter-op gap, per-layer launch (CUDA), batch setup and
   prepare_batch time on the driver thread (:mod:`calib_host`);
+- the interpreter lock (CPU): how fast the driver thread and a lane's worker run beside
+  each other (:mod:`calib_gil`);
 - in situ: a short calibration scenario on the torch runtime, for the driver's time
   between batches and how the loop's ops differ from the hot microbenchmarks
   (:mod:`calib_insitu`).
@@ -28,8 +30,10 @@ import torch
 
 from gpu_backend.calib_bench import CopyBench, time_op  # noqa: F401 - time_op re-exported
 from gpu_backend.calib_compute import GRIDS, measure_compute
+from gpu_backend.calib_gil import measure_interpreter
 from gpu_backend.calib_host import measure_host
 from gpu_backend.calib_insitu import in_situ
+from gpu_backend.priority import high_priority
 from gpu_backend.shapes import ModelShape
 
 BASE: dict[str, Any] = {  # docs/SOURCES.md §4 (H100/H200 SXM) unless measured
@@ -42,8 +46,8 @@ BASE: dict[str, Any] = {  # docs/SOURCES.md §4 (H100/H200 SXM) unless measured
     "io_kernel": {"bytes_per_s": 55.0e9, "compute_slowdown": 0.06},
     "host": {"memory_bytes_per_s": 200.0e9},
     "cpu": {"scheduler_step_s": 2.0e-4},
-    "l3": {"mooncake": {"master_rpc_s": 3.0e-4, "bytes_per_s": 20.0e9, "latency_s": 5.0e-5,
-                        "capacity_bytes": 1.0e13},
+    "l3": {"mooncake": {"master_rpc_s": 3.0e-4, "latency_s": 5.0e-5, "capacity_bytes": 1.0e13,
+                        "nic_bytes_per_s": 23.75e9, "node_bytes_per_s": 190.0e9, "nodes": 4},
            "file": {"read_bytes_per_s": 13.0e9, "write_bytes_per_s": 6.0e9, "latency_s": 1.0e-4,
                     "capacity_bytes": 4.0e12}},
 }
@@ -95,27 +99,41 @@ def calibrate(shape: ModelShape, device: str = "cpu", page_size: int = 16,
         "host": {"setup": host["setup"], "prepare": host["prepare"]},
         "shape": shape.to_mapping(),  # validation warns when a scenario's shape differs
     }
-    # CPU: lane workers run Python under the driver thread's GIL, so a step's device ops
-    # start when the driver blocks; CUDA streams run what the driver issued at once
-    prof["cpu"]["device_waits_for_host"] = not b.cuda
-    prof["cpu"]["handoff_s"] = 0.0
+    # CPU: lane workers run Python under the driver thread's GIL: how fast each side runs
+    # beside the other is measured (sim.interpreter); CUDA streams run what the driver
+    # issued at once
+    if not b.cuda:
+        # the lock's hand-overs, measured where other processes cannot preempt the two
+        # threads (falls back when real-time priority is not permitted): on a loaded box
+        # a normal-priority run measures the CPU's availability instead (wake-ups of 1 ms)
+        with high_priority("fifo") as applied:
+            prof["cpu"]["interpreter"] = measure_interpreter()
+        src["cpu.interpreter"] = f"priority {applied}"
     if scheduler:
         ins = in_situ(shape, device, page_size, host["op_submit_s"])
         prof["cpu"]["scheduler_step_s"] = ins.pop("scheduler_step_s")
         prof["cpu"]["admit_step_s"] = ins.pop("admit_step_s")
-        handoff = ins.pop("handoff_s")
-        prof["cpu"]["handoff_s"] = handoff if not b.cuda else 0.0
+        for k in ("wakeup_s", "finish_step_s", "insert_step_s"):
+            prof["cpu"][k] = ins.pop(k)
         gaps = ins.pop("gaps")
         prof["calibrated"]["in_situ"] = ins
         src["cpu.scheduler_step_s"] = (
-            f"measured: median of the gaps from a batch's completion to the next "
-            f"decode batch's prepare_batch ({gaps} gaps timed, calibration scenario, "
-            f"{device}, {shape.name})")
+            f"measured: median from the driver's wake-up to the next decode batch's "
+            f"prepare_batch ({gaps} gaps timed, calibration scenario, {device}, "
+            f"{shape.name})")
         src["cpu.admit_step_s"] = ("measured: how much longer the gap is before a prefill "
                                    "batch (finish, admit, prefix match)")
-        src["cpu.handoff_s"] = ("measured: median from execute_batch's end to the "
-                                "batch's first device-lane op (0 on CUDA)")
-    src["cpu.device_waits_for_host"] = "CPU lanes are threads under one GIL; CUDA: false"
+        src["cpu.wakeup_s"] = ("measured: median from a batch's completion to the driver's "
+                               "next scheduler step (the driver thread waking up)")
+        src["cpu.finish_step_s"] = ("measured: a step's extra time per request that finished "
+                                    "(release, the workload's follow-up)")
+        src["cpu.insert_step_s"] = ("measured: a step's extra time after a prefill batch "
+                                    "(its prompts enter the tree)")
+    for k in prof["cpu"].get("interpreter", {}):
+        src[f"cpu.interpreter.{k}"] = (
+            f"measured by gpu_backend.calib_gil on {device} ({src.get('cpu.interpreter')}): "
+            + ("a thread's wake-up after the driver blocks" if k == "wake_s"
+               else "speed beside another thread holding the GIL"))
     src["gpu.hbm_bytes_per_s"] = where + ": a device-to-device copy, read + write"
     for k in ("pcie.h2d_bytes_per_s", "pcie.d2h_bytes_per_s", "pcie.bidirectional_bytes_per_s",
               "pcie.call_overhead_s", "pcie.half_efficiency_bytes", "io_kernel.bytes_per_s",
@@ -178,6 +196,13 @@ def run_args(args: argparse.Namespace) -> None:
         shape = load_shape(args.model)
     prof, src = calibrate(shape, args.device, args.page_size,
                           scheduler=not args.no_scheduler)
+    for k in prof["l3"]["mooncake"]:
+        src.setdefault(f"l3.mooncake.{k}", "default: docs/SOURCES.md §5")
+    if getattr(args, "mooncake_master", None) or getattr(args, "mooncake_local", False):
+        from gpu_backend.calib_l3 import calibrate_mooncake
+
+        calibrate_mooncake(prof, src, master=args.mooncake_master,
+                           local=bool(args.mooncake_local))
     prof["name"] = args.name or f"calibrated-{args.device}"
     text = to_yaml(prof, src)
     if args.out:

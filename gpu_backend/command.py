@@ -16,11 +16,14 @@ DESCRIPTION = """\
 Measure this machine into a hardware profile the simulator can load in place of a
 datasheet one: copies per size and io backend (both directions alone and at once, per
 call), compute per layer (prefill by tokens, decode by batch), compute slowdown under
-copies, and the scheduler's step time. Prints the measured figures and sanity checks.
+copies, and the scheduler's step time; with --mooncake-master or --mooncake-local, a
+Mooncake store's call latency and throughput against concurrency (the l3.mooncake
+section). Prints the measured figures and sanity checks.
 
 examples:
   hicache-lab calibrate --device cpu --out results/cpu_profile.yaml
   hicache-lab calibrate --model llama-3-8b --out results/h100_profile.yaml
+  hicache-lab calibrate --device cpu --mooncake-local --out results/cpu_mooncake.yaml
 """
 
 
@@ -36,6 +39,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="write the profile YAML here (default: stdout)")
     p.add_argument("--no-scheduler", action="store_true",
                    help="keep the default cpu.scheduler_step_s (skip the short driver run)")
+    l3 = p.add_mutually_exclusive_group()
+    l3.add_argument("--mooncake-master", metavar="HOST:PORT", default=None,
+                    help="also measure the Mooncake store at this master (latency and "
+                         "throughput against concurrency) into the l3.mooncake section")
+    l3.add_argument("--mooncake-local", action="store_true",
+                    help="as --mooncake-master, on a store started here for the purpose "
+                         "(mooncake_master + one storage process on loopback)")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

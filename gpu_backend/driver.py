@@ -131,6 +131,9 @@ def run_scenario(scenario: Scenario | dict, *, device: str = "cpu", shape: Model
                          f"runtime, got {sc.replicas} (sharing.pool: static or shared runs "
                          f"them as schedulers sharing one runtime)")
     cache, run = sc.cache, sc.run
+    if sc.faults:
+        raise ValueError(f"{source}: faults: injected by the simulator only; the torch "
+                         f"runtime meets real L3 faults (gpu_backend.l3): remove the section")
     if shape is None:
         shape = ModelShape.tiny() if device == "cpu" else sc.model
     trace = torch_trace if torch_trace is not None else run.torch_profiler
@@ -244,7 +247,9 @@ class _Loop:
         """One scheduler step for the events of time ``at`` (<= ``now``)."""
         t = time.perf_counter()
         sch, rt = self.scheduler, self.rt
+        a = rt.now()
         step = sch.step(now, arrivals, completions)
+        self.span(a)
         for rid in step.ended:
             self.push(self.workload.on_finished(rid, at - self.t0))
         worked = bool(step.plans)
@@ -256,7 +261,9 @@ class _Loop:
                 self.queue.append(plan.batch_id)
                 if not plan.slices:
                     self.empty.add(plan.batch_id)
+            a = rt.now()
             step = sch.step(now)
+            self.span(a)
             for rid in step.ended:
                 self.push(self.workload.on_finished(rid, at - self.t0))
         dt = time.perf_counter() - t
@@ -265,6 +272,13 @@ class _Loop:
         self.step_s.append(dt)
         if worked:
             self.work_step_s.append(dt)
+
+    def span(self, start: float) -> None:
+        """A ``cpu`` / ``schedule`` timeline row for a scheduler step from ``start`` to now
+        (the driver thread's own work between runtime calls; in-process runtimes only)."""
+        record = getattr(self.rt, "record_host", None)
+        if record is not None:
+            record("schedule", start, self.rt.now())
 
     def coalesce(self, comps: list[Completion]) -> dict[int, float]:
         """Plans without slices compute nothing: as in the simulator, a run of them queued

@@ -172,11 +172,24 @@ class Measurement:
 def measure(scenarios: list[tuple[str, Any, str, str]], device: str, out: Path, *,
             repeats: int = 3, profile: Path | None = None, calibrate: bool = True,
             torch_trace: Path | None = None, append: bool = False,
-            log: Any = print) -> Path:
+            log: Any = print, priority: str = "none") -> Path:
     """Measure ``[(folder name, scenario body, source, variant)]`` into ``out``; calibrate
     first unless a ``profile`` is given, ``calibrate`` is False or (``append``) the folder
     already has one. ``torch_trace``: a torch.profiler Chrome trace of the first run
-    (profiling slows it). Returns ``out``."""
+    (profiling slows it). ``priority``: calibrate and measure at that scheduling priority
+    (:mod:`gpu_backend.priority`; recorded in environment.json). Returns ``out``."""
+    from gpu_backend.priority import high_priority
+
+    with high_priority(priority) as applied:
+        if priority != "none":
+            log(f"measure: priority {applied}")
+        return _measure(scenarios, device, out, repeats, profile, calibrate, torch_trace,
+                        append, log, {"priority": applied})
+
+
+def _measure(scenarios: list[tuple[str, Any, str, str]], device: str, out: Path,
+             repeats: int, profile: Path | None, calibrate: bool, torch_trace: Path | None,
+             append: bool, log: Any, env: dict[str, Any]) -> Path:
     from gpu_backend.driver import run_scenario
 
     if repeats < 1:
@@ -189,7 +202,7 @@ def measure(scenarios: list[tuple[str, Any, str, str]], device: str, out: Path, 
                          f"measure them into separate folders (one profile per shape)")
     shape = next(iter(distinct))
     m = Measurement(out, device, shape, append)
-    _write_json(out / "environment.json", environment(device))
+    _write_json(out / "environment.json", {**environment(device), **env})
     m.save()
     if profile is None and m.manifest.get("profile"):
         log(f"measure: keeping the profile already in {out}")
@@ -232,7 +245,7 @@ def measure(scenarios: list[tuple[str, Any, str, str]], device: str, out: Path, 
                                    f"{info['requests']} requests did not finish "
                                    f"({res.stall or next(iter(res.unfinished.values()))}); "
                                    f"the run is saved in {folder / f'run{k}'}")
-    _write_json(out / "environment.json", {**environment(device), "finished": True})
+    _write_json(out / "environment.json", {**environment(device), **env, "finished": True})
     return out
 
 
@@ -263,6 +276,7 @@ def run_args(args: Any) -> int:
     if args.profile is not None and not args.profile.is_file():
         raise FileNotFoundError(f"--profile: no such file {args.profile}")
     measure(scenarios, device, args.out, repeats=args.repeats, profile=args.profile,
-            calibrate=not args.no_calibrate, append=args.append)
+            calibrate=not args.no_calibrate, append=args.append,
+            priority=getattr(args, "priority", "none"))
     print(f"-> {args.out} (predict anywhere: hicache-lab validate --measured {args.out})")
     return 0

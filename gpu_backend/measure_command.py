@@ -42,6 +42,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--append", action="store_true",
                    help="add scenarios to an existing measured folder (keeps its profile)")
     m.add_argument("--variant", default=None, help="variant to run (default: the first)")
+    m.add_argument("--priority", choices=("fifo", "nice", "none"), default="none",
+                   help="calibrate and measure at real-time (SCHED_FIFO 10) or nice -15 "
+                   "priority, falling back when not permitted: on a shared box other jobs "
+                   "then disturb the timing less (needs root or CAP_SYS_NICE)")
     m.add_argument("--threads", type=int, default=None,
                    help="torch intra-op threads (default on cpu: 1)")
     m.add_argument("--set", dest="overrides", action="append", default=[],

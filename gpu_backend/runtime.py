@@ -293,6 +293,10 @@ class TorchRuntime:
     def now(self) -> float:
         return self.lanes.clock.now()
 
+    def record_host(self, op: str, start: float, end: float) -> None:
+        """A ``cpu`` timeline row for the driver thread's own work (its scheduler steps)."""
+        self.outbox.record_span("cpu", op, start, end, -1)
+
     def l3_faults(self) -> dict[str, int]:
         """The L3 fault counters (``gpu_backend.l3.faults.COUNTERS``); {} without an L3."""
         faults = getattr(self.l3, "faults", None)

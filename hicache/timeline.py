@@ -10,11 +10,13 @@ Each row is one operation on one lane::
 
 Lanes name streams and engines: ``compute``, ``h2d``, ``d2h`` (CUDA streams),
 ``ce:h2d``, ``ce:d2h`` (copy engines), ``pcie:h2d``, ``pcie:d2h`` (links), ``l3`` (storage
-I/O), ``cpu`` (scheduler steps). ``-1`` means "not applicable". Times are seconds from the
-run's start on the runtime's clock. ``steps`` > 1: the simulator folded that many decode
-batches (``batch`` .. ``batch + steps - 1``, back to back) into one row (:mod:`sim.fold`).
-Rows become a pandas DataFrame, a Chrome/Perfetto trace and plots in :mod:`hicache.report`,
-so predicted and measured runs compare row for row.
+I/O; failed attempts as ``get_timeout``, ``put_error``, ...), ``cpu`` (scheduler steps),
+``fault`` (the simulator's injected faults: op = kind, batch = index in ``faults:``).
+``-1`` means "not applicable". Times are seconds from the run's start on the runtime's
+clock. ``steps`` > 1: the simulator folded that many decode batches (``batch`` ..
+``batch + steps - 1``, back to back) into one row (:mod:`sim.fold`). Rows become a pandas
+DataFrame, a Chrome/Perfetto trace and plots in :mod:`hicache.report`, so predicted and
+measured runs compare row for row.
 """
 
 from __future__ import annotations

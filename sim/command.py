@@ -164,7 +164,23 @@ def simulate_variants(variants: list[tuple[str, Scenario]], root: Path, source: 
         print(f"[{name}] {s['n_finished']}/{res.requests} requests finished, "
               f"{s['sim_time_s']:.1f} s simulated in {wall:.1f} s wall")
         report_liveness(name, res)
+        report_faults(name, s)
     return summaries, requests
+
+
+def report_faults(name: str, summary: dict) -> None:
+    """One line per injected fault: what it touched and cost (sim.fault_report)."""
+    for f in summary.get("faults", ()):
+        where = f"[{f['start']:g}, {f['end']:g}) s"
+        if not f["applies"]:
+            print(f"[{name}] fault {f['index']} {f['kind']} {where}: not applicable here")
+            continue
+        cost = (f"{f['requests_exposed']} request(s) exposed, {f['requests_lost_hits']} lost "
+                f"L3 hits (+{f['extra_recompute_tokens']} recomputed tokens)")
+        if "ttft_delta_mean_s" in f:
+            cost += (f", TTFT {f['ttft_delta_mean_s']:+.3f} s on average vs the fault-free "
+                     f"twin ({f['requests_slower']} slower)")
+        print(f"[{name}] fault {f['index']} {f['kind']} {where}: {cost}")
 
 
 def report_liveness(name: str, res: Any) -> None:

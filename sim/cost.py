@@ -264,6 +264,26 @@ class CostModel:
             out.append(sum(times))
         return out
 
+    def batch_layer_interpreter(self, prefills: Sequence[tuple[int, int]],
+                                decodes: Sequence[int]) -> tuple[float, ...]:
+        """Per layer, the part of :meth:`batch_layer_times` that is per-op overhead rather
+        than work (the fits' constants, the in-situ cold start): on the CPU runtime the
+        interpreter time that needs the GIL (:mod:`sim.interpreter`); 0 without fits."""
+        if self.fitted is None or not (prefills or decodes):
+            return (0.0,) * len(self.model.layer_kinds)
+        model = self.fitted.prefill if prefills else self.fitted.decode
+        per = model.coef[0] * self.in_situ["compute_scale"]
+        first = per + self.in_situ["first_op_s"]
+        if self.embed_fit is not None and "embed" not in self.ablate:
+            first += self.embed_fit.coef[0]
+        return (first, *(per,) * (len(self.model.layer_kinds) - 1))
+
+    def sample_interpreter(self, requests: int) -> float:
+        """The per-op part of :meth:`sample_time` (as :meth:`batch_layer_interpreter`)."""
+        if self.sample_fit is None or requests <= 0 or "lm_head" in self.ablate:
+            return 0.0
+        return self.sample_fit.coef[0] * self.in_situ["sample_scale"]
+
     def embed_time(self, prefills: Sequence[tuple[int, int]], decodes: Sequence[int]) -> float:
         if self.embed_fit is None or "embed" in self.ablate:
             return 0.0

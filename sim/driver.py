@@ -12,10 +12,16 @@ on entry); routing is :mod:`hicache.routing`'s policy.
 Liveness: when SimPy runs out of events while requests are neither finished nor rejected,
 nothing can ever make progress (a stall): the result names each such request and why
 (``SimResult.unfinished``, ``SimResult.stall``) instead of looking like a short run.
+
+Faults (``scenario.faults``, :mod:`sim.faults`): their windows are events too, so such a
+run stops once every request ended and every replica is idle, not when events run out;
+with ``run.fault_twin`` a fault-free twin is simulated too, for what the faults cost
+(``SimResult.extra["fault_twin"]``, :mod:`sim.fault_report`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections.abc import Callable
@@ -33,6 +39,7 @@ from hicache.timeline import Timeline
 from hicache.workload.factory import make_workload
 from hicache.workload.request import Request
 from sim.boundary import CrossingCost
+from sim.faults import FaultInjector, FaultLedger, check_faults
 from sim.fold import DecodeFolder
 from sim.hardware.model import ModelPreset
 from sim.hardware.profile import HardwareProfile, load_profile
@@ -61,6 +68,7 @@ class SimResult:
     extra: dict[str, Any] = field(default_factory=dict)
     unfinished: dict[int, str] = field(default_factory=dict)  # rid -> why it did not finish
     stall: str | None = None  # the diagnosis when the run stalled
+    faults: FaultLedger | None = None  # what each injected fault did (sim.faults)
     events: int = 0  # SimPy events scheduled (a cost figure for benchmarks)
 
     @property
@@ -85,6 +93,7 @@ def build(env: simpy.Environment, scenario: Scenario | dict,
     sc = as_scenario(scenario, source=source)
     cache, run, model = sc.cache, sc.run, sc.model
     hw: HardwareProfile = load_profile(sc.hardware)
+    check_faults(sc, hw)
     page = cache.page_size
     device_pages = cache.device_tokens // page
     host_pages = 0
@@ -154,14 +163,21 @@ def _state_pools(model: ModelPreset, sc: Scenario) -> dict[str, int]:
 
 
 def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<scenario>",
-             progress: bool | Callable[[int, int, float], None] | None = None) -> SimResult:
+             progress: bool | Callable[[int, int, float], None] | None = None,
+             observe: Callable[[int, Replica], None] | None = None) -> SimResult:
     """Simulate one scenario (one variant: ``Scenario.expand()`` gives the others).
     ``progress``: a callable ``(done, issued, sim_now)`` called after each finished
     request, True for the console's (:mod:`sim.progress`), False for none, None to follow
-    the scenario's ``run.progress``."""
+    the scenario's ``run.progress``. ``observe(replica index, replica)`` is called after
+    each scheduler step once its plans reached the runtime (invariant checks: the soak)."""
     sc = as_scenario(scenario, source=source)
     env = simpy.Environment()
     replicas, _ = build(env, sc)
+    injector = None
+    if sc.faults:
+        runtimes = [r.runtime for r in replicas]
+        used = any(r.scheduler.kv.l3 for r in replicas)  # L3 is reached through L2
+        injector = FaultInjector(env, sc.faults, runtimes, runtimes[0].l3 if used else None)
     workload = make_workload(sc.workload, sc.seed)
     router = Router(sc.router, [SchedulerView(r.scheduler) for r in replicas])
     show = sc.run.progress if progress is None else progress
@@ -172,6 +188,7 @@ def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<sc
         show = bar = Progress(name, expected_requests(sc.workload))
     feed = _Feed(env, workload, router, len(replicas), show or None, sc.run.max_sim_time)
     env.process(feed.route())
+    ledger = injector.ledger if injector is not None else None
     # a shared runtime serves several schedulers, a process split charges each crossing:
     # the fold's pipeline (one scheduler, in-process calls) is neither
     fold = sc.run.fold_decode and sc.sharing.pool == "none" and not sc.run.runtime_process
@@ -180,16 +197,24 @@ def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<sc
             rep.folder = DecodeFolder(env, rep.scheduler, rep.runtime,
                                       rep.runtime.profile.scheduler_step_s, feed.horizon,
                                       per_step_rows=sc.run.timeline_steps)
-        env.process(_replica(env, i, rep, feed))
-    env.run(until=sc.run.max_sim_time)
+        env.process(_replica(env, i, rep, feed, ledger, observe))
+    if injector is None:
+        env.run(until=sc.run.max_sim_time)
+    else:
+        _run_until_idle(env, feed, replicas, sc.run.max_sim_time)
+        injector.finish(env.now)
     records = [r for rep in replicas for r in rep.scheduler.records()]
     records.sort(key=lambda r: r["rid"])
     decisions = [(i, *dec.row()) for i, rep in enumerate(replicas)
                  for dec in rep.scheduler.decisions]
     if bar is not None:
         bar.close()
-    res = SimResult(name, replicas, records, decisions, env.now, feed.issued,
+    res = SimResult(name, replicas, records, decisions, env.now, feed.issued, faults=ledger,
                     events=events_scheduled(env))
+    if sc.faults and sc.run.fault_twin:
+        twin = simulate(dataclasses.replace(sc, faults=()), name=f"{name} (fault-free twin)",
+                        progress=False)
+        res.extra["fault_twin"] = twin.records
     open_ = [r["rid"] for r in records if r["finish"] is None and not r.get("rejected")]
     if open_:
         limit = sc.run.max_sim_time
@@ -207,6 +232,19 @@ def events_scheduled(env: simpy.Environment) -> int:
     """How many events ``env`` has scheduled: SimPy numbers them with one counter."""
     counter = getattr(env, "_eid", None)
     return next(counter) if counter is not None else 0
+
+
+def _run_until_idle(env: simpy.Environment, feed: _Feed, replicas: list[Replica],
+                    limit: float | None) -> None:
+    """Step until every request ended and every replica is idle (fault windows still
+    queued must not stretch the run), events run out, or ``limit`` is reached."""
+    end = math.inf if limit is None else limit
+    while env.peek() < end:
+        if feed.all_ended() and all(r.scheduler.idle for r in replicas):
+            return
+        env.step()
+    if limit is not None and env.now < limit and env.peek() < math.inf:
+        env.run(until=limit)  # the clock reaches the limit, as env.run(until=) does
 
 
 class _Feed:
@@ -230,6 +268,10 @@ class _Feed:
             self.issued += 1
         if reqs and not self.more.triggered:
             self.more.succeed()
+
+    def all_ended(self) -> bool:
+        """Every request issued so far ended, and none is due."""
+        return self.done == self.issued and not self.pending
 
     def ended(self, rid: int, now: float) -> None:
         """A request finished or was rejected: the workload may issue follow-ups."""
@@ -264,13 +306,16 @@ class _Feed:
             yield env.any_of(waits)
 
 
-def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed):  # noqa: ANN202
+def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa: ANN202
+             ledger: FaultLedger | None = None,
+             observe: Callable[[int, Replica], None] | None = None):
     """One replica's scheduler loop: step on arrivals and completions; each step that
     plans work costs ``scheduler_step_s`` of CPU *before* its batch reaches the runtime
     (with overlap on, that time hides behind the batch already running), and with the
     runtime in its own process each wake-up's poll and each plan's crossings cost what
-    :class:`sim.boundary.CrossingCost` says. Steady decode steps go to the replica's
-    folder (:mod:`sim.fold`), which returns at this loop's top."""
+    :class:`sim.boundary.CrossingCost` says. With faults, the ledger learns which request
+    each L3 prefetch serves. Steady decode steps go to the replica's folder
+    (:mod:`sim.fold`), which returns at this loop's top (its plans carry no prefetch)."""
     sched, rt, folder = rep.scheduler, rep.runtime, rep.folder
     cpu = rt.profile.scheduler_step_s
     ipc = rep.crossing or CrossingCost(rt.profile, False)
@@ -298,7 +343,12 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed):  # noqa
                 handle = rt.prepare_batch(plan)
                 sched.prepared(handle)
                 rt.execute_batch(handle)
+                if ledger is not None and plan.prefetches and sched.l3 is not None:
+                    for pf in plan.prefetches:
+                        ledger.owners[(rt.runtime_id, pf.job_id)] = sched.l3.jobs[pf.job_id].rid
             step = sched.step(env.now)
+        if observe is not None:
+            observe(i, rep)
         if folded or feed.inbox[i]:
             continue
         waits = [rt.completion_event(), feed.new_kick(i)]

@@ -5,7 +5,7 @@ job's ``remaining`` work is exact at every change (remaining -= rate * dt). When
 joins or leaves, all rates are recomputed and only jobs whose rate changed get a new
 finish time. Work is in arbitrary units (bytes for links, seconds-at-full-speed for
 compute). No process per job: a finish is a timeout callback guarded by a token, so a
-re-planned job's stale timeout does nothing.
+re-planned (or cancelled) job's stale timeout does nothing.
 """
 
 from __future__ import annotations
@@ -19,17 +19,22 @@ from sim.simtime import exact_delay
 
 
 class FluidJob:
-    """One unit of work on a :class:`FluidServer`. ``kind`` and ``cap`` steer allocation."""
+    """One unit of work on a :class:`FluidServer`. ``kind`` and ``cap`` steer allocation;
+    ``gil`` (the share of it that needs the interpreter lock, 0: none) and ``thread`` (the
+    lane whose thread runs it) steer :mod:`sim.interpreter`."""
 
-    __slots__ = ("work", "remaining", "rate", "kind", "cap", "tags", "done", "token")
+    __slots__ = ("work", "remaining", "rate", "kind", "cap", "tags", "done", "token", "gil",
+                 "thread")
 
     def __init__(self, work: float, kind: str, cap: float | None = None,
-                 tags: frozenset[str] = frozenset()) -> None:
+                 tags: frozenset[str] = frozenset(), gil: float = 0.0,
+                 thread: str = "") -> None:
         if work < 0:
             raise ValueError(f"negative work {work}")
         self.work = self.remaining = float(work)
         self.rate = 0.0
         self.kind, self.cap, self.tags = kind, cap, tags
+        self.gil, self.thread = min(1.0, max(0.0, gil)), thread
         self.done: simpy.Event | None = None
         self.token = 0
 
@@ -119,6 +124,22 @@ class FluidServer:
         timer = self.env.timeout(exact_delay(self.env.now, max(finish, self.env.now)))
         timer.callbacks.append(lambda _ev: self._finish(job, token))
         return job.done
+
+    def replan(self) -> None:
+        """Re-allocate now: something the allocation reads changed (a fault, a shared
+        resource's users)."""
+        if self.jobs:
+            self._advance()
+            self._replan()
+
+    def cancel(self, job: FluidJob) -> None:
+        """Drop an unfinished ``job``: its ``done`` event never fires (an abandoned call)."""
+        if job not in self.jobs:
+            return
+        self._advance()
+        job.token += 1
+        self.jobs.remove(job)
+        self._replan()
 
     def run(self, job: FluidJob) -> Generator[simpy.Event, Any, None]:
         """Process-body form of :meth:`submit`."""

@@ -12,16 +12,23 @@ so what a real engine's scheduler thread does without CUDA graphs::
   ``copy_issue_s`` per copy call (CUDA; on CPU the lane's worker issues its own copies);
 - execute: batch setup (index build and move), then per layer and for the sampling op
   ``op_submit_s + layer_launch_s``, then the backup's submit and copy issue;
-- every device-lane op starts ``op_gap_s`` after the lane could start it (CPU worker
-  hand-off; about 0 on CUDA); with ``device_waits_for_host`` (the CPU runtime: lane
-  threads need the driver thread's GIL) an op that becomes ready while the driver thread
-  is busy starts ``handoff_s`` after it goes idle instead, and device-lane ops run one at
-  a time (:meth:`HostLane.acquire`: the lanes' Python between torch calls holds the GIL,
-  so small ops on different lanes serialize in the order they became ready);
+- every device-lane op starts ``op_gap_s`` after the lane could start it (the worker's
+  hand-off between two queued ops; about 0 on CUDA);
 - the scheduler's own step (``scheduler_step_s``, charged by ``sim.driver`` through
   :meth:`HostLane.run`) is driver-thread time too, so it queues on this lane; a batch
   that prefills adds ``admit_step_s`` of scheduler work (admission, prefix match) just
-  before its prepare.
+  before its prepare; the step after a prefill batch completed ``insert_step_s`` and per
+  request that finished ``finish_step_s`` (:meth:`HostLane.completed`);
+- the CPU runtime (``cpu.interpreter``, :mod:`sim.interpreter`): its lanes are Python
+  threads under the driver's interpreter lock, so all of this is fluid work sharing the
+  lock with the lanes' ops, of kind ``python`` (scheduler, prepare, submits) or ``torch``
+  (the batch setup: index tensors); and threads sleep when they wait (ablation
+  ``wakeup``): the driver wakes ``wakeup_s`` after the completion it waited for (before
+  its step; ``interpreter.wake_s`` more if a lane's thread holds the lock then), a
+  lane's worker ``wake_s`` after its op became ready when it had to wait for it; a
+  lane's op ready while the driver runs python work starts ``wake_s`` after that work
+  ends (:meth:`HostLane.before_device_op`), and lanes it stalled mid-op resume
+  ``wake_s`` after the driver blocks (:meth:`HostLane.went_idle`).
 Issue is pipelined with the copy engine: the engine moves call k while the host issues
 call k+1, so a copy ends no earlier than its last call's issue plus one call's transfer
 (:mod:`sim.copy_engine`). Datasheet profiles measure none of this: the lane is inactive
@@ -46,6 +53,8 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from sim.batch import BatchState, paired_runs
+from sim.fluid import FluidJob, FluidServer
+from sim.interpreter import DRIVER, INTERPRETER, PYTHON
 from sim.streams import Stream
 
 if TYPE_CHECKING:
@@ -54,6 +63,13 @@ if TYPE_CHECKING:
     from sim.hardware.profile import HardwareProfile
 
 Proc = Generator[simpy.Event, Any, None]
+HANDOFF = frozenset({PYTHON, "handoff"})  # lanes wake up after the driver blocked
+
+
+def interpreter_on(profile: HardwareProfile) -> bool:
+    """The profile models the CPU runtime's interpreter lock (:mod:`sim.interpreter`)."""
+    return (profile.host_cpu.interpreter is not None and "interpreter" not in profile.ablate
+            and "host_lane" not in profile.ablate)
 
 
 def host_runs(pages: Sequence[int]) -> int:
@@ -84,51 +100,102 @@ class HostLane:
     """Lane ``cpu``: the runtime calls' host time, and the events they release."""
 
     def __init__(self, env: simpy.Environment, profile: HardwareProfile, cost: CostModel,
-                 timeline: Timeline) -> None:
+                 timeline: Timeline, fluid: FluidServer | None = None) -> None:
         h, ab = profile.host_cpu, profile.ablate
         on = "host_lane" not in ab
         self.env, self.cost, self.timeline = env, cost, timeline
+        # the interpreter lock is modelled (sim.interpreter): driver work is fluid work
+        self.fluid = fluid if on and interpreter_on(profile) else None
         self.submit = h.op_submit_s if on else 0.0
         self.gap = h.op_gap_s if on and "op_gap" not in ab else 0.0
         self.launch = h.layer_launch_s if on else 0.0
         self.issue = h.copy_issue_s if on else 0.0
         self.pipelined = "pipelined_issue" not in ab
         self.legacy_calls = "copy_calls" in ab
-        self.exclusive = on and h.device_waits_for_host
-        self.admit = h.admit_step_s if on and "scheduler_step" not in ab else 0.0
-        self.handoff = h.handoff_s if on else 0.0
+        steps = on and "scheduler_step" not in ab
+        self.admit = h.admit_step_s if steps else 0.0
+        self.insert = h.insert_step_s if steps else 0.0
+        self.finish = h.finish_step_s if steps else 0.0
+        self.owed = 0.0  # step work the completions since the last step left (completed)
+        waking = on and "wakeup" not in ab
+        self.driver_wake = h.wakeup_s if waking else 0.0
+        self.wake = h.interpreter.wake_s if waking and h.interpreter is not None else 0.0
         self.active = on and (self.submit > 0 or self.gap > 0 or self.launch > 0
-                              or self.issue > 0 or self.exclusive or self.admit > 0
+                              or self.issue > 0 or self.admit > 0 or self.driver_wake > 0
+                              or self.insert > 0 or self.finish > 0
+                              or self.fluid is not None
                               or cost.setup_fit is not None or cost.prepare_fit is not None)
         self.stream = Stream(env, "cpu")
-        self.interpreter = simpy.Resource(env, capacity=1) if self.exclusive else None
 
-    def acquire(self) -> simpy.Event | None:
-        """The one-at-a-time slot of a device-lane op (None: lanes run concurrently)."""
-        return None if self.interpreter is None else self.interpreter.request()
-
-    def release(self, req: simpy.Event | None) -> None:
-        if req is not None and self.interpreter is not None:
-            self.interpreter.release(req)
+    def completed(self, prefilled: bool, finished: int) -> None:
+        """A batch completed: the next step also inserts its prompts (``prefilled``) and
+        releases the ``finished`` requests."""
+        self.owed += self.insert * prefilled + self.finish * finished
 
     def run(self, seconds: float) -> simpy.Event:
-        """``seconds`` of other driver-thread work (the scheduler's step), in lane order."""
+        """``seconds`` of other driver-thread work (the scheduler's step, plus what the
+        completions it handles owe: :meth:`completed`), in lane order; a driver that was
+        waiting (nothing queued here) wakes up first."""
         if not self.active:
             return self.env.timeout(seconds)
+        woke = self.stream.tail.triggered  # nothing queued here: the driver was waiting
+        seconds, self.owed = seconds + self.owed, 0.0
 
         def body() -> Proc:
-            yield self.env.timeout(seconds)
+            if woke and self.driver_wake:
+                yield self.env.timeout(self.driver_wake)
+            if woke and self.wake and self.lanes_busy():
+                # a busy lane's thread holds the lock: the driver gets it a wake-up later
+                yield self.env.timeout(self.wake)
+            yield self.busy(seconds)
+            self.went_idle()
         return self.stream.submit(body)
 
-    def before_device_op(self) -> Proc:
-        """What a device-lane op waits for before it starts (module doc)."""
-        if self.exclusive and not self.stream.idle():
-            while not self.stream.idle():
-                yield self.stream.tail
-            if self.handoff:
-                yield self.env.timeout(self.handoff)
-        elif self.gap:
-            yield self.env.timeout(self.gap)
+    def lanes_busy(self) -> bool:
+        """Some lane's thread is running an op that needs the interpreter lock."""
+        return self.fluid is not None and any(j.gil > 0 and j.thread != DRIVER
+                                              for j in self.fluid.jobs)
+
+    def went_idle(self) -> None:
+        """At the end of a driver-lane body: if no more driver work is queued, the driver
+        blocks, and lane ops its python work stalled resume once their threads woke up
+        (``wake_s`` more of a stalled lane, :mod:`sim.interpreter`)."""
+        if self.fluid is None or not self.wake or self.env.active_process is not self.stream.tail:
+            return
+        if self.lanes_busy():
+            self.fluid.submit(FluidJob(self.wake, INTERPRETER, tags=HANDOFF, gil=1.0,
+                                       thread=DRIVER))
+
+    def _python_job(self) -> FluidJob | None:
+        """The driver's python work in progress (not a hand-off), if any."""
+        if self.fluid is None:
+            return None
+        return next((j for j in self.fluid.jobs if j.thread == DRIVER and PYTHON in j.tags
+                     and "handoff" not in j.tags), None)
+
+    def busy(self, seconds: float, kind: str = PYTHON) -> simpy.Event:
+        """``seconds`` of the driver thread's own work (of ``kind``: python or torch)."""
+        if self.fluid is None or seconds <= 0:
+            return self.env.timeout(seconds)
+        return self.fluid.submit(FluidJob(seconds, INTERPRETER, tags=frozenset({kind}), gil=1.0,
+                                          thread=DRIVER))
+
+    def before_device_op(self, asleep: bool) -> Proc:
+        """What a device-lane op waits for once it is ready (module doc): its lane's
+        worker wakes up if it had to wait (``asleep``), else the hand-off gap; and on the
+        CPU runtime a worker cannot start while the driver runs python work (it holds the
+        lock until it blocks or calls torch): it starts a wake-up after that ends."""
+        delay = self.wake if asleep and self.wake else self.gap
+        if delay:
+            yield self.env.timeout(delay)
+        if (job := self._python_job()) is None:
+            return
+        while job is not None:
+            assert job.done is not None
+            yield job.done
+            job = self._python_job()
+        if self.wake:
+            yield self.env.timeout(self.wake)
 
     def prepare(self, st: BatchState, requests: int, load_calls: Sequence[int],
                 admits: bool = False) -> None:
@@ -146,19 +213,20 @@ class HostLane:
                  admits: bool) -> Proc:
         env = self.env
         if admits and self.admit:
-            yield env.timeout(self.admit)
+            yield self.busy(self.admit)
         t0 = env.now
         reqs = [(n, c) for n, c in st.prefills] + [(1, c) for c in st.decodes]
-        yield env.timeout(self.cost.prepare_time(requests, sum(n for n, _ in reqs)))
+        yield self.busy(self.cost.prepare_time(requests, sum(n for n, _ in reqs)))
         for g, calls in enumerate(load_calls):
             first = self.issue if self.pipelined else calls * self.issue
-            yield env.timeout(self.submit + first)
+            yield self.busy(self.submit + first)
             rest = 0.0 if not self.pipelined else max(0, calls - 1) * self.issue
             st.load_issue_end[g] = env.now + rest
             st.load_issued[g].succeed()
             if rest:
-                yield env.timeout(rest)
+                yield self.busy(rest)
         self.timeline.record("cpu", "prepare", t0, env.now, batch=st.plan.batch_id)
+        self.went_idle()
 
     def execute(self, st: BatchState, ops: int, backup_calls: int) -> None:
         """Queue execute_batch's host work: setup, then ``ops`` compute launches
@@ -172,10 +240,11 @@ class HostLane:
     def _execute(self, st: BatchState, backup_calls: int) -> Proc:
         env, t0 = self.env, self.env.now
         if st.prefills or st.decodes:
-            yield env.timeout(self.cost.setup_time(st.prefills, st.decodes))
+            yield self.busy(self.cost.setup_time(st.prefills, st.decodes), "torch")
         for ev in st.launched or ():
-            yield env.timeout(self.submit + self.launch)
+            yield self.busy(self.submit + self.launch)
             ev.succeed()
         if backup_calls:
-            yield env.timeout(self.submit + backup_calls * self.issue)
+            yield self.busy(self.submit + backup_calls * self.issue)
         self.timeline.record("cpu", "execute", t0, env.now, batch=st.plan.batch_id)
+        self.went_idle()

@@ -1,48 +1,71 @@
-"""L3 storage models shared by every replica that points at them (Mooncake, file/NVMe).
+"""L3 storage shared by the replicas that point at it (Mooncake, file/NVMe): contents,
+storage nodes, service rate and fault state. Replicas reach it through their own
+:class:`sim.l3_client.L3Client` (NIC, deadlines, retries).
 
-Invariant: contents are a set of page-hash keys with their sizes in LRU order; used bytes
-never exceed ``capacity_bytes`` (the least recently used keys are evicted on insert). A key
-becomes visible only when its write completes. Queries go in batches of N keys, each batch
-one round trip (Mooncake: master RPC; file: latency_s), and stop at the first miss.
-Concurrent transfers share the bandwidth of their direction equally (Mooncake: one figure
-for reads and writes; file: separate read and write figures); each transfer is also capped
-by the caller's host memory bandwidth (host-side staging).
+    replica 0 ── NIC ─┐                       ┌─ node 0 ┐  each node serves node_bytes_per_s
+    replica 1 ── NIC ─┼── store service ──────┼─ node 1 ┤  and holds capacity / nodes;
+    ...               │  (split equally among  └─ ...   ┘  keys placed round-robin on live
+                      │   replicas moving data)            nodes, evicted LRU (pooled)
+
+Invariants: used bytes never exceed the live nodes' capacity (least recently used keys are
+evicted on insert); a key becomes visible only when its write completes; a key lost with a
+node (or a restarted master) is remembered in ``lost`` with the fault that lost it until
+it is written again (what a healthy store would still hold: :meth:`truth_hits`). The store
+serves ``service_rate(group)`` bytes/s in all, split equally among the replicas with
+transfers in that group (Mooncake: one group for reads and writes; file: one each).
+Fault state counts overlapping faults: ``refusing`` (down: every call fails at once),
+``hanging`` (calls get no answer), and the set of nodes down.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Generator, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import simpy
 
-from sim.fluid import FluidJob, FluidServer
 from sim.hardware.profile import FileSpec, MooncakeSpec
+
+if TYPE_CHECKING:
+    from sim.l3_client import L3Client
 
 
 class L3Store:
     def __init__(self, env: simpy.Environment, *, name: str, capacity_bytes: float,
                  read_bytes_per_s: float, write_bytes_per_s: float, latency_s: float,
-                 query_latency_s: float, shared: bool, duplex_shared: bool) -> None:
+                 query_latency_s: float, shared: bool, duplex_shared: bool,
+                 nic_bytes_per_s: float | None = None, nodes: int = 1) -> None:
+        if nodes < 1:
+            raise ValueError(f"L3 {name!r}: nodes must be >= 1, got {nodes}")
         self.env, self.name, self.shared = env, name, shared
-        self.capacity = capacity_bytes
-        self.bandwidth = {"read": read_bytes_per_s, "write": write_bytes_per_s}
+        self.nodes = nodes
+        self.node_capacity = capacity_bytes / nodes
+        self.rate = {"read": read_bytes_per_s, "write": write_bytes_per_s,
+                     "io": read_bytes_per_s}  # "io": reads and writes share one rate
+        self.nic = nic_bytes_per_s  # each replica's NIC (None: no network in between)
         self.latency_s, self.query_latency_s = latency_s, query_latency_s
-        self.duplex_shared = duplex_shared  # reads and writes share one bandwidth
-        self.keys: OrderedDict[str, int] = OrderedDict()
+        self.duplex_shared = duplex_shared
+        self.keys: OrderedDict[str, tuple[int, int]] = OrderedDict()  # key -> (bytes, node)
         self.used = 0
-        self.bytes_read = self.bytes_written = 0
+        self.bytes_read = self.bytes_written = 0  # served to and taken from replicas
         self.evictions = 0
+        self.lost: dict[str, int] = {}  # key -> index of the fault that lost it
         self.attached: set[str] = set()
-        self.fluid = FluidServer(env, self._allocate)
+        self.clients: list[L3Client] = []
+        self.refusing: list[int] = []  # faults (indices) making every call fail now
+        self.hanging: list[int] = []  # faults making calls go unanswered
+        self.down_nodes: set[int] = set()
+        self.went_down = env.event()  # fires when the store starts refusing
+        self._next_node = 0
 
     @classmethod
     def mooncake(cls, env: simpy.Environment, spec: MooncakeSpec) -> L3Store:
         return cls(env, name="mooncake", capacity_bytes=spec.capacity_bytes,
-                   read_bytes_per_s=spec.bytes_per_s, write_bytes_per_s=spec.bytes_per_s,
-                   latency_s=spec.latency_s, query_latency_s=spec.master_rpc_s, shared=True,
-                   duplex_shared=True)
+                   read_bytes_per_s=spec.store_bytes_per_s,
+                   write_bytes_per_s=spec.store_bytes_per_s, latency_s=spec.latency_s,
+                   query_latency_s=spec.master_rpc_s, shared=True, duplex_shared=True,
+                   nic_bytes_per_s=spec.nic_bytes_per_s, nodes=spec.nodes)
 
     @classmethod
     def file(cls, env: simpy.Environment, spec: FileSpec, shared: bool | None = None) -> L3Store:
@@ -59,15 +82,37 @@ class L3Store:
                              f"{sorted(self.attached)}; give {runtime_id!r} its own")
         self.attached.add(runtime_id)
 
-    def _allocate(self, jobs: list[FluidJob]) -> None:
-        groups: dict[str, list[FluidJob]] = {}
-        for job in jobs:
-            groups.setdefault("io" if self.duplex_shared else job.kind, []).append(job)
-        for group in groups.values():
-            for job in group:
-                share = self.bandwidth[job.kind] / len(group)
-                job.rate = share if job.cap is None else min(share, job.cap)
+    # ---- service: the rate all replicas share ------------------------------------------
+    def group(self, direction: str) -> str:
+        return "io" if self.duplex_shared else direction
 
+    @property
+    def live_nodes(self) -> int:
+        return self.nodes - len(self.down_nodes)
+
+    @property
+    def capacity(self) -> float:
+        return self.node_capacity * self.live_nodes
+
+    def service_rate(self, group: str) -> float:
+        """Bytes/s the live nodes serve in ``group``; 0 while the store hangs."""
+        if self.hanging:
+            return 0.0
+        return self.rate[group] * self.live_nodes / self.nodes
+
+    def share(self, group: str) -> float:
+        """One moving replica's share of :meth:`service_rate` (equal split)."""
+        active = sum(1 for c in self.clients if c.moving(group)) or 1
+        return self.service_rate(group) / active
+
+    def changed(self, source: L3Client | None = None) -> None:
+        """Rates changed (a replica started or stopped moving data, a fault): the other
+        replicas re-plan their transfers."""
+        for c in self.clients:
+            if c is not source:
+                c.replan()
+
+    # ---- contents ----------------------------------------------------------------------
     def contains(self, key: str) -> bool:
         return key in self.keys
 
@@ -78,55 +123,97 @@ class L3Store:
                 return i
         return len(keys)
 
-    def query(self, keys: Sequence[str], batch: int
-              ) -> Generator[simpy.Event, Any, list[tuple[float, float, int]]]:
-        """Query in batches; returns [(start, end, hits)] per round trip, stopping at a miss."""
-        if batch <= 0:
-            raise ValueError("query batch must be > 0")
-        trips = []
-        for lo in range(0, len(keys), batch):
-            start = self.env.now
-            yield self.env.timeout(self.query_latency_s)
-            chunk = keys[lo:lo + batch]
-            hits = self.count_hits(chunk)
-            trips.append((start, self.env.now, hits))
-            if hits < len(chunk):
-                break
-        return trips
+    def truth_hits(self, keys: Sequence[str]) -> tuple[int, int | None]:
+        """Consecutive hits a store without faults would report (lost keys count), and the
+        fault that lost the first lost key among them (None: nothing lost)."""
+        blame = None
+        for i, key in enumerate(keys):
+            if key in self.keys:
+                continue
+            fault = self.lost.get(key)
+            if fault is None:
+                return i, blame
+            blame = fault if blame is None else blame
+        return len(keys), blame
 
-    def read(self, keys: Sequence[str], nbytes: int, cap: float | None
-             ) -> Generator[simpy.Event, Any, None]:
-        """Fetch ``keys`` (``nbytes`` in all); refreshes their LRU position."""
-        yield self.env.timeout(self.latency_s)
-        yield self.fluid.submit(FluidJob(nbytes, "read", cap))
-        self.bytes_read += nbytes
+    def touch(self, keys: Iterable[str]) -> None:
+        """Refresh the LRU position of the keys present."""
         for key in keys:
             if key in self.keys:
                 self.keys.move_to_end(key)
 
-    def write(self, keys: Sequence[str], bytes_per_key: int, cap: float | None
-              ) -> Generator[simpy.Event, Any, int]:
-        """Write the keys not yet present; returns how many were written."""
+    def insert(self, keys: Iterable[str], size: int) -> int:
+        """Place the keys not yet present on live nodes (round-robin); returns how many
+        were written. Raises :class:`NoLiveNode` when every node is down."""
         new = [k for k in dict.fromkeys(keys) if k not in self.keys]
-        if not new:
-            return 0
-        nbytes = len(new) * bytes_per_key
-        yield self.env.timeout(self.latency_s)
-        yield self.fluid.submit(FluidJob(nbytes, "write", cap))
-        self.bytes_written += nbytes
+        if new and not self.live_nodes:
+            raise NoLiveNode(f"L3 {self.name!r}: all {self.nodes} nodes are down")
+        written = 0
         for key in new:
-            self._insert(key, bytes_per_key)
-        return len(new)
+            if size > self.node_capacity:
+                continue
+            self._evict(self.capacity - size)
+            self.keys[key] = (size, self._place())
+            self.used += size
+            self.lost.pop(key, None)
+            written += 1
+        self.bytes_written += written * size
+        return written
 
-    def _insert(self, key: str, size: int) -> None:
-        if key in self.keys:
-            self.keys.move_to_end(key)
-            return
-        if size > self.capacity:
-            return
-        while self.used + size > self.capacity:
-            _, old = self.keys.popitem(last=False)
+    def _evict(self, limit: float) -> None:
+        """Evict least recently used keys until ``used <= limit``."""
+        while self.used > limit and self.keys:
+            _, (old, _) = self.keys.popitem(last=False)
             self.used -= old
             self.evictions += 1
-        self.keys[key] = size
-        self.used += size
+
+    def _place(self) -> int:
+        for _ in range(self.nodes):
+            node = self._next_node % self.nodes
+            self._next_node += 1
+            if node not in self.down_nodes:
+                return node
+        raise NoLiveNode(f"L3 {self.name!r}: all {self.nodes} nodes are down")
+
+    def drop(self, fault: int, node: int | None = None) -> int:
+        """Lose the keys of ``node`` (None: all of them) to ``fault``; returns how many."""
+        gone = [k for k, (_, n) in self.keys.items() if node is None or n == node]
+        for key in gone:
+            size, _ = self.keys.pop(key)
+            self.used -= size
+            self.lost[key] = fault
+        return len(gone)
+
+    # ---- fault state (sim.faults switches it) -------------------------------------------
+    def refuse(self, fault: int, on: bool) -> None:
+        toggle(self.refusing, fault, on)
+        if on and not self.went_down.triggered:
+            self.went_down.succeed()
+        elif not self.refusing:
+            self.went_down = self.env.event()
+
+    def hang(self, fault: int, on: bool) -> None:
+        toggle(self.hanging, fault, on)
+        self.changed()
+
+    def node_down(self, node: int, on: bool) -> None:
+        """Take ``node`` out (drop its keys first: :meth:`drop`) or bring it back empty."""
+        if on:
+            self.down_nodes.add(node)
+            self._evict(self.capacity)
+        else:
+            self.down_nodes.discard(node)
+        self.changed()
+
+
+class NoLiveNode(RuntimeError):
+    """Every storage node is down: a write has nowhere to go (an L3 error, never raised out
+    of a runtime)."""
+
+
+def toggle(active: list[int], fault: int, on: bool) -> None:
+    """Add ``fault`` to (or remove it from) the list of those active."""
+    if on:
+        active.append(fault)
+    else:
+        active.remove(fault)

@@ -1,4 +1,5 @@
-"""PCIe link (both directions), host memory and SM sharing as one fluid allocation policy.
+"""PCIe link (both directions), L3 traffic, host memory and SM sharing: one replica's
+fluid allocation policy.
 
 Rates, recomputed whenever a job starts or ends (see :mod:`sim.fluid`):
 - each direction's peak (h2d/d2h_bytes_per_s) is split equally among its active copies;
@@ -6,8 +7,13 @@ Rates, recomputed whenever a job starts or ends (see :mod:`sim.fluid`):
   copy at its ``cap``;
 - when both directions are active and their sum exceeds bidirectional_bytes_per_s, both
   are scaled down proportionally to share that cap (55 + 55 -> 41.5 + 41.5 of 83);
-- all PCIe traffic together is capped by host memory bandwidth (host-side staging);
+- L3 transfers (kind ``l3``: the store's reads land in host memory, its writes read it)
+  get their NIC and store shares from :class:`sim.l3_client.L3Client`;
+- host memory bandwidth caps PCIe and L3 traffic together: when their sum exceeds it, all
+  of them are scaled down proportionally (DMA from/to pinned host memory);
 - a compute job runs at 1 - io_kernel.compute_slowdown while any copy kernel holds SMs.
+Faults (:mod:`sim.faults`) scale the PCIe figures (``factor``) and host memory
+(``host_factor``) while they last; the injector re-plans the fluid server when they change.
 
 Efficiency curve: a lone DMA call of B bytes takes call_overhead_s + B / rate(B) with
 rate(B) = peak * B / (B + half_efficiency_bytes). Equivalently the call occupies its copy
@@ -17,8 +23,14 @@ link rate (see :mod:`sim.copy_engine`); that form also holds while the link is s
 
 from __future__ import annotations
 
+import math
+from typing import TYPE_CHECKING
+
 from sim.fluid import FluidJob
 from sim.hardware.profile import HardwareProfile
+
+if TYPE_CHECKING:
+    from sim.l3_client import L3Client
 
 DIRECTIONS = ("h2d", "d2h")
 
@@ -34,17 +46,32 @@ class PcieLink:
         self.slowdown = profile.io_kernel.compute_slowdown
         self.host = profile.host_memory_bytes_per_s
         self.moved = {"h2d": 0, "d2h": 0}
+        self.slowed: dict[int, float] = {}  # fault -> PCIe rate factor (sim.faults)
+        self.pressed: dict[int, float] = {}  # fault -> host memory bandwidth factor
+        self.l3: L3Client | None = None  # this replica's L3 client (rates of ``l3`` jobs)
+
+    @property
+    def factor(self) -> float:
+        return math.prod(self.slowed.values())
+
+    @property
+    def host_factor(self) -> float:
+        return math.prod(self.pressed.values())
 
     def allocate(self, jobs: list[FluidJob]) -> None:
         groups: dict[str, list[FluidJob]] = {"h2d": [], "d2h": []}
+        l3_jobs: list = []
         kernels_active = False
         for job in jobs:
             if job.kind in groups:
                 groups[job.kind].append(job)
                 kernels_active = kernels_active or "kernel" in job.tags
+            elif job.kind == "l3":
+                l3_jobs.append(job)
         totals = {}
+        factor = self.factor
         for direction, group in groups.items():
-            share = self.peak[direction] / len(group) if group else 0.0
+            share = self.peak[direction] * factor / len(group) if group else 0.0
             for job in group:
                 rate = share
                 if "kernel" in job.tags:
@@ -56,14 +83,28 @@ class PcieLink:
         scale = 1.0
         both = totals["h2d"] > 0 and totals["d2h"] > 0
         total = totals["h2d"] + totals["d2h"]
-        if both and total > self.bidirectional:
-            scale = self.bidirectional / total
-        if total * scale > self.host:
-            scale = self.host / total
+        bidirectional = self.bidirectional * factor
+        if both and total > bidirectional:
+            scale = bidirectional / total
+        l3_total = 0.0
+        if l3_jobs and self.l3 is not None:
+            self.l3.allocate(l3_jobs)
+            l3_total = sum(j.rate for j in l3_jobs)
+        host = self.host * self.host_factor
+        if total * scale + l3_total > host:
+            if not l3_total:
+                scale = host / total  # PCIe alone (the form before L3 joined: bit-exact)
+            else:
+                squeeze = host / (total * scale + l3_total)
+                scale *= squeeze
+                for job in l3_jobs:
+                    job.rate *= squeeze
         if scale < 1.0:
             for group in groups.values():
                 for job in group:
                     job.rate *= scale
+        if l3_jobs and self.l3 is not None:
+            self.l3.watch(l3_jobs)
         compute_rate = 1.0 - self.slowdown if kernels_active else 1.0
         for job in jobs:
             if job.kind == "compute":

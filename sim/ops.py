@@ -30,11 +30,10 @@ def load_op(rt: SimRuntime, st: BatchState) -> Proc:
     layers): each starts once the host issued its first call, then fires its layers'
     events."""
     bid = st.plan.batch_id
-    slot = None
     for g, group in enumerate(st.load_groups):
         if group.nbytes:
             issued = st.load_issued[g]
-            slot = yield from _start(rt, [issued] if issued is not None else [], slot)
+            yield from _start(rt, [issued] if issued is not None else [])
             t0 = rt.env.now
             layer = group.layers.start if len(group.layers) == 1 else -1
             start, end = yield from rt.copies.copy(
@@ -47,40 +46,33 @@ def load_op(rt: SimRuntime, st: BatchState) -> Proc:
         assert st.layer_events is not None
         for i in group.layers:
             st.layer_events[i].succeed()
-    rt.host_lane.release(slot)
 
 
-def _start(rt: SimRuntime, waits: list[simpy.Event], slot: simpy.Event | None
-           ) -> Generator[simpy.Event, Any, simpy.Event | None]:
-    """Wait until a device-lane op may start: its events, then the host (sim.host). A lane
-    that holds the one-at-a-time slot (CPU runtime: the GIL) keeps it for its next op when
-    that op is ready at once, as a running thread keeps the GIL; else it lets it go."""
-    if slot is not None and all(e.processed for e in waits):
-        if rt.host_lane.gap:
-            yield rt.env.timeout(rt.host_lane.gap)
-        return slot
-    rt.host_lane.release(slot)
+def _start(rt: SimRuntime, waits: list[simpy.Event], woken: bool = False) -> Proc:
+    """Wait until a device-lane op may start: its events, then its lane's worker (a wake-up
+    if it had to wait for them, or ``woken``: the op's lane waited for another lane;
+    else the hand-off gap: :meth:`sim.host.HostLane.before_device_op`)."""
+    asleep = woken
     for e in waits:
         if not e.processed:
+            asleep = True
             yield e
-    yield from rt.host_lane.before_device_op()
-    slot = rt.host_lane.acquire()
-    if slot is not None:
-        yield slot
-    return slot
+    yield from rt.host_lane.before_device_op(asleep)
 
 
 def _op(rt: SimRuntime, st: BatchState, waits: list[simpy.Event], seconds: float, op: str,
-        layer: int, slot: simpy.Event | None
-        ) -> Generator[simpy.Event, Any, tuple[float, simpy.Event | None]]:
+        layer: int, interp: float = 0.0) -> Generator[simpy.Event, Any, float]:
     """One compute-lane op: once it may start (:func:`_start`), ``seconds`` of compute
-    (slowed while copy kernels hold SMs), one timeline row. Returns (start, slot)."""
+    (slowed while copy kernels hold SMs, and, ``interp`` of it, while other threads hold
+    the CPU runtime's interpreter lock: :mod:`sim.interpreter`), one timeline row.
+    Returns its start."""
     env = rt.env
-    slot = yield from _start(rt, waits, slot)
+    yield from _start(rt, waits)
     t0 = env.now
-    yield rt.fluid.submit(FluidJob(seconds, "compute"))
+    gil = interp / seconds if rt.interpreter and seconds > 0 else 0.0
+    yield rt.fluid.submit(FluidJob(seconds, "compute", gil=gil, thread="compute"))
     rt.timeline.record("compute", op, t0, env.now, batch=st.plan.batch_id, layer=layer)
-    return t0, slot
+    return t0
 
 
 def compute_op(rt: SimRuntime, st: BatchState) -> Proc:
@@ -90,6 +82,7 @@ def compute_op(rt: SimRuntime, st: BatchState) -> Proc:
     bid = st.plan.batch_id
     if st.prefills or st.decodes:
         times = rt.cost.batch_layer_times(st.prefills, st.decodes)
+        interp = rt.cost.batch_layer_interpreter(st.prefills, st.decodes)
         if st.extra_s:  # HBM copies of recurrent state, charged before the first layer
             times = (times[0] + st.extra_s, *times[1:])
         op = "prefill" if st.prefills else "decode"
@@ -97,7 +90,6 @@ def compute_op(rt: SimRuntime, st: BatchState) -> Proc:
                      or st.launched is not None)
         if st.loads_done is not None and not rt.layerwise:
             yield st.loads_done  # layerwise=False: every load lands before layer 0
-        slot = None
         if not per_layer:
             t0 = env.now
             yield rt.fluid.submit(FluidJob(sum(times), "compute"))
@@ -108,13 +100,14 @@ def compute_op(rt: SimRuntime, st: BatchState) -> Proc:
                 waits = [] if st.launched is None else [st.launched[layer]]
                 if st.layer_events is not None and rt.layerwise:
                     waits.append(st.layer_events[layer])
-                t0, slot = yield from _op(rt, st, waits, t, op, layer, slot)
+                t0 = yield from _op(rt, st, waits, t, op, layer, interp[layer])
                 start = t0 if layer == 0 else start
-        sample = rt.cost.sample_time(len(st.prefills) + len(st.decodes))
+        requests = len(st.prefills) + len(st.decodes)
+        sample = rt.cost.sample_time(requests)
         if sample > 0 or st.launched is not None:
             waits = [] if st.launched is None else [st.launched[len(times)]]
-            _, slot = yield from _op(rt, st, waits, sample, "sample", -1, slot)
-        rt.host_lane.release(slot)
+            yield from _op(rt, st, waits, sample, "sample", -1,
+                           rt.cost.sample_interpreter(requests))
     elif st.loads_done is not None:
         yield st.loads_done  # a plan without slices still completes after its loads
     if st.generation == rt.generation:
@@ -125,13 +118,12 @@ def backup_op(rt: SimRuntime, st: BatchState) -> Proc:
     """One all-layer D2H copy for all of the batch's backups (after its compute)."""
     payload = sum(b.dst.num_pages * rt.bytes_per_page[b.intent.src.pool] for b in st.backups)
     calls = rt.backup_calls(st)
-    slot = yield from _start(rt, [], None)
+    yield from _start(rt, [], woken=True)  # the d2h worker waited for the compute lane
     t0 = rt.env.now
     if payload:
         bid = st.plan.batch_id
         start, end = yield from rt.copies.copy("d2h", payload, calls, rt.backup_throttle,
                                                op="backup", batch=bid)
-    rt.host_lane.release(slot)
     if payload:
         rt.timeline.record("d2h", "backup", t0, end, batch=bid, nbytes=payload)
         rt.timeline.record("pcie:d2h", "backup", start, end, batch=bid, nbytes=payload)
@@ -148,14 +140,16 @@ def backups_done(rt: SimRuntime, st: BatchState) -> None:
 
 
 def store_op(rt: SimRuntime, store: StoreIntent, generation: int) -> Proc:
-    """L2 -> L3 once the host pages exist; keys already in L3 are not written again."""
+    """L2 -> L3 once the host pages exist; keys already in L3 are not written again. A
+    failed write writes nothing (the pages stay L2-only)."""
     pending = rt.pending_events(store.src)
     if pending:
         yield rt.env.all_of(pending)
-    assert rt.l3 is not None
+    client = rt.l3_client
+    assert client is not None
     bpp = rt.bytes_per_page[store.src.pool]
     t0 = rt.env.now
-    written = yield from rt.l3.write(store.keys, bpp, rt.profile.host_memory_bytes_per_s)
+    written = yield from client.put(store.keys, bpp)
     if written:
         rt.timeline.record("l3", "store", t0, rt.env.now, nbytes=written * bpp)
     if generation == rt.generation:
@@ -166,26 +160,45 @@ def store_op(rt: SimRuntime, store: StoreIntent, generation: int) -> Proc:
 def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[int], generation: int
                 ) -> Proc:
     """Query L3 in batches (stop at the first miss); revoke below min_hit_pages, else fetch
-    the hit prefix (at most max_pages) into the reserved host pages, batch by batch."""
-    assert rt.l3 is not None
-    trips = yield from rt.l3.query(pf.keys, pf.batch_pages)
-    for start, end, _ in trips:
-        rt.timeline.record("l3", "query", start, end)
-    hit = sum(h for _, _, h in trips)
+    the hit prefix (at most max_pages) into the reserved host pages, batch by batch. A
+    failed call answers misses (sim.l3_client): what it did not fetch is recomputed."""
+    client = rt.l3_client
+    assert client is not None
+    ledger = client.ledger
+    truth = client.store.truth_hits(pf.keys) if ledger is not None else None
+    trace: list[int | None] = []  # faults behind failed attempts (sim.faults' ledger)
+    on_path = client.on_path() if ledger is not None else []  # e.g. a slow NIC
+    hit = 0
+    for lo in range(0, len(pf.keys), pf.batch_pages):
+        chunk = pf.keys[lo:lo + pf.batch_pages]
+        t0 = rt.env.now
+        found = yield from client.exists(chunk, trace)
+        rt.timeline.record("l3", "query", t0, rt.env.now)
+        n = next((i for i, f in enumerate(found) if not f), len(found))
+        hit += n
+        if n < len(chunk):
+            break
     fetch = min(hit, pf.max_pages) if hit >= max(pf.min_hit_pages, 1) else 0
     bpp = rt.bytes_per_page["full"]
+    got = 0
     for lo in range(0, fetch, pf.batch_pages):
         hi = min(fetch, lo + pf.batch_pages)
         t0 = rt.env.now
-        yield from rt.l3.read(pf.keys[lo:hi], (hi - lo) * bpp, rt.profile.host_memory_bytes_per_s)
-        rt.timeline.record("l3", "prefetch", t0, rt.env.now, nbytes=(hi - lo) * bpp)
+        n = yield from client.get(pf.keys[lo:hi], bpp, trace)
+        if n:
+            rt.timeline.record("l3", "prefetch", t0, rt.env.now, nbytes=n * bpp)
+        got += n
+        if n < hi - lo:
+            break
+    if ledger is not None and truth is not None:
+        ledger.prefetched(rt, pf, truth, [*trace, *on_path, *client.on_path()], got)
     if generation != rt.generation:
         return
-    rt.l3_bytes["read"] += fetch * bpp
-    if reserved[fetch:]:
-        rt.host["full"].free(reserved[fetch:])
+    rt.l3_bytes["read"] += got * bpp
+    if reserved[got:]:
+        rt.host["full"].free(reserved[got:])
     extent = None
-    if fetch:
-        extent = CacheExtentRef(rt.runtime_id, generation, Tier.HOST, coalesce(reserved[:fetch]),
+    if got:
+        extent = CacheExtentRef(rt.runtime_id, generation, Tier.HOST, coalesce(reserved[:got]),
                                 "full")
-    rt.complete(TC(pf.job_id, TK.PREFETCH, rt.env.now, fetch, extent, hit))
+    rt.complete(TC(pf.job_id, TK.PREFETCH, rt.env.now, got, extent, hit))

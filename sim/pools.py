@@ -2,16 +2,21 @@
 
 Invariant: every page id in 0..size-1 is either free or allocated, never both; allocating
 beyond the free count raises :class:`CapacityError` before anything changes; freeing a page
-that is not allocated raises ValueError. Allocation pops the most recently freed pages
-first (a stack), then fresh pages lowest first, so fresh pools hand out contiguous runs.
+that is not allocated raises ValueError. Allocation hands out the lowest free ids first,
+as the torch runtime's allocator does (so both issue the same copy calls for the same
+plans: a run of pages contiguous on both sides is one call), and fresh pools hand out
+contiguous runs.
 
-Capacity is accounted, not materialised (:class:`hicache.runtime.page_ids.PageIds`, LIFO):
-memory grows with the pages used, not with ``size``.
+Capacity is accounted, not materialised (:class:`hicache.runtime.page_ids.PageIds`,
+``lowest``): memory grows with the pages used, not with ``size``. Ablation ``page_order``
+hands out the most recently freed pages first instead (``lifo``, the simulator's order
+before it followed the torch runtime).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Literal
 
 from hicache.runtime.handles import Tier
 from hicache.runtime.interface import CapacityError  # one type for every runtime
@@ -21,11 +26,12 @@ __all__ = ["CapacityError", "PagePool", "TierPools"]
 
 
 class PagePool:
-    def __init__(self, tier: Tier, pool: str, size: int) -> None:
+    def __init__(self, tier: Tier, pool: str, size: int,
+                 order: Literal["lowest", "lifo"] = "lowest") -> None:
         if size < 0:
             raise ValueError(f"pool {pool!r} size must be >= 0")
         self.tier, self.pool, self.size = tier, pool, size
-        self._ids = PageIds(size, "lifo")
+        self._ids = PageIds(size, order)
 
     @property
     def free_count(self) -> int:
@@ -60,13 +66,21 @@ class PagePool:
     def is_allocated(self, page: int) -> bool:
         return self._ids.is_used(page)
 
+    def check(self) -> None:
+        """The free list's invariant (module doc); AssertionError naming the pool."""
+        try:
+            self._ids.check()
+        except AssertionError as e:
+            raise AssertionError(f"{self.tier.value} pool {self.pool!r}: {e}") from None
+
 
 class TierPools:
     """The pools of one tier, by name."""
 
-    def __init__(self, tier: Tier, sizes: dict[str, int]) -> None:
+    def __init__(self, tier: Tier, sizes: dict[str, int],
+                 order: Literal["lowest", "lifo"] = "lowest") -> None:
         self.tier = tier
-        self.pools = {name: PagePool(tier, name, n) for name, n in sizes.items()}
+        self.pools = {name: PagePool(tier, name, n, order) for name, n in sizes.items()}
 
     def __getitem__(self, pool: str) -> PagePool:
         try:

@@ -30,6 +30,7 @@ from hicache.report.frames import requests_frame, timeline_frame, write_timeline
 from hicache.report.metrics import hit_rate_by_round, summarize
 from hicache.report.plots import has_rounds
 from sim.driver import SimResult
+from sim.fault_report import fault_costs
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,14 @@ def summary_of(result: SimResult, req: pd.DataFrame, tl: pd.DataFrame,
               "n_unfinished": len(result.unfinished)})
     if result.stall:
         s["stall"] = result.stall
+    clients = [r.l3_client for r in rt if r.l3_client is not None]
+    if clients:  # the torch runtime's counter names (hicache.tiers.l3_guard.COUNTERS)
+        s["l3_faults"] = {k: sum(c.counts[k] for c in clients) for k in clients[0].counts}
+    if result.faults is not None:
+        faults, totals = fault_costs(result.faults, result.records, rt[0].page_size,
+                                     result.extra.get("fault_twin"))
+        s["faults"] = faults
+        s.update(totals)
     s.update(capacity_of(result))
     if wall is not None:
         s["wall_s"] = round(wall, 3)

@@ -45,8 +45,10 @@ from sim.cost import CostModel
 from sim.fluid import FluidServer
 from sim.hardware.model import ModelPreset, load_model
 from sim.hardware.profile import HardwareProfile, load_profile
-from sim.host import HostLane, copy_calls
+from sim.host import HostLane, copy_calls, interpreter_on
+from sim.interpreter import Interpreter
 from sim.l3 import L3Store
+from sim.l3_client import L3Client
 from sim.link import PcieLink
 from sim.pools import TierPools
 from sim.rows import RequestRow
@@ -80,14 +82,20 @@ class SimRuntime:
         self.backup_throttle = backup_throttle_bytes_per_s
         self.writeback = Writeback(writeback)  # when D2H backups run (runtime-owned policy)
         self._decode: dict[int, int] = {}  # executed batch id -> decode batch size (or 0)
+        self._prefilled: set[int] = set()  # executed, uncompleted batches that prefill
         self.timeline = timeline if timeline is not None else Timeline()
         self.cost = CostModel(self.profile, self.model)
         self.link = PcieLink(self.profile)
-        self.fluid = FluidServer(env, self.link.allocate)
-        self.copies = CopyEngines(env, self.profile, self.link, self.fluid, io_backend)
+        # the CPU runtime's threads share one interpreter lock (sim.interpreter)
+        self.interpreter = interpreter_on(self.profile)
+        spec = self.profile.host_cpu.interpreter
+        self.fluid = FluidServer(env, Interpreter(spec, self.link.allocate).allocate
+                                 if self.interpreter and spec else self.link.allocate)
+        self.copies = CopyEngines(env, self.profile, self.link, self.fluid, io_backend,
+                                  gil_calls=self.interpreter)
         self.copies.timeline = self.timeline
         self.streams = {n: Stream(env, n) for n in ("compute", "h2d", "d2h")}
-        self.host_lane = HostLane(env, self.profile, self.cost, self.timeline)
+        self.host_lane = HostLane(env, self.profile, self.cost, self.timeline, self.fluid)
         self.streams["cpu"] = self.host_lane.stream
         self.batch_shapes = BatchShapes()
         self.layer_bytes = self._layer_bytes(set(device_pages) | set(host_pages))
@@ -95,8 +103,11 @@ class SimRuntime:
         self.layers_touched = {p: sum(1 for x in b if x) for p, b in self.layer_bytes.items()}
         self.bytes_accounted = {"h2d": 0, "d2h": 0}
         self.l3_bytes = {"read": 0, "write": 0}
+        self.l3_client: L3Client | None = None  # this replica's NIC and guarded L3 calls
         if l3 is not None:
             l3.attach(runtime_id)
+            self.l3_client = L3Client(env, l3, self.fluid, self.timeline)
+            self.link.l3 = self.l3_client
         m = self.model
         self.swa_window = m.sliding_window if "swa" in device_pages and m.count("swa") else 0
         self.mamba = "mamba" in device_pages and m.count("mamba") > 0
@@ -121,8 +132,9 @@ class SimRuntime:
         self.generation += 1
         if getattr(self, "_wake", None) is not None and not self._wake.triggered:
             self._wake.succeed()  # a driver waiting on the old generation wakes and re-reads
-        self.device = TierPools(Tier.DEVICE, self.device_sizes)
-        self.host = TierPools(Tier.HOST, self.host_sizes)
+        order = "lifo" if "page_order" in self.profile.ablate else "lowest"
+        self.device = TierPools(Tier.DEVICE, self.device_sizes, order)
+        self.host = TierPools(Tier.HOST, self.host_sizes, order)
         self.rows: dict[int, RequestRow] = {}
         self.state = StateKeeper(self.device, self.runtime_id, self.generation, self.page_size,
                                  self.swa_window, self.mamba, self.state_copy_s)
@@ -193,6 +205,8 @@ class SimRuntime:
         self.host_lane.execute(st, ops_launched, self.backup_calls(st))
         compute = self.streams["compute"].submit(lambda: ops.compute_op(self, st))
         self._decode[st.plan.batch_id] = 0 if st.prefills else len(st.decodes)
+        if st.prefills:
+            self._prefilled.add(st.plan.batch_id)
         if st.backups and self.writeback.policy.chunked:
             ready: dict[str, float] = {}
             compute.callbacks.append(lambda _ev: ready.setdefault("t", self.env.now))
@@ -228,6 +242,9 @@ class SimRuntime:
     def complete(self, completion: Completion) -> None:
         if isinstance(completion, BatchCompletion):
             decode = self._decode.pop(completion.batch_id, 0)
+            self.host_lane.completed(completion.batch_id in self._prefilled,
+                                     len(completion.finished))
+            self._prefilled.discard(completion.batch_id)
             self.writeback.step_done(completion.batch_id, completion.start, completion.end,
                                      decode)
         self._completions.append(completion)
@@ -316,14 +333,17 @@ class SimRuntime:
             st.decodes.extend([ctx] * s.new_tokens)
         return row.prepared_slice()
 
-    def _calls(self, pool: str, src: list[int], dst: list[int], layers: range) -> int:
-        """Copy calls of one op moving ``src`` -> ``dst`` over ``layers`` (sim.host)."""
+    def _calls(self, pool: str, src: list[int], dst: list[int], layers: range,
+               host: list[int]) -> int:
+        """Copy calls of one op moving ``src`` -> ``dst`` over ``layers`` (sim.host);
+        ``host`` is whichever of the two lives in L2."""
         touched = sum(1 for i in layers if self.layer_bytes[pool][i])
-        return self._calls_touching(pool, src, dst, touched)
+        return self._calls_touching(pool, src, dst, host, touched)
 
-    def _calls_touching(self, pool: str, src: list[int], dst: list[int], touched: int) -> int:
+    def _calls_touching(self, pool: str, src: list[int], dst: list[int], host: list[int],
+                        touched: int) -> int:
         return copy_calls(self.copies.io_backend, self.profile.io_kernel.mechanism,
-                          self.mem_layout, src, dst, src, touched,
+                          self.mem_layout, src, dst, host, touched,
                           touched == self.layers_touched[pool],
                           legacy="copy_calls" in self.profile.ablate)
 
@@ -344,16 +364,23 @@ class SimRuntime:
                 nbytes += sum(per_layer[i] * len(src) for i in r)
                 touched = sum(1 for i in r if per_layer[i])
                 n = known.get(touched)
-                if n is None:
-                    n = known[touched] = self._calls_touching(pool, src, dst, touched)
+                if n is None:  # the source lives in L2
+                    n = known[touched] = self._calls_touching(pool, src, dst, src, touched)
                 calls += n
             out.append(LoadGroup(r, nbytes, calls))
         return out
 
     def backup_calls(self, st: BatchState) -> int:
         """Copy calls of the batch's one all-layer backup op."""
-        return sum(self._calls(b.intent.src.pool, b.src_pages, b.dst_pages,
-                               range(self.model.num_layers)) for b in st.backups)
+        # the torch runtime copies every backup of a pool in one op over their pages
+        # concatenated, so runs continue across backups
+        pools: dict[str, tuple[list[int], list[int]]] = {}
+        for b in st.backups:
+            src, dst = pools.setdefault(b.intent.src.pool, ([], []))
+            src += b.src_pages
+            dst += b.dst_pages
+        return sum(self._calls(pool, src, dst, range(self.model.num_layers), dst)
+                   for pool, (src, dst) in pools.items())
 
     def _start_loads(self, st: BatchState) -> None:
         st.layer_events = [self.env.event() for _ in range(self.model.num_layers)]

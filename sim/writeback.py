@@ -55,11 +55,10 @@ def chunked_backup_op(rt: SimRuntime, st: BatchState, ready: dict[str, float]) -
             yield env.any_of([h2d.tail, env.timeout(gate.loads_s)])
         nbytes = payload // n + (payload % n if i == n - 1 else 0)
         k = max(1, calls // n)
-        slot = yield from _start(rt, [], None)
+        yield from _start(rt, [], woken=i == 0)  # the first chunk's worker waited for compute
         t0 = env.now
         wb.chunks.started(t0)
         start, end = yield from rt.copies.copy("d2h", nbytes, k, op="backup", batch=bid)
-        rt.host_lane.release(slot)
         wb.chunks.ended(t0, end)
         wb.policy.chunk_done(end, nbytes, end - t0)
         rt.timeline.record("d2h", "backup", t0, end, batch=bid, nbytes=nbytes)

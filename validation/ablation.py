@@ -24,9 +24,12 @@ EFFECTS: dict[str, str] = {
     "host_lane": "no driver-thread lane (setup, launches, copy issue, lane gaps)",
     "op_gap": "no lane hand-off gap between ops",
     "copy_calls": "copy calls counted as before (one per run and layer, K and V together)",
-    "pipelined_issue": "a copy starts only after all its calls are issued",
+    "pipelined_issue": "copy calls issued and set up in series with the transfer",
     "scheduler_step": "no scheduler CPU time per step",
     "gather_dma": "the torch kernel backend modelled as SGLang's zero-copy kernel",
+    "interpreter": "CPU runtime threads never contend for the interpreter lock (GIL)",
+    "wakeup": "threads start at once when woken (no wake-up latency of driver or lanes)",
+    "page_order": "pages handed out most recently freed first, not lowest first as torch",
 }
 assert set(EFFECTS) == set(ABLATIONS)
 

@@ -11,17 +11,11 @@ from __future__ import annotations
 import logging
 import threading
 
-log = logging.getLogger("hicache.l3")
+from hicache.tiers.l3_guard import COUNTERS  # one list of counters for both runtimes
 
-COUNTERS = {
-    "l3_errors": "operations that failed after their retries, and pages a store could not "
-                 "read or write: each became a miss or a failed store",
-    "l3_timeouts": "attempts abandoned at their deadline",
-    "l3_retries": "attempts repeated after an error or a timeout",
-    "l3_skipped": "operations answered as a miss without calling the store (marked down)",
-    "l3_checksum_failures": "pages whose header, length or checksum did not match: never used",
-    "l3_reconnects": "times the store answered again after being marked down",
-}
+__all__ = ["COUNTERS", "L3Faults"]
+
+log = logging.getLogger("hicache.l3")
 
 
 class L3Faults:

@@ -19,47 +19,16 @@ Mooncake clients reconnect by themselves once the master answers (measured), and
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
 from typing import Any
 
 from gpu_backend.l3.base import L3PartialError
 from gpu_backend.l3.faults import L3Faults
+from hicache.tiers.l3_guard import L3Health, RetryPolicy
 
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Deadlines, retries and cooldowns for one L3 client (seconds)."""
-
-    timeout_s: float = 2.0  # per attempt, plus the bytes moved at min_bytes_per_s
-    min_bytes_per_s: float = 100e6
-    retries: int = 1  # attempts = 1 + retries (a probe of a down store: one attempt)
-    backoff_s: float = 0.05  # before retry k: backoff_s * 2**k, at most backoff_max_s
-    backoff_max_s: float = 1.0
-    cooldown_s: float = 1.0  # skip a failed store this long, doubling per failed probe
-    cooldown_max_s: float = 30.0
-    max_stuck: int = 4  # abandoned calls still running at which the store counts as down
-    close_grace_s: float = 5.0  # close: timeout_s + this (a Mooncake client's close waits
-    # up to 5 s for calls a deadline abandoned)
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                raise ValueError(f"RetryPolicy.{f.name}: expected a finite number, got {v!r}")
-            positive = f.name in ("timeout_s", "min_bytes_per_s", "max_stuck")
-            if v < 0 or (positive and v == 0):
-                raise ValueError(f"RetryPolicy.{f.name}: must be {'> 0' if positive else '>= 0'}"
-                                 f", got {v!r}")
-
-    def deadline(self, nbytes: int) -> float:
-        return self.timeout_s + nbytes / self.min_bytes_per_s
-
-    def backoff(self, retry: int) -> float:
-        return min(self.backoff_max_s, self.backoff_s * 2 ** retry)
+__all__ = ["ResilientL3", "RetryPolicy"]
 
 
 class _Timeout(Exception):
@@ -78,15 +47,13 @@ class ResilientL3:
         self._clock, self._sleep = clock, sleep
         self._lock = threading.Lock()
         self._stuck = 0
-        self._down_until: float | None = None
-        self._cooldown = 0.0
-        self._probing = False
+        self._health = L3Health(self.policy)  # the policy's state machine (hicache.tiers)
         self._value_bytes = 0  # largest value seen: sizes the deadline of a get
 
     @property
     def down(self) -> bool:
         with self._lock:
-            return self._down_until is not None
+            return self._health.down
 
     @property
     def stuck_calls(self) -> int:
@@ -137,7 +104,7 @@ class ResilientL3:
             return miss
         deadline = self.policy.deadline(nbytes)
         last = ""
-        for attempt in range(1 if probe else 1 + self.policy.retries):
+        for attempt in range(self.policy.attempts(probe)):
             if attempt:
                 self.faults.count("l3_retries")
                 self._sleep(self.policy.backoff(attempt - 1))
@@ -172,28 +139,19 @@ class ResilientL3:
         with self._lock:
             if self._stuck >= self.policy.max_stuck:
                 return None
-            if self._down_until is None:
-                return False
-            if self._probing or self._clock() < self._down_until:
-                return None
-            self._probing = True
-            return True
+            admission = self._health.admit(self._clock())
+        return None if admission == "skip" else admission == "probe"
 
     def _answered(self) -> None:
         with self._lock:
-            was_down = self._down_until is not None
-            self._down_until, self._cooldown, self._probing = None, 0.0, False
+            was_down = self._health.answered()
         if was_down:
             self.faults.count("l3_reconnects")
             self.faults.warn("reconnect", "the store answers again; L3 hits resume")
 
     def _failed(self, what: str, why: str) -> None:
         with self._lock:
-            self._cooldown = min(self.policy.cooldown_max_s,
-                                 max(self.policy.cooldown_s, 2 * self._cooldown))
-            self._down_until = self._clock() + self._cooldown
-            self._probing = False
-            cooldown = self._cooldown
+            cooldown = self._health.failed(self._clock())
         self.faults.warn("down", f"marked down for {cooldown:.3g} s (doubling up to "
                                  f"{self.policy.cooldown_max_s:.3g} s while it stays down) "
                                  f"after {what} failed ({why})")

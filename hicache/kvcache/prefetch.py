@@ -97,6 +97,8 @@ class L3Prefetcher:
         if st.prefix_lock is not None:  # the fetched nodes' locks now pin their path
             self.tree.unlock(st.prefix_lock)
             st.prefix_lock = None
+        if st.status is Status.DONE:
+            st.forget()  # it finished while this prefetch ran
 
     # -- the decision ------------------------------------------------------------------
     def _lost_prefix(self, st: RequestState) -> bool:

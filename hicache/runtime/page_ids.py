@@ -8,7 +8,10 @@ Freed pages wait as runs ``[start, length]``; memory grows with the pages ever h
 
 ``order="fifo"``: fresh pages first (lowest first), then freed pages in the order they were
 freed (a replay allocator). ``order="lifo"``: the most recently freed pages first, then
-fresh pages (a runtime's free list: hot pages are reused). :meth:`give` checks every page
+fresh pages (a runtime's free list: hot pages are reused). ``order="lowest"``: the lowest
+free id first (the torch runtime's heap, and SGLang's paged allocator once it sorts its
+free list), so a fragmented pool still hands out the longest runs it can; freed runs
+wait in a heap (by start; neighbours join when taken). :meth:`give` checks every page
 before it changes anything.
 
 Work is per run, not per page: runs are taken and given whole and marked with slice
@@ -18,6 +21,7 @@ cut into runs first). A run is ``(start, length)``.
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Literal
@@ -55,13 +59,14 @@ def merged(runs: Iterable[Run]) -> list[Run]:
 
 
 class PageIds:
-    def __init__(self, capacity: int, order: Literal["fifo", "lifo"]) -> None:
+    def __init__(self, capacity: int, order: Literal["fifo", "lifo", "lowest"]) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
             raise ValueError(f"capacity must be an integer >= 0, got {capacity!r}")
         self.capacity, self.order = capacity, order
         self._fresh = 0  # pages 0.._fresh-1 were handed out at least once
-        self._runs: deque[list[int]] = deque()  # freed runs [start, length]
-        self._n_runs = 0
+        self._runs: deque[list[int]] = deque()  # freed runs [start, length] (fifo, lifo)
+        self._heap: list[Run] = []  # order "lowest": freed runs (start, length), by start
+        self._n_runs = 0  # pages in _runs or _heap
         self._used = bytearray()  # of pages below _fresh: 1 = handed out
 
     @property
@@ -83,7 +88,9 @@ class PageIds:
         :func:`merged` joins runs that continue each other)."""
         out: list[Run] = []
         left = n
-        if self.order == "fifo":
+        if self.order == "lowest":
+            left -= self._take_lowest(out, left)
+        elif self.order == "fifo":
             left -= self._take_fresh(out, left)
         runs = self._runs
         while runs and left > 0:
@@ -101,6 +108,23 @@ class PageIds:
         for s, k in out:
             used[s:s + k] = b"\x01" * k
         return out
+
+    def _take_lowest(self, out: list[Run], n: int) -> int:
+        """The lowest ``n`` freed pages (or all of them), ascending; every freed page is
+        below ``_fresh``, so they come before any fresh page."""
+        heap = self._heap
+        left = n
+        while heap and left > 0:
+            s, k = heapq.heappop(heap)
+            while heap and heap[0][0] == s + k:  # a neighbour freed separately: one run
+                k += heapq.heappop(heap)[1]
+            if k > left:
+                heapq.heappush(heap, (s + left, k - left))
+                k = left
+            out.append((s, k))
+            left -= k
+        self._n_runs -= n - left
+        return n - left
 
     def _take_fresh(self, out: list[Run], n: int) -> int:
         k = min(n, self.capacity - self._fresh)
@@ -162,7 +186,11 @@ class PageIds:
             else:
                 used[s:s + n] = bytes(n)
             total += n
-        if self.order == "fifo":
+        if self.order == "lowest":
+            heap = self._heap
+            for s, n in runs:
+                heapq.heappush(heap, (s, n))
+        elif self.order == "fifo":
             for s, n in runs:
                 last = stack[-1] if stack else None
                 if last is not None and last[0] + last[1] == s:
@@ -178,3 +206,21 @@ class PageIds:
                 else:
                     stack.append([s, n])
         self._n_runs += total
+
+    def check(self) -> None:
+        """Raise AssertionError when the free runs and the used map disagree: a freed page
+        still marked used, a page free twice or beyond the fresh mark, or counts that do
+        not add up (O(pages ever handed out): for tests and soak runs)."""
+        free: set[int] = set()
+        for start, length in [*self._runs, *self._heap]:
+            if length <= 0:
+                raise AssertionError(f"an empty free run at page {start}")
+            for p in range(start, start + length):
+                if p >= self._fresh or self._used[p] or p in free:
+                    raise AssertionError(f"page {p} is free but also used, repeated or "
+                                         f"never handed out")
+                free.add(p)
+        used = sum(self._used[:self._fresh])
+        if len(free) != self._n_runs or used + self._n_runs != self._fresh:
+            raise AssertionError(f"{used} used + {self._n_runs} free != {self._fresh} handed out "
+                                 f"({len(free)} in the runs)")

@@ -31,6 +31,7 @@ from hicache.modelspec import DEFAULT_MODEL, ModelSpec, load_model_spec
 from hicache.presets import find_preset, is_name, trace_hint
 from hicache.routing import RouterConfig
 from hicache.runtime.sharing import SharingConfig
+from hicache.scenario.faults import Faults
 from hicache.scenario.overrides import ScenarioError, apply_overrides, set_path
 from hicache.scenario.sections import (
     DEFAULT_HARDWARE,
@@ -144,6 +145,7 @@ class Scenario(Plain):
     sharing: SharingConfig = SharingConfig()  # replicas on one runtime (hicache.runtime)
     workload: WorkloadField
     run: RunSection = RunSection()
+    faults: Faults = ()  # injected in windows of simulated time (hicache.scenario.faults)
     variants: Variants = ()
 
     # where it was read from; not fields (equality ignores them)
@@ -227,10 +229,11 @@ class Scenario(Plain):
         :func:`hicache.scenario.resolved.load_resolved` rebuilds without pydantic."""
         d = to_plain(self)
         d["model"] = self.model.to_mapping()
-        if not d["variants"]:
-            del d["variants"]
-        else:
-            d["variants"] = list(d["variants"])
+        for key in ("faults", "variants"):  # absent when empty (as written)
+            if not d[key]:
+                del d[key]
+            else:
+                d[key] = list(d[key])
         return d
 
     def scheduler_config(self, *, l3: bool) -> Any:

@@ -19,7 +19,7 @@ from hicache.schema.errors import InputError, suggest
 from hicache.schema.yamlio import read_yaml_text
 
 TOP_LEVEL_KEYS = ("name", "seed", "model", "hardware", "cache", "scheduler", "replicas",
-                  "router", "sharing", "workload", "variants", "run")
+                  "router", "sharing", "workload", "variants", "run", "faults")
 SECTIONS = ("cache", "scheduler", "run", "workload", "sharing")
 PATH_KEYS = ("model", "hardware", "workload.path")  # relative paths resolve against a base
 

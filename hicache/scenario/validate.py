@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hicache.scenario.faults import FAULT_KINDS
 from hicache.scenario.overrides import ScenarioError
 from hicache.schema.adapters import SchemaErrors, validate
 from hicache.schema.adapters import json_schema as schema_of
@@ -22,9 +23,12 @@ from hicache.workload.factory import KINDS as WORKLOAD_KINDS
 
 
 def _drop_workload_tag(loc: tuple) -> tuple:
-    """pydantic puts the workload kind in error locations; the file has no such key."""
+    """pydantic puts the workload (or a fault's) kind in error locations; the file has no
+    such key."""
     if len(loc) > 1 and loc[0] == "workload" and loc[1] in WORKLOAD_KINDS:
         return (loc[0], *loc[2:])
+    if len(loc) > 2 and loc[0] == "faults" and loc[2] in FAULT_KINDS:
+        return (*loc[:2], *loc[3:])
     return loc
 
 

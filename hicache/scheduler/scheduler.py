@@ -231,6 +231,7 @@ class Scheduler:
         st.status, st.rejected = Status.REJECTED, reason
         self.kv.log(Reject(st.rid, reason.split(":", 1)[0]))
         self._rejected.append(st.rid)
+        st.forget()
 
     def _never_servable(self, st: RequestState) -> str | None:
         if self.cfg.max_running_requests <= 0:
@@ -324,6 +325,8 @@ class Scheduler:
         st.finish, st.status = now, Status.DONE
         self.running.remove(st)
         self.finished.append(st)
+        if self.l3 is None or st.prefetch_job not in self.l3.jobs:
+            st.forget()  # else the prefetch's completion still inserts by them
 
 
 

@@ -78,6 +78,15 @@ class RequestState:
         self.prompt_len = self.req.prompt_len
         self.rid = self.req.rid
 
+    def forget(self) -> None:
+        """The request is done: drop what only serving it needed (page keys, hashes, its
+        released lock handles and the nodes they and ``load_nodes`` point at). Its record
+        keeps everything a report reads; memory stays proportional to what the cache holds,
+        not to every token a long run served (an hour of chat held 16 GiB through finished
+        requests: benchmarks/soak.py)."""
+        self.pages, self.hashes, self.load_nodes = [], [], []
+        self.lock = self.host_lock = self.prefix_lock = self.prefetch_lock = None
+
     @property
     def to_prefill(self) -> int:
         return self.prompt_len - self.prefix_tokens

@@ -200,6 +200,18 @@ class After(Marker):
         return cs.no_info_after_validator_function(self.fn, handler(source))
 
 
+class ByKind(Marker):
+    """A union of tagged dataclasses: pydantic picks the member by its ``kind`` field (a
+    discriminated union; :func:`hicache.schema.plain.build` picks it the same way)."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        from typing import Annotated
+
+        from pydantic import Field
+
+        return handler.generate_schema(Annotated[source, Field(discriminator="kind")])
+
+
 class JsonSchema(Marker):
     """The field's JSON Schema, given (a mapping) or built when the schema is generated (a
     callable, which may import pydantic). ``also`` keeps the generated schema and adds

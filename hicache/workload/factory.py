@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Union
 
 from hicache.schema.adapters import SchemaErrors, validate
-from hicache.schema.constraints import Marker
+from hicache.schema.constraints import ByKind
 from hicache.schema.errors import format_errors
 from hicache.workload.agent import AgentConfig, AgentWorkload
 from hicache.workload.long_context import LongContextConfig, LongContextWorkload
@@ -36,18 +36,9 @@ KINDS: dict[str, tuple[type, _Builder]] = {
 }
 
 
-class _ByKind(Marker):
-    """pydantic picks the union member by its ``kind`` tag (a discriminated union)."""
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
-        from pydantic import Field
-
-        return handler.generate_schema(Annotated[source, Field(discriminator="kind")])
-
-
 # the scenario's ``workload`` section: one config per kind, picked by ``kind``
 WorkloadConfig = Annotated[Union[tuple(cfg for cfg, _ in KINDS.values())],  # noqa: UP007
-                           _ByKind()]
+                           ByKind()]
 
 
 def allowed_keys(kind: str) -> list[str]:

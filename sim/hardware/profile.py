@@ -58,30 +58,63 @@ class IoKernelSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class InterpreterSpec:
+    """The CPU runtime's interpreter lock (:mod:`sim.interpreter`): speeds in (0, 1] of
+    interpreter work while two threads need the lock, measured by
+    :mod:`gpu_backend.calib_gil`. ``driver_<k>`` / ``lane_<k>``: the driver thread doing
+    k-work (``python``: pure interpreter; ``torch``: small torch calls) and a busy lane
+    beside it; ``lanes``: two lanes' worker threads beside each other."""
+
+    driver_python: float
+    lane_python: float
+    driver_torch: float
+    lane_torch: float
+    lanes: float
+    wake_s: float = 0.0  # a lane's worker thread waking up (after a wait, or the driver)
+
+
+@dataclass(frozen=True, slots=True)
 class HostSpec:
     """The driver thread's work per op (all 0 in datasheet profiles: not modelled).
     ``op_submit_s``: queue one op on a lane; ``op_gap_s``: a lane's idle time between two
     queued ops; ``layer_launch_s``: issue one layer's kernels; ``copy_issue_s``: issue one
-    copy call (cudaMemcpyAsync); ``device_waits_for_host``: device lanes start an op only
-    while the driver thread is idle (the torch runtime on CPU: lane threads under one
-    GIL), ``handoff_s`` after it went idle; ``admit_step_s``: the scheduler's extra time in
-    a step that admits requests (a prefill batch), beyond ``scheduler_step_s``."""
+    copy call (cudaMemcpyAsync); ``admit_step_s``: the scheduler's extra time in a step
+    that admits requests (a prefill batch), beyond ``scheduler_step_s``;
+    ``insert_step_s``: its extra time after a prefill batch completed (the prompts enter
+    the tree); ``finish_step_s``: per request that finished (released, and in a measured
+    run the workload's follow-up generated); ``wakeup_s``: the driver thread waking up
+    after the completion it waited for, before its step; ``interpreter``: the lock the
+    CPU runtime's threads share (None: not modelled)."""
 
     op_submit_s: float = 0.0
     op_gap_s: float = 0.0
     layer_launch_s: float = 0.0
     copy_issue_s: float = 0.0
-    handoff_s: float = 0.0
-    device_waits_for_host: bool = False
     admit_step_s: float = 0.0
+    insert_step_s: float = 0.0
+    finish_step_s: float = 0.0
+    wakeup_s: float = 0.0
+    interpreter: InterpreterSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class MooncakeSpec:
+    """A Mooncake store (docs/SOURCES.md §5). ``master_rpc_s``: one existence query (a
+    round trip to the master); ``latency_s``: a transfer's fixed cost (placement lookup,
+    transfer submission); ``nic_bytes_per_s``: each replica's own NIC, which its reads and
+    writes share; ``nodes`` storage nodes each serve ``node_bytes_per_s`` (all replicas
+    share them) and hold ``capacity_bytes / nodes``."""
+
     master_rpc_s: float
-    bytes_per_s: float
     latency_s: float
     capacity_bytes: float
+    nic_bytes_per_s: float
+    node_bytes_per_s: float
+    nodes: int = 1
+
+    @property
+    def store_bytes_per_s(self) -> float:
+        return self.node_bytes_per_s * self.nodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +250,8 @@ def _host_grids(s: Section) -> dict[str, Any]:
 
 
 ABLATIONS = ("context", "knee", "lm_head", "embed", "in_situ", "host_lane", "op_gap",
-             "copy_calls", "pipelined_issue", "scheduler_step", "gather_dma")
+             "copy_calls", "pipelined_issue", "scheduler_step", "gather_dma", "interpreter",
+             "wakeup", "page_order")
 
 
 def _ablate(top: Section) -> frozenset[str]:
@@ -228,13 +262,25 @@ def _ablate(top: Section) -> frozenset[str]:
     return frozenset(raw)
 
 
+SPEEDS = ("driver_python", "lane_python", "driver_torch", "lane_torch", "lanes")
+
+
 def _host_spec(cpu: Section) -> HostSpec:
-    waits = cpu.raw("device_waits_for_host", False)
-    if not isinstance(waits, bool):
-        raise ValueError(f"{cpu.origin}: key 'cpu.device_waits_for_host' must be true or false")
-    return HostSpec(*(cpu.num(k, 0.0) for k in (
-        "op_submit_s", "op_gap_s", "layer_launch_s", "copy_issue_s", "handoff_s")), waits,
-        cpu.num("admit_step_s", 0.0))
+    # profiles calibrated before the interpreter lock was modelled said how lanes waited
+    # for the driver with these two keys; sim.interpreter replaces that rule
+    for legacy in ("device_waits_for_host", "handoff_s"):
+        cpu.raw(legacy, None)
+    interp = None
+    if cpu.has("interpreter"):
+        i = cpu.sub("interpreter")
+        speeds = [i.num(f, positive=True) for f in SPEEDS]
+        if any(x > 1 for x in speeds):
+            raise ValueError(f"{cpu.origin}: key 'cpu.interpreter' speeds must be in (0, 1], "
+                             f"got {dict(zip(SPEEDS, speeds, strict=True))}")
+        interp = InterpreterSpec(*speeds, i.num("wake_s", 0.0))
+    return HostSpec(**{k: cpu.num(k, 0.0) for k in (
+        "op_submit_s", "op_gap_s", "layer_launch_s", "copy_issue_s", "admit_step_s",
+        "insert_step_s", "finish_step_s", "wakeup_s")}, interpreter=interp)
 
 
 def _shape(s: Section) -> tuple[tuple[str, Any], ...]:
@@ -254,6 +300,17 @@ def _shape(s: Section) -> tuple[tuple[str, Any], ...]:
     return tuple(out)
 
 
+def _mooncake(m: Section) -> MooncakeSpec:
+    if m.has("bytes_per_s"):
+        raise ValueError(f"{m.origin}: key 'l3.mooncake.bytes_per_s' is gone: one global rate "
+                         f"mixed two ratios (docs/SOURCES.md §5); give nic_bytes_per_s (each "
+                         f"replica's NIC), node_bytes_per_s and nodes (the store's service)")
+    return MooncakeSpec(
+        m.num("master_rpc_s"), m.num("latency_s"), m.num("capacity_bytes", positive=True),
+        m.num("nic_bytes_per_s", positive=True), m.num("node_bytes_per_s", positive=True),
+        m.int("nodes", 1, positive=True))
+
+
 def load_profile(source: str | Path | Mapping[str, Any]) -> HardwareProfile:
     """Load a profile from a name (``scenarios/hardware/NAME.yaml``), a path or a mapping."""
     data, origin = resolve(source, "hardware")
@@ -269,11 +326,7 @@ def load_profile(source: str | Path | Mapping[str, Any]) -> HardwareProfile:
     l3 = top.sub("l3", {})
     mooncake = file = None
     if l3.has("mooncake"):
-        m = l3.sub("mooncake")
-        mooncake = MooncakeSpec(
-            m.num("master_rpc_s"), m.num("bytes_per_s", positive=True), m.num("latency_s"),
-            m.num("capacity_bytes", positive=True),
-        )
+        mooncake = _mooncake(l3.sub("mooncake"))
     if l3.has("file"):
         f = l3.sub("file")
         shared = f.raw("shared", False)

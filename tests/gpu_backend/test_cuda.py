@@ -50,7 +50,7 @@ def test_cuda_calibration_measures_the_host_side_and_device_time():
     prof, _ = calibrate(ModelShape.tiny(), "cuda", page_size=16, quick=True)
     cpu = prof["cpu"]
     assert cpu["copy_issue_s"] > 0 and cpu["layer_launch_s"] > 0 and cpu["op_submit_s"] > 0
-    assert cpu["device_waits_for_host"] is False and cpu["handoff_s"] == 0.0
+    assert "interpreter" not in cpu  # CUDA streams run what the driver issued at once
     ins = prof["calibrated"]["in_situ"]
     assert 0.2 < ins["compute_scale"] < 5 and ins["batches"] >= 10
     assert all(r[3] > 0 for r in prof["calibrated"]["compute"]["prefill"])

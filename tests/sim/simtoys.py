@@ -23,8 +23,8 @@ TOY_PROFILE: dict[str, Any] = {
     "io_kernel": {"bytes_per_s": 25.0e9, "compute_slowdown": 0.1},
     "host": {"memory_bytes_per_s": 1.0e12},
     "cpu": {"scheduler_step_s": 1.0e-4},
-    "l3": {"mooncake": {"master_rpc_s": 1.0e-3, "bytes_per_s": 10.0e9, "latency_s": 1.0e-4,
-                        "capacity_bytes": 1.0e12},
+    "l3": {"mooncake": {"master_rpc_s": 1.0e-3, "latency_s": 1.0e-4, "capacity_bytes": 1.0e12,
+                        "nic_bytes_per_s": 10.0e9, "node_bytes_per_s": 40.0e9, "nodes": 2},
            "file": {"read_bytes_per_s": 5.0e9, "write_bytes_per_s": 2.0e9, "latency_s": 1.0e-4,
                     "capacity_bytes": 1.0e12}},
 }

@@ -33,6 +33,7 @@ SHRUNK = {
     "writeback_study.yaml": ["workload.num_clients=16", "workload.num_rounds=2",
                              "workload.output_length=128"],
     "cross_batch_overlap.yaml": [],
+    "faults.yaml": [],
     "shared_pool.yaml": ["workload.num_clients=12", "workload.num_rounds=3"],
     **{f"validation/{p.name}": [] for p in sorted((ROOT / "scenarios/validation").glob("*.yaml"))},
 }
@@ -130,3 +131,40 @@ def test_decode_works_equal_the_per_step_cost_bit_for_bit(model: str, hardware: 
                          for k in range(12)]
         assert cost.decode_works(contexts, 5, 7) == works[7:]  # a later chunk
     assert works[11] > works[0]  # context grows: so does the cost
+
+
+FAULTS = ["{kind: l3_store_down, start: %r, end: %r}",
+          "{kind: l3_node_down, node: 0, start: %r, end: %r}",
+          "{kind: l3_timeout, start: %r, end: %r}",
+          "{kind: link_slow, link: nic, factor: 0.1, start: %r, end: %r}",
+          "{kind: link_slow, link: pcie, factor: 0.1, start: %r, end: %r}",
+          "{kind: host_pressure, bandwidth_factor: 0.1, start: %r, end: %r}"]
+
+
+def test_fault_windows_that_open_and_close_inside_folds_change_nothing_but_the_cost() -> None:
+    """Each fault kind, its window opening inside one long fold and closing inside another
+    (direct copies: backups and L3 stores may run while decode folds). No fault changes a
+    compute time, so a fold may run through a fault's edge; what the fault slows or fails
+    (a store, a backup) completes at its own time and interrupts the fold there."""
+    (_, sc), *_ = _variants("faults.yaml", [
+        "workload.num_clients=2", "workload.num_rounds=2", "workload.output_length=400",
+        "workload.request_length=8192", "workload.request_rate=2",
+        "cache.hicache_io_backend=direct"])
+    healthy = _run(sc, "healthy", True, per_step=False)
+    longest = sorted((r for r in healthy.replicas[0].timeline.rows if r.steps > 1),
+                     key=lambda r: r.steps)[-2:]
+    start, end = sorted((r.start + r.end) / 2 for r in longest)
+    edges_folded_over = changed = 0
+    for fault in FAULTS:
+        faulty = sc.with_overrides(  # type: ignore[attr-defined]
+            [f"faults=[{fault % (start, end)}]"])
+        folded, plain = _run(faulty, fault, True, per_step=False), _run(faulty, fault, False)
+        assert folded.records == plain.records and folded.decisions == plain.decisions
+        assert folded.sim_time == plain.sim_time
+        assert [c.counts for c in folded.faults.costs] == [c.counts for c in plain.faults.costs]
+        changed += folded.records != healthy.records
+        edges_folded_over += sum(1 for r in folded.replicas[0].timeline.rows if r.steps > 1
+                                 for t in (start, end) if r.start < t < r.end)
+        perstep = _run(faulty, fault, True, per_step=True)
+        assert _timelines(perstep) == _timelines(_run(faulty, fault, False, per_step=True))
+    assert edges_folded_over > 0 and changed > 0

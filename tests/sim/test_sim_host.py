@@ -1,5 +1,5 @@
-"""The driver thread's lane (``cpu``): launch-bound steps, copy issue pipelined with the
-copy engine, and the CPU runtime's lanes that wait for the driver and run one op at a time.
+"""The driver thread's lane (``cpu``): launch-bound steps and copy issue pipelined with the
+copy engine (the CPU runtime's interpreter lock: tests/sim/test_sim_interpreter.py).
 
 Toy model (4 layers) on the toy link; host figures: setup 50 us, prepare 20 us, 1 us per
 lane submit, 30 us to launch a layer, 5 us to issue a copy call."""
@@ -70,18 +70,3 @@ def test_copy_issue_is_pipelined_with_the_engine_unless_ablated():
     assert ends[False][0] == pytest.approx(SUBMIT + ISSUE)  # starts after the first call
     assert ends[True][0] == pytest.approx(SUBMIT + calls * ISSUE)  # after all of them
     assert ends[False][1] < ends[True][1]
-
-
-def test_cpu_runtime_lanes_wait_for_the_driver_and_run_one_op_at_a_time():
-    env = simpy.Environment()
-    rt = make_runtime(env, host_profile(device_waits_for_host=True, handoff_s=3e-5,
-                                        layer_launch_s=0.0, copy_issue_s=0.0), toy_model())
-    host = host_copy_of_prefill(rt, env, rid=1, tokens=64 * 16, batch_id=0)
-    rt.execute_batch(rt.prepare_batch(BatchPlan(10, slices=(RequestSlice(
-        2, Phase.PREFILL, 64 * 16, 256, loads=(LoadIntent(host),)),))))
-    env.run()
-    exe = rows(rt, "cpu", 10)[1]
-    ops = sorted(rows(rt, "h2d", 10) + rows(rt, "compute", 10), key=lambda r: r.start)
-    assert ops[0].start == pytest.approx(exe.end + 3e-5)  # the hand-off after the driver
-    for a, b in zip(ops, ops[1:], strict=False):  # never two device ops at once
-        assert b.start >= a.end - 1e-12

@@ -1,6 +1,7 @@
-"""PCIe copies: per-call efficiency curve, FIFO copy engines, bidirectional sharing,
-copy kernels stealing SM time. Toy link: 50 GB/s H2D, 40 GB/s D2H, 60 GB/s both ways,
-10 us per call, half efficiency at 100 kB."""
+"""PCIe copies: per-call efficiency curve, calls pipelined on the copy engine, FIFO copy
+engines, bidirectional sharing, copy kernels stealing SM time. Toy link: 50 GB/s H2D,
+40 GB/s D2H, 60 GB/s both ways, 10 us per call, half efficiency at 100 kB (a call's fixed
+cost: 10 us + 100 kB at the direction's peak)."""
 
 from __future__ import annotations
 
@@ -43,14 +44,19 @@ def test_a_lone_copy_takes_overhead_plus_bytes_over_rate_of_bytes(profile, nbyte
     assert copies.link.moved == {"h2d": nbytes, "d2h": 0}
 
 
+def fixed(direction: str = "h2d") -> float:
+    """One call's fixed cost: its overhead and half-efficiency bytes at the peak."""
+    return OVERHEAD + HALF / (H2D if direction == "h2d" else D2H)
+
+
 def test_a_copy_of_half_efficiency_bytes_runs_at_half_the_link_rate(profile) -> None:
     env, _, copies = rig(profile)
     out: dict = {}
     run_copy(env, copies, "h2d", HALF, out=out, key=0)
     env.run()
     start, end = out[0]
-    assert start == pytest.approx(OVERHEAD)  # the call overhead comes first
-    assert HALF / (end - start) == pytest.approx(H2D / 2)
+    assert start == pytest.approx(fixed())  # the call's fixed cost comes first
+    assert HALF / (end - OVERHEAD) == pytest.approx(H2D / 2)
 
 
 def test_same_direction_copies_from_two_streams_run_in_fifo_order(profile) -> None:
@@ -73,8 +79,10 @@ def test_opposite_directions_overlap_but_share_the_bidirectional_cap(profile) ->
     run_copy(env, copies, "d2h", n, out=out, key="d2h")
     env.run()
     scale = BIDIR / (H2D + D2H)  # both busy: 50 + 40 > 60, scaled to 33.3 + 26.7
-    h2d_end = OVERHEAD + (n + HALF) / (H2D * scale)
-    d2h_left = (n + HALF) - D2H * scale * (h2d_end - OVERHEAD)
+    t_h, t_d = fixed("h2d"), fixed("d2h")  # each call's fixed cost first; h2d starts first
+    h2d_left = n - H2D * (t_d - t_h)
+    h2d_end = t_d + h2d_left / (H2D * scale)
+    d2h_left = n - D2H * scale * (h2d_end - t_d)
     assert out["h2d"][1] == pytest.approx(h2d_end, rel=1e-9)
     assert out["d2h"][1] == pytest.approx(h2d_end + d2h_left / D2H, rel=1e-9)
     serial = profile.pcie.lone_copy_time(n) + profile.pcie.lone_copy_time(n, "d2h")
@@ -86,7 +94,7 @@ def test_host_memory_bandwidth_caps_pcie_traffic() -> None:
     out: dict = {}
     run_copy(env, copies, "h2d", 10 * MB, out=out, key=0)
     env.run()
-    assert out[0][1] == pytest.approx(OVERHEAD + (10 * MB + HALF) / 20e9)
+    assert out[0][1] == pytest.approx(fixed() + 10 * MB / 20e9)
 
 
 def test_a_throttled_copy_runs_at_its_cap(profile) -> None:
@@ -94,11 +102,34 @@ def test_a_throttled_copy_runs_at_its_cap(profile) -> None:
     out: dict = {}
     run_copy(env, copies, "d2h", 10 * MB, cap=5e9, out=out, key=0)
     env.run()
-    assert out[0][1] == pytest.approx(OVERHEAD + (10 * MB + HALF) / 5e9)
+    assert out[0][1] == pytest.approx(fixed("d2h") + 10 * MB / 5e9)
 
 
-def test_direct_backend_pays_one_call_per_run(profile) -> None:
+@pytest.mark.parametrize("nbytes", [64_000, 10 * MB])
+def test_the_engine_sets_up_each_call_while_the_previous_one_moves(profile, nbytes) -> None:
+    """n calls of b bytes take c + max(n b / rate, (n - 1) c + b / rate): submission-bound
+    when calls are small, bandwidth-bound when they are large (a two-stage flow shop)."""
     env, _, copies = rig(profile)
+    out: dict = {}
+    run_copy(env, copies, "h2d", nbytes, calls=8, out=out, key=0)
+    env.run()
+    c = fixed()
+    want = c + max(nbytes / H2D, 7 * c + nbytes / 8 / H2D)
+    assert out[0][1] == pytest.approx(want)
+    serial = 8 * OVERHEAD + (nbytes + 8 * HALF) / H2D  # the calls one after another
+    assert out[0][1] < serial
+    if nbytes == 64_000:  # small calls: the setups bound it
+        assert out[0][1] == pytest.approx(8 * c + nbytes / 8 / H2D)
+
+
+def test_calls_run_in_series_without_pipelining(profile) -> None:
+    """Ablation ``pipelined_issue`` (and the CPU runtime, whose lane thread does each
+    call's work itself): every call's fixed cost, then the bytes."""
+    from simtoys import TOY_PROFILE
+
+    from sim.hardware.profile import load_profile
+
+    env, _, copies = rig(load_profile({**TOY_PROFILE, "ablate": ["pipelined_issue"]}))
     out: dict = {}
     run_copy(env, copies, "h2d", 10 * MB, calls=8, out=out, key=0)
     env.run()

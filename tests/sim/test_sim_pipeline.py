@@ -2,8 +2,9 @@
 
 Toy model: 4 full layers, page 16 tokens, 16 KiB per page per layer; direct backend
 (copy-engine DMA: no SM cost), so a layer's load of P contiguous pages is two calls (K and
-V, as the torch runtime issues them) and takes
-t_l = 2 * call_overhead + (P * 16 KiB + 2 * half_efficiency_bytes) / 50 GB/s.
+V, as the torch runtime issues them), pipelined on the copy engine (sim.copy_engine):
+n calls of B bytes in all take c + max(B / 50 GB/s, (n - 1) c + B / n / 50 GB/s), with
+c = call_overhead + half_efficiency_bytes / 50 GB/s.
 """
 
 from __future__ import annotations
@@ -16,10 +17,15 @@ from hicache.runtime.interface import BatchCompletion, BatchPlan, LoadIntent, Ph
 LAYERS, PAGE, PAGE_LAYER_BYTES = 4, 16, 16 * 1024
 
 
-def load_layer_time(profile, pages: int) -> float:
+def copy_time(profile, calls: int, nbytes: float) -> float:
     pcie = profile.pcie
-    return (2 * pcie.call_overhead_s
-            + (pages * PAGE_LAYER_BYTES + 2 * pcie.half_efficiency_bytes) / pcie.h2d_bytes_per_s)
+    rate = pcie.h2d_bytes_per_s
+    c = pcie.call_overhead_s + pcie.half_efficiency_bytes / rate
+    return c + max(nbytes / rate, (calls - 1) * c + nbytes / calls / rate)
+
+
+def load_layer_time(profile, pages: int) -> float:
+    return copy_time(profile, 2, pages * PAGE_LAYER_BYTES)
 
 
 def run_loaded_prefill(env, rt, host, new_tokens, batch_id=10):
@@ -56,8 +62,9 @@ def test_without_layerwise_compute_waits_for_all_loads(env, profile, model) -> N
     rt = make_runtime(env, profile, model, layerwise=False)
     host = host_copy_of_prefill(rt, env, rid=1, tokens=64 * PAGE, batch_id=0)
     t0, end, ctx = run_loaded_prefill(env, rt, host, new_tokens=4096)
-    t_l, t_c = load_layer_time(profile, 64), rt.cost.prefill_layer_time(4096, ctx)
-    assert end - t0 == pytest.approx(LAYERS * t_l + LAYERS * t_c, rel=1e-9)
+    t_load = copy_time(profile, 2 * LAYERS, LAYERS * 64 * PAGE_LAYER_BYTES)  # one op
+    t_c = rt.cost.prefill_layer_time(4096, ctx)
+    assert end - t0 == pytest.approx(t_load + LAYERS * t_c, rel=1e-9)
 
 
 def test_loads_start_at_prepare_and_overlap_the_previous_batch(env, profile, model) -> None:

@@ -16,6 +16,7 @@ from hicache.runtime.handles import CacheExtentRef, Tier
 from hicache.tree.actions import Action, BackupNode, FreeDevice, FreeHost
 from hicache.tree.allocator import PageAllocator
 from hicache.tree.components import Kind, TreeSpec
+from hicache.tree.invariants import check_tree
 from hicache.tree.options import SGLANG, TreeOptions
 from hicache.tree.radix import InsertResult, UnifiedRadixTree, page_keys
 
@@ -115,7 +116,9 @@ class Harness:
                    if e.pool == pool)
 
     def check_accounting(self) -> None:
-        """Every allocated page is held by the tree or by the test, exactly once."""
+        """Every allocated page is held by the tree or by the test, exactly once; and the
+        tree's own invariants hold (hicache.tree.invariants)."""
+        check_tree(self.tree)
         for (tier, pool), a in self.alloc.items():
             held = self.tree.held_pages(tier, pool)
             attr = "device" if tier is Tier.DEVICE else "host"

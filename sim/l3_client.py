@@ -1,0 +1,237 @@
+"""One replica's way to the L3 store: its NIC, and its calls guarded as the torch runtime
+guards them (:mod:`hicache.tiers.l3_guard`: deadline, bounded retry, cooldown after
+failure), in simulated time.
+
+    exists(keys) / get(keys, bytes) / put(keys, bytes per key)      one store operation
+      └ guard: skip while down | attempts: [latency][transfer on this replica's fluid
+        server: NIC share, store share, host memory (sim.link)] within the deadline
+
+An attempt ends ``ok``, ``error`` (the store refuses: it is down, or no node is left for a
+write) or ``timeout`` (no answer before ``policy.deadline(bytes)``: the store hangs, the
+NIC is lost, or the transfer is too slow; the transfer is abandoned). An operation whose
+attempts all fail is answered as misses (exists, get) or nothing written (put), never an
+error of the run; the counters are the torch runtime's (``l3_errors``, ``l3_timeouts``,
+``l3_retries``, ``l3_skipped``, ``l3_reconnects``).
+
+Transfer rates (set by :meth:`allocate`, called from this replica's link allocation):
+each group's jobs (Mooncake: reads and writes together) split
+``min(NIC x nic_factor, the store's share for this replica)`` equally; the host-memory
+coupling with PCIe traffic is applied afterwards by :class:`sim.link.PcieLink`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from hicache.tiers.l3_guard import COUNTERS, L3Health, RetryPolicy
+from sim.fluid import FluidJob, FluidServer
+from sim.l3 import L3Store, NoLiveNode
+
+if TYPE_CHECKING:
+    from hicache.timeline import Timeline
+    from sim.faults import FaultLedger
+
+Proc = Generator[simpy.Event, Any, Any]
+Trace = list[int | None] | None  # the faults blamed for an operation's failed attempts
+OK, ERROR, TIMEOUT = "ok", "error", "timeout"
+
+
+class L3Client:
+    def __init__(self, env: simpy.Environment, store: L3Store, fluid: FluidServer,
+                 timeline: Timeline, *, policy: RetryPolicy | None = None) -> None:
+        self.env, self.store, self.fluid, self.timeline = env, store, fluid, timeline
+        self.policy = policy or RetryPolicy()
+        self.health = L3Health(self.policy)
+        self.counts = dict.fromkeys(COUNTERS, 0)
+        self.nic_faults: dict[int, float] = {}  # fault index -> NIC rate factor
+        self.host_faults: list[int] = []  # host_pressure faults on this replica (blame)
+        self.ledger: FaultLedger | None = None  # set by sim.faults when faults are injected
+        self.blame: int | None = None  # the fault behind the last failed operation
+        store.clients.append(self)
+
+    # ---- rates ---------------------------------------------------------------------
+    @property
+    def nic_factor(self) -> float:
+        return math.prod(self.nic_faults.values())
+
+    def moving(self, group: str) -> bool:
+        """Whether this replica has an L3 transfer in ``group`` under way."""
+        return any(isinstance(j, L3Job) and self.store.group(j.direction) == group
+                   for j in self.fluid.jobs)
+
+    def allocate(self, jobs: list[L3Job]) -> None:
+        """Set the rates of this replica's L3 jobs (module doc)."""
+        groups: dict[str, list[L3Job]] = {}
+        for job in jobs:
+            groups.setdefault(self.store.group(job.direction), []).append(job)
+        for group, members in groups.items():
+            budget = self.store.share(group)
+            if self.store.nic is not None:
+                budget = min(budget, self.store.nic * self.nic_factor)
+            each = budget / len(members)
+            for job in members:
+                job.rate = each if job.cap is None else min(each, job.cap)
+
+    def watch(self, jobs: list[L3Job]) -> None:
+        """After the final rates are set: a job that cannot finish by its deadline at its
+        rate gets a timer that expires it there. Healthy transfers arm none, so no timer
+        outlives the run."""
+        now = self.env.now
+        for job in jobs:
+            if job.armed or (job.rate > 0 and now + job.remaining / job.rate <= job.deadline):
+                continue
+            job.armed = True
+            timer = self.env.timeout(max(0.0, job.deadline - now))
+            timer.callbacks.append(lambda _ev, j=job: j.expire())
+
+    def replan(self) -> None:
+        self.fluid.replan()
+
+    # ---- operations ------------------------------------------------------------------
+    def exists(self, keys: Sequence[str], trace: Trace = None) -> Proc:
+        """Which of ``keys`` the store holds (a master RPC); all False when it fails.
+        ``trace`` (a list) collects the fault blamed for each failed or skipped attempt."""
+        def attempt() -> Proc:
+            outcome = yield from self._rpc()
+            return outcome, [self.store.contains(k) for k in keys]
+        out = yield from self._guarded("exists", 0, attempt, trace)
+        return [False] * len(keys) if out is None else out
+
+    def get(self, keys: Sequence[str], bytes_per_key: int, trace: Trace = None) -> Proc:
+        """Fetch ``keys`` into host memory; returns how many leading keys arrived (a key
+        lost meanwhile, or a failed operation, ends the prefix)."""
+        nbytes = len(keys) * bytes_per_key
+
+        def attempt() -> Proc:
+            outcome = yield from self._transfer("read", nbytes)
+            got = self.store.count_hits(keys) if outcome == OK else 0
+            self.store.touch(keys[:got])
+            self.store.bytes_read += got * bytes_per_key
+            return outcome, got
+        got = yield from self._guarded("get", nbytes, attempt, trace)
+        return got or 0
+
+    def put(self, keys: Sequence[str], bytes_per_key: int) -> Proc:
+        """Write the keys the store lacks (an exists RPC, then the transfer); returns how
+        many were written (0 when the operation failed)."""
+        have = yield from self.exists(keys)
+        todo = [k for k, h in zip(keys, have, strict=True) if not h]
+        if not todo:
+            return 0
+
+        def attempt() -> Proc:
+            outcome = yield from self._transfer("write", len(todo) * bytes_per_key)
+            if outcome != OK:
+                return outcome, 0
+            try:
+                return OK, self.store.insert(todo, bytes_per_key)
+            except NoLiveNode:
+                return ERROR, 0
+        written = yield from self._guarded("put", len(todo) * bytes_per_key, attempt)
+        if written is None and self.ledger is not None and self.blame is not None:
+            self.ledger.count(self.blame, "store_pages_failed", len(todo))
+        return written or 0
+
+    # ---- the guard ---------------------------------------------------------------------
+    def _guarded(self, op: str, nbytes: int, attempt: Callable[[], Proc],
+                 trace: Trace = None) -> Proc:
+        """Run ``attempt`` under the policy; its value, or None when the operation failed
+        or was skipped (counted, and blamed on the fault behind it)."""
+        admission = self.health.admit(self.env.now)
+        if admission == "skip":
+            self._count("l3_skipped", self.blame)
+            if trace is not None:
+                trace.append(self.blame)
+            return None
+        for k in range(self.policy.attempts(admission == "probe")):
+            if k:
+                self._count("l3_retries")
+                yield self.env.timeout(self.policy.backoff(k - 1))
+            t0, cause = self.env.now, self._culprit()
+            outcome, value = yield from attempt()
+            if outcome == OK:
+                if self.health.answered():
+                    self._count("l3_reconnects")
+                return value
+            self.blame = cause if cause is not None else self._culprit()
+            if trace is not None:
+                trace.append(self.blame)
+            self.timeline.record("l3", f"{op}_{outcome}", t0, self.env.now,
+                                 nbytes=0)
+            if outcome == TIMEOUT:
+                self._count("l3_timeouts", self.blame)
+        self._count("l3_errors", self.blame)
+        self.health.failed(self.env.now)
+        return None
+
+    def _rpc(self) -> Proc:
+        """One master round trip: ``ok``, ``error`` (refused) or ``timeout``."""
+        st = self.store
+        if st.refusing:
+            yield self.env.timeout(st.query_latency_s)
+            return ERROR
+        if st.hanging or self.nic_factor == 0:
+            yield self.env.timeout(self.policy.deadline(0))
+            return TIMEOUT
+        yield self.env.timeout(st.query_latency_s)
+        return ERROR if st.refusing else OK
+
+    def _transfer(self, direction: str, nbytes: int) -> Proc:
+        """Latency, then ``nbytes`` on this replica's fluid server, within the deadline."""
+        st, env = self.store, self.env
+        if st.refusing:
+            yield env.timeout(st.latency_s)
+            return ERROR
+        job = L3Job(nbytes, direction, env.now + self.policy.deadline(nbytes), env.event())
+        yield env.timeout(st.latency_s)
+        was_moving = self.moving(st.group(direction))
+        done = self.fluid.submit(job)
+        if not was_moving:
+            st.changed(self)
+        yield env.any_of([done, st.went_down, job.expired])
+        if not done.triggered:
+            self.fluid.cancel(job)
+        if not self.moving(st.group(direction)):
+            st.changed(self)
+        if st.refusing:
+            return ERROR
+        return OK if done.triggered else TIMEOUT
+
+    def _culprit(self) -> int | None:
+        """The fault active now that would fail a call: the store's, then this replica's
+        (an attempt blames the one active when it started, else when it failed)."""
+        active = self.on_path()
+        return active[0] if active else None
+
+    def on_path(self) -> list[int]:
+        """Faults active now on this replica's way to L3, most disruptive first: the
+        store refusing or hanging, then its NIC, then its host memory."""
+        st = self.store
+        return [*reversed(st.refusing), *reversed(st.hanging), *reversed(self.nic_faults),
+                *reversed(self.host_faults)]
+
+    def _count(self, counter: str, blame: int | None = None) -> None:
+        self.counts[counter] += 1
+        if blame is not None and self.ledger is not None:
+            self.ledger.count(blame, counter)
+
+
+class L3Job(FluidJob):
+    """A transfer between this replica's host memory and the store (kind ``l3``), due by
+    ``deadline``; ``expired`` fires if it is still running then (:meth:`L3Client.watch`)."""
+
+    __slots__ = ("direction", "deadline", "expired", "armed")
+
+    def __init__(self, nbytes: float, direction: str, deadline: float,
+                 expired: simpy.Event) -> None:
+        super().__init__(nbytes, "l3")
+        self.direction, self.deadline, self.expired = direction, deadline, expired
+        self.armed = False
+
+    def expire(self) -> None:
+        if not self.expired.triggered:
+            self.expired.succeed()
