@@ -350,25 +350,26 @@ class SimRuntime:
     def _load_groups(self, loads: list[tuple[str, list[int], list[int]]]) -> list[LoadGroup]:
         """One h2d op per layer (layer-wise) or one for all layers, as the torch runtime.
         A load's calls depend on the layers it touches only through their count: counted
-        once per load and count, not once per layer."""
+        once per load and count, not once per layer (byte and call sums are integers: any
+        order gives the same)."""
         if not loads:
             return []
         layers = self.model.num_layers
-        spans = [range(i, i + 1) for i in range(layers)] if self.layerwise else [range(layers)]
-        memo: list[dict[int, int]] = [{} for _ in loads]
-        out = []
-        for r in spans:
+        if not self.layerwise:
             nbytes = calls = 0
-            for (pool, src, dst), known in zip(loads, memo, strict=True):
-                per_layer = self.layer_bytes[pool]
-                nbytes += sum(per_layer[i] * len(src) for i in r)
-                touched = sum(1 for i in r if per_layer[i])
-                n = known.get(touched)
-                if n is None:  # the source lives in L2
-                    n = known[touched] = self._calls_touching(pool, src, dst, src, touched)
-                calls += n
-            out.append(LoadGroup(r, nbytes, calls))
-        return out
+            for pool, src, dst in loads:
+                nbytes += self.bytes_per_page[pool] * len(src)
+                calls += self._calls(pool, src, dst, range(layers), src)  # src lives in L2
+            return [LoadGroup(range(layers), nbytes, calls)]
+        nbytes_at, calls_at = [0] * layers, [0] * layers
+        for pool, src, dst in loads:
+            per_layer, n = self.layer_bytes[pool], len(src)
+            one = self._calls_touching(pool, src, dst, src, 1)  # a layer's op: src in L2
+            for i, b in enumerate(per_layer):
+                if b:
+                    nbytes_at[i] += b * n
+                    calls_at[i] += one
+        return [LoadGroup(range(i, i + 1), nbytes_at[i], calls_at[i]) for i in range(layers)]
 
     def backup_calls(self, st: BatchState) -> int:
         """Copy calls of the batch's one all-layer backup op."""

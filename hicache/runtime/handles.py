@@ -16,6 +16,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain
 
+from hicache.runtime.page_ids import runs_of
+
 
 class Tier(enum.Enum):
     """Where a copy of KV lives: L1 GPU memory, L2 pinned host memory, L3 storage."""
@@ -46,20 +48,7 @@ class PageRun:
 
 def coalesce(pages: Iterable[int]) -> tuple[PageRun, ...]:
     """Page ids in order -> the fewest runs that list them in the same order."""
-    runs: list[PageRun] = []
-    start = prev = -2
-    count = 0
-    for p in pages:
-        if p == prev + 1 and count:
-            count += 1
-        else:
-            if count:
-                runs.append(PageRun(start, count))
-            start, count = p, 1
-        prev = p
-    if count:
-        runs.append(PageRun(start, count))
-    return tuple(runs)
+    return tuple(PageRun(start, count) for start, count in runs_of(pages))
 
 
 @dataclass(frozen=True, slots=True)
