@@ -68,6 +68,12 @@ def _assert_same(folded: SimResult, plain: SimResult) -> None:
         assert f.runtime.writeback.steps == p.runtime.writeback.steps  # what the policy saw
 
 
+def test_the_equivalence_test_knows_every_shipped_scenario() -> None:
+    shipped = {p.name for p in (ROOT / "scenarios").glob("*.yaml")}
+    shipped |= {f"validation/{p.name}" for p in (ROOT / "scenarios/validation").glob("*.yaml")}
+    assert shipped == set(SHRUNK), "add the new scenario to SHRUNK"
+
+
 @pytest.mark.parametrize("name", sorted(SHRUNK))
 def test_folded_runs_equal_unfolded_runs_on_every_shipped_scenario(name: str) -> None:
     for variant, sc in _variants(name, SHRUNK[name]):
