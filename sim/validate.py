@@ -72,9 +72,10 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Released:
                 row_of(rt, h, f"request {s.rid}")  # the full check (raises if stale)
             if s.attach or s.loads:
                 raise ValueError(f"request {s.rid}: attach/loads only on its first slice")
-        for ext in s.attach:
-            if not _current(rt, ext, Tier.DEVICE):
-                check_ext(rt, ext, Tier.DEVICE, f"attach of request {s.rid}")
+        for ext in s.attach:  # state pieces may come from L2 (hybrid load-back)
+            tier = Tier.HOST if ext.tier is Tier.HOST and ext.pool != "full" else Tier.DEVICE
+            if not _current(rt, ext, tier):
+                check_ext(rt, ext, tier, f"attach of request {s.rid}")
             if ext.pool != "full" and not rt.state.active:
                 raise ValueError(f"attach of request {s.rid}: pool {ext.pool!r} is not kept "
                                  "by this runtime")
@@ -216,6 +217,9 @@ def check_capacity(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
                 need_device[pool] = need_device.get(pool, 0) + n
         for ld in s.loads:
             need_device[ld.src.pool] = need_device.get(ld.src.pool, 0) + ld.src.num_pages
+        for ext in s.attach:
+            if ext.tier is Tier.HOST:  # hybrid load-back: L2 state lands in L1
+                need_device[ext.pool] = need_device.get(ext.pool, 0) + ext.num_pages
     need_device["full"] += full
     for b in plan.backups:
         need_host[b.src.pool] = need_host.get(b.src.pool, 0) + b.src.num_pages

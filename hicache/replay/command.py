@@ -93,11 +93,13 @@ def _cache(args: argparse.Namespace, capacity: int):  # noqa: ANN202 - ReplayCac
     from hicache.replay.hybrid import HybridReplayCache
 
     if args.swa_window or args.mamba_slots:
-        if args.l2_tokens or args.l3:
-            raise ValueError("--swa-window/--mamba-slots replay L1 only: drop --l2-tokens/--l3")
+        if args.l3:  # hicache/kvcache/hybrid_tiers.py says why
+            raise ValueError("--swa-window/--mamba-slots replay L1 and L2 (--l2-tokens); "
+                             "SWA windows and MAMBA checkpoints have no L3 path: drop --l3")
         return HybridReplayCache(page_size=args.page_size, full_tokens=capacity,
                                  swa_window=args.swa_window, swa_tokens=args.swa_tokens,
-                                 mamba_slots=args.mamba_slots, policy=args.policy)
+                                 mamba_slots=args.mamba_slots, policy=args.policy,
+                                 host_tokens=args.l2_tokens, write_policy=args.write_policy)
     cfg = CacheConfig.from_mapping({
         "page_size": args.page_size, "device_tokens": capacity,
         "radix_eviction_policy": args.policy, "hicache_write_policy": args.write_policy,
