@@ -217,7 +217,6 @@ class ComponentTracker:
             st.state_donated.setdefault(kind, []).append(ext.with_pages(own))
             if kind is Kind.FULL:
                 st.donated.append(ext.with_pages(own))
-                st.donated_ids.update(own)
                 st.donated_pages += len(own)
                 self.kv.budget.own -= len(own)
             else:

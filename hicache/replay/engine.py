@@ -131,7 +131,9 @@ class ZeroTimeExecutor:
         own = self._rows.pop(release.request.slot_id, None)
         if own is None:
             return
-        keep = {p for e in release.kept() for p in e.pages()}
+        keep: set[int] = set()
+        for e in release.kept():
+            keep.update(e.pages())
         rest = [p for p in own.pages() if p not in keep]
         if rest:
             self.device.free(own.with_pages(rest))
