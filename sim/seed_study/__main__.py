@@ -61,6 +61,12 @@ def collect_sweeps(out: Path, reuse: bool) -> dict[str, pd.DataFrame]:
     return res
 
 
+def _children_cpu_s() -> float:
+    """CPU seconds of the finished subprocesses (the runs and sweeps) so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def numbers(res: dict) -> dict:
     """The headline numbers as plain JSON."""
     mt = {k: {"metrics": v["metrics"], "x": v["x"]} for k, v in res["multiturn"].items()}
@@ -80,15 +86,18 @@ def main(argv: list[str] | None = None) -> int:
     parts = set(args.only or PARTS)
     out: Path = args.out.resolve()
     res: dict = {"multiturn": {}, "session": pd.DataFrame(), "sweeps": {}}
-    if "multiturn" in parts:
-        res["multiturn"] = collect_multiturn(out, args.reuse)
-    if "session" in parts:
-        res["session"] = collect_sessions(out, args.reuse)
-    if "sweeps" in parts:
-        res["sweeps"] = collect_sweeps(out, args.reuse)
+    cpu_file = out / "cpu.json"
+    cpu = json.loads(cpu_file.read_text()) if cpu_file.exists() else {}
+    for part, collect in (("multiturn", collect_multiturn), ("session", collect_sessions),
+                          ("sweeps", collect_sweeps)):
+        if part in parts:
+            before = _children_cpu_s()
+            res[part] = collect(out, args.reuse)
+            if not args.reuse:  # the CPU time of the runs that made these results
+                cpu[part] = round((_children_cpu_s() - before) / 60, 1)
+    out.mkdir(parents=True, exist_ok=True)
+    cpu_file.write_text(json.dumps(cpu, indent=2) + "\n")
     res["readings"] = text.readings(res)
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (usage.ru_utime + usage.ru_stime) / 60 if not args.reuse else None
     render(res, out, text.intro(cpu), text.discussion(res) + "\n" + text.commands())
     (out / "numbers.json").write_text(json.dumps(numbers(res), indent=2, default=str) + "\n")
     print(f"-> {out / 'README.md'}", file=sys.stderr)

@@ -150,7 +150,7 @@ def sweep_section(res: dict, out: Path) -> str:
 def _sweep_metrics(sw: Sweep) -> list[str]:
     if sw.key in ("dsv4_growth", "inkling_l1"):
         return ["cliff_round", "hit_rate", "effective_input_throughput_tps"]
-    if sw.key in ("pro_l1", "qwen_mamba"):
+    if sw.key in ("pro_l1", "qwen_l1", "qwen_mamba"):
         return ["ttft_mean_s", "device_hit_rate", "hit_rate"]
     return ["hit_rate", "l3_hit_rate", "ttft_mean_s", "effective_input_throughput_tps"]
 

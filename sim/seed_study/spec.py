@@ -130,6 +130,12 @@ SWEEPS = (
                 "workload.num_sessions=256"),
           question="L1 size at batch 128 (H200: 0.88M tokens; a 180 GB B200 would hold "
                    "4.2M): device hit and the session-aware gain."),
+    Sweep("qwen_l1", "qwen3_5",
+          (("cache.device_tokens", (4406379, 1100000, 275000)),), ("lru", "session"),
+          sets=("scheduler.max_running_requests=32", "workload.max_sessions=32",
+                "workload.num_sessions=64"),
+          question="L1 size at batch 32 (4.4M tokens, as the study; 1/4; 1/16): device "
+                   "hit and the session-aware gain when the sessions outgrow L1."),
     Sweep("qwen_mamba", "qwen3_5",
           (("run.mamba_slots", (48, 96, 192)),), ("lru", "session"),
           sets=("scheduler.max_running_requests=32", "workload.max_sessions=32",

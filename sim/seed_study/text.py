@@ -40,9 +40,14 @@ def models_table() -> str:
     return "\n".join(rows)
 
 
-def intro(cpu_minutes: float | None) -> str:
-    cost = (f" It took {cpu_minutes:.0f} minutes of CPU here (2 shared cores; times on a "
-            "loaded machine are noisy)." if cpu_minutes else "")
+def intro(cpu_minutes: dict[str, float]) -> str:
+    """The report's head: the command, the CPU it took (minutes per part), the setup."""
+    cost = ""
+    if cpu_minutes:
+        each = ", ".join(f"{k} {v:.0f}" for k, v in cpu_minutes.items())
+        cost = (f" The runs took {sum(cpu_minutes.values()):.0f} minutes of CPU ({each}) on "
+                "2 cores shared with other jobs (CPU time is the honest measure there; wall "
+                "time was longer and noisy).")
     return f"""# The seed's published results, reproduced side by side (issue 13)
 
 Regenerate every run, sweep, table, plot and this file with one command:
@@ -144,7 +149,8 @@ def readings(res: dict) -> dict[str, str]:
             f"{r['hit_rate']:.0%} (L3 {r['l3_hit_rate']:.0%}), mean TTFT "
             f"{r['ttft_mean_s']:.2f} s, {r['effective_input_throughput_tps'] / 1e3:,.0f}K tok/s"
             for _, r in df.iterrows()) + "."
-    for key, label in (("pro_l1", "cache.device_tokens"), ("qwen_mamba", "run.mamba_slots")):
+    for key, label in (("pro_l1", "cache.device_tokens"), ("qwen_l1", "cache.device_tokens"),
+                       ("qwen_mamba", "run.mamba_slots")):
         if (df := sw.get(key)) is not None:
             out[key] = "Session-aware against LRU: " + "; ".join(
                 f"{label.split('.')[-1]} {r0[label]}: mean TTFT {_chg(r0, r1)}, device hit "

@@ -88,7 +88,7 @@ def test_the_report_puts_each_published_figure_beside_ours(tmp_path: Path) -> No
         for s in SESSIONS for b in s.batches])
     res = {"multiturn": mt, "session": ses, "sweeps": {}}
     res["readings"] = text.readings(res)
-    path = report.render(res, tmp_path, text.intro(None), text.discussion(res))
+    path = report.render(res, tmp_path, text.intro({}), text.discussion(res))
     body = path.read_text()
     assert "| effective input throughput, L1+L2+L3 / L1 | 15.5x | 6.0x | 61% **>20%** |" \
         in body
