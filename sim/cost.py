@@ -248,8 +248,9 @@ class CostModel:
         ``sum(batch_layer_times((), [c + k for c in contexts]))``: a folded decode run
         (sim.fold). The analytic model needs only the contexts' sums per step (its
         attention terms are sums of integers, exact in floats): O(steps), not
-        O(steps x requests)."""
-        if self.fitted is not None or self.tables is not None or not contexts:
+        O(steps x requests). Compressed KV (its indexer's top-k) takes the exact path."""
+        if (self.fitted is not None or self.tables is not None or not contexts
+                or self.model.compression is not None):
             return [sum(self.batch_layer_times((), [c + k for c in contexts]))
                     for k in range(first, first + steps)]
         n = len(contexts)
@@ -262,11 +263,12 @@ class CostModel:
             below.append(below[-1] + c)
         terms = []  # per kind: _work's terms that do not depend on the contexts
         for kind in kinds:
-            nbytes = self.params[kind] * self.model.dtype_bytes + n * self.act_bytes_per_token
+            nbytes = self.model.weight_bytes_per_layer(kind, n) + n * self.act_bytes_per_token
             if kind == "mamba":
                 nbytes += 2.0 * self.model.mamba_state_bytes * n
             terms.append((kind, 2.0 * n * self.params[kind], nbytes, self.kv_token[kind]))
         head = self.embed_time((), [0] * n) + self.in_situ["first_op_s"]
+        allreduce = self.allreduce_s(n)
         uniform = len(kinds) == 1
         flops_per_s, hbm, launch, per_pair = self.flops_per_s, self.hbm, self.launch, \
             self.attn_flops_per_pair
@@ -282,7 +284,7 @@ class CostModel:
                 if kind != "mamba":
                     flops += per_pair * float(pairs)
                     nbytes += (pairs + n) * kv
-                per_kind[kind] = max(flops / flops_per_s, nbytes / hbm) + launch
+                per_kind[kind] = max(flops / flops_per_s, nbytes / hbm) + launch + allreduce
             if uniform:
                 times = [per_kind[kinds[0]]] * len(layer_kinds)
             else:
