@@ -15,7 +15,7 @@ import pandas as pd
 from sim.seed_study import plots
 from sim.seed_study.analysis import relative_gap
 from sim.seed_study.runner import sweep_args
-from sim.seed_study.spec import MULTITURN, SESSIONS, SWEEPS, Sweep
+from sim.seed_study.spec import MULTITURN, SESSIONS, SWEEPS, Sweep, moved_by
 
 GAP = 0.20  # differences above this need a measured explanation (issue 13)
 
@@ -47,7 +47,8 @@ def multiturn_section(res: dict, out: Path) -> str:
         r = res["multiturn"].get(st.key)
         if r is None:
             continue
-        p, m, x, why = st.published, r["metrics"], r["x"], st.moved_by
+        p, m, x = st.published, r["metrics"], r["x"]
+        why = {k: moved_by(v) for k, v in st.moved_by.items()}
         lo, hi = p["cliff"]
         plots.multiturn(r["rounds"], (lo, hi), st.title, out / f"multiturn_{st.key}.png")
         l3 = m["L1+L2+L3"]
@@ -122,10 +123,12 @@ def session_section(res: dict, out: Path) -> str:
                 f"{r['ttft_session_s']:.2f}", dev,
                 f"{_pct(r['device_lru'])} -> {_pct(r['device_session'])}", devh,
                 f"{_pct(r['device_host_lru'])} -> {_pct(r['device_host_session'])}"])
+    moves = "\n".join(f"- {st.title}: what moves the differences: {moved_by(st.moved_by)}"
+                      for st in SESSIONS)
     return (_table(["model", "batch", "TTFT published", "TTFT ours",
                     "mean TTFT LRU / session [s]", "device hit published", "device hit ours",
                     "device+host published", "device+host ours"], rows)
-            + "\n\n![session-aware](session_aware.png)\n")
+            + f"\n\n{moves}\n\n![session-aware](session_aware.png)\n")
 
 
 def sweep_section(res: dict, out: Path) -> str:

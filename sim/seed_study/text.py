@@ -124,6 +124,14 @@ def readings(res: dict) -> dict[str, str]:
                               + ". Where growth x (cliff - 1) stays about constant, the "
                               "cliff is the round at which the clients' conversations "
                               "outgrow the tier: it moves as 1 / growth.")
+    if (df := sw.get("dsv4_ratio")) is not None:
+        l1 = res["multiturn"].get("dsv4_flash", {}).get("metrics", {}).get("L1", {})
+        base = l1.get("input_tps")
+        out["dsv4_ratio"] = "L1+L2 by --hicache-ratio: " + "; ".join(
+            f"{r['cache.hicache_ratio']:g}: cliff {_r(r['cliff_round'])}, hit "
+            f"{r['hit_rate']:.0%}" + (f", {r['effective_input_throughput_tps'] / base:.1f}x "
+                                      "L1's throughput" if base else "")
+            for _, r in df.iterrows()) + "."
     if (df := sw.get("dsv4_prefetch")) is not None:
         hits = ", ".join(f"{r['cache.hicache_storage_prefetch_policy']}: hit "
                          f"{r['hit_rate']:.0%} (L3 {r['l3_hit_rate']:.0%}), "
