@@ -17,23 +17,35 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim.seed_study import runner, text
-from sim.seed_study.analysis import multipliers, rounds_table, run_metrics, session_delta
+from hicache.report.outputs import safe_name
+from sim.hardware.profile import load_profile
+from sim.seed_study import discussion, runner, text
+from sim.seed_study.analysis import (
+    l3_evidence,
+    multipliers,
+    rounds_table,
+    run_metrics,
+    session_delta,
+)
 from sim.seed_study.report import render
-from sim.seed_study.spec import MULTITURN, SESSIONS, SWEEPS, TIERS, session_sets
+from sim.seed_study.spec import MULTITURN, SESSIONS, SWEEPS, TIERS, WAIT, session_sets
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTS = ("multiturn", "session", "sweeps")
+NIC = load_profile("h200-hgx-8gpu").mooncake.nic_bytes_per_s  # the studies' node, per rank
 
 
 def collect_multiturn(out: Path, reuse: bool) -> dict:
     res = {}
     for st in MULTITURN:
         folder = runner.run(st.scenario, out / "runs" / st.key, root=ROOT, reuse=reuse)
-        reqs = {v: runner.requests(folder, v) for v in TIERS}
+        reqs = {v: runner.requests(folder, v) for v in (*TIERS, WAIT)}
         metrics = {v: run_metrics(r) for v, r in reqs.items()}
+        onset = metrics["L1+L2+L3"]["onset_round"]
         res[st.key] = {"metrics": metrics, "x": multipliers(metrics),
-                       "rounds": {v: rounds_table(r) for v, r in reqs.items()}}
+                       "rounds": {v: rounds_table(r) for v, r in reqs.items()},
+                       "l3": l3_evidence(folder / safe_name("L1+L2+L3"), onset, NIC)
+                       if onset else None}
         print(f"multiturn {st.key}: done", file=sys.stderr, flush=True)
     return res
 
@@ -93,12 +105,13 @@ def main(argv: list[str] | None = None) -> int:
         if part in parts:
             before = _children_cpu_s()
             res[part] = collect(out, args.reuse)
-            if not args.reuse:  # the CPU time of the runs that made these results
-                cpu[part] = round((_children_cpu_s() - before) / 60, 1)
+            spent = (_children_cpu_s() - before) / 60  # what ran now (reused: nothing)
+            cpu[part] = round(spent + (cpu.get(part, 0.0) if args.reuse else 0.0), 1)
     out.mkdir(parents=True, exist_ok=True)
     cpu_file.write_text(json.dumps(cpu, indent=2) + "\n")
     res["readings"] = text.readings(res)
-    render(res, out, text.intro(cpu), text.discussion(res) + "\n" + text.commands())
+    res["nic"] = NIC
+    render(res, out, text.intro(cpu), discussion.discussion(res) + "\n" + text.commands())
     (out / "numbers.json").write_text(json.dumps(numbers(res), indent=2, default=str) + "\n")
     print(f"-> {out / 'README.md'}", file=sys.stderr)
     return 0

@@ -17,6 +17,8 @@ Definitions (seed 003, SGLang's benchmark; docs/SOURCES.md §3):
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
@@ -103,3 +105,18 @@ def relative_gap(ours: float | None, published: float | None) -> float | None:
     if ours is None or published is None or published == 0:
         return None
     return abs(ours - published) / abs(published)
+
+
+def l3_evidence(folder: Path, from_round: int, nic_bytes_per_s: float) -> dict:
+    """What became of a run's L3 prefetches from round ``from_round`` (counted from 1) on:
+    how many were stopped by the timeout (``decisions.csv``), and the share of the NIC's
+    bandwidth they used over that stretch (``timeline.parquet``)."""
+    req = pd.read_csv(folder / "requests.csv")
+    start = float(req.loc[req["round"] >= from_round - 1, "arrival"].min())
+    end = float(req["finish"].max())
+    dec = pd.read_csv(folder / "decisions.csv")
+    stops = dec.loc[dec["decision"] == "prefetch_stop", "args"].str.split().str[1]
+    tl = pd.read_parquet(folder / "timeline.parquet", columns=["lane", "op", "start", "bytes"])
+    read = tl.loc[(tl["op"] == "prefetch") & (tl["start"] >= start), "bytes"].sum()
+    return {"prefetches": int(len(stops)), "timeouts": int((stops == "timeout").sum()),
+            "nic_busy": float(read / ((end - start) * nic_bytes_per_s)) if end > start else 0.0}

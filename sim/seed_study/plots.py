@@ -22,6 +22,7 @@ def _figure(width: float, height: float):  # noqa: ANN202 - a matplotlib Figure
 
 
 COLORS = {"L1": "tab:red", "L1+L2": "tab:orange", "L1+L2+L3": "tab:green",
+          "L1+L2+L3 wait_complete": "tab:purple",
           "lru": "tab:gray", "session": "tab:blue"}
 
 

@@ -15,7 +15,15 @@ import pandas as pd
 from sim.seed_study import plots
 from sim.seed_study.analysis import relative_gap
 from sim.seed_study.runner import sweep_args
-from sim.seed_study.spec import MULTITURN, SESSIONS, SWEEPS, Sweep, moved_by
+from sim.seed_study.spec import (
+    MULTITURN,
+    SESSIONS,
+    SWEEPS,
+    WAIT,
+    MultiturnStudy,
+    Sweep,
+    moved_by,
+)
 
 GAP = 0.20  # differences above this need a measured explanation (issue 13)
 
@@ -41,50 +49,70 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _beside(ours: float | None, published: float, fmt: str) -> list[str]:
+    """``[ours formatted, its gap to published]``."""
+    return [_f(ours, fmt), _gap(ours, published)]
+
+
+def _below(ours: float | None, limit: float) -> list[str]:
+    return [_f(ours, "{:.2f}"), "within" if (ours or 1e9) < limit else "**outside**"]
+
+
+def _multiturn_rows(st: MultiturnStudy, m: dict, x: dict) -> list[list[str]]:
+    """quantity | published | ours (seed's flags) | gap | ours, wait_complete | gap | what
+    moves it."""
+    p, l3, w = st.published, m["L1+L2+L3"], m.get(WAIT, {})
+    why = {k: moved_by(v) for k, v in st.moved_by.items()}
+    lo, hi = p["cliff"]
+    none = ["", ""]
+    rows = [
+        ["L1 cliff: round the hit rate stays < 10% (onset: < 90% of its peak)",
+         f"{lo}-{hi} (both curves ~0)",
+         f"{_f(m['L1']['cliff_round'], '{}')} (onset {_f(m['L1']['onset_round'], '{}')})",
+         "predicted", *none, why["cliff"]],
+        ["L1+L2 cliff (onset)", f"{lo}-{hi}",
+         f"{_f(m['L1+L2']['cliff_round'], '{}')} (onset {_f(m['L1+L2']['onset_round'], '{}')})",
+         "calibrated", *none, why["cliff"]],
+        ["L1+L2+L3 hit rate, last 5 rounds", _pct(p["late_hit_l3"]),
+         *_beside(l3["late_hit_rate"], p["late_hit_l3"], "{:.0%}"),
+         *(_beside(w["late_hit_rate"], p["late_hit_l3"], "{:.0%}") if w else none),
+         why["late_hit_l3"]],
+        ["effective input throughput, L1+L2+L3 / L1 [x]", f"{p['x_l3']:.1f}",
+         *_beside(x["L1+L2+L3"], p["x_l3"], "{:.1f}"),
+         *(_beside(x[WAIT], p["x_l3"], "{:.1f}") if w else none), why["x_l3"]],
+        ["effective input throughput, L1+L2 / L1 [x]", f"{p['x_l2']:.1f}",
+         *_beside(x["L1+L2"], p["x_l2"], "{:.1f}"), *none, why["x_l2"]],
+    ]
+    if "ttft_l3_max_s" in p:
+        limit = p["ttft_l3_max_s"]
+        rows.append(["mean TTFT, L1+L2+L3 [s]", f"< {limit:.0f}",
+                     *_below(l3["ttft_mean_s"], limit),
+                     *(_below(w["ttft_mean_s"], limit) if w else none), why["ttft"]])
+    if "ttft_l3_s" in p:
+        rows += [
+            ["mean TTFT, L1+L2+L3 [s]", f"{p['ttft_l3_s']:.2f}",
+             *_beside(l3["ttft_mean_s"], p["ttft_l3_s"], "{:.2f}"),
+             *(_beside(w["ttft_mean_s"], p["ttft_l3_s"], "{:.2f}") if w else none),
+             why["ttft"]],
+            ["effective input throughput, L1+L2+L3 [tok/s]", f"{p['tps_l3']:,.0f}",
+             *_beside(l3["input_tps"], p["tps_l3"], "{:,.0f}"),
+             *(_beside(w["input_tps"], p["tps_l3"], "{:,.0f}") if w else none),
+             why["tps"]],
+            ["effective input throughput, L1 [tok/s]", f"{p['tps_l1']:,.0f}",
+             *_beside(m["L1"]["input_tps"], p["tps_l1"], "{:,.0f}"), *none, why["tps"]]]
+    return rows
+
+
 def multiturn_section(res: dict, out: Path) -> str:
     parts = []
     for st in MULTITURN:
         r = res["multiturn"].get(st.key)
         if r is None:
             continue
-        p, m, x = st.published, r["metrics"], r["x"]
-        why = {k: moved_by(v) for k, v in st.moved_by.items()}
-        lo, hi = p["cliff"]
+        m, x = r["metrics"], r["x"]
+        lo, hi = st.published["cliff"]
         plots.multiturn(r["rounds"], (lo, hi), st.title, out / f"multiturn_{st.key}.png")
-        l3 = m["L1+L2+L3"]
-        rows = [
-            ["L1 cliff: round the hit rate stays < 10% (onset: < 90% of its peak)",
-             f"{lo}-{hi} (both curves ~0)",
-             f"{_f(m['L1']['cliff_round'], '{}')} (onset {_f(m['L1']['onset_round'], '{}')})",
-             "calibrated", why["cliff"]],
-            ["L1+L2 cliff (onset)", f"{lo}-{hi}",
-             f"{_f(m['L1+L2']['cliff_round'], '{}')} "
-             f"(onset {_f(m['L1+L2']['onset_round'], '{}')})",
-             "calibrated", why["cliff"]],
-            ["L1+L2+L3 hit rate, last 5 rounds", _pct(p["late_hit_l3"]),
-             _pct(l3["late_hit_rate"]), _gap(l3["late_hit_rate"], p["late_hit_l3"]),
-             why["late_hit_l3"]],
-            ["effective input throughput, L1+L2+L3 / L1", f"{p['x_l3']:.1f}x",
-             f"{_f(x['L1+L2+L3'], '{:.1f}')}x", _gap(x["L1+L2+L3"], p["x_l3"]),
-             why["x_l3"]],
-            ["effective input throughput, L1+L2 / L1", f"{p['x_l2']:.1f}x",
-             f"{_f(x['L1+L2'], '{:.1f}')}x", _gap(x["L1+L2"], p["x_l2"]),
-             why["x_l2"]],
-        ]
-        if "ttft_l3_max_s" in p:
-            rows.append(["mean TTFT, L1+L2+L3", f"< {p['ttft_l3_max_s']:.0f} s",
-                         f"{_f(l3['ttft_mean_s'], '{:.2f}')} s",
-                         "within" if (l3["ttft_mean_s"] or 1e9) < p["ttft_l3_max_s"]
-                         else "**outside**", why["ttft"]])
-        if "ttft_l3_s" in p:
-            rows.append(["mean TTFT, L1+L2+L3", f"{p['ttft_l3_s']:.2f} s",
-                         f"{_f(l3['ttft_mean_s'], '{:.2f}')} s",
-                         _gap(l3["ttft_mean_s"], p["ttft_l3_s"]), why["ttft"]])
-            rows.append(["effective input throughput L1+L2+L3 / L1 [tok/s]",
-                         f"{p['tps_l3']:,.0f} / {p['tps_l1']:,.0f}",
-                         f"{_f(l3['input_tps'], '{:,.0f}')} / "
-                         f"{_f(m['L1']['input_tps'], '{:,.0f}')}",
-                         _gap(l3["input_tps"], p["tps_l3"]), why["tps"]])
+        rows = _multiturn_rows(st, m, x)
         tiers = _table(["tier", "hit rate", "device / host / L3", "mean TTFT [s]",
                         "eff. input [tok/s]", "cliff (onset)"],
                        [[v, _pct(mm["hit_rate"]),
@@ -94,8 +122,8 @@ def multiturn_section(res: dict, out: Path) -> str:
                          f"{_f(mm['cliff_round'], '{}')} ({_f(mm['onset_round'], '{}')})"]
                         for v, mm in m.items()])
         parts.append(f"### {st.title} (`{st.scenario}`)\n\n"
-                     + _table(["quantity", "published", "ours", "gap", "what moves it"],
-                              rows)
+                     + _table(["quantity", "published", "ours (seed's flags)", "gap",
+                               "ours, wait_complete", "gap", "what moves it"], rows)
                      + f"\n\nPer tier over the whole run:\n\n{tiers}\n\n"
                      f"![{st.key}](multiturn_{st.key}.png)\n")
     return "\n".join(parts)
@@ -119,13 +147,15 @@ def session_section(res: dict, out: Path) -> str:
             rows.append([
                 st.title, str(int(r["batch"])),
                 f"{pub['ttft_change_pct']:+.1f}%" if pub else "",
-                f"{r['ttft_change_pct']:+.1f}%", f"{r['ttft_lru_s']:.2f} / "
+                f"{r['ttft_change_pct']:+.1f}%",
+                _gap(r["ttft_change_pct"], pub["ttft_change_pct"]) if pub else "",
+                f"{r['ttft_lru_s']:.2f} / "
                 f"{r['ttft_session_s']:.2f}", dev,
                 f"{_pct(r['device_lru'])} -> {_pct(r['device_session'])}", devh,
                 f"{_pct(r['device_host_lru'])} -> {_pct(r['device_host_session'])}"])
     moves = "\n".join(f"- {st.title}: what moves the differences: {moved_by(st.moved_by)}"
                       for st in SESSIONS)
-    return (_table(["model", "batch", "TTFT published", "TTFT ours",
+    return (_table(["model", "batch", "TTFT published", "TTFT ours", "gap",
                     "mean TTFT LRU / session [s]", "device hit published", "device hit ours",
                     "device+host published", "device+host ours"], rows)
             + f"\n\n{moves}\n\n![session-aware](session_aware.png)\n")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 TIERS = ("L1", "L1+L2", "L1+L2+L3")
+WAIT = "L1+L2+L3 wait_complete"  # ours: L1+L2+L3 with prefetches that run to completion
 
 
 @dataclass(frozen=True)
@@ -61,9 +62,9 @@ MULTITURN = (
         "scenarios/seed_study/multiturn_inkling_small.yaml",
         {"cliff": (18, 19), "late_hit_l3": 0.968, "x_l3": 67.1 / 15.5, "x_l2": 1.4,
          "ttft_l3_s": 1.23, "tps_l3": 67_100.0, "tps_l1": 15_500.0},
-        {"cliff": ("inkling_l1",), "late_hit_l3": ("inkling_swa",),
-         "x_l3": ("inkling_swa", "dsv4_output"), "x_l2": ("inkling_l1",),
-         "ttft": ("inkling_swa",), "tps": ()}),
+        {"cliff": ("inkling_l1",), "late_hit_l3": ("inkling_prefetch",),
+         "x_l3": ("inkling_prefetch", "inkling_swa", "dsv4_output"), "x_l2": ("inkling_l1",),
+         "ttft": ("inkling_prefetch", "inkling_swa"), "tps": ()}),
 )
 
 SESSIONS = (
@@ -124,12 +125,18 @@ SWEEPS = (
           label="L1 size",
           question="L1 size (our SWA-kept-per-token accounting vs SGLang's smaller SWA "
                    "pool): where do the cliffs fall?"),
+    Sweep("inkling_prefetch", "inkling_small",
+          (("cache.hicache_storage_prefetch_policy", ("timeout", "wait_complete",
+                                                      "best_effort")),),
+          ("L1+L2+L3",),
+          label="prefetch policy",
+          question="L3 prefetch stop policy on Inkling-Small (the seed's is timeout)."),
     Sweep("inkling_swa", "inkling_small",
           (("model", ("inkling-small-tp8", "inkling-small-global-kv-tp8")),),
-          ("L1+L2+L3",),
+          ("L1+L2+L3",), sets=("cache.hicache_storage_prefetch_policy=wait_complete",),
           label="SWA KV in the tiers",
           question="Do the local (sliding-window) layers' KV travel with every page (ours: "
-                   "21.5 KB per token) or stay in an SWA pool (3.6 KB)?"),
+                   "21.5 KB per token) or stay in an SWA pool (3.6 KB)? (wait_complete)"),
     Sweep("pro_l1", "dsv4_pro",
           (("cache.device_tokens", (880000, 2640000, 4400000)),), ("lru", "session"),
           sets=("scheduler.max_running_requests=128", "workload.max_sessions=128",

@@ -1,6 +1,6 @@
 """The prose of ``results/seed_study/README.md``: the setup (models, node, assumptions),
-one reading per sweep and the closing discussion. Numbers are filled in from the results;
-sentences that compare say which way the numbers went, computed, not assumed."""
+one reading per sweep and the commands (section 4: :mod:`sim.seed_study.discussion`).
+Numbers are filled in from the results."""
 
 from __future__ import annotations
 
@@ -132,15 +132,16 @@ def readings(res: dict) -> dict[str, str]:
             f"{r['hit_rate']:.0%}" + (f", {r['effective_input_throughput_tps'] / base:.1f}x "
                                       "L1's throughput" if base else "")
             for _, r in df.iterrows()) + "."
-    if (df := sw.get("dsv4_prefetch")) is not None:
-        hits = ", ".join(f"{r['cache.hicache_storage_prefetch_policy']}: hit "
-                         f"{r['hit_rate']:.0%} (L3 {r['l3_hit_rate']:.0%}), "
-                         f"{r['effective_input_throughput_tps'] / 1e3:,.0f}K tok/s"
-                         for _, r in df.iterrows())
-        out["dsv4_prefetch"] = (f"{hits}. Under `timeout`, a request that queued longer "
-                                "than its prefetch timeout is admitted with whatever had "
-                                "arrived; with all clients asking at once, arrival-time "
-                                "prefetches also wait for their share of L2.")
+    for key, study in (("dsv4_prefetch", "dsv4_flash"), ("inkling_prefetch", "inkling_small")):
+        if (df := sw.get(key)) is not None:
+            l1 = res["multiturn"].get(study, {}).get("metrics", {}).get("L1", {})
+            out[key] = "L1+L2+L3 by prefetch stop policy: " + "; ".join(
+                f"{r['cache.hicache_storage_prefetch_policy']}: hit {r['hit_rate']:.0%} "
+                f"(L3 {r['l3_hit_rate']:.0%}), mean TTFT {r['ttft_mean_s']:.1f} s, "
+                f"{r['effective_input_throughput_tps'] / 1e3:,.0f}K tok/s"
+                + (f" ({r['effective_input_throughput_tps'] / l1['input_tps']:.1f}x L1)"
+                   if l1.get("input_tps") else "")
+                for _, r in df.iterrows()) + "."
     if (df := sw.get("dsv4_output")) is not None:
         out["dsv4_output"] = "L3 / L1 multiplier by answer length: " + ", ".join(
             f"{k} tokens -> {x:.1f}x" for k, x in _multiplier_by(df, "workload.output_length"))
@@ -203,65 +204,3 @@ def commands() -> str:
               for st in SESSIONS for b in st.batches]
     lines += [f"hicache-lab {' '.join(sweep_args(sw))}" for sw in SWEEPS]
     return "\n".join([*lines, "```", ""])
-
-
-def discussion(res: dict) -> str:
-    """Section 4: what the comparison says, from the numbers (each sentence's direction is
-    computed)."""
-    lines = ["## 4. Reading the differences", ""]
-    mt = res["multiturn"]
-    if (r := mt.get("dsv4_flash")) is not None:
-        m, x = r["metrics"], r["x"]
-        lines += [
-            f"**The cliffs are calibrated, and only one of the published pair fits a tier.** "
-            f"The per-round growth was chosen so that L1+L2 starts falling in the published "
-            f"range (here round {_r(m['L1+L2']['onset_round'])}); L1 then collapses at "
-            f"round {_r(m['L1']['cliff_round'])}: with `--hicache-ratio 2` L1+L2 holds twice "
-            "L1, and with every client in flight the running requests alone overflow L1, so "
-            "L1 falls from its peak to 0 within a round or two. The seed reads *both* curves "
-            "as ~0 after rounds 35-40; with one L1 and an L2 twice its size that cannot "
-            "happen under LRU (section 3.1: each cliff moves as 1 / growth). Note that the "
-            "second workload's published range (18-19) is half the first's. L1+L2 declines "
-            "over several rounds instead of dropping to 0: the radix tree evicts leaves, so "
-            "each conversation keeps its head and later rounds still hit part of it.", "",
-            f"**L3 holds only when prefetches run to completion.** With the seed's `timeout` "
-            f"policy the last five rounds hit {m['L1+L2+L3']['late_hit_rate']:.0%} "
-            "(published ~98%): every client asks at once, arrival-time prefetches wait for "
-            "their share of L2, the queue outlasts the prefetch timeout and requests are "
-            "admitted with what had arrived. Section 3.2 runs the same workload with "
-            "`wait_complete` and `best_effort`. The multipliers follow: "
-            f"L3 / L1 = {x['L1+L2+L3']:.1f}x and L2 / L1 = {x['L1+L2']:.1f}x here; the L2 "
-            "step is large because our L1 collapses at half the L1+L2 cliff, so L2 serves "
-            "about half of the run alone; section 3.3 shows how the L3 multiplier moves "
-            "with the answer length (the decode work that no cache removes).", ""]
-    if (r := mt.get("inkling_small")) is not None:
-        m = r["metrics"]
-        lines += [
-            f"**Inkling-Small.** Ours runs {m['L1']['input_tps'] / 15_500:.1f}x (L1) and "
-            f"{m['L1+L2+L3']['input_tps'] / 67_100:.1f}x (L1+L2+L3) the published absolute "
-            "throughputs: the published run's hardware and sizes are not given (ours: a "
-            "12B-active model on eight H200s), so the ratios are what compare. The L3 "
-            f"run's mean TTFT ({m['L1+L2+L3']['ttft_mean_s']:.1f} s against 1.23 s) is "
-            "its L3 bandwidth: every page carries the 35 local layers' KV too (21.5 KB per "
-            "token per rank); section 3.5 moves that KV to a per-request window as SGLang's "
-            "SWA pool does (3.6 KB).", ""]
-    ses = res.get("session")
-    if ses is not None and len(ses):
-        pts = "; ".join(
-            f"{model}: " + ", ".join(f"batch {int(b)} {c:+.1f}%" for b, c in
-                                      zip(g["batch"], g["ttft_change_pct"], strict=True))
-            for model, g in ses.groupby("model", sort=False))
-        lines += [
-            f"**Session-aware eviction** (mean TTFT against LRU): {pts}. It changes what is "
-            "evicted only when closed sessions' prefixes compete with live sessions' for L1: "
-            "when everything fits (small batches) or when the live sessions alone overflow "
-            "L1 many times over (large batches: most of the cache is referenced, and among "
-            "referenced data the order is LRU again) both policies evict alike. Section 3.6 "
-            "varies V4-Pro's L1 at batch 128 and 3.7 Qwen3.5's MAMBA checkpoint slots. "
-            "Not modelled: DeepSeek-V4's SWA component (its windows are per-request state "
-            "here, always available), which the session-aware work also keeps for live "
-            "sessions, and Qwen3.5's host (L2) copies of MAMBA states (components are L1 "
-            "only in this simulator). At batches of 128 and more our servers queue (mean "
-            "TTFT of tens of seconds): a few percent of TTFT there is queueing noise, not "
-            "a cache effect.", ""]
-    return "\n".join(lines) + "\n"

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from hicache.report.frames import requests_frame
-from sim.seed_study import report, text
+from sim.seed_study import discussion, report, text
 from sim.seed_study.analysis import (
     multipliers,
     onset_round,
@@ -17,7 +17,7 @@ from sim.seed_study.analysis import (
     run_metrics,
     session_delta,
 )
-from sim.seed_study.spec import MULTITURN, SESSIONS, TIERS, session_sets
+from sim.seed_study.spec import MULTITURN, SESSIONS, TIERS, WAIT, session_sets
 
 
 def _requests(hits: list[float], prompt: int = 1000, per_round: int = 2,
@@ -78,7 +78,7 @@ def test_the_report_puts_each_published_figure_beside_ours(tmp_path: Path) -> No
     mt = {}
     for st in MULTITURN:
         reqs = {"L1": _requests(hits, span=30.0), "L1+L2": _requests(hits, span=20.0),
-                "L1+L2+L3": _requests(l3, span=5.0)}
+                "L1+L2+L3": _requests(l3, span=5.0), WAIT: _requests(l3, span=2.0)}
         metrics = {v: run_metrics(r) for v, r in reqs.items()}
         mt[st.key] = {"metrics": metrics, "x": multipliers(metrics),
                       "rounds": {v: rounds_table(r) for v, r in reqs.items()}}
@@ -88,11 +88,15 @@ def test_the_report_puts_each_published_figure_beside_ours(tmp_path: Path) -> No
         for s in SESSIONS for b in s.batches])
     res = {"multiturn": mt, "session": ses, "sweeps": {}}
     res["readings"] = text.readings(res)
-    path = report.render(res, tmp_path, text.intro({}), text.discussion(res))
+    path = report.render(res, tmp_path, text.intro({}), discussion.discussion(res))
     body = path.read_text()
-    assert "| effective input throughput, L1+L2+L3 / L1 | 15.5x | 6.0x | 61% **>20%** |" \
+    assert "| effective input throughput, L1+L2+L3 / L1 [x] | 15.5 | 6.0 | 61% **>20%** |" \
         in body
-    assert "| DeepSeek-V4-Pro TP8 | 128 | -11.0% | -10.0% |" in body
+    assert "| DeepSeek-V4-Pro TP8 | 128 | -11.0% | -10.0% | 9% |" in body
+    assert ("| L1+L2+L3 hit rate, last 5 rounds | 98% | 90% | 8% | 90% | 8% | 3.3 prefetch "
+            "policy |") in body  # the seed's flags, then prefetches that run to completion
+    assert "| effective input throughput, L1+L2+L3 / L1 [x] | 15.5 | 6.0 | 61% **>20%** | " \
+        "15.0 | 3% |" in body
     for name in ("multiturn_dsv4_flash.png", "multiturn_inkling_small.png",
                  "session_aware.png"):
         assert (tmp_path / name).stat().st_size > 1000
