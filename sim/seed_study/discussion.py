@@ -59,13 +59,16 @@ def l2_step(key: str, r: dict, ratio: pd.DataFrame | None) -> str:
             "recomputes in full.")
     base = m["L1"]["input_tps"]
     if ratio is not None and base:
-        pts = ", ".join(f"{g['cache.hicache_ratio']:g}: "
-                        f"{g['effective_input_throughput_tps'] / base:.1f}x"
-                        for _, g in ratio.iterrows())
-        text += (f" With a smaller L2 the step shrinks (section {moved_by(('dsv4_ratio',))},"
-                 f" L1+L2 over L1 by `--hicache-ratio`: {pts}): the published 1.5x "
-                 "corresponds to an L2 that adds little beyond L1, or to an L1 that falls "
-                 "close to the L1+L2 cliff, as the seed's figure draws it.")
+        xs = [(g["cache.hicache_ratio"], g["effective_input_throughput_tps"] / base,
+               g["cliff_round"]) for _, g in ratio.sort_values("cache.hicache_ratio").iterrows()]
+        pts = ", ".join(f"{r:g}: {v:.1f}x" for r, v, _ in xs)
+        grows = all(a[1] < b[1] for a, b in zip(xs, xs[1:], strict=False))
+        near = min(xs, key=lambda rv: abs(rv[1] - st.published["x_l2"]))
+        text += (f" Section {moved_by(('dsv4_ratio',))}, L1+L2 over L1 by `--hicache-ratio`: "
+                 f"{pts}; the step {'grows' if grows else 'does not grow monotonically'} "
+                 f"with L2, and comes closest to the published {st.published['x_l2']:.1f}x at "
+                 f"a ratio of {near[0]:g} ({near[1]:.1f}x; its L1+L2 cliff: round "
+                 f"{'none' if near[2] != near[2] else int(near[2])}).")
     return text
 
 
@@ -102,13 +105,22 @@ def l3_step(key: str, r: dict, policy: pd.DataFrame | None, nic: float) -> str:
 def answer_length(output: pd.DataFrame | None) -> str:
     if output is None:
         return ""
-    pts = []
+    pts, xs = [], []
     for k, g in output.groupby("workload.output_length", sort=True):
-        t = g.set_index("variant")["effective_input_throughput_tps"]
-        pts.append(f"{k} tokens: {t.get('L1+L2+L3', float('nan')) / t.get('L1'):.1f}x")
+        t = g.set_index("variant")
+        x = (t.loc["L1+L2+L3", "effective_input_throughput_tps"]
+             / t.loc["L1", "effective_input_throughput_tps"])
+        xs.append(x)
+        pts.append(f"{k} tokens: {x:.1f}x (L3 serves {t.loc['L1+L2+L3', 'l3_hit_rate']:.0%} "
+                   "of the prompt tokens)")
+    steps = [b - a for a, b in zip(xs, xs[1:], strict=False)]
+    shape = ("falls as the answers grow" if all(d < 0 for d in steps)
+             else "rises as the answers grow" if all(d > 0 for d in steps)
+             else "is not monotonic in the answer length")
     return (f"**Answer length** (section {moved_by(('dsv4_output',))}, wait_complete): the "
-            f"L3 / L1 multiplier is {', '.join(pts)}. The answers' decode is work no cache "
-            "removes; the published answer length is not given.")
+            f"L3 / L1 multiplier {shape}: {'; '.join(pts)}. The published answer length is "
+            f"not given; over these lengths the multiplier spans {min(xs):.1f}x-"
+            f"{max(xs):.1f}x against the published 15.5x.")
 
 
 def inkling(r: dict, swa: pd.DataFrame | None) -> str:
@@ -169,12 +181,14 @@ def sessions(ses: pd.DataFrame | None, sweeps: dict[str, pd.DataFrame]) -> str:
                              f"{_pct(s['device_hit_rate'])}, TTFT "
                              f"{100 * (s['ttft_mean_s'] / lru['ttft_mean_s'] - 1):+.1f}%")
         text.append(f"Section {moved_by((key,))}: " + "; ".join(parts) + ".")
-    text.append("Our SWE-bench-shaped sessions are synthetic (sizes in the setup); the "
-                "published device hit rates say SGLang's traces overflowed L1 far more at the "
-                "same batch: L1 against the sessions' working set is the assumption that "
-                "moves these rows, and the L1 sweeps above move our device hit over the "
-                "published range. Not modelled: DeepSeek-V4's SWA windows as cache (per-"
-                "request state here).")
+    swept = [df["device_hit_rate"] for k in ("pro_l1", "qwen_l1")
+             if (df := sweeps.get(k)) is not None]
+    span = (f" (over the L1 sizes swept our device hit spans {min(d.min() for d in swept):.0%}"
+            f"-{max(d.max() for d in swept):.0%}; published: 5%-51%)" if swept else "")
+    text.append("Our SWE-bench-shaped sessions are synthetic (sizes in the setup). L1 "
+                "against the sessions' working set is the assumption that moves these rows"
+                f"{span}. Not modelled: DeepSeek-V4's SWA windows as cache (per-request "
+                "state here).")
     return " ".join(text)
 
 

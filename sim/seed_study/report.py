@@ -49,6 +49,14 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _range_gap(ours: int | None, lo: float, hi: float, how: str) -> str:
+    """Distance from the published range ``lo..hi``, relative to its nearer end."""
+    if ours is None:
+        return "n/a"
+    g = 0.0 if lo <= ours <= hi else (lo - ours) / lo if ours < lo else (ours - hi) / hi
+    return f"{g:.0%} ({how})" + (" **>20%**" if g > GAP else "")
+
+
 def _beside(ours: float | None, published: float, fmt: str) -> list[str]:
     """``[ours formatted, its gap to published]``."""
     return [_f(ours, fmt), _gap(ours, published)]
@@ -69,10 +77,11 @@ def _multiturn_rows(st: MultiturnStudy, m: dict, x: dict) -> list[list[str]]:
         ["L1 cliff: round the hit rate stays < 10% (onset: < 90% of its peak)",
          f"{lo}-{hi} (both curves ~0)",
          f"{_f(m['L1']['cliff_round'], '{}')} (onset {_f(m['L1']['onset_round'], '{}')})",
-         "predicted", *none, why["cliff"]],
+         _range_gap(m["L1"]["cliff_round"], lo, hi, "predicted"), *none, why["cliff"]],
         ["L1+L2 cliff (onset)", f"{lo}-{hi}",
          f"{_f(m['L1+L2']['cliff_round'], '{}')} (onset {_f(m['L1+L2']['onset_round'], '{}')})",
-         "calibrated", *none, why["cliff"]],
+         _range_gap(m["L1+L2"]["onset_round"], lo, hi, "onset, calibrated"), *none,
+         why["cliff"]],
         ["L1+L2+L3 hit rate, last 5 rounds", _pct(p["late_hit_l3"]),
          *_beside(l3["late_hit_rate"], p["late_hit_l3"], "{:.0%}"),
          *(_beside(w["late_hit_rate"], p["late_hit_l3"], "{:.0%}") if w else none),

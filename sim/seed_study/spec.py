@@ -54,7 +54,7 @@ MULTITURN = (
         "scenarios/seed_study/multiturn_dsv4_flash.yaml",
         {"cliff": (35, 40), "late_hit_l3": 0.98, "x_l3": 15.5, "x_l2": 1.5,
          "ttft_l3_max_s": 9.0},
-        {"cliff": ("dsv4_growth",), "late_hit_l3": ("dsv4_prefetch",),
+        {"cliff": ("dsv4_growth", "dsv4_ratio"), "late_hit_l3": ("dsv4_prefetch",),
          "x_l3": ("dsv4_prefetch", "dsv4_output"), "x_l2": ("dsv4_ratio",),
          "ttft": ("dsv4_prefetch",)}),
     MultiturnStudy(

@@ -77,9 +77,11 @@ compressed, sliding-window and linear layers as each layer class does it,
 `sim/cost.py`, `sim/attention_work.py`). Node: `scenarios/hardware/h200-hgx-8gpu.yaml`.
 How TP8 maps onto one simulated runtime: the runtime is rank 0; the other seven do the
 same work at the same time, so per-rank KV (heads / 8, MQA and 2-KV-head models
-replicated), per-rank PCIe (one Gen5 x16 link per GPU), 1/8 of the host memory bandwidth,
-1/8 of the RDMA NICs (Mooncake: 190/8 GB/s) and of the Mooncake pool; every layer waits
-for two NVLink all-reduces of its tokens' hidden states (360 GB/s bus bandwidth, 15 us).
+replicated), per-rank PCIe (one Gen5 x16 link per GPU), 1/8 of the host memory bandwidth
+(which PCIe copies and L3 traffic share), the rank's own 400 Gb/s RDMA NIC for its shard
+of every page (23.75 GB/s; HGX H200 has one NIC per GPU) and 1/8 of the Mooncake store's
+nodes and pool (docs/SOURCES.md §5, §8); every layer waits for two NVLink all-reduces of
+its tokens' hidden states (360 GB/s bus bandwidth, 15 us).
 
 What is assumed (the scenarios' headers give the derivations; section 3 sweeps the ones
 that matter):
@@ -93,8 +95,10 @@ that matter):
 - **Multi-turn sizes are not published**: 64 clients x 45 rounds (V4-Flash) and 48 x 40
   (Inkling-Small), a round barrier, 256-token answers, and a question sized so that the
   L1+L2 cliff lands in the published range: 10.2K and 6.4K tokens of growth per round.
-  The cliffs are therefore calibrated, not predicted; everything else in section 1 is
-  predicted from them.
+  The L1+L2 cliff is therefore calibrated, not predicted; everything else in section 1
+  (the L1 cliff, hit rates, throughputs, TTFT) is predicted. Besides the seed's three
+  tiers, each multi-turn study runs `L1+L2+L3 wait_complete` (ours): the L3 run with
+  prefetches that run to completion.
 - **The seed's launch flags**: page 64 (256 for DeepSeek-V4: a page holds whole C128
   entries), `--hicache-ratio 2`, `write_through_selective`, Mooncake, prefetch policy
   `timeout` with base 2 s, 0.1 s per Ki-token, max 30 s; chunked prefill 16K (ours).

@@ -47,14 +47,15 @@ def test_the_cliffs_fall_where_the_published_curves_put_them(tiers) -> None:
 
 def test_l3_keeps_the_late_rounds_and_multiplies_throughput_when_prefetches_complete(
         tiers) -> None:
-    """Published: ~98% hit in late rounds, 15.5x L1's effective input throughput, mean
-    TTFT under 9 s, L2 alone ~1.5x."""
+    """Published: ~98% hit in late rounds, 15.5x L1's effective input throughput (here:
+    within a factor of 2), mean TTFT under 9 s, L2 alone ~1.5x (ours is larger: L2 carries
+    the rounds between our L1 and L1+L2 cliffs alone, report section 4)."""
     complete = tiers["L3 wait_complete"]
     x = multipliers({k: v for k, v in tiers.items() if k != "L1+L2+L3"})
     assert complete["late_hit_rate"] > 0.93
     assert complete["ttft_mean_s"] < 9.0
     assert 1.3 < x["L1+L2"] < x["L3 wait_complete"]
-    assert x["L3 wait_complete"] > 0.5 * 15.5
+    assert 15.5 / 2 < x["L3 wait_complete"] < 15.5 * 2
 
 
 def test_the_timeout_policy_loses_l3_once_l2_overflows(tiers) -> None:
@@ -74,7 +75,8 @@ def _session(key: str, batch: int) -> dict:
 
 
 def test_session_aware_eviction_lowers_qwen_ttft_at_batch_32() -> None:
-    """Published: Qwen3.5-397B-A17B TP8 at batch 32, TTFT -13.5% against LRU."""
+    """Published: Qwen3.5-397B-A17B TP8 at batch 32, TTFT -13.5% against LRU (here: within
+    a factor of 2; seeds 1 and 2 give -13.0% and -5.0%, the report's seed 0 -12.8%)."""
     d = _session("qwen3_5", 32)
-    assert -25.0 < d["ttft_change_pct"] < -5.0
+    assert -13.5 * 2 < d["ttft_change_pct"] < -13.5 / 2
     assert d["device_session"] >= d["device_lru"]
