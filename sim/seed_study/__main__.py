@@ -98,16 +98,18 @@ def main(argv: list[str] | None = None) -> int:
     parts = set(args.only or PARTS)
     out: Path = args.out.resolve()
     res: dict = {"multiturn": {}, "session": pd.DataFrame(), "sweeps": {}}
-    cpu_file = out / "cpu.json"
-    cpu = json.loads(cpu_file.read_text()) if cpu_file.exists() else {}
+    spent: dict[str, float] = {}  # CPU minutes of what ran now (reused: nothing)
     for part, collect in (("multiturn", collect_multiturn), ("session", collect_sessions),
                           ("sweeps", collect_sweeps)):
         if part in parts:
             before = _children_cpu_s()
             res[part] = collect(out, args.reuse)
-            spent = (_children_cpu_s() - before) / 60  # what ran now (reused: nothing)
-            cpu[part] = round(spent + (cpu.get(part, 0.0) if args.reuse else 0.0), 1)
+            spent[part] = (_children_cpu_s() - before) / 60
     out.mkdir(parents=True, exist_ok=True)
+    cpu_file = out / "cpu.json"  # read now: another invocation may have run other parts
+    cpu = json.loads(cpu_file.read_text()) if cpu_file.exists() else {}
+    for part, minutes in spent.items():
+        cpu[part] = round(minutes + (cpu.get(part, 0.0) if args.reuse else 0.0), 1)
     cpu_file.write_text(json.dumps(cpu, indent=2) + "\n")
     res["readings"] = text.readings(res)
     res["nic"] = NIC

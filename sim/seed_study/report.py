@@ -162,7 +162,8 @@ def session_section(res: dict, out: Path) -> str:
                 f"{r['ttft_session_s']:.2f}", dev,
                 f"{_pct(r['device_lru'])} -> {_pct(r['device_session'])}", devh,
                 f"{_pct(r['device_host_lru'])} -> {_pct(r['device_host_session'])}"])
-    moves = "\n".join(f"- {st.title}: what moves the differences: {moved_by(st.moved_by)}"
+    moves = "\n".join(f"- {st.title}: assumptions swept: {moved_by(st.moved_by)} (section 4 "
+                      "says which differences they move, and which they do not)"
                       for st in SESSIONS)
     return (_table(["model", "batch", "TTFT published", "TTFT ours", "gap",
                     "mean TTFT LRU / session [s]", "device hit published", "device hit ours",
@@ -190,9 +191,9 @@ def sweep_section(res: dict, out: Path) -> str:
 
 
 def _sweep_metrics(sw: Sweep) -> list[str]:
-    if sw.key in ("dsv4_growth", "inkling_l1"):
+    if sw.key in ("dsv4_growth", "dsv4_ratio", "inkling_l1"):
         return ["cliff_round", "hit_rate", "effective_input_throughput_tps"]
-    if sw.key in ("pro_l1", "qwen_l1", "qwen_mamba"):
+    if sw.key in ("pro_l1", "pro_tool_time", "qwen_l1", "qwen_mamba"):
         return ["ttft_mean_s", "device_hit_rate", "hit_rate"]
     return ["hit_rate", "l3_hit_rate", "ttft_mean_s", "effective_input_throughput_tps"]
 

@@ -64,7 +64,7 @@ MULTITURN = (
          "ttft_l3_s": 1.23, "tps_l3": 67_100.0, "tps_l1": 15_500.0},
         {"cliff": ("inkling_l1",), "late_hit_l3": ("inkling_prefetch",),
          "x_l3": ("inkling_prefetch", "inkling_swa", "dsv4_output"), "x_l2": ("inkling_l1",),
-         "ttft": ("inkling_prefetch", "inkling_swa"), "tps": ()}),
+         "ttft": ("inkling_prefetch", "inkling_swa", "inkling_barrier"), "tps": ()}),
 )
 
 SESSIONS = (
@@ -72,7 +72,7 @@ SESSIONS = (
         "dsv4_pro", "DeepSeek-V4-Pro TP8", "scenarios/seed_study/agent_dsv4_pro.yaml",
         (32, 64, 128, 256),
         {128: {"ttft_change_pct": -11.0, "device_lru": 0.42, "device_session": 0.51},
-         256: {"ttft_change_pct": -2.9}}, ("pro_l1",)),
+         256: {"ttft_change_pct": -2.9}}, ("pro_l1", "pro_tool_time")),
     SessionStudy(
         "qwen3_5", "Qwen3.5-397B-A17B TP8", "scenarios/seed_study/agent_qwen3_5.yaml",
         (32, 64, 128, 256),
@@ -137,6 +137,12 @@ SWEEPS = (
           label="SWA KV in the tiers",
           question="Do the local (sliding-window) layers' KV travel with every page (ours: "
                    "21.5 KB per token) or stay in an SWA pool (3.6 KB)? (wait_complete)"),
+    Sweep("inkling_barrier", "inkling_small",
+          (("workload.round_barrier", ("true", "false")),), ("L1+L2+L3",),
+          sets=("cache.hicache_storage_prefetch_policy=wait_complete",),
+          label="round barrier",
+          question="Arrivals (wait_complete): every client's turn at once after a round "
+                   "barrier (ours), or each client on its own (think time 0)?"),
     Sweep("pro_l1", "dsv4_pro",
           (("cache.device_tokens", (880000, 2640000, 4400000)),), ("lru", "session"),
           sets=("scheduler.max_running_requests=128", "workload.max_sessions=128",
@@ -144,6 +150,14 @@ SWEEPS = (
           label="L1 size",
           question="L1 size at batch 128 (H200: 0.88M tokens; a 180 GB B200 would hold "
                    "4.2M): device hit and the session-aware gain."),
+    Sweep("pro_tool_time", "dsv4_pro",
+          (("workload.tool_time", (2, 10, 30)),), ("lru", "session"),
+          sets=("scheduler.max_running_requests=128", "workload.max_sessions=128",
+                "workload.num_sessions=256", "cache.device_tokens=2640000"),
+          label="tool time",
+          question="Seconds between an agent's steps at batch 128 (L1 2.64M tokens, where "
+                   "LRU's device hit is near the published 42%): how long must live sessions "
+                   "sit idle for session-aware eviction to pay?"),
     Sweep("qwen_l1", "qwen3_5",
           (("cache.device_tokens", (4406379, 1100000, 275000)),), ("lru", "session"),
           sets=("scheduler.max_running_requests=32", "workload.max_sessions=32",

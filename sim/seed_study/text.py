@@ -162,8 +162,8 @@ def readings(res: dict) -> dict[str, str]:
             f"{r['hit_rate']:.0%} (L3 {r['l3_hit_rate']:.0%}), mean TTFT "
             f"{r['ttft_mean_s']:.2f} s, {r['effective_input_throughput_tps'] / 1e3:,.0f}K tok/s"
             for _, r in df.iterrows()) + "."
-    for key, label in (("pro_l1", "cache.device_tokens"), ("qwen_l1", "cache.device_tokens"),
-                       ("qwen_mamba", "run.mamba_slots")):
+    for key, label in (("pro_l1", "cache.device_tokens"), ("pro_tool_time", "workload.tool_time"),
+                       ("qwen_l1", "cache.device_tokens"), ("qwen_mamba", "run.mamba_slots")):
         if (df := sw.get(key)) is not None:
             out[key] = "Session-aware against LRU: " + "; ".join(
                 f"{label.split('.')[-1]} {r0[label]}: mean TTFT {_chg(r0, r1)}, device hit "
