@@ -120,3 +120,14 @@ def l3_evidence(folder: Path, from_round: int, nic_bytes_per_s: float) -> dict:
     read = tl.loc[(tl["op"] == "prefetch") & (tl["start"] >= start), "bytes"].sum()
     return {"prefetches": int(len(stops)), "timeouts": int((stops == "timeout").sum()),
             "nic_busy": float(read / ((end - start) * nic_bytes_per_s)) if end > start else 0.0}
+
+
+def lru_session_pairs(df: pd.DataFrame, key: str) -> list[tuple[object, pd.Series, pd.Series]]:
+    """``(value of key, lru row, session row)`` for each point of a session sweep's table
+    that ran both variants."""
+    out = []
+    for value, g in df.groupby(key, sort=False):
+        v = g.set_index("variant")
+        if {"lru", "session"} <= set(v.index):
+            out.append((value, v.loc["lru"], v.loc["session"]))
+    return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from sim.seed_study.analysis import lru_session_pairs
 from sim.seed_study.spec import MULTITURN, SESSIONS, WAIT, moved_by
 
 
@@ -185,21 +186,18 @@ def sessions(ses: pd.DataFrame | None, sweeps: dict[str, pd.DataFrame]) -> str:
         if df is None:
             continue
         parts = []
-        for value, g in df.groupby(col, sort=False):
-            v = g.set_index("variant")
-            if {"lru", "session"} <= set(v.index):
-                lru, s = v.loc["lru"], v.loc["session"]
-                what = f"{float(value) / unit:.2f}M tokens" if unit > 1 else f"{value} s"
-                parts.append(f"{what}: device hit {_pct(lru['device_hit_rate'])} -> "
-                             f"{_pct(s['device_hit_rate'])}, TTFT "
-                             f"{100 * (s['ttft_mean_s'] / lru['ttft_mean_s'] - 1):+.1f}%")
+        for value, lru, s in lru_session_pairs(df, col):
+            what = f"{float(value) / unit:.2f}M tokens" if unit > 1 else f"{value} s"
+            parts.append(f"{what}: device hit {_pct(lru['device_hit_rate'])} -> "
+                         f"{_pct(s['device_hit_rate'])}, TTFT "
+                         f"{100 * (s['ttft_mean_s'] / lru['ttft_mean_s'] - 1):+.1f}%")
         text.append(f"Section {moved_by((key,))}: " + "; ".join(parts) + ".")
     text += [_closest_batch(ses, st) for st in SESSIONS
              if any("device_host_lru" in f for f in st.published.values())]
     gains = [(s["device_hit_rate"] - lru["device_hit_rate"],
               100 * (s["ttft_mean_s"] / lru["ttft_mean_s"] - 1))
              for k in ("pro_l1", "pro_tool_time") if (df := sweeps.get(k)) is not None
-             for lru, s in _lru_session(df)]
+             for _, lru, s in lru_session_pairs(df, _grid_key(df))]
     if gains:
         text.append(f"DeepSeek-V4-Pro: over every point of sections "
                     f"{moved_by(('pro_l1', 'pro_tool_time'))} session-aware eviction moves "
@@ -220,15 +218,9 @@ def sessions(ses: pd.DataFrame | None, sweeps: dict[str, pd.DataFrame]) -> str:
     return " ".join(text)
 
 
-def _lru_session(df: pd.DataFrame) -> list[tuple[pd.Series, pd.Series]]:
-    """(lru, session) rows of a session sweep, point by point."""
-    key = next(c for c in df.columns if c.startswith(("cache.", "workload.", "run.")))
-    out = []
-    for _, g in df.groupby(key, sort=False):
-        v = g.set_index("variant")
-        if {"lru", "session"} <= set(v.index):
-            out.append((v.loc["lru"], v.loc["session"]))
-    return out
+def _grid_key(df: pd.DataFrame) -> str:
+    """The swept key of a sweep's table (its first scenario-key column)."""
+    return next(c for c in df.columns if c.startswith(("cache.", "workload.", "run.")))
 
 
 def _closest_batch(ses: pd.DataFrame, st) -> str:  # noqa: ANN001 - a SessionStudy

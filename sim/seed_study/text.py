@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from hicache.modelspec import load_model_spec
+from sim.seed_study.analysis import lru_session_pairs
 from sim.seed_study.runner import run_args, sweep_args
 from sim.seed_study.spec import MULTITURN, SESSIONS, SWEEPS, session_sets
 
@@ -168,7 +169,7 @@ def readings(res: dict) -> dict[str, str]:
             out[key] = "Session-aware against LRU: " + "; ".join(
                 f"{label.split('.')[-1]} {r0[label]}: mean TTFT {_chg(r0, r1)}, device hit "
                 f"{r0['device_hit_rate']:.0%} -> {r1['device_hit_rate']:.0%}"
-                for r0, r1 in _pairs(df, label)) + "."
+                for _, r0, r1 in lru_session_pairs(df, label)) + "."
     return out
 
 
@@ -181,15 +182,6 @@ def _multiplier_by(df: pd.DataFrame, key: str) -> list[tuple]:
     for k, g in df.groupby(key, sort=False):
         t = g.set_index("variant")["effective_input_throughput_tps"]
         out.append((k, t.get("L1+L2+L3", float("nan")) / t.get("L1", float("nan"))))
-    return out
-
-
-def _pairs(df: pd.DataFrame, key: str) -> list[tuple]:
-    out = []
-    for _, g in df.groupby(key, sort=False):
-        v = g.set_index("variant")
-        if {"lru", "session"} <= set(v.index):
-            out.append((v.loc["lru"], v.loc["session"]))
     return out
 
 
