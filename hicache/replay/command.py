@@ -64,7 +64,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-requests", type=size_arg(1), default=None, metavar="N",
                    help="replay only the first N requests")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
-                   help="write requests.csv and summary.json here")
+                   help="write requests.csv and summary.json here (one folder per size with "
+                        "several); the folder appears complete, or not at all")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --out folder of a previous run")
     p.add_argument("--json", action="store_true", help="print one JSON object per size")
     p.set_defaults(func=run)
 
@@ -113,16 +116,25 @@ def _cache(args: argparse.Namespace, capacity: int):  # noqa: ANN202 - ReplayCac
 
 
 def run(args: argparse.Namespace) -> int:
+    from contextlib import nullcontext
+
     from hicache.replay.engine import in_arrival_order
+    from hicache.report.outputs import RunFolder
     from hicache.workload.traces import load_trace
 
-    capacities = list(args.capacity_tokens)
-    requests = in_arrival_order(load_trace(args.trace, args.format, args.max_requests))
-    for capacity in capacities:
-        out = args.out if len(capacities) == 1 or args.out is None else (
-            args.out / f"capacity_{capacity}")
-        _replay_one(args, capacity, requests, out, header=capacity == capacities[0],
-                    table=len(capacities) > 1)
+    capacities = list(dict.fromkeys(args.capacity_tokens))
+    # --out is checked (not a previous run unless --overwrite, writable) before any work
+    folder = RunFolder(args.out, overwrite=args.overwrite) if args.out else None
+    with folder or nullcontext():
+        requests = in_arrival_order(load_trace(args.trace, args.format, args.max_requests))
+        for capacity in capacities:
+            out = None if folder is None else (folder.path if len(capacities) == 1 else
+                                               folder.path / f"capacity_{capacity}")
+            _replay_one(args, capacity, requests, out, header=capacity == capacities[0],
+                        table=len(capacities) > 1)
+        if folder is not None:
+            folder.commit({"command": "replay", "trace": str(args.trace),
+                           "argv": sys.argv[1:], "capacity_tokens": capacities})
     sys.stdout.flush()
     return 0
 
