@@ -110,7 +110,7 @@ def build_runtime(sc: Scenario, cache: CacheConfig, shape: ModelShape, device: s
                         io_backend=cache.hicache_io_backend, mem_layout=layout,
                         layerwise=sc.run.layerwise, l3=l3,
                         runtime_id="torch0", seed=sc.seed, generation=generation,
-                        writeback=sc.run.writeback)
+                        writeback=sc.run.writeback, l3_policy=sc.run.l3_retry)
 
 
 def run_scenario(scenario: Scenario | dict, *, device: str = "cpu", shape: ModelShape | None = None,

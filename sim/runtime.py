@@ -36,6 +36,7 @@ from hicache.runtime.interface import (
 )
 from hicache.runtime.state import StateKeeper
 from hicache.runtime.writeback import WritebackConfig
+from hicache.tiers.l3_guard import RetryPolicy
 from hicache.timeline import Timeline
 from sim import ops, validate
 from sim.batch import BatchState, LoadGroup, PendingBackup
@@ -64,7 +65,8 @@ class SimRuntime:
                  mem_layout: str = "layer_first",
                  backup_throttle_bytes_per_s: float | None = None, runtime_id: str = "sim0",
                  timeline: Timeline | None = None, trace_layers: bool = False,
-                 writeback: WritebackConfig | str | None = None) -> None:
+                 writeback: WritebackConfig | str | None = None,
+                 l3_retry: RetryPolicy | None = None) -> None:
         if page_size <= 0:
             raise ValueError("page_size must be > 0")
         if "full" not in device_pages:
@@ -106,7 +108,7 @@ class SimRuntime:
         self.l3_client: L3Client | None = None  # this replica's NIC and guarded L3 calls
         if l3 is not None:
             l3.attach(runtime_id)
-            self.l3_client = L3Client(env, l3, self.fluid, self.timeline)
+            self.l3_client = L3Client(env, l3, self.fluid, self.timeline, policy=l3_retry)
             self.link.l3 = self.l3_client
         m = self.model
         self.swa_window = m.sliding_window if "swa" in device_pages and m.count("swa") else 0

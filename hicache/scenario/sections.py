@@ -17,6 +17,7 @@ from hicache.runtime.writeback import WritebackConfig
 from hicache.scheduler.scheduler import SchedulerConfig
 from hicache.schema.plain import Plain, field_types
 from hicache.schema.types import Bool, NonEmptyStr, PosFloat, PosInt, Str
+from hicache.tiers.l3_guard import RetryPolicy
 
 DEFAULT_HARDWARE = "h100-sxm"
 _D = SchedulerConfig()
@@ -54,6 +55,8 @@ class RunSection(Plain):
     # when the runtime runs D2H backups (none, static, adaptive): both runtimes
     writeback: WritebackConfig = WritebackConfig()
     fault_twin: Bool = True  # with faults: also simulate a fault-free twin to cost them
+    # how L3 calls are guarded (deadline, retries, cooldown): both runtimes
+    l3_retry: RetryPolicy = RetryPolicy()
 
 
 RUN_KEYS = frozenset(field_types(RunSection))

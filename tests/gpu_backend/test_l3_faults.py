@@ -147,6 +147,22 @@ def test_a_prefetch_of_damaged_file_pages_fetches_only_the_good_prefix(tmp_path:
         assert rt.host_alloc.num_allocated == 2 and not page2.exists()
 
 
+def test_the_scenario_sets_the_l3_retry_policy_the_torch_runtime_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """run.l3_retry reaches the guard around the runtime's L3 client (the simulator's:
+    tests/sim/test_sim_faults.py)."""
+    d = _scenario(_trace(tmp_path / "trace.jsonl"), True)
+    d["run"] = {"l3_retry": {"timeout_s": 0.7, "retries": 3, "cooldown_s": 2.0}}
+    built = {}
+    build = driver.build_runtime
+    monkeypatch.setattr(driver, "build_runtime",
+                        lambda *a, **kw: built.setdefault("rt", build(*a, **kw)))
+    driver.run_scenario(d)
+    policy = built["rt"].l3.inner.policy  # ChecksummedL3(ResilientL3(FileL3))
+    assert (policy.timeout_s, policy.retries, policy.cooldown_s) == (0.7, 3, 2.0)
+    assert policy.cooldown_max_s == RetryPolicy().cooldown_max_s
+
+
 # -- a hung store: bounded, counted, and the run goes on --------------------------------
 
 class Hung(MemoryL3):
