@@ -38,6 +38,10 @@ FORMAT = 1
 MANIFEST = "measured.json"
 
 
+class IncompleteRun(RuntimeError):
+    """A measured run in which requests did not finish (the folder stays unfinished)."""
+
+
 def safe_name(text: str) -> str:
     """A folder name for a scenario/variant (letters, digits, ``._-``)."""
     out = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._")
@@ -264,7 +268,7 @@ def _measure(scenarios: list[tuple[str, Any, str, str]], device: str, out: Path,
                 + (f", {lost} NOT FINISHED" if lost else "")
                 + (f", {len(res.rejected)} rejected" if res.rejected else ""))
             if lost:
-                raise RuntimeError(f"measure: {entry['dir']} run{k}: {lost} of "
+                raise IncompleteRun(f"measure: {entry['dir']} run{k}: {lost} of "
                                    f"{info['requests']} requests did not finish "
                                    f"({res.stall or next(iter(res.unfinished.values()))}); "
                                    f"the run is saved in {folder / f'run{k}'}")
@@ -298,9 +302,13 @@ def run_args(args: Any) -> int:
     scenarios = load_for_measure(args.scenarios, args.overrides, args.variant)
     if args.profile is not None and not args.profile.is_file():
         raise FileNotFoundError(f"--profile: no such file {args.profile}")
-    measure(scenarios, device, args.out, repeats=args.repeats, profile=args.profile,
-            calibrate=not args.no_calibrate, append=args.append,
-            priority=getattr(args, "priority", "none"),
-            overwrite=getattr(args, "overwrite", False))
+    try:
+        measure(scenarios, device, args.out, repeats=args.repeats, profile=args.profile,
+                calibrate=not args.no_calibrate, append=args.append,
+                priority=getattr(args, "priority", "none"),
+                overwrite=getattr(args, "overwrite", False))
+    except IncompleteRun as e:  # named, no traceback; exit 1 as run does
+        print(f"hicache-lab measure: error: {e}", file=sys.stderr)
+        return 1
     print(f"-> {args.out} (predict anywhere: hicache-lab validate --measured {args.out})")
     return 0

@@ -184,3 +184,13 @@ def test_measure_refuses_an_existing_folder_before_calibrating(loop, capsys, tmp
                  str(tmp_path / "m")]) == 2
     assert "several scenarios measure into ['cpu_loop']" in capsys.readouterr().err
     assert not (tmp_path / "m").exists()
+
+
+def test_a_measured_run_that_loses_requests_exits_1_without_a_traceback(tmp_path, capsys):
+    out = tmp_path / "m"
+    assert main(["measure", str(SCENARIO), "--device", "cpu", "--no-calibrate", "--repeats",
+                 "1", "--out", str(out), "--set", "run.max_sim_time=0.001"]) == 1
+    err = capsys.readouterr().err
+    assert "requests did not finish" in err and "Traceback" not in err
+    assert main(["validate", "--measured", str(out), "--out", str(tmp_path / "v")]) == 2
+    assert "the measurement did not finish" in capsys.readouterr().err
