@@ -70,6 +70,7 @@ class _BackupJob:
     node_id: int
     pages: int
     keys: tuple[str, ...] | None  # L3 keys when known at start (write-through)
+    evicting: bool = False  # an eviction under write_back: the node leaves L1 once copied
 
 
 class KVCacheManager:
@@ -81,7 +82,8 @@ class KVCacheManager:
             raise ValueError(f"page_size {cache.page_size} but the runtime uses {self.page}")
         self.tree = UnifiedRadixTree(spec or TreeSpec(self.page),
                                      eviction_policy=cache.radix_eviction_policy,
-                                     session_aware=cache.enable_session_aware_eviction)
+                                     session_aware=cache.enable_session_aware_eviction,
+                                     options=cache.tree_options)
         self.l2 = cache.enable_hierarchical_cache and info.host_pages.get("full", 0) > 0
         self.l3 = l3 and self.l2  # L3 is reached through L2 (stores read it, fetches land there)
         self.write = WritePolicy.named(cache.hicache_write_policy)
@@ -138,8 +140,13 @@ class KVCacheManager:
             free = self.budget.free(tier)
             if free >= pages:
                 return True
-            res = (self.tree.evict_device(pages - free) if tier is Tier.DEVICE
-                   else self.tree.evict_host(pages - free))
+            if tier is Tier.DEVICE:  # pages whose eviction backup is under way: coming
+                coming = sum(b.pages for b in self._backups.values() if b.evicting)
+                if free + coming >= pages:  # free once copied; start no more backups
+                    break
+                res = self.tree.evict_device(pages - free - coming)
+            else:
+                res = self.tree.evict_host(pages - free)
             if not res.actions:
                 break
             self.apply(res.actions)
@@ -170,8 +177,8 @@ class KVCacheManager:
                 self.log(Evict(a.node_id, a.tokens, "demote"))
             elif isinstance(a, Deleted):
                 self.log(Evict(a.node_id, a.tokens, "delete"))
-            elif isinstance(a, BackupNode):
-                self.start_backup(a)
+            elif isinstance(a, BackupNode):  # an eviction under write_back
+                self.start_backup(a, evicting=True)
 
     def describe_l1(self) -> str:
         """How much of L1 the tree holds and how much of that nothing can evict now."""
@@ -353,7 +360,8 @@ class KVCacheManager:
         self.log(Finish(st.rid))
 
     # -- copies between tiers --------------------------------------------------------
-    def start_backup(self, a: BackupNode, keys: tuple[str, ...] | None = None) -> None:
+    def start_backup(self, a: BackupNode, keys: tuple[str, ...] | None = None, *,
+                     evicting: bool = False) -> None:
         """Copy a node to L2 (write policy, or an eviction under write_back)."""
         full = dict(a.extents)[Kind.FULL]
         if not self.make_room(Tier.HOST, full.num_pages):
@@ -362,7 +370,7 @@ class KVCacheManager:
             return
         job = self.sink.next_job_id()
         self.budget.host_reserved += full.num_pages
-        self._backups[job] = _BackupJob(a.node_id, full.num_pages, keys)
+        self._backups[job] = _BackupJob(a.node_id, full.num_pages, keys, evicting)
         self.log(Backup(a.node_id, a.tokens))
         self.sink.backup(BackupIntent(full, job))
 

@@ -6,6 +6,9 @@ Eviction decides as SGLang 0.5.23's ``UnifiedRadixCache`` does:
                  key; a backed-up leaf is demoted to host-only, others are deleted (with
                  any host-only descendants); under write_back a leaf is first backed up.
                  The parent of an evicted leaf joins the candidates with its own key.
+                 A leaf whose write_back backup starts counts toward the pages asked
+                 for (SGLang backs a victim up and demotes it before the next): the walk
+                 backs up what the eviction needs, not every evictable leaf.
     SWA, MAMBA   a walk from the LRU end of the component's recency list (lru.py): a
                  device leaf is evicted whole (every component), an internal node loses
                  that component (a tombstone; SWA takes the node's MAMBA along, the lower
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
 class EvictResult:
     actions: list[Action] = field(default_factory=list)
     freed: dict[str, int] = field(default_factory=dict)  # pool -> pages (MAMBA: slots)
+    backing_up: int = 0  # FULL pages of write_back victims: freed once their copy lands
 
     def add_free(self, action: FreeDevice | FreeHost) -> None:
         self.actions.append(action)
@@ -230,7 +234,7 @@ class Residency:
         if kind is Kind.FULL:
             for node in self.device_heap.pop_valid(self._device_evictable):
                 self._evict_leaf(node, res)
-                if res.freed.get(pool, 0) >= pages:
+                if res.freed.get(pool, 0) + res.backing_up >= pages:
                     break
             return res
         for node in self._lru_walk(kind):
@@ -298,6 +302,7 @@ class Residency:
             self.touched(node)
         elif self.host_enabled and self.write_back:
             res.actions.append(self.begin_backup(node))
+            res.backing_up += node.device[Kind.FULL].num_pages
             return None
         else:
             if any(n.locked(HOST) or n.backing_up for n in self._subtree(node)):
