@@ -13,6 +13,12 @@
 
 Invariant: for each pool, runtime-allocated pages <= tree-held + reserved by running
 requests <= pool size, so the runtime never runs out (it raises if it would).
+
+Room is made pool by pool in the order FULL, SWA, MAMBA, each until it fits (an eviction
+of one pool can free the next: a FULL leaf takes its SWA and MAMBA along), as SGLang's
+``_evict_components`` walks its components. ``zero_time`` (replay: the cache manager
+driven one request at a time) reserves what a request holds when it computes in no time:
+the SWA pages of its last window and one MAMBA checkpoint, no running state beside them.
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ from hicache.runtime.interface import PreparedSlice, RequestSlice, RuntimeInfo
 from hicache.scheduler.state import RequestState
 from hicache.tree.actions import FreeDevice
 from hicache.tree.components import Kind
+from hicache.tree.locks import LockHandle
 from hicache.tree.node import Node
+from hicache.tree.radix import MatchResult
 
 POOLS = (Kind.FULL, Kind.SWA, Kind.MAMBA)  # a Release keeps its extents in this order
 STATE = (Kind.SWA, Kind.MAMBA)
@@ -36,8 +44,10 @@ class ComponentTracker:
     """Collaborators: the cache manager (its tree, FULL page budget, intent sink and
     decision log); ``info`` sizes the state pools, ``chunk_tokens`` bounds a prefill chunk."""
 
-    def __init__(self, kv: KVCacheManager, info: RuntimeInfo, chunk_tokens: int) -> None:
+    def __init__(self, kv: KVCacheManager, info: RuntimeInfo, chunk_tokens: int, *,
+                 zero_time: bool = False) -> None:
         self.kv, self.tree, self.page = kv, kv.tree, kv.page
+        self.zero_time = zero_time
         spec = self.tree.spec
         self.swa = spec.get(Kind.SWA) is not None
         self.mamba = spec.get(Kind.MAMBA) is not None
@@ -56,8 +66,15 @@ class ComponentTracker:
     def reserve(self, st: RequestState) -> dict[Kind, int]:
         """Pages (slots) of each state pool the request may hold at once, at most."""
         page = self.page
-        new = math.ceil((st.prompt_len + st.req.output_len) / page) - st.prefix_tokens // page
         out = {}
+        if self.zero_time:  # the window the tree keeps, the checkpoint it takes
+            new = len(st.pages) - st.prefix_tokens // page
+            if self.swa:
+                out[Kind.SWA] = min(new, self.window_pages)
+            if self.mamba:
+                out[Kind.MAMBA] = int(new > 0)
+            return out
+        new = math.ceil((st.prompt_len + st.req.output_len) / page) - st.prefix_tokens // page
         if self.swa:
             out[Kind.SWA] = min(new, 2 * self.window_pages + self.chunk_pages + 2)
         if self.mamba:
@@ -68,20 +85,15 @@ class ComponentTracker:
         return (self.swa or self.mamba) and len(st.pages) > st.prefix_tokens // self.page
 
     def make_room(self, needs: dict[Kind, int]) -> bool:
-        """Evict, per short pool, that pool's component until every need fits."""
-        for _ in range(16):
-            short = [(p, n - self.free(p)) for p, n in needs.items() if self.free(p) < n]
-            if not short:
-                return True
-            moved = False
-            for pool, deficit in short:
-                res = self.tree.evict_device(deficit, pool)
-                if res.actions:
-                    self.kv.apply(res.actions)
-                    moved = True
-            if not moved:
-                return False
-        return all(self.free(p) >= n for p, n in needs.items())
+        """Pool by pool (``needs`` in FULL, SWA, MAMBA order), evict that pool's component
+        until its need fits; False at the first pool that cannot (see the module doc)."""
+        for pool, n in needs.items():
+            while (short := n - self.free(pool)) > 0:
+                res = self.tree.evict_device(short, pool)
+                if not res.actions:
+                    return False
+                self.kv.apply(res.actions)
+        return True
 
     # -- admission -------------------------------------------------------------------
     def never_fits(self, st: RequestState) -> str | None:
@@ -102,10 +114,20 @@ class ComponentTracker:
 
     def start(self, st: RequestState) -> bool:
         """Admit ``st`` (L1 only): reuse up to the boundary every component accepts."""
-        page = self.page
-        m = self.tree.match(st.pages[:(st.prompt_len - 1) // page])  # recompute >= 1 token
+        return self.admit(st, *self.match(st))
+
+    def match(self, st: RequestState) -> tuple[MatchResult, LockHandle]:
+        """Match ``st``'s prompt (touching it; less its last token unless the manager
+        reuses whole prompts) and lock what it reuses."""
+        pages = (st.pages[:(st.prompt_len - 1) // self.page] if self.kv.recompute_last_token
+                 else st.pages)
+        m = self.tree.match(pages)
+        return m, self.tree.lock(m.device_node)
+
+    def admit(self, st: RequestState, m: MatchResult, lock: LockHandle) -> bool:
+        """Reserve what ``st`` needs beyond the ``m`` it reuses; False (lock released) when
+        a pool cannot make room now."""
         dev = m.device_tokens
-        lock = self.tree.lock(m.device_node)
         st.prefix_tokens = dev
         needs = {Kind.FULL: self.kv.footprint(st), **self.reserve(st)}
         if not self.make_room(needs):
@@ -167,23 +189,30 @@ class ComponentTracker:
             elif ext.pool == Kind.MAMBA.value:
                 values[Kind.MAMBA] = ext
         res = self.tree.insert(st.pages, values)
-        dup = {(a.kind, p) for a in res.actions if isinstance(a, FreeDevice)
-               for p in a.extent.pages()}
+        skip: dict[Kind, set[int]] = {}  # duplicates the tree did not take, pages given before
+        for a in res.actions:
+            if isinstance(a, FreeDevice):
+                skip.setdefault(a.kind, set()).update(a.extent.pages())
+        for kind, before in st.state_donated.items():
+            for e in before:
+                skip.setdefault(kind, set()).update(e.pages())
         for kind, ext in values.items():
-            own = [p for p in ext.pages() if (kind, p) not in dup
-                   and (kind, p) not in st.donated_keys]
-            if not own:
-                continue
-            st.donated_keys.update((kind, p) for p in own)
-            st.state_donated.setdefault(kind, []).append(ext.with_pages(own))
+            if kind in skip:
+                own = [p for p in ext.pages() if p not in skip[kind]]
+                if not own:
+                    continue
+                taken, count = ext.with_pages(own), len(own)
+            else:  # the common case: the tree took every page
+                own, taken, count = None, ext, ext.num_pages
+            st.state_donated.setdefault(kind, []).append(taken)
             if kind is Kind.FULL:
-                st.donated.append(ext.with_pages(own))
-                st.donated_ids.update(own)
-                st.donated_pages += len(own)
-                self.kv.budget.own -= len(own)
+                st.donated.append(taken)
+                st.donated_ids.update(own if own is not None else taken.pages())
+                st.donated_pages += count
+                self.kv.budget.own -= count
             else:
-                self.own[kind] -= len(own)
-                st.reserved[kind] -= len(own)
+                self.own[kind] -= count
+                st.reserved[kind] -= count
         return res.node
 
     def finish(self, st: RequestState) -> tuple[CacheExtentRef, ...]:

@@ -90,17 +90,14 @@ def summarize(records: list[Any]) -> dict:
     }
 
 
-def _cache(args: argparse.Namespace, capacity: int):  # noqa: ANN202 - ReplayCache | Hybrid
+def _cache(args: argparse.Namespace, capacity: int):  # noqa: ANN202 - ReplayCache
     from hicache.config import CacheConfig
     from hicache.replay.engine import L3Set, ReplayCache
-    from hicache.replay.hybrid import HybridReplayCache
 
-    if args.swa_window or args.mamba_slots:
-        if args.l2_tokens or args.l3:
-            raise ValueError("--swa-window/--mamba-slots replay L1 only: drop --l2-tokens/--l3")
-        return HybridReplayCache(page_size=args.page_size, full_tokens=capacity,
-                                 swa_window=args.swa_window, swa_tokens=args.swa_tokens,
-                                 mamba_slots=args.mamba_slots, policy=args.policy)
+    hybrid = {"swa_window": args.swa_window, "swa_tokens": args.swa_tokens,
+              "mamba_slots": args.mamba_slots}
+    if (args.swa_window or args.mamba_slots) and (args.l2_tokens or args.l3):
+        raise ValueError("--swa-window/--mamba-slots replay L1 only: drop --l2-tokens/--l3")
     cfg = CacheConfig.from_mapping({
         "page_size": args.page_size, "device_tokens": capacity,
         "radix_eviction_policy": args.policy, "hicache_write_policy": args.write_policy,
@@ -112,7 +109,7 @@ def _cache(args: argparse.Namespace, capacity: int):  # noqa: ANN202 - ReplayCac
         l3 = L3Set(None if args.l3_tokens is None else args.l3_tokens // args.page_size)
     # L3 fetches land in L2; with --l3 and no --l2-tokens, L2 is a staging buffer of L1's size
     host = args.l2_tokens if args.l2_tokens > 0 else (capacity if args.l3 else 0)
-    return ReplayCache(cfg, l3=l3, host_tokens=host)
+    return ReplayCache(cfg, l3=l3, host_tokens=host, **hybrid)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,15 +13,26 @@ a runtime and carries each intent out at once (page allocators per tier, L3 as a
 page-hash keys). Replay differs from a serving run in two knobs only (see the manager):
 a request holds no pages for its output, and a fully cached prompt is a full hit (as
 SGLang's RadixCache answers a match).
+
+Hybrid models (``swa_window`` and/or ``mamba_slots``, L1 only) go through the same manager
+with the scheduler's :class:`~hicache.kvcache.components.ComponentTracker` in zero time::
+
+    match -> reuse up to the boundary every component accepts -> make room pool by pool
+          -> the new FULL pages, the last window's SWA pages and a MAMBA checkpoint at the
+             prompt's end enter the tree -> release
+
+so reuse is bounded by the strictest component at each boundary (a MAMBA checkpoint
+exists only where some request ended; SWA needs a live window).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from hicache.config import CacheConfig
+from hicache.kvcache.components import ComponentTracker
 from hicache.kvcache.manager import KVCacheManager
 from hicache.kvcache.prefetch import L3Prefetcher
 from hicache.runtime.handles import CacheExtentRef, RequestRuntimeHandle, Tier
@@ -37,6 +48,7 @@ from hicache.runtime.interface import (
 from hicache.scheduler.state import RequestState
 from hicache.tiers.hashing import page_hashes
 from hicache.tree.allocator import PageAllocator
+from hicache.tree.components import Kind, TreeSpec
 from hicache.tree.radix import page_keys
 from hicache.workload.request import Request
 
@@ -96,27 +108,31 @@ class L3Set:
 
 class ZeroTimeExecutor:
     """An :class:`~hicache.kvcache.plans.IntentSink` that carries intents out at once and
-    answers with the completions a runtime would send (see the module docstring)."""
+    answers with the completions a runtime would send (see the module docstring).
+    ``device_pages``: pages per L1 pool ("full", and "swa" / "mamba" for hybrid models)."""
 
-    def __init__(self, device_pages: int, host_pages: int, l3: L3Set | None) -> None:
-        self.device = PageAllocator(device_pages, tier=Tier.DEVICE, runtime_id=RUNTIME_ID)
+    def __init__(self, device_pages: Mapping[str, int], host_pages: int,
+                 l3: L3Set | None) -> None:
+        self.pools = {pool: PageAllocator(n, tier=Tier.DEVICE, pool=pool,
+                                          runtime_id=RUNTIME_ID)
+                      for pool, n in device_pages.items()}
+        self.device = self.pools["full"]
         self.host = PageAllocator(host_pages, tier=Tier.HOST, runtime_id=RUNTIME_ID)
         self.l3 = l3
         self.kv: KVCacheManager | None = None  # set by ReplayCache (it answers to the manager)
         self.prefetcher: L3Prefetcher | None = None
         self._job = 0
-        self._rows: dict[int, CacheExtentRef] = {}  # open row -> the pages it allocated
+        self._rows: dict[int, list[CacheExtentRef]] = {}  # open row -> pages it allocated
         self.l3_written_pages = 0
         self.l3_read_pages = 0
 
-    def _alloc(self, tier: Tier) -> PageAllocator:
-        return self.device if tier is Tier.DEVICE else self.host
+    def _alloc(self, extent: CacheExtentRef) -> PageAllocator:
+        return self.pools[extent.pool] if extent.tier is Tier.DEVICE else self.host
 
     # -- placement for one request -------------------------------------------------
-    def open_row(self, rid: int, own: CacheExtentRef | None) -> RequestRuntimeHandle:
+    def open_row(self, rid: int, own: Iterable[CacheExtentRef]) -> RequestRuntimeHandle:
         handle = RequestRuntimeHandle(RUNTIME_ID, rid, 0)
-        if own is not None:
-            self._rows[rid] = own
+        self._rows[rid] = list(own)
         return handle
 
     # -- IntentSink ----------------------------------------------------------------
@@ -125,16 +141,18 @@ class ZeroTimeExecutor:
         return self._job
 
     def free(self, extent: CacheExtentRef) -> None:
-        self._alloc(extent.tier).free(extent)
+        self._alloc(extent).free(extent)
 
     def release(self, release: Release) -> None:
-        own = self._rows.pop(release.request.slot_id, None)
-        if own is None:
-            return
-        keep = {p for e in release.kept() for p in e.pages()}
-        rest = [p for p in own.pages() if p not in keep]
-        if rest:
-            self.device.free(own.with_pages(rest))
+        """Free the row's pages the tree did not take (per pool)."""
+        keep: dict[str, set[int]] = {}
+        for e in release.kept():
+            keep.setdefault(e.pool, set()).update(e.pages())
+        for own in self._rows.pop(release.request.slot_id, ()):
+            kept = keep.get(own.pool, ())
+            rest = [p for p in own.pages() if p not in kept]
+            if rest:
+                self.free(own.with_pages(rest))
 
     def backup(self, intent: BackupIntent) -> None:
         assert self.kv is not None
@@ -161,28 +179,49 @@ class ZeroTimeExecutor:
 
 class ReplayCache:
     """A tiered cache driven in zero time. ``l2`` and ``l3`` follow ``cfg``; with ``l3``
-    given, L3 is reached through L2 (``cfg.enable_hierarchical_cache`` must be on)."""
+    given, L3 is reached through L2 (``cfg.enable_hierarchical_cache`` must be on).
+    ``swa_window`` / ``mamba_slots``: a hybrid model's components (L1 only), in pools of
+    ``swa_tokens`` (default: L1's size) and ``mamba_slots``."""
 
     def __init__(self, cfg: CacheConfig, *, l3: L3Set | None = None,
-                 host_tokens: int | None = None) -> None:
+                 host_tokens: int | None = None, swa_window: int = 0,
+                 swa_tokens: int | None = None, mamba_slots: int = 0) -> None:
         self.cfg = cfg
         page = cfg.page_size
         l2 = cfg.enable_hierarchical_cache
+        hybrid = bool(swa_window or mamba_slots)
+        if hybrid and (l2 or l3 is not None):
+            raise ValueError("hybrid components (SWA, MAMBA) replay L1 only: no L2, no L3")
         host = host_tokens if host_tokens is not None else (cfg.host_tokens() if l2 else 0)
         host_pages = host // page if l2 else 0
-        self.exec = ZeroTimeExecutor(cfg.device_tokens // page, host_pages, l3)
-        info = RuntimeInfo(RUNTIME_ID, 0, page, {"full": cfg.device_tokens // page},
-                           {"full": host_pages})
-        self.kv = KVCacheManager(cfg, info, self.exec, l3=l3 is not None,
+        pools = {"full": cfg.device_tokens // page}
+        if swa_window:
+            pools["swa"] = (swa_tokens if swa_tokens is not None else cfg.device_tokens) // page
+        if mamba_slots:
+            pools["mamba"] = mamba_slots
+        self.exec = ZeroTimeExecutor(pools, host_pages, l3)
+        info = RuntimeInfo(RUNTIME_ID, 0, page, pools, {"full": host_pages},
+                           swa_window=swa_window, mamba=mamba_slots > 0)
+        spec = (TreeSpec.hybrid(page, swa_window=swa_window, mamba=mamba_slots > 0)
+                if hybrid else None)
+        self.kv = KVCacheManager(cfg, info, self.exec, l3=l3 is not None, spec=spec,
                                  reserve_output=False, recompute_last_token=False)
+        self.components = (ComponentTracker(self.kv, info, cfg.device_tokens, zero_time=True)
+                           if hybrid else None)
         self.prefetcher = L3Prefetcher(self.kv) if self.kv.l3 else None
         self.exec.kv, self.exec.prefetcher = self.kv, self.prefetcher
         self.tree, self.device, self.host, self.l3 = (self.kv.tree, self.exec.device,
                                                       self.exec.host, l3)
 
+    @property
+    def pools(self) -> dict[str, PageAllocator]:
+        return self.exec.pools
+
     def process(self, req: Request) -> ReplayRecord:
         page = self.cfg.page_size
         st = RequestState(req, page_keys(req.tokens, page))
+        if self.components is not None:
+            return self._process_components(st)
         if self.kv.l3:
             st.hashes = page_hashes(req.tokens, page)
         if self.prefetcher is not None:
@@ -198,13 +237,31 @@ class ReplayCache:
         self.kv.loads_read(st)
         new = self.kv.footprint(st)
         own = self.device.alloc(new) if new else None
-        st.handle = self.exec.open_row(req.rid, own)
+        st.handle = self.exec.open_row(req.rid, [own] if own is not None else [])
         parts = [*st.attach, *loaded, *([own] if own is not None else [])]
         st.kv = CacheExtentRef.concat(parts) if parts else None
         self.kv.cache_prompt(st)
         self.kv.finish(st)
         return ReplayRecord(req.rid, req.arrival, len(req.tokens), st.device_hit, st.host_hit,
                             st.l3_hit)
+
+    def _process_components(self, st: RequestState) -> ReplayRecord:
+        """A hybrid model's request (module doc): the tracker admits it, the row holds its
+        new FULL pages and, as its checkpoint, the SWA and MAMBA pages it reserved."""
+        tracker, req = self.components, st.req
+        assert tracker is not None
+        m, lock = tracker.match(st)
+        if tracker.admit(st, m, lock):
+            new = self.kv.footprint(st)
+            own = [self.device.alloc(new)] if new else []
+            st.checkpoint = tuple(self.pools[k.value].alloc(n)
+                                  for k, n in st.reserved.items() if n)
+            st.handle = self.exec.open_row(req.rid, [*own, *st.checkpoint])
+            parts = [e for e in st.attach if e.pool == Kind.FULL.value] + own
+            st.kv = CacheExtentRef.concat(parts) if parts else None
+            self.kv.relock(st, tracker.cache_prompt(st))
+            self.kv.finish(st, tracker.finish(st))
+        return ReplayRecord(req.rid, req.arrival, len(req.tokens), m.device_tokens, 0, 0)
 
     def _reference_session(self, req: Request, node: object) -> None:
         if req.session_id is not None:
