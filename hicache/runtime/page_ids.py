@@ -109,13 +109,15 @@ class PageIds:
         self._n_runs += len(pages)
 
     def check(self) -> None:
-        """Raise AssertionError when the free runs and the used map disagree: a freed page
+        """Raise AssertionError when the free runs (or heap) and the used map disagree: a freed page
         still marked used, a page free twice or beyond the fresh mark, or counts that do
         not add up (O(pages ever handed out): for tests and soak runs)."""
         free: set[int] = set()
         for start, length in self._runs:
             if length <= 0:
                 raise AssertionError(f"an empty free run at page {start}")
+        singles = ((p, 1) for p in self._heap)  # order "lowest" keeps freed pages in a heap
+        for start, length in (*self._runs, *singles):
             for p in range(start, start + length):
                 if p >= self._fresh or self._used[p] or p in free:
                     raise AssertionError(f"page {p} is free but also used, repeated or "

@@ -26,3 +26,16 @@ def test_a_page_both_free_and_used_is_caught() -> None:
     pool._ids._used[pages[0]] = 1  # noqa: SLF001 - corrupt: freed but marked used
     with pytest.raises(AssertionError, match="is free but also used"):
         pool.check()
+
+
+@pytest.mark.parametrize("order", ["lifo", "lowest"])
+def test_check_sees_freed_pages_in_every_free_list_order(order: str) -> None:
+    pool = PagePool(Tier.DEVICE, "full", 64, order=order)
+    pages = pool.allocate(16)
+    pool.free(pages[3:9])
+    pool.allocate(2)
+    pool.check()  # 12 used + 4 free: the freed pages count wherever the order keeps them
+    assert pool.free_count == 64 - 12
+    pool._ids._used[pages[0]] = 0  # noqa: SLF001 - corrupt: a used page no longer marked
+    with pytest.raises(AssertionError, match=r"11 used \+ 4 free != 16"):
+        pool.check()
