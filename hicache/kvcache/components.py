@@ -27,9 +27,9 @@ import math
 
 from hicache.kvcache.decisions import Admit
 from hicache.kvcache.manager import KVCacheManager
+from hicache.kvcache.state import RequestState
 from hicache.runtime.handles import CacheExtentRef, Tier
 from hicache.runtime.interface import PreparedSlice, RequestSlice, RuntimeInfo
-from hicache.scheduler.state import RequestState
 from hicache.tree.actions import FreeDevice
 from hicache.tree.components import Kind
 from hicache.tree.locks import LockHandle

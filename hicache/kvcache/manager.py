@@ -31,6 +31,7 @@ from hicache.kvcache.budget import PageBudget
 from hicache.kvcache.decisions import Admit, Backup, Decision, Evict, Finish, Load
 from hicache.kvcache.keys import NodeKeys
 from hicache.kvcache.plans import IntentSink
+from hicache.kvcache.state import RequestState
 from hicache.runtime.handles import CacheExtentRef, Tier
 from hicache.runtime.interface import (
     BackupIntent,
@@ -40,7 +41,6 @@ from hicache.runtime.interface import (
     TransferCompletion,
     TransferKind,
 )
-from hicache.scheduler.state import RequestState
 from hicache.tiers.hashing import page_hashes
 from hicache.tiers.write_policy import WritePolicy
 from hicache.tree.actions import Action, BackupNode, Deleted, Demoted, FreeDevice, FreeHost

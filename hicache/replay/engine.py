@@ -35,6 +35,7 @@ from hicache.config import CacheConfig
 from hicache.kvcache.components import ComponentTracker
 from hicache.kvcache.manager import KVCacheManager
 from hicache.kvcache.prefetch import L3Prefetcher
+from hicache.kvcache.state import RequestState
 from hicache.runtime.handles import CacheExtentRef, RequestRuntimeHandle, Tier
 from hicache.runtime.interface import (
     BackupIntent,
@@ -45,7 +46,6 @@ from hicache.runtime.interface import (
     TransferCompletion,
     TransferKind,
 )
-from hicache.scheduler.state import RequestState
 from hicache.tiers.hashing import page_hashes
 from hicache.tree.allocator import PageAllocator
 from hicache.tree.components import Kind, TreeSpec

@@ -1,5 +1,9 @@
 """Per-request control-side state and the records the scheduler emits.
 
+It lives with the cache manager (the lowest layer that reads it): the manager, the L3
+prefetcher and the component tracker fill it in, the scheduler and replay drive it
+(``tests/architecture`` checks that no lower layer imports the scheduler).
+
 Lifecycle::
 
     WAITING ──(L3 prefetch issued)──> PREFETCHING ──(stop policy says go)──┐
