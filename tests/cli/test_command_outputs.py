@@ -105,3 +105,12 @@ def test_an_output_file_is_replaced_whole_or_left_as_it_was(tmp_path, monkeypatc
         "p.yaml"]
     out.write_text("new\n")
     assert final.read_text() == "new\n"
+
+
+def test_an_unwritable_baseline_fails_before_simulating(tmp_path, capsys) -> None:
+    (tmp_path / "file").write_text("")
+    rc = main(["run", "quick", "--variant", "L1", "--no-progress", "--out",
+               str(tmp_path / "o"), "--write-baseline", str(tmp_path / "file" / "b.json")])
+    cap = capsys.readouterr()
+    assert rc == 2 and "--write-baseline" in cap.err and "cannot write there" in cap.err
+    assert "simulating" not in cap.out and not (tmp_path / "o").exists()
