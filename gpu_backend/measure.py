@@ -12,7 +12,8 @@ A measured folder is an artifact a user keeps and re-predicts anywhere
 
 Invariant: each file is written as soon as its step finishes and the manifest is rewritten
 after every run, so a killed measurement leaves every finished run readable; only a
-measurement that finished gets ``"finished": true`` in environment.json (written last),
+measurement that finished gets ``"finished": true`` in environment.json (written last;
+an ``--append`` keeps false where an earlier measurement into the folder did not finish),
 and ``validate --measured`` refuses one without it unless ``--partial``. An existing
 folder is refused unless ``--append`` (add scenarios) or ``--overwrite`` (replace a
 measured folder; any other folder is never replaced). Several runs
@@ -229,6 +230,10 @@ def _measure(scenarios: list[tuple[str, Any, str, str]], device: str, out: Path,
         raise ValueError(f"measure: several scenarios measure into {twice}: give them "
                          "distinct names")
     m = Measurement(out, device, shape, *mode)
+    # an --append to a folder whose earlier measurement did not finish stays unfinished
+    before = out / "environment.json"
+    whole = not m.manifest["scenarios"] or (
+        before.is_file() and json.loads(before.read_text()).get("finished") is True)
     _write_json(out / "environment.json", {**environment(device), **env})
     m.save()
     if profile is None and m.manifest.get("profile"):
@@ -272,7 +277,7 @@ def _measure(scenarios: list[tuple[str, Any, str, str]], device: str, out: Path,
                                    f"{info['requests']} requests did not finish "
                                    f"({res.stall or next(iter(res.unfinished.values()))}); "
                                    f"the run is saved in {folder / f'run{k}'}")
-    _write_json(out / "environment.json", {**environment(device), **env, "finished": True})
+    _write_json(out / "environment.json", {**environment(device), **env, "finished": whole})
     return out
 
 
