@@ -194,3 +194,7 @@ def test_a_measured_run_that_loses_requests_exits_1_without_a_traceback(tmp_path
     assert "requests did not finish" in err and "Traceback" not in err
     assert main(["validate", "--measured", str(out), "--out", str(tmp_path / "v")]) == 2
     assert "the measurement did not finish" in capsys.readouterr().err
+    other = SCENARIO.with_name("cpu_decode_batch.yaml")  # a good run appended after it
+    assert main(["measure", str(other), "--device", "cpu", "--no-calibrate", "--repeats",
+                 "1", "--out", str(out), "--append"]) == 0
+    assert json.loads((out / "environment.json").read_text())["finished"] is False
