@@ -33,7 +33,7 @@ from gpu_backend.trace import add_lanes, torch_profiler, wall_epoch
 from hicache.config import CacheConfig
 from hicache.modelspec import load_model_spec
 from hicache.runtime.interface import BatchCompletion, Completion
-from hicache.runtime.state import state_pool_sizes
+from hicache.runtime.state import host_state_pool_sizes, state_pool_sizes
 from hicache.scenario import Scenario, as_scenario
 from hicache.scheduler.scheduler import Scheduler
 from hicache.timeline import Timeline
@@ -106,7 +106,8 @@ def build_runtime(sc: Scenario, cache: CacheConfig, shape: ModelShape, device: s
                                       sc.run.swa_tokens, sc.run.mamba_slots,
                                       sc.scheduler.max_running_requests))
     return TorchRuntime(shape, page_size=page, device_pages=pools,
-                        host_pages={"full": host_pages}, device=device,
+                        host_pages={"full": host_pages,
+                                    **host_state_pool_sizes(pools, host_pages)}, device=device,
                         io_backend=cache.hicache_io_backend, mem_layout=layout,
                         layerwise=sc.run.layerwise, l3=l3,
                         runtime_id="torch0", seed=sc.seed, generation=generation,

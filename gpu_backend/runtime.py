@@ -33,6 +33,7 @@ from gpu_backend.hybrid import (
     StateSpec,
     copy_states,
 )
+from gpu_backend.hybrid_host import StateHost
 from gpu_backend.io import Mover
 from gpu_backend.l3.resilient import RetryPolicy
 from gpu_backend.l3_protocol import L3Store, count_hits, fetch_pages, store_pages
@@ -63,6 +64,7 @@ from hicache.runtime.interface import (
     TransferCompletion,
     TransferKind,
 )
+from hicache.runtime.state import check_state_attach, state_loads
 from hicache.runtime.writeback import WritebackConfig, make_policy
 from hicache.timeline import Timeline
 
@@ -76,6 +78,9 @@ class _Prepared:
     loads: list[LaneEvent] = field(default_factory=list)
     backups: list[tuple[int, list[int], list[int]]] = field(default_factory=list)
     states: list[StateSpec] = field(default_factory=list)  # hybrid: per slice, SWA/MAMBA
+    state_loads: list[tuple[str, list[int], list[int]]] = field(default_factory=list)
+    state_load: LaneEvent | None = None  # hybrid: the op loading them (before layer 0)
+    state_backups: list[tuple[int, str, list[int], list[int]]] = field(default_factory=list)
     stores: list[tuple[int, list[int], tuple[str, ...]]] = field(default_factory=list)
     prefetches: list[tuple[PrefetchIntent, list[int]]] = field(default_factory=list)
     handle: PreparedBatchHandle | None = None
@@ -92,22 +97,23 @@ class TorchRuntime:
                  max_requests: int = 4096, l3_policy: RetryPolicy | None = None,
                  wait_timeout_s: float = WAIT_TIMEOUT_S, warm_up: bool = True,
                  writeback: WritebackConfig | str | None = None) -> None:
-        if set(device_pages) - {"full", *STATE_POOLS} or set(host_pages) - {"full"}:
-            raise ValueError(f"TorchRuntime pools: device 'full', 'swa', 'mamba'; host "
-                             f"'full'; got {device_pages} and {host_pages}")
-        self.shape, self.page_size, self.layerwise = shape, page_size, layerwise
+        if set(device_pages) - {"full", *STATE_POOLS} or set(host_pages) - {"full",
+                                                                             *STATE_POOLS}:
+            raise ValueError(f"TorchRuntime pools: 'full', 'swa', 'mamba' on each tier; "
+                             f"got {device_pages} and {host_pages}")
+        self.shape, self.page_size = shape, page_size
         self.runtime_id, self.generation = runtime_id, generation
         self.lanes = Lanes(device, wait_timeout_s)
         self.fences = PageFences()
         dtype = torch.bfloat16 if self.lanes.cuda else torch.float32
         self.state = StateData(shape, device_pages, page_size, runtime_id, generation, dtype,
                                device, self.fences, wait_timeout_s)
-        if self.state.active and host_pages.get("full", 0):
-            raise ValueError("SWA/MAMBA state pools are L1 only: host_pages must be 0 "
-                             "(see README, hybrid models)")
         # with state pools the full pool holds the full-attention layers only
         L = shape.layer_kinds.count("full") if self.state.active else shape.num_layers
         self.kv_layers = L
+        # hybrid: the full pool holds the full layers only, so FULL loads are one op over
+        # them (its layers are not the model's); layer 0 waits for it
+        self.layerwise = layerwise and not self.state.active
         ps, h, d = page_size, shape.kv_heads_per_rank, shape.head_dim
         self.dev = DevicePool(L, device_pages.get("full", 0), ps, h, d, dtype, device)
         self.host = HostPool(mem_layout, L, host_pages.get("full", 0), ps, h, d, dtype,
@@ -117,6 +123,9 @@ class TorchRuntime:
                        (Tier.HOST, "full"): PageAllocator(host_pages.get("full", 0), "L2",
                                                           wait_timeout_s),
                        **{(Tier.DEVICE, p): a for p, a in self.state.allocs.items()}}
+        self.state_host = StateHost(shape, self.state, host_pages, mem_layout, page_size,
+                                    dtype, self.lanes.cuda, wait_timeout_s)
+        self.allocs.update({(Tier.HOST, p): a for p, a in self.state_host.allocs.items()})
         self.dev_alloc = self.allocs[(Tier.DEVICE, "full")]
         self.host_alloc = self.allocs[(Tier.HOST, "full")]
         self.table = ReqToTokenTable(runtime_id, max_requests, generation)
@@ -180,7 +189,8 @@ class TorchRuntime:
         return RuntimeInfo(self.runtime_id, self.generation, self.page_size,
                            {pool: a.num_pages for (tier, pool), a in self.allocs.items()
                             if tier is Tier.DEVICE},
-                           {"full": self.host_alloc.num_pages}, page,
+                           {pool: a.num_pages for (tier, pool), a in self.allocs.items()
+                            if tier is Tier.HOST}, page,
                            self.shape.num_layers, swa_window=self.state.window,
                            mamba=self.state.mamba)
 
@@ -211,14 +221,19 @@ class TorchRuntime:
             if self.state.active:  # freed once this batch has run (StateData.flush)
                 self.state.keeper.release(rel.request.slot_id, rel.kept())
         slices, load_dev, load_host = self._open_slices(plan, prep)
+        if prep.state_loads:
+            self._start_state_loads(prep)
         if load_dev:
             self._start_loads(prep, load_dev, load_host)
         host_exts = []
         for b in plan.backups:
             dev_pages = list(b.src.pages())
-            host_pages = self.host_alloc.alloc(len(dev_pages))
-            prep.backups.append((b.job_id, dev_pages, host_pages))
-            host_exts.append(self._extent(Tier.HOST, host_pages))
+            host_pages = self._alloc(Tier.HOST, b.src.pool).alloc(len(dev_pages))
+            if b.src.pool == "full":
+                prep.backups.append((b.job_id, dev_pages, host_pages))
+            else:  # a hybrid state component's copy
+                prep.state_backups.append((b.job_id, b.src.pool, dev_pages, host_pages))
+            host_exts.append(self._extent(Tier.HOST, host_pages, b.src.pool))
         prep.stores = [(s.job_id, list(s.src.pages()), s.keys) for s in plan.stores]
         prep.prefetches = [(p, self.host_alloc.alloc(p.max_pages)) for p in plan.prefetches]
         prep.handle = PreparedBatchHandle(self.runtime_id, self.generation, plan.batch_id,
@@ -267,6 +282,8 @@ class TorchRuntime:
                               [done], "backup", bid, nbytes=nbytes, then=[backed_up])
             self.fences.use(Tier.DEVICE, dev, ev)
             self.fences.use(Tier.HOST, host, ev)
+        if prep.state_backups:
+            self._state_backups(prep, done)
         for job, pages, keys in prep.stores:
             ev = self._l3_job("store", bid, partial(self._store, job, pages, keys))
             self.fences.use(Tier.HOST, pages, ev)
@@ -324,8 +341,8 @@ class TorchRuntime:
             raise ValueError(f"the runtime holds no {tier.value} pages of pool {pool!r}")
         return alloc
 
-    def _extent(self, tier: Tier, pages: list[int]) -> CacheExtentRef:
-        return CacheExtentRef(self.runtime_id, self.generation, tier, coalesce(pages))
+    def _extent(self, tier: Tier, pages: list[int], pool: str = "full") -> CacheExtentRef:
+        return CacheExtentRef(self.runtime_id, self.generation, tier, coalesce(pages), pool)
 
     def _check(self, ext: CacheExtentRef, tier: Tier, what: str, state: bool = False
                ) -> None:
@@ -377,12 +394,13 @@ class TorchRuntime:
             if tokens != s.context_tokens or s.new_tokens <= 0:
                 raise ValueError(f"rid {s.rid}: row holds {tokens} tokens, slice says "
                                  f"context {s.context_tokens} + new {s.new_tokens}")
-            for ext in s.attach:
-                self._check(ext, Tier.DEVICE, f"rid {s.rid} attach", state=True)
+            check_state_attach(s.attach, f"rid {s.rid}")
+            for ext in s.attach:  # hybrid state pieces may be on L2 (loaded back)
+                self._check(ext, ext.tier, f"rid {s.rid} attach", state=True)
             for load in s.loads:
                 self._check(load.src, Tier.HOST, f"rid {s.rid} load")
         for b in plan.backups:
-            self._check(b.src, Tier.DEVICE, f"backup job {b.job_id}")
+            self._check(b.src, Tier.DEVICE, f"backup job {b.job_id}", state=True)
         for st in plan.stores:
             self._check(st.src, Tier.HOST, f"store job {st.job_id}")
             if len(st.keys) != st.src.num_pages:
@@ -393,8 +411,9 @@ class TorchRuntime:
         self._check_capacity(plan, released, rows)
 
     def _check_frees_once(self, plan: BatchPlan, released: dict[int, list[int]]) -> None:
-        reads = {(Tier.DEVICE, "full"): {p for b in plan.backups for p in b.src.pages()},
-                 (Tier.HOST, "full"): {p for s in plan.stores for p in s.src.pages()}}
+        reads: dict[tuple[Tier, str], set[int]] = {}
+        for src in [b.src for b in plan.backups] + [s.src for s in plan.stores]:
+            reads.setdefault((src.tier, src.pool), set()).update(src.pages())
         seen: dict[tuple[Tier, str], set[int]] = {}
         for key, pages in [*(((e.tier, e.pool), list(e.pages())) for e in plan.frees),
                            *(((Tier.DEVICE, "full"), pages) for pages in released.values())]:
@@ -417,8 +436,12 @@ class TorchRuntime:
             if self.state.active:
                 for pool, n in self.state.keeper.needs(s, new).items():
                     need[(Tier.DEVICE, pool)] += n
-        need[(Tier.HOST, "full")] += sum(b.src.num_pages for b in plan.backups) + sum(
-            p.max_pages for p in plan.prefetches)
+            for ext in s.attach:
+                if ext.tier is Tier.HOST:  # a hybrid state load
+                    need[(Tier.DEVICE, ext.pool)] += ext.num_pages
+        for b in plan.backups:
+            need[(Tier.HOST, b.src.pool)] += b.src.num_pages
+        need[(Tier.HOST, "full")] += sum(p.max_pages for p in plan.prefetches)
         back: Counter[tuple[Tier, str]] = Counter()  # what the frees and releases return
         for e in plan.frees:
             back[(e.tier, e.pool)] += e.num_pages
@@ -449,8 +472,13 @@ class TorchRuntime:
                     if ext.pool == "full":
                         row.pages += list(ext.pages())
                 if self.state.active:
-                    self.state.keeper.open(handle.slot_id, s.attach)
-                    ckpt = [e for e in s.attach if e.pool == "mamba"]
+                    attach, copies, landed = state_loads(
+                        s.attach, lambda pool, n: self.state.allocs[pool].alloc(n),
+                        self.runtime_id, self.generation)
+                    prep.state_loads += copies
+                    self.state.keeper.open(handle.slot_id, attach,
+                                           sum(ld.src.num_pages for ld in s.loads))
+                    ckpt = [e for e in attach if e.pool == "mamba"]
                     copy_in = next(ckpt[0].pages()) if ckpt else -1
                     fresh = self.state.mamba and not ckpt
                 for load in s.loads:
@@ -460,6 +488,8 @@ class TorchRuntime:
                     load_host += host_pages
                     row.pages += dev_pages
                     loaded.append(self._extent(Tier.DEVICE, dev_pages))
+                if self.state.active:
+                    loaded += landed
                 row.tokens = len(row.pages) * self.page_size
             else:
                 handle, row = s.request, self.table.get(s.request)
@@ -482,7 +512,7 @@ class TorchRuntime:
         return out, load_dev, load_host
 
     def _start_loads(self, prep: _Prepared, dev: list[int], host: list[int]) -> None:
-        L = self.shape.num_layers
+        L = self.kv_layers
         groups = [range(i, i + 1) for i in range(L)] if self.layerwise else [range(L)]
         for r in groups:
             nbytes = len(dev) * self.dev.bytes_per_page_layer * len(r)
@@ -491,6 +521,32 @@ class TorchRuntime:
                                            "load", prep.batch_id, layer=layer, nbytes=nbytes))
         self.fences.use(Tier.DEVICE, dev, prep.loads[-1])  # one lane: the last op is last
         self.fences.use(Tier.HOST, host, prep.loads[-1])
+
+    def _start_state_loads(self, prep: _Prepared) -> None:
+        """Hybrid load-back: the SWA pages and MAMBA checkpoints the batch attaches from
+        L2, in one h2d op before the FULL loads (layer 0 waits for it)."""
+        copies, bid = prep.state_loads, prep.batch_id
+        ev = self._submit("h2d", partial(self.state_host.load, copies), [], "load", bid,
+                          nbytes=self.state_host.nbytes(copies))
+        for pool, host, dev in copies:
+            self.fences.use(Tier.DEVICE, dev, ev, pool)
+            self.fences.use(Tier.HOST, host, ev, pool)
+        prep.state_load = ev
+
+    def _state_backups(self, prep: _Prepared, done: LaneEvent) -> None:
+        """Hybrid backups of SWA pages and MAMBA checkpoints: one d2h op after compute."""
+        copies = [(pool, dev, host) for _, pool, dev, host in prep.state_backups]
+
+        def backed_up(ev: LaneEvent) -> None:
+            for job, _, dev, _ in prep.state_backups:
+                self.outbox.post(TransferCompletion(job, TransferKind.BACKUP, ev.end, len(dev)))
+
+        ev = self._submit("d2h", partial(self.state_host.backup, copies), [done], "backup",
+                          prep.batch_id, nbytes=self.state_host.nbytes(copies),
+                          then=[backed_up])
+        for pool, dev, host in copies:
+            self.fences.use(Tier.DEVICE, dev, ev, pool)
+            self.fences.use(Tier.HOST, host, ev, pool)
 
     def _queue_compute(self, prep: _Prepared) -> LaneEvent:
         bid, finished = prep.batch_id, prep.finished
@@ -507,6 +563,8 @@ class TorchRuntime:
         decode = len(prep.specs) if prep.op == "decode" else 0
         for layer in range(self.shape.num_layers):
             waits = [prep.loads[layer if self.layerwise else 0]] if prep.loads else []
+            if layer == 0 and prep.state_load is not None:
+                waits.append(prep.state_load)
             ev = self._submit("compute", partial(self._layer, layer, state, idx), waits,
                               prep.op, bid, layer=layer)
             first = first or ev

@@ -32,7 +32,7 @@ import simpy
 
 from hicache.config import CacheConfig
 from hicache.routing import Router, SchedulerView
-from hicache.runtime.state import state_pool_sizes
+from hicache.runtime.state import host_state_pool_sizes, state_pool_sizes
 from hicache.scenario import Scenario, as_scenario
 from hicache.scheduler.scheduler import Scheduler
 from hicache.timeline import Timeline
@@ -120,7 +120,8 @@ def _runtime(env: simpy.Environment, sc: Scenario, hw: HardwareProfile,
              tl: Timeline) -> SimRuntime:
     run = sc.run
     return SimRuntime(env, profile=hw, model=sc.model, page_size=sc.cache.page_size,
-                      device_pages=pools, host_pages={"full": host_pages},
+                      device_pages=pools,
+                      host_pages={"full": host_pages, **host_state_pool_sizes(pools, host_pages)},
                       l3=l3, io_backend=sc.cache.hicache_io_backend,
                       layerwise=run.layerwise, mem_layout=sc.cache.effective_mem_layout,
                       backup_throttle_bytes_per_s=run.backup_throttle_bytes_per_s,

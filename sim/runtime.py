@@ -34,7 +34,7 @@ from hicache.runtime.interface import (
     RequestSlice,
     RuntimeInfo,
 )
-from hicache.runtime.state import StateKeeper
+from hicache.runtime.state import StateKeeper, state_loads
 from hicache.runtime.writeback import WritebackConfig
 from hicache.tiers.l3_guard import RetryPolicy
 from hicache.timeline import Timeline
@@ -282,10 +282,19 @@ class SimRuntime:
             for ext in s.attach:
                 if ext.pool == "full":
                     row.append(ext.pages(), own=False)
-            if self.state.active:
-                st.extra_s += self.state.open(handle.slot_id, s.attach)
+            landed: list[CacheExtentRef] = []
+            if self.state.active:  # hybrid: the attach's L2 state pieces are loaded back
+                attach, copies, landed = state_loads(
+                    s.attach, lambda pool, n: self.device[pool].allocate(n), self.runtime_id,
+                    self.generation)
+                for pool, src, dst in copies:
+                    loads.append((pool, src, dst))
+                    self.bytes_accounted["h2d"] += len(src) * self.bytes_per_page[pool]
+                st.extra_s += self.state.open(handle.slot_id, attach, sum(
+                    ld.src.num_pages for ld in s.loads if ld.src.pool == "full"))
         else:
             row = self.rows[s.request.slot_id]
+            landed = []
         loaded = []
         for ld in s.loads:
             src = list(ld.src.pages())
@@ -306,7 +315,7 @@ class SimRuntime:
             st.prefills.append((s.new_tokens, s.context_tokens))
         else:
             st.decodes.extend([s.context_tokens] * s.new_tokens)
-        return PreparedSlice(s.rid, row.handle, row.extent(), tuple(loaded), state)
+        return PreparedSlice(s.rid, row.handle, row.extent(), (*loaded, *landed), state)
 
     def _calls(self, pool: str, src: list[int], dst: list[int], layers: range,
                host: list[int]) -> int:

@@ -52,8 +52,9 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> None:
             row_of(rt, s.request, f"request {s.rid}")
             if s.attach or s.loads:
                 raise ValueError(f"request {s.rid}: attach/loads only on its first slice")
-        for ext in s.attach:
-            check_ext(rt, ext, Tier.DEVICE, f"attach of request {s.rid}")
+        for ext in s.attach:  # state pieces may come from L2 (hybrid load-back)
+            check_ext(rt, ext, Tier.HOST if ext.tier is Tier.HOST and ext.pool != "full"
+                      else Tier.DEVICE, f"attach of request {s.rid}")
             if ext.pool != "full" and not rt.state.active:
                 raise ValueError(f"attach of request {s.rid}: pool {ext.pool!r} is not kept "
                                  "by this runtime")
@@ -140,6 +141,9 @@ def check_capacity(rt: SimRuntime, plan: BatchPlan) -> None:
                 need[(Tier.DEVICE, pool)] += n
         for ld in s.loads:
             need[(Tier.DEVICE, ld.src.pool)] += ld.src.num_pages
+        for ext in s.attach:
+            if ext.tier is Tier.HOST:
+                need[(Tier.DEVICE, ext.pool)] += ext.num_pages
     for b in plan.backups:
         need[(Tier.HOST, b.src.pool)] += b.src.num_pages
     for pf in plan.prefetches:

@@ -4,6 +4,8 @@
                   - pages admitted loads will take when their batch is prepared
     host free   = host pages   - pages the tree holds on L2 - pages reserved for copies in
                   flight (backups on their way to L2, L3 prefetches)
+    state pools on L2 (hybrid models: "swa" pages, "mamba" slots), each on its own:
+                  pool size - held by the tree on L2 - reserved for backups in flight
 
 Invariant: the runtime's allocations never exceed what this budget handed out, so a
 runtime never runs out of pages (it raises CapacityError if it would).
@@ -33,6 +35,8 @@ class PageBudget:
         self.loads_pending = 0  # device pages admitted loads take at prepare
         self.host_reserved = 0  # host pages of backups and prefetches in flight
         self.share: TenantShare | None = None  # a pool shared with other schedulers
+        self.host_pools: dict[str, int] = {}  # L2 state pools: pool -> pages (slots)
+        self.host_pool_reserved: dict[str, int] = {}  # backups in flight, per state pool
 
     def device_used(self) -> int:
         return self.tree.held_pages(Tier.DEVICE) + self.own + self.loads_pending
@@ -54,3 +58,8 @@ class PageBudget:
 
     def total(self, tier: Tier) -> int:
         return self.device_total if tier is Tier.DEVICE else self.host_total
+
+    def host_pool_free(self, pool: str) -> int:
+        """Free pages of an L2 state pool ("swa", "mamba"); 0 for a pool it lacks."""
+        return (self.host_pools.get(pool, 0) - self.tree.held_pages(Tier.HOST, pool)
+                - self.host_pool_reserved.get(pool, 0))

@@ -1,4 +1,4 @@
-"""The scheduler's SWA and MAMBA side (``scheduler.track_components``, L1 only).
+"""The scheduler's SWA and MAMBA side (``scheduler.track_components``).
 
     admit     match the prompt (less its last token) -> reuse up to the boundary every
               component accepts; attach FULL pages up to it, the SWA pages of the window
@@ -11,14 +11,16 @@
               (window + chunk + pinned window); mamba: private slot + checkpoint; the tree's
               pages are counted by the tree. A short pool evicts its own component.
 
-Invariant: for each pool, runtime-allocated pages <= tree-held + reserved by running
-requests <= pool size, so the runtime never runs out (it raises if it would).
+With L2 (hybrid_tiers.py) admission reuses up to the L1+L2 boundary, loading FULL, the
+SWA window and the MAMBA checkpoint in the first slice, and backups copy every component.
 
-Room is made pool by pool in the order FULL, SWA, MAMBA, each until it fits (an eviction
-of one pool can free the next: a FULL leaf takes its SWA and MAMBA along), as SGLang's
-``_evict_components`` walks its components. ``zero_time`` (replay: the cache manager
-driven one request at a time) reserves what a request holds when it computes in no time:
-the SWA pages of its last window and one MAMBA checkpoint, no running state beside them.
+Invariant: for each pool, runtime-allocated pages <= tree-held + reserved by running
+requests + pending loads <= pool size, so the runtime never runs out (it raises if it
+would).
+
+``zero_time`` (replay: the cache manager driven one request at a time) reserves what a
+request holds when it computes in no time: the SWA pages of its last window and one MAMBA
+checkpoint, no running state beside them.
 """
 
 from __future__ import annotations
@@ -26,13 +28,14 @@ from __future__ import annotations
 import math
 
 from hicache.kvcache.decisions import Admit
+from hicache.kvcache.hybrid_tiers import HybridTiers
 from hicache.kvcache.manager import KVCacheManager
 from hicache.kvcache.state import RequestState
 from hicache.runtime.handles import CacheExtentRef, Tier
 from hicache.runtime.interface import PreparedSlice, RequestSlice, RuntimeInfo
 from hicache.tree.actions import FreeDevice
 from hicache.tree.components import Kind
-from hicache.tree.locks import LockHandle
+from hicache.tree.loadback import ComponentLoads
 from hicache.tree.node import Node
 from hicache.tree.radix import MatchResult
 
@@ -55,13 +58,15 @@ class ComponentTracker:
         self.chunk_pages = math.ceil(chunk_tokens / self.page)
         self.total = {k: info.device_pages.get(k.value, 0) for k in STATE}
         self.own = dict.fromkeys(STATE, 0)
+        self.tiers = HybridTiers(self, info) if kv.l2 else None
 
     # -- accounting ------------------------------------------------------------------
     def free(self, pool: Kind) -> int:
         if pool is Kind.FULL:
             return self.kv.budget.device_free()
+        pending = self.tiers.pending[pool] if self.tiers is not None else 0
         return (self.total[pool] - self.tree.held_pages(Tier.DEVICE, pool.value)
-                - self.own[pool])
+                - self.own[pool] - pending)
 
     def reserve(self, st: RequestState) -> dict[Kind, int]:
         """Pages (slots) of each state pool the request may hold at once, at most."""
@@ -85,15 +90,24 @@ class ComponentTracker:
         return (self.swa or self.mamba) and len(st.pages) > st.prefix_tokens // self.page
 
     def make_room(self, needs: dict[Kind, int]) -> bool:
-        """Pool by pool (``needs`` in FULL, SWA, MAMBA order), evict that pool's component
-        until its need fits; False at the first pool that cannot (see the module doc)."""
-        for pool, n in needs.items():
-            while (short := n - self.free(pool)) > 0:
-                res = self.tree.evict_device(short, pool)
-                if not res.actions:
-                    return False
-                self.kv.apply(res.actions)
-        return True
+        """Evict, per short pool, that pool's component until every need fits."""
+        for _ in range(16):
+            short = [(p, n - self.free(p)) for p, n in needs.items() if self.free(p) < n]
+            if not short:
+                return True
+            moved = False
+            for pool, deficit in short:
+                if pool is Kind.FULL and self.kv.l2:  # L1 leaves go through write_back
+                    self.kv.make_room(Tier.DEVICE, needs[pool])
+                    moved |= self.free(pool) > needs[pool] - deficit
+                    continue
+                res = self.tree.evict_device(deficit, pool)
+                if res.actions:
+                    self.kv.apply(res.actions)
+                    moved = True
+            if not moved:
+                return False
+        return all(self.free(p) >= n for p, n in needs.items())
 
     # -- admission -------------------------------------------------------------------
     def never_fits(self, st: RequestState) -> str | None:
@@ -113,54 +127,79 @@ class ComponentTracker:
         return None
 
     def start(self, st: RequestState) -> bool:
-        """Admit ``st`` (L1 only): reuse up to the boundary every component accepts."""
-        return self.admit(st, *self.match(st))
+        """Admit ``st``: reuse up to the boundary every component accepts, on L1 or, with
+        L2, on L1 and L2 (loading what is on L2 only)."""
+        return self.admit(st, self.match(st))
 
-    def match(self, st: RequestState) -> tuple[MatchResult, LockHandle]:
-        """Match ``st``'s prompt (touching it; less its last token unless the manager
-        reuses whole prompts) and lock what it reuses."""
+    def match(self, st: RequestState) -> MatchResult:
+        """Match ``st``'s prompt, touching it (less its last token unless the manager
+        reuses whole prompts)."""
         pages = (st.pages[:(st.prompt_len - 1) // self.page] if self.kv.recompute_last_token
                  else st.pages)
-        m = self.tree.match(pages)
-        return m, self.tree.lock(m.device_node)
+        return self.tree.match(pages)
 
-    def admit(self, st: RequestState, m: MatchResult, lock: LockHandle) -> bool:
-        """Reserve what ``st`` needs beyond the ``m`` it reuses; False (lock released) when
-        a pool cannot make room now."""
+    def admit(self, st: RequestState, m: MatchResult) -> bool:
+        """Reserve what ``st`` needs beyond the ``m`` it reuses (and the loads of its L2
+        part); False (nothing held) when a pool cannot make room now."""
         dev = m.device_tokens
-        st.prefix_tokens = dev
-        needs = {Kind.FULL: self.kv.footprint(st), **self.reserve(st)}
+        loads = self.tiers.plan(m) if self.tiers is not None else None
+        nodes = m.path[:m.device_nodes] if loads is None else loads.path
+        tokens = dev if loads is None else loads.tokens
+        lock = self.tree.lock(nodes[-1] if nodes else None)
+        pin = self.tree.locks.lock_host(loads.sources) if loads is not None else None
+        st.prefix_tokens = tokens
+        reserve = {Kind.FULL: self.kv.footprint(st), **self.reserve(st)}
+        needs = dict(reserve)
+        if loads is not None:
+            for kind in needs:
+                needs[kind] += loads.pages(kind)
         if not self.make_room(needs):
             self.tree.unlock(lock)
+            if pin is not None:
+                self.tree.unlock(pin)
             st.prefix_tokens = 0
             return False
-        st.lock = lock
-        nodes = m.path[:m.device_nodes]
-        st.attach = self.kv.device_extents(nodes, dev) + self._state_extents(nodes, dev)
-        st.device_hit, st.host_hit, st.l3_hit = dev, 0, 0
-        st.reserved = {p: n for p, n in needs.items() if p is not Kind.FULL}
-        self.kv.budget.own += needs[Kind.FULL]
+        st.lock, st.host_lock = lock, pin
+        state, landing = self._state_extents(nodes, tokens, loads)
+        on_l1 = nodes if loads is None else nodes[:len(nodes) - len(loads.full)]
+        st.attach = self.kv.device_extents(on_l1, tokens) + state
+        st.device_hit, st.host_hit, st.l3_hit = dev, tokens - dev, 0
+        st.reserved = {p: n for p, n in reserve.items() if p is not Kind.FULL}
+        self.kv.budget.own += reserve[Kind.FULL]
         for p, n in st.reserved.items():
             self.own[p] += n
-        self.kv.log(Admit(st.rid, dev, 0, 0))
+        self.kv.log(Admit(st.rid, dev, tokens - dev, 0))
+        if loads is not None:
+            assert self.tiers is not None
+            self.tiers.admitted(st, loads, dev, landing)
         return True
 
-    def _state_extents(self, nodes: tuple[Node, ...], tokens: int) -> tuple[CacheExtentRef, ...]:
+    def _state_extents(self, nodes: tuple[Node, ...], tokens: int,
+                       loads: ComponentLoads | None = None
+                       ) -> tuple[tuple[CacheExtentRef, ...], list[tuple[Node, Kind]]]:
+        """The SWA pages of the window ending at ``tokens`` and the MAMBA checkpoint
+        there, in token order, each from L1 or (``loads``) from L2; and the (node,
+        component) of each L2 piece, in that order."""
         if not tokens:
-            return ()
-        out: list[CacheExtentRef] = []
-        need = min(self.window_pages, tokens // self.page)
+            return (), []
+        out: list[tuple[CacheExtentRef, Node]] = []
+        need = min(self.window_pages, tokens // self.page) if self.swa else 0
         for n in reversed(nodes):
             if need <= 0:
                 break
-            ext = n.device[Kind.SWA]
+            ext = n.device.get(Kind.SWA) or n.host[Kind.SWA]
             take = min(need, ext.num_pages)
-            out.insert(0, ext if take == ext.num_pages else ext.slice(ext.num_pages - take,
-                                                                     ext.num_pages))
+            if take < ext.num_pages:
+                assert ext.tier is Tier.DEVICE, "an L2 window piece is a whole node"
+                ext = ext.slice(ext.num_pages - take, ext.num_pages)
+            out.insert(0, (ext, n))
             need -= take
         if self.mamba:
-            out.append(nodes[-1].device[Kind.MAMBA])
-        return tuple(out)
+            last = nodes[-1]
+            out.append((last.device.get(Kind.MAMBA) or last.host[Kind.MAMBA], last))
+        landing = [(n, Kind(e.pool)) for e, n in out if e.tier is Tier.HOST]
+        assert loads is not None or not landing
+        return tuple(e for e, _ in out), landing
 
     # -- planning and runtime answers --------------------------------------------------
     def cut(self, st: RequestState, pos: int, chunk: int) -> tuple[int, bool]:
@@ -175,6 +214,8 @@ class ComponentTracker:
     def prepared(self, st: RequestState, sl: RequestSlice, ps: PreparedSlice) -> None:
         if sl.checkpoint:
             st.checkpoint = ps.state
+        if self.tiers is not None and ps.loaded:
+            self.tiers.loaded(st, ps.loaded)
 
     # -- caching and release ---------------------------------------------------------
     def cache_prompt(self, st: RequestState) -> Node | None:
@@ -220,5 +261,7 @@ class ComponentTracker:
         for p, n in st.reserved.items():
             self.own[p] -= n
         st.reserved = {}
+        if self.tiers is not None:
+            self.tiers.finish(st)
         return tuple(CacheExtentRef.concat(st.state_donated[p]) for p in POOLS
                      if st.state_donated.get(p))

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hicache.config import CacheConfig
 from hicache.kvcache.budget import PageBudget
@@ -52,6 +52,7 @@ from hicache.tree.radix import MatchResult, UnifiedRadixTree, page_keys
 # eviction rounds per make-room: under write_back the first round starts backups, and a
 # runtime that copies at once (replay) lets a later round demote what they copied
 MAKE_ROOM_ROUNDS = 4
+_ORDER = {Kind.FULL: 0, Kind.SWA: 1, Kind.MAMBA: 2}  # a backup's copies, FULL first
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +68,17 @@ class Reuse:
 
 @dataclass(slots=True)
 class _BackupJob:
+    """One node's backup: a copy (job id) per component, complete when all have landed."""
+
     node_id: int
-    pages: int
     keys: tuple[str, ...] | None  # L3 keys when known at start (write-through)
+    parts: dict[int, tuple[Kind, int]] = field(default_factory=dict)  # job -> kind, pages
+    hosts: dict[Kind, CacheExtentRef] = field(default_factory=dict)  # landed copies
     evicting: bool = False  # an eviction under write_back: the node leaves L1 once copied
+
+    @property
+    def full_pages(self) -> int:
+        return sum(n for kind, n in self.parts.values() if kind is Kind.FULL)
 
 
 class KVCacheManager:
@@ -96,6 +104,7 @@ class KVCacheManager:
         self.recompute_last_token = recompute_last_token
         self.decisions: list[Decision] = []
         self._backups: dict[int, _BackupJob] = {}
+        self._part_of: dict[int, int] = {}  # a component copy's job id -> its backup's
         self._backup_hosts: dict[int, CacheExtentRef] = {}
         self._stores: dict[int, tuple[list[Node], LockHandle]] = {}  # job -> (nodes, pin)
         self._backups_refused = 0  # backups that found no L2 room
@@ -141,7 +150,7 @@ class KVCacheManager:
             if free >= pages:
                 return True
             if tier is Tier.DEVICE:  # pages whose eviction backup is under way: coming
-                coming = sum(b.pages for b in self._backups.values() if b.evicting)
+                coming = sum(b.full_pages for b in self._backups.values() if b.evicting)
                 if free + coming >= pages:  # free once copied; start no more backups
                     break
                 res = self.tree.evict_device(pages - free - coming)
@@ -314,14 +323,26 @@ class KVCacheManager:
         self.relock(st, self.cache_kv(st, st.pages))
         self.write_through(st, st.pages)
 
-    def write_through(self, st: RequestState, pages: list) -> None:
-        """The write policy: back up the path's L1-only nodes that reached its threshold."""
+    def write_through(self, st: RequestState, pages: list,
+                      nodes: Iterable[Node] | None = None, min_hits: int = 0) -> None:
+        """The write policy: back up the path's nodes that reached its threshold and hold
+        data on L1 with no L2 copy (``nodes``: that path, else the L1 match of ``pages``;
+        ``min_hits``: the hits a node of it counts at least). A node whose FULL copy is
+        on L2 already gets a component-only backup of the hybrid components it lacks
+        there (SGLang's incremental backup)."""
         if not self.l2 or self.write.threshold is None:
             return
-        m = self.tree.match(pages, touch=False)
-        for node in m.path[:m.device_nodes]:
-            if (node.on_device and not node.on_host and not node.backing_up
-                    and self.write.backup_on_hit(node.hit_count)):  # this insert counted
+        if nodes is None:
+            m = self.tree.match(pages, touch=False)
+            nodes = m.path[:m.device_nodes]
+        for node in nodes:
+            if (node.on_device and not node.backing_up
+                    and any(k not in node.host for k in node.device)
+                    and self.write.backup_on_hit(max(node.hit_count, min_hits))):
+                if node.on_host:
+                    missing = frozenset(k for k in node.device if k not in node.host)
+                    self.start_backup(self.tree.residency.begin_backup(node), None, missing)
+                    continue
                 first, count = self.tree.page_span(node)
                 keys = tuple(st.hashes[first:first + count])
                 self.start_backup(self.tree.residency.begin_backup(node),
@@ -360,19 +381,50 @@ class KVCacheManager:
         self.log(Finish(st.rid))
 
     # -- copies between tiers --------------------------------------------------------
-    def start_backup(self, a: BackupNode, keys: tuple[str, ...] | None = None, *,
-                     evicting: bool = False) -> None:
-        """Copy a node to L2 (write policy, or an eviction under write_back)."""
-        full = dict(a.extents)[Kind.FULL]
-        if not self.make_room(Tier.HOST, full.num_pages):
+    def start_backup(self, a: BackupNode, keys: tuple[str, ...] | None = None,
+                     kinds: frozenset[Kind] | None = None, *, evicting: bool = False) -> None:
+        """Copy a node to L2 (write policy, or an eviction under write_back): FULL, and each
+        other component on L1 (hybrid models) that finds room in its own L2 pool, one
+        BackupIntent (job) per component. ``kinds``: only these (a node whose FULL copy
+        is on L2 already). Without L2 room for FULL, when it is copied, nothing is."""
+        parts = sorted(((k, e) for k, e in a.extents if kinds is None or k in kinds),
+                       key=lambda part: _ORDER[part[0]])
+        if parts[0][0] is Kind.FULL and not self.make_room(Tier.HOST, parts[0][1].num_pages):
+            parts = []
+        parts = [(k, e) for k, e in parts
+                 if k is Kind.FULL or self._state_host_room(k, e.num_pages)]
+        if not parts:
             self.tree.residency.abort_backup(a.node_id)
             self._backups_refused += 1
             return
-        job = self.sink.next_job_id()
-        self.budget.host_reserved += full.num_pages
-        self._backups[job] = _BackupJob(a.node_id, full.num_pages, keys, evicting)
+        if len(parts) != len(a.extents):
+            self.tree.residency.narrow_backup(a.node_id, frozenset(k for k, _ in parts))
+        b = _BackupJob(a.node_id, keys if parts[0][0] is Kind.FULL else None,
+                       evicting=evicting)
+        intents = []
+        for kind, ext in parts:
+            job = self.sink.next_job_id()
+            b.parts[job] = (kind, ext.num_pages)
+            intents.append(BackupIntent(ext, job))
+            if kind is Kind.FULL:
+                self.budget.host_reserved += ext.num_pages
+            else:
+                reserved = self.budget.host_pool_reserved
+                reserved[ext.pool] = reserved.get(ext.pool, 0) + ext.num_pages
+        self._backups[intents[0].job_id] = b
+        for intent in intents:
+            self._part_of[intent.job_id] = intents[0].job_id
         self.log(Backup(a.node_id, a.tokens))
-        self.sink.backup(BackupIntent(full, job))
+        for intent in intents:
+            self.sink.backup(intent)
+
+    def _state_host_room(self, kind: Kind, pages: int) -> bool:
+        """Make room for ``pages`` in ``kind``'s L2 state pool (dropping L2 copies of that
+        component); False when it cannot (or the pool does not exist)."""
+        free = self.budget.host_pool_free(kind.value)
+        if free < pages and self.budget.host_pools.get(kind.value, 0) >= pages:
+            self.apply(self.tree.residency.evict_host_component(kind, pages - free).actions)
+        return self.budget.host_pool_free(kind.value) >= pages
 
     def backup_placed(self, job: int, host: CacheExtentRef) -> None:
         """The runtime allocated ``host`` for backup ``job`` (the copy is under way)."""
@@ -391,12 +443,22 @@ class KVCacheManager:
             return False
         return True
 
-    def _backup_done(self, job: int) -> None:
-        b = self._backups.pop(job)
-        host = self._backup_hosts.pop(job)
-        self.budget.host_reserved -= b.pages
-        nodes = self.tree.residency.complete_backup(b.node_id, {Kind.FULL: host})
-        if not self.l3:
+    def _backup_done(self, part: int) -> None:
+        """One component's copy landed; the node's L2 copy enters the tree with the last."""
+        job = self._part_of.pop(part)
+        b = self._backups[job]
+        kind, pages = b.parts.pop(part)
+        b.hosts[kind] = self._backup_hosts.pop(part)
+        if kind is Kind.FULL:
+            self.budget.host_reserved -= pages
+        else:
+            self.budget.host_pool_reserved[kind.value] -= pages
+        if b.parts:
+            return
+        del self._backups[job]
+        nodes = self.tree.residency.complete_backup(b.node_id, b.hosts)
+        host = b.hosts.get(Kind.FULL)
+        if not self.l3 or host is None:
             return
         keys = b.keys if b.keys is not None else self.l3_keys(nodes)
         store = self.sink.next_job_id()

@@ -96,8 +96,9 @@ def _cache(args: argparse.Namespace, capacity: int):  # noqa: ANN202 - ReplayCac
 
     hybrid = {"swa_window": args.swa_window, "swa_tokens": args.swa_tokens,
               "mamba_slots": args.mamba_slots}
-    if (args.swa_window or args.mamba_slots) and (args.l2_tokens or args.l3):
-        raise ValueError("--swa-window/--mamba-slots replay L1 only: drop --l2-tokens/--l3")
+    if (args.swa_window or args.mamba_slots) and args.l3:  # hybrid_tiers.py says why
+        raise ValueError("--swa-window/--mamba-slots replay L1 and L2 (--l2-tokens); "
+                         "SWA windows and MAMBA checkpoints have no L3 path: drop --l3")
     cfg = CacheConfig.from_mapping({
         "page_size": args.page_size, "device_tokens": capacity,
         "radix_eviction_policy": args.policy, "hicache_write_policy": args.write_policy,

@@ -46,6 +46,7 @@ from hicache.runtime.interface import (
     TransferCompletion,
     TransferKind,
 )
+from hicache.runtime.state import host_state_pool_sizes
 from hicache.tiers.hashing import page_hashes
 from hicache.tree.allocator import PageAllocator
 from hicache.tree.components import Kind, TreeSpec
@@ -109,15 +110,18 @@ class L3Set:
 class ZeroTimeExecutor:
     """An :class:`~hicache.kvcache.plans.IntentSink` that carries intents out at once and
     answers with the completions a runtime would send (see the module docstring).
-    ``device_pages``: pages per L1 pool ("full", and "swa" / "mamba" for hybrid models)."""
+    ``device_pages`` / ``host_pages``: pages per L1 / L2 pool ("full", and "swa" / "mamba"
+    for hybrid models)."""
 
-    def __init__(self, device_pages: Mapping[str, int], host_pages: int,
+    def __init__(self, device_pages: Mapping[str, int], host_pages: Mapping[str, int],
                  l3: L3Set | None) -> None:
         self.pools = {pool: PageAllocator(n, tier=Tier.DEVICE, pool=pool,
                                           runtime_id=RUNTIME_ID)
                       for pool, n in device_pages.items()}
-        self.device = self.pools["full"]
-        self.host = PageAllocator(host_pages, tier=Tier.HOST, runtime_id=RUNTIME_ID)
+        self.host_pools = {pool: PageAllocator(n, tier=Tier.HOST, pool=pool,
+                                               runtime_id=RUNTIME_ID)
+                           for pool, n in host_pages.items()}
+        self.device, self.host = self.pools["full"], self.host_pools["full"]
         self.l3 = l3
         self.kv: KVCacheManager | None = None  # set by ReplayCache (it answers to the manager)
         self.prefetcher: L3Prefetcher | None = None
@@ -127,7 +131,7 @@ class ZeroTimeExecutor:
         self.l3_read_pages = 0
 
     def _alloc(self, extent: CacheExtentRef) -> PageAllocator:
-        return self.pools[extent.pool] if extent.tier is Tier.DEVICE else self.host
+        return (self.pools if extent.tier is Tier.DEVICE else self.host_pools)[extent.pool]
 
     # -- placement for one request -------------------------------------------------
     def open_row(self, rid: int, own: Iterable[CacheExtentRef]) -> RequestRuntimeHandle:
@@ -156,7 +160,7 @@ class ZeroTimeExecutor:
 
     def backup(self, intent: BackupIntent) -> None:
         assert self.kv is not None
-        host = self.host.alloc(intent.src.num_pages)
+        host = self.host_pools[intent.src.pool].alloc(intent.src.num_pages)
         self.kv.backup_placed(intent.job_id, host)
         self.kv.on_transfer(TransferCompletion(intent.job_id, TransferKind.BACKUP, 0.0,
                                                host.num_pages, host))
@@ -180,8 +184,9 @@ class ZeroTimeExecutor:
 class ReplayCache:
     """A tiered cache driven in zero time. ``l2`` and ``l3`` follow ``cfg``; with ``l3``
     given, L3 is reached through L2 (``cfg.enable_hierarchical_cache`` must be on).
-    ``swa_window`` / ``mamba_slots``: a hybrid model's components (L1 only), in pools of
-    ``swa_tokens`` (default: L1's size) and ``mamba_slots``."""
+    ``swa_window`` / ``mamba_slots``: a hybrid model's components (L1, or L1 and L2; no
+    L3: hicache/kvcache/hybrid_tiers.py says why), in L1 pools of ``swa_tokens`` (default:
+    L1's size) and ``mamba_slots``, L2 pools in L2's ratio to L1."""
 
     def __init__(self, cfg: CacheConfig, *, l3: L3Set | None = None,
                  host_tokens: int | None = None, swa_window: int = 0,
@@ -190,8 +195,8 @@ class ReplayCache:
         page = cfg.page_size
         l2 = cfg.enable_hierarchical_cache
         hybrid = bool(swa_window or mamba_slots)
-        if hybrid and (l2 or l3 is not None):
-            raise ValueError("hybrid components (SWA, MAMBA) replay L1 only: no L2, no L3")
+        if hybrid and l3 is not None:
+            raise ValueError("hybrid components (SWA, MAMBA) replay L1 and L2: no L3 path")
         host = host_tokens if host_tokens is not None else (cfg.host_tokens() if l2 else 0)
         host_pages = host // page if l2 else 0
         pools = {"full": cfg.device_tokens // page}
@@ -199,9 +204,10 @@ class ReplayCache:
             pools["swa"] = (swa_tokens if swa_tokens is not None else cfg.device_tokens) // page
         if mamba_slots:
             pools["mamba"] = mamba_slots
-        self.exec = ZeroTimeExecutor(pools, host_pages, l3)
-        info = RuntimeInfo(RUNTIME_ID, 0, page, pools, {"full": host_pages},
-                           swa_window=swa_window, mamba=mamba_slots > 0)
+        hosts = {"full": host_pages, **host_state_pool_sizes(pools, host_pages)}
+        self.exec = ZeroTimeExecutor(pools, hosts, l3)
+        info = RuntimeInfo(RUNTIME_ID, 0, page, pools, hosts, swa_window=swa_window,
+                           mamba=mamba_slots > 0)
         spec = (TreeSpec.hybrid(page, swa_window=swa_window, mamba=mamba_slots > 0)
                 if hybrid else None)
         self.kv = KVCacheManager(cfg, info, self.exec, l3=l3 is not None, spec=spec,
@@ -214,8 +220,14 @@ class ReplayCache:
                                                       self.exec.host, l3)
 
     @property
-    def pools(self) -> dict[str, PageAllocator]:
-        return self.exec.pools
+    def pools(self) -> dict[Kind, PageAllocator]:
+        """L1 page allocators per component."""
+        return {Kind(p): a for p, a in self.exec.pools.items()}
+
+    @property
+    def host_pools(self) -> dict[Kind, PageAllocator]:
+        """L2 page allocators per component (empty pools where L2 is off)."""
+        return {Kind(p): a for p, a in self.exec.host_pools.items()}
 
     def process(self, req: Request) -> ReplayRecord:
         page = self.cfg.page_size
@@ -246,22 +258,37 @@ class ReplayCache:
                             st.l3_hit)
 
     def _process_components(self, st: RequestState) -> ReplayRecord:
-        """A hybrid model's request (module doc): the tracker admits it, the row holds its
-        new FULL pages and, as its checkpoint, the SWA and MAMBA pages it reserved."""
-        tracker, req = self.components, st.req
+        """A hybrid model's request, as the scheduler runs it with ``track_components``:
+        the tracker admits it (with L2: loads FULL, the SWA window and the MAMBA checkpoint
+        of the L2 part); the row holds its new FULL pages and, as its checkpoint, the SWA
+        and MAMBA pages it reserved; the prompt enters the tree; the write policy copies
+        every component."""
+        tracker, req, pools = self.components, st.req, self.exec.pools
         assert tracker is not None
-        m, lock = tracker.match(st)
-        if tracker.admit(st, m, lock):
-            new = self.kv.footprint(st)
-            own = [self.device.alloc(new)] if new else []
-            st.checkpoint = tuple(self.pools[k.value].alloc(n)
-                                  for k, n in st.reserved.items() if n)
-            st.handle = self.exec.open_row(req.rid, [*own, *st.checkpoint])
-            parts = [e for e in st.attach if e.pool == Kind.FULL.value] + own
-            st.kv = CacheExtentRef.concat(parts) if parts else None
-            self.kv.relock(st, tracker.cache_prompt(st))
-            self.kv.finish(st, tracker.finish(st))
-        return ReplayRecord(req.rid, req.arrival, len(req.tokens), m.device_tokens, 0, 0)
+        m = tracker.match(st)
+        if not tracker.admit(st, m):  # no room now: reuse what L1 has, cache none
+            return ReplayRecord(req.rid, req.arrival, len(req.tokens), m.device_tokens, 0, 0)
+        full_loads = [self.device.alloc(n.num_pages) for n in st.load_nodes]
+        state_loads = [pools[e.pool].alloc(e.num_pages) for e in st.attach
+                       if e.tier is Tier.HOST]  # SWA pages, the checkpoint, token order
+        if full_loads or state_loads:
+            assert tracker.tiers is not None
+            tracker.tiers.loaded(st, full_loads + state_loads)
+            self.kv.loads_read(st)
+        new = self.kv.footprint(st)
+        own = [self.device.alloc(new)] if new else []
+        st.checkpoint = tuple(pools[k.value].alloc(n) for k, n in st.reserved.items() if n)
+        st.handle = self.exec.open_row(req.rid, [*own, *st.checkpoint])
+        attached = [e for e in st.attach if e.pool == Kind.FULL.value and e.tier is Tier.DEVICE]
+        parts = attached + full_loads + own
+        st.kv = CacheExtentRef.concat(parts) if parts else None
+        node = tracker.cache_prompt(st)
+        self.kv.relock(st, node)
+        if tracker.tiers is not None:
+            tracker.tiers.write_through(st, node)
+        self.kv.finish(st, tracker.finish(st))
+        return ReplayRecord(req.rid, req.arrival, len(req.tokens), st.device_hit, st.host_hit,
+                            0)
 
     def _reference_session(self, req: Request, node: object) -> None:
         if req.session_id is not None:

@@ -103,7 +103,13 @@ class RequestSlice:
     right after them. ``attach`` may also hold extents of pool "swa" (the SWA pages of
     the window that ends at the attached FULL pages, borrowed) and one of pool "mamba" (a
     cached checkpoint there: the runtime copies it into the request's private state slot,
-    copy-on-write; the cached slot is not modified). ``context_tokens`` is the KV length
+    copy-on-write; the cached slot is not modified). Such a state extent may be on L2
+    (hybrid load-back): the runtime loads it into new L1 pages (a new slot) of its pool
+    before the slice's compute reads it, and uses them in its place; their L1 extents
+    follow the FULL loads' in ``PreparedSlice.loaded`` (in attach order), and the cache
+    tree owns them, as it owns loaded FULL pages. (State pieces sit in attach, not in
+    ``loads``, because an SWA window interleaves L1 and L2 pages in token order and
+    attach is that order.) ``context_tokens`` is the KV length
     before this slice, ``new_tokens`` the tokens computed now (a prefill chunk, or 1 for
     decode).
     """
@@ -162,7 +168,9 @@ class PreparedSlice:
     rid: int
     request: RequestRuntimeHandle
     kv: CacheExtentRef  # the request's whole device KV after this slice, in token order
-    loaded: tuple[CacheExtentRef, ...]  # device extents the loads landed in (same order)
+    # device extents the loads landed in (same order), then those of the attach's L2 state
+    # extents (attach order)
+    loaded: tuple[CacheExtentRef, ...]
     # the request's extents in other pools after this slice: its SWA pages as the run of
     # held pages that ends at its last page (token order), and, after a checkpoint slice,
     # the new MAMBA checkpoint (1 page of pool "mamba", the request's own until Release)

@@ -20,7 +20,7 @@ the same plans; the torch runtime also moves the data (SWA K/V, MAMBA state copi
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -40,6 +40,51 @@ def state_pool_sizes(kinds: Sequence[str], page_size: int, device_tokens: int,
     if "mamba" in kinds:
         out["mamba"] = mamba_slots or 3 * max_running_requests
     return out
+
+
+def host_state_pool_sizes(device: dict[str, int], host_full: int) -> dict[str, int]:
+    """L2 pools of the state components, with the FULL pool's L2:L1 ratio (SGLang sizes its
+    host Mamba and SWA pools by ``hicache_ratio`` too): empty when L2 holds no FULL."""
+    full = device.get("full", 0)
+    if not host_full or not full:
+        return {}
+    return {pool: n * host_full // full for pool, n in device.items()
+            if pool in ("swa", "mamba") and n}
+
+
+def state_loads(attach: Iterable[CacheExtentRef], allocate: Callable[[str, int], list[int]],
+                runtime_id: str, generation: int
+                ) -> tuple[tuple[CacheExtentRef, ...], list[tuple[str, list[int], list[int]]],
+                           list[CacheExtentRef]]:
+    """A first slice's attach with its L2 state extents ("swa" pages, a "mamba"
+    checkpoint: hybrid load-back) placed on new L1 pages of their pool, in token order:
+    (the attach as it reads on L1, the copies (pool, L2 pages, L1 pages), the L1 extents
+    those loads landed in, in attach order: they follow the FULL loads in
+    ``PreparedSlice.loaded``)."""
+    out: list[CacheExtentRef] = []
+    copies: list[tuple[str, list[int], list[int]]] = []
+    landed: list[CacheExtentRef] = []
+    for ext in attach:
+        if ext.tier is Tier.DEVICE:
+            out.append(ext)
+            continue
+        src = list(ext.pages())
+        dst = allocate(ext.pool, len(src))
+        copies.append((ext.pool, src, dst))
+        dev = CacheExtentRef(runtime_id, generation, Tier.DEVICE, coalesce(dst), ext.pool)
+        out.append(dev)
+        landed.append(dev)
+    return tuple(out), copies, landed
+
+
+def check_state_attach(attach: Iterable[CacheExtentRef], what: str) -> None:
+    """Only state extents ("swa", "mamba") may be attached from L2 (loaded back)."""
+    for ext in attach:
+        if ext.tier is Tier.HOST and ext.pool not in ("swa", "mamba"):
+            raise ValueError(f"{what}: an L2 extent of pool {ext.pool!r} in attach (FULL "
+                             f"pages come back through loads)")
+        if ext.tier not in (Tier.DEVICE, Tier.HOST):
+            raise ValueError(f"{what}: attach extent on {ext.tier}")
 
 
 class StatePool(Protocol):
@@ -91,11 +136,13 @@ class StateKeeper:
         return CacheExtentRef(self.runtime_id, self.generation, Tier.DEVICE, coalesce(pages),
                               pool)
 
-    def open(self, slot_id: int, attach: Iterable[CacheExtentRef]) -> float:
-        """New row from the first slice's attach; returns the copy seconds it costs."""
+    def open(self, slot_id: int, attach: Iterable[CacheExtentRef], loaded: int = 0) -> float:
+        """New row from the first slice's attach (on L1, state loads placed) and ``loaded``
+        FULL pages loaded after it; the SWA pages end where that prefix ends. Returns the
+        copy seconds it costs."""
         row = self.rows[slot_id] = StateRow()
         attach = list(attach)
-        full = sum(e.num_pages for e in attach if e.pool == "full")
+        full = sum(e.num_pages for e in attach if e.pool == "full") + loaded
         swa = [p for e in attach if e.pool == "swa" for p in e.pages()]
         if swa and not self.window:
             raise ValueError("attach of 'swa' pages but the runtime keeps no SWA pool")

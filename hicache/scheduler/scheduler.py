@@ -53,7 +53,7 @@ class SchedulerConfig:
     overlap: bool = True  # plan batch N+1 while N executes
     l3: bool = False  # an L3 tier is attached to the runtime
     requery_lost_prefix: bool = True  # re-ask L3 at the queue head if L1/L2 lost the prefix
-    track_components: bool = False  # track the runtime's SWA / MAMBA pools too (L1 only)
+    track_components: bool = False  # track the runtime's SWA / MAMBA pools too (L1, L2)
 
 
 # scenario keys of the ``scheduler:`` section (the rest of SchedulerConfig is derived)
@@ -81,9 +81,11 @@ class Scheduler:
                  replica: int = 0) -> None:
         self.cache, self.info, self.cfg, self.replica = cache, info, cfg, replica
         self.page = info.page_size
-        if cfg.track_components and cache.enable_hierarchical_cache:
-            raise ValueError("scheduler.track_components: L1 only for now; set "
-                             "cache.enable_hierarchical_cache: false")
+        if cfg.track_components and cache.enable_hierarchical_cache and (
+                cfg.l3 or cache.hicache_buffer_only):
+            raise ValueError("scheduler.track_components: L1 and L2 only; SWA windows and "
+                             "MAMBA checkpoints do not go to L3 (hicache/kvcache/"
+                             "hybrid_tiers.py says why): drop cache.hicache_storage_backend")
         spec = (TreeSpec.hybrid(self.page, swa_window=info.swa_window, mamba=info.mamba)
                 if cfg.track_components else TreeSpec(self.page))
         self.plans = PlanBuilder()
@@ -139,7 +141,7 @@ class Scheduler:
             st.handle, st.kv = ps.request, ps.kv
             if self.components is not None:
                 self.components.prepared(st, sl, ps)
-            if sl.loads:
+            if sl.loads and self.components is None:
                 self.kv.loaded(st, ps.loaded)
         for intent, host in zip(plan.backups, handle.backups, strict=True):
             self.kv.backup_placed(intent.job_id, host)
@@ -258,12 +260,15 @@ class Scheduler:
             st = self.requests[sl.rid]
             if sl.phase is Phase.PREFILL:
                 st.prefill_done += sl.new_tokens
-                if sl.loads:
+                if sl.loads or sl.attach:  # hybrid state loads sit in attach
                     self.kv.loads_read(st)
                 if st.prefill_done == st.to_prefill:
                     st.first_token = c.end
                     if self.components is not None:
-                        self.kv.relock(st, self.components.cache_prompt(st))
+                        node = self.components.cache_prompt(st)
+                        self.kv.relock(st, node)
+                        if self.components.tiers is not None:
+                            self.components.tiers.write_through(st, node)
                     else:
                         self.kv.cache_prompt(st)
             else:

@@ -219,6 +219,10 @@ class Residency:
     def backing_up(self) -> int:
         return len(self._jobs)
 
+    def narrow_backup(self, job_id: int, kinds: frozenset[Kind]) -> None:
+        """Backup ``job_id`` copies only ``kinds`` (the others found no L2 room)."""
+        self._job_kinds[job_id] = kinds
+
     # -- eviction --------------------------------------------------------------------
     def _device_evictable(self, n: Node) -> bool:
         return (n.parent is not None and n.is_device_leaf() and not n.any_device_lock()
@@ -331,6 +335,28 @@ class Residency:
     def _host_evictable(self, n: Node) -> bool:
         return (n.parent is not None and not n.on_device and n.on_host and not n.children
                 and not n.locked(HOST) and not n.backing_up)
+
+    def evict_host_component(self, kind: Kind, pages: int) -> EvictResult:
+        """Free at least ``pages`` L2 pages (MAMBA: slots) of ``kind`` (SWA or MAMBA) by
+        dropping that component's L2 copies, the node and its FULL copy staying: first
+        copies whose data is on L1 too (redundant now: SGLang's coexistence reclaim), then
+        the least recently used. Copies pinned (a load or store reads them) or being
+        written stay. An SWA copy takes the node's MAMBA copy along (no window ends there
+        any more, so the checkpoint serves no reuse), as on L1."""
+        res = EvictResult()
+        if pages <= 0 or kind is Kind.FULL:
+            return res
+        held = [n for n in self.tree.nodes.values()
+                if kind in n.host and not n.locked(HOST) and not n.backing_up]
+        held.sort(key=lambda n: (kind not in n.device, n.last_access, n.id))
+        for node in held:
+            res.add_free(FreeHost(node.id, kind, self.pop_value(node, "host", kind)))
+            if kind is Kind.SWA and Kind.MAMBA in node.host:
+                res.add_free(FreeHost(node.id, Kind.MAMBA,
+                                      self.pop_value(node, "host", Kind.MAMBA)))
+            if res.freed.get(kind.value, 0) >= pages:
+                break
+        return res
 
     def evict_host(self, pages: int) -> EvictResult:
         """Free at least ``pages`` L2 FULL pages by deleting host-only leaves."""

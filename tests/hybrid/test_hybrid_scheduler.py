@@ -143,12 +143,14 @@ def test_a_run_is_reproducible() -> None:
     assert a.records() == b.records() and a.decisions == b.decisions
 
 
-def test_tracking_is_l1_only_for_now() -> None:
+def test_tracking_refuses_l3_saying_why() -> None:
+    """L1 and L2 only: SWA windows and MAMBA checkpoints have no L3 path (hybrid_tiers.py)."""
     model = tiny_model()
     env, rt, _ = tiny_system(model)
-    with pytest.raises(ValueError, match="scheduler.track_components"):
-        Scheduler(CacheConfig(page_size=PAGE, device_tokens=1024, enable_hierarchical_cache=True),
-                  rt.info(), SchedulerConfig(track_components=True))
+    with pytest.raises(ValueError, match="track_components: L1 and L2 only"):
+        Scheduler(CacheConfig(page_size=PAGE, device_tokens=1024, enable_hierarchical_cache=True,
+                              hicache_storage_backend="file"),
+                  rt.info(), SchedulerConfig(track_components=True, l3=True))
 
 
 def test_a_request_the_state_pools_can_never_hold_is_rejected_not_stranded() -> None:
