@@ -4,14 +4,24 @@ replay goes in arrival order."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 from hicache.cli import main
 from hicache.config import CacheConfig
-from hicache.kvcache.decisions import Admit, Evict
+from hicache.kvcache.decisions import Admit, Backup, Evict
+from hicache.kvcache.manager import KVCacheManager
+from hicache.kvcache.plans import PlanBuilder
 from hicache.replay.engine import L3Set, ReplayCache, replay
+from hicache.runtime.handles import Tier
+from hicache.runtime.interface import RuntimeInfo, TransferCompletion, TransferKind
+from hicache.scenario import load_scenario
 from hicache.tiers.hashing import page_hashes
+from hicache.tree.allocator import PageAllocator
+from hicache.tree.components import Kind
+from hicache.tree.options import TreeOptions
+from hicache.tree.radix import page_keys
 from hicache.workload.request import Request
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,15 +116,6 @@ def test_make_room_under_write_back_backs_up_what_it_needs_and_waits_for_it() ->
     picked): with copies that take time (the scheduler's sink), make_room starts backups
     for the pages it lacks only, starts no more while they are in flight, and demotes
     exactly those once they land. (Before: every evictable leaf was backed up at once.)"""
-    from hicache.kvcache.decisions import Backup
-    from hicache.kvcache.manager import KVCacheManager
-    from hicache.kvcache.plans import PlanBuilder
-    from hicache.runtime.handles import Tier
-    from hicache.runtime.interface import RuntimeInfo, TransferCompletion, TransferKind
-    from hicache.tree.allocator import PageAllocator
-    from hicache.tree.components import Kind
-    from hicache.tree.radix import page_keys
-
     cfg = CacheConfig(page_size=PAGE, device_tokens=10 * PAGE, enable_hierarchical_cache=True,
                       hicache_write_policy="write_back")
     plans = PlanBuilder()
@@ -140,16 +141,10 @@ def test_make_room_under_write_back_backs_up_what_it_needs_and_waits_for_it() ->
 
 
 def test_tree_options_are_a_scenario_key_the_cache_manager_passes_to_its_tree() -> None:
-    from hicache.scenario import load_scenario
-
     sc = load_scenario("hybrid_swa_mamba",
                        ["cache.tree_options.free_swa_tombstone_leaves=true"])
     assert sc.cache.tree_options.free_swa_tombstone_leaves is True
     cache = tiered("write_through")
     assert cache.tree.residency.options.free_swa_tombstone_leaves is False  # SGLang's
-    import dataclasses
-
-    from hicache.tree.options import TreeOptions
-
     cfg = dataclasses.replace(cache.cfg, tree_options=TreeOptions(free_swa_tombstone_leaves=True))
     assert ReplayCache(cfg).tree.residency.options.free_swa_tombstone_leaves is True
