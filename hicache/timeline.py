@@ -2,25 +2,28 @@
 
 Each row is one operation on one lane::
 
-    lane       op            batch  request  layer  start    end      bytes
-    compute    prefill       12     -1       3      0.0104   0.0109   0
-    h2d        load          12     -1       4      0.0101   0.0106   8388608
-    d2h        backup        11     -1       -1     0.0099   0.0121   33554432
+    lane       op            batch  request  layer  start    end      bytes      steps
+    compute    prefill       12     -1       3      0.0104   0.0109   0          1
+    h2d        load          12     -1       4      0.0101   0.0106   8388608    1
+    d2h        backup        11     -1       -1     0.0099   0.0121   33554432   1
+    compute    decode        13     -1       -1     0.0121   0.2533   0          40
 
 Lanes name streams and engines: ``compute``, ``h2d``, ``d2h`` (CUDA streams),
 ``ce:h2d``, ``ce:d2h`` (copy engines), ``pcie:h2d``, ``pcie:d2h`` (links), ``l3`` (storage
 I/O; failed attempts as ``get_timeout``, ``put_error``, ...), ``cpu`` (scheduler steps),
 ``fault`` (the simulator's injected faults: op = kind, batch = index in ``faults:``).
 ``-1`` means "not applicable". Times are seconds from the run's start on the runtime's
-clock. Rows become a pandas DataFrame, a Chrome/Perfetto trace and plots in
-:mod:`hicache.report`, so predicted and measured runs compare row for row.
+clock. ``steps`` > 1: the simulator folded that many decode batches (``batch`` ..
+``batch + steps - 1``, back to back) into one row (:mod:`sim.fold`). Rows become a pandas
+DataFrame, a Chrome/Perfetto trace and plots in :mod:`hicache.report`, so predicted and
+measured runs compare row for row.
 """
 
 from __future__ import annotations
 
 from dataclasses import astuple, dataclass
 
-COLUMNS = ("lane", "op", "batch", "request", "layer", "start", "end", "bytes")
+COLUMNS = ("lane", "op", "batch", "request", "layer", "start", "end", "bytes", "steps")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +36,7 @@ class TimelineRow:
     start: float
     end: float
     bytes: int
+    steps: int = 1
 
     @property
     def duration(self) -> float:
@@ -56,10 +60,12 @@ class Timeline:
         request: int = -1,
         layer: int = -1,
         nbytes: int = 0,
+        steps: int = 1,
     ) -> None:
         if end < start:
             raise ValueError(f"timeline row on {lane!r} ends ({end}) before it starts ({start})")
-        self.rows.append(TimelineRow(lane, op, batch, request, layer, start, end, int(nbytes)))
+        self.rows.append(TimelineRow(lane, op, batch, request, layer, start, end, int(nbytes),
+                                     steps))
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -2,12 +2,14 @@
 
 Invariant: ``layer_events[i]`` fires when layer i of every load in the batch is on the
 device; ``loads_done`` fires when all of them are (None: the batch loads nothing);
-``load_issued[g]`` when the host issued load op g's first copy call, ``launched[i]`` when
+``load_issued[g]`` when the host issued load op g's first copy call (None: at prepare,
+no host lane modelled), ``launched[i]`` when
 it launched compute op i (None: no host lane modelled).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import simpy
@@ -47,7 +49,7 @@ class BatchState:
     backups: list[PendingBackup] = field(default_factory=list)
     extra_s: float = 0.0  # state copies (MAMBA checkpoints, copy-on-write) added to compute
     load_groups: list[LoadGroup] = field(default_factory=list)
-    load_issued: list[simpy.Event] = field(default_factory=list)
+    load_issued: list[simpy.Event | None] = field(default_factory=list)  # None: at once
     load_issue_end: list[float] = field(default_factory=list)
     launched: list[simpy.Event] | None = None
 
@@ -61,3 +63,40 @@ def paired_runs(src: list[int], dst: list[int]) -> int:
             runs += 1
         prev_s, prev_d = s, d
     return runs
+
+
+class BatchShapes(Mapping[int, dict[str, int]]):
+    """Batch id -> what the batch computed (``requests``, ``tokens``, ``context_tokens``,
+    ``load_bytes``). A folded decode run (sim.fold) is stored as one segment and read
+    as its batches: batch ``first + k`` holds ``requests`` decode tokens at
+    ``context_tokens + k * requests`` in all."""
+
+    def __init__(self) -> None:
+        self._rows: dict[int, dict[str, int]] = {}
+        self._runs: dict[int, tuple[int, int, int]] = {}  # first id -> (n, requests, ctx)
+
+    def __setitem__(self, batch_id: int, shape: dict[str, int]) -> None:
+        self._rows[batch_id] = shape
+
+    def add_decode_run(self, first: int, n: int, requests: int, context_tokens: int) -> None:
+        """Batches ``first .. first + n - 1``: decode steps of the same requests."""
+        self._runs[first] = (n, requests, context_tokens)
+
+    def __getitem__(self, batch_id: int) -> dict[str, int]:
+        row = self._rows.get(batch_id)
+        if row is not None:
+            return row
+        for first, (n, requests, ctx) in self._runs.items():
+            if first <= batch_id < first + n:
+                return {"requests": requests, "tokens": requests,
+                        "context_tokens": ctx + (batch_id - first) * requests, "load_bytes": 0}
+        raise KeyError(batch_id)
+
+    def __iter__(self) -> Iterator[int]:
+        ids = set(self._rows)
+        for first, (n, _, _) in self._runs.items():
+            ids.update(range(first, first + n))
+        return iter(sorted(ids))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)

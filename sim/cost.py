@@ -214,6 +214,56 @@ class CostModel:
         times[0] += self.embed_time(prefills, decodes) + self.in_situ["first_op_s"]
         return tuple(times)
 
+    def decode_works(self, contexts: Sequence[int], steps: int, first: int = 0
+                     ) -> list[float]:
+        """Compute seconds of decode steps ``first .. first + steps - 1`` of one batch
+        (step k: every request k tokens further, contexts ``c + k``), each bit for bit
+        ``sum(batch_layer_times((), [c + k for c in contexts]))``: a folded decode run
+        (sim.fold). The analytic model needs only the contexts' sums per step (its
+        attention terms are sums of integers, exact in floats): O(steps), not
+        O(steps x requests)."""
+        if self.fitted is not None or self.tables is not None or not contexts:
+            return [sum(self.batch_layer_times((), [c + k for c in contexts]))
+                    for k in range(first, first + steps)]
+        n = len(contexts)
+        layer_kinds = self.model.layer_kinds
+        kinds = sorted(set(layer_kinds))
+        window = self.model.sliding_window if "swa" in kinds else None
+        ordered = sorted(contexts)
+        below = [0]  # below[i]: sum of the i smallest contexts
+        for c in ordered:
+            below.append(below[-1] + c)
+        terms = []  # per kind: _work's terms that do not depend on the contexts
+        for kind in kinds:
+            nbytes = self.params[kind] * self.model.dtype_bytes + n * self.act_bytes_per_token
+            if kind == "mamba":
+                nbytes += 2.0 * self.model.mamba_state_bytes * n
+            terms.append((kind, 2.0 * n * self.params[kind], nbytes, self.kv_token[kind]))
+        head = self.embed_time((), [0] * n) + self.in_situ["first_op_s"]
+        uniform = len(kinds) == 1
+        flops_per_s, hbm, launch, per_pair = self.flops_per_s, self.hbm, self.launch, \
+            self.attn_flops_per_pair
+        out = []
+        for k in range(first, first + steps):
+            per_kind = {}
+            for kind, flops, nbytes, kv in terms:
+                if kind == "full":
+                    pairs = below[-1] + k * n + n  # sum of (c + k + 1)
+                elif kind == "swa":  # sum of min(c + k + 1, window)
+                    short = bisect.bisect_left(ordered, window - k - 1)
+                    pairs = below[short] + short * (k + 1) + (n - short) * window
+                if kind != "mamba":
+                    flops += per_pair * float(pairs)
+                    nbytes += (pairs + n) * kv
+                per_kind[kind] = max(flops / flops_per_s, nbytes / hbm) + launch
+            if uniform:
+                times = [per_kind[kinds[0]]] * len(layer_kinds)
+            else:
+                times = [per_kind[kind] for kind in layer_kinds]
+            times[0] += head
+            out.append(sum(times))
+        return out
+
     def batch_layer_interpreter(self, prefills: Sequence[tuple[int, int]],
                                 decodes: Sequence[int]) -> tuple[float, ...]:
         """Per layer, the part of :meth:`batch_layer_times` that is per-op overhead rather

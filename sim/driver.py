@@ -40,6 +40,7 @@ from hicache.workload.factory import make_workload
 from hicache.workload.request import Request
 from sim.boundary import CrossingCost
 from sim.faults import FaultInjector, FaultLedger, check_faults
+from sim.fold import DecodeFolder
 from sim.hardware.model import ModelPreset
 from sim.hardware.profile import HardwareProfile, load_profile
 from sim.l3 import L3Store
@@ -53,6 +54,7 @@ class Replica:
     runtime: SimRuntime
     timeline: Timeline
     crossing: CrossingCost | None = None  # what the runtime in a process adds (or None)
+    folder: DecodeFolder | None = None  # run.fold_decode: its steady decode steps fold
 
 
 @dataclass
@@ -67,6 +69,7 @@ class SimResult:
     unfinished: dict[int, str] = field(default_factory=dict)  # rid -> why it did not finish
     stall: str | None = None  # the diagnosis when the run stalled
     faults: FaultLedger | None = None  # what each injected fault did (sim.faults)
+    events: int = 0  # SimPy events scheduled (a cost figure for benchmarks)
 
     @property
     def rejected(self) -> dict[int, str]:
@@ -184,10 +187,17 @@ def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<sc
         from sim.progress import Progress, expected_requests
 
         show = bar = Progress(name, expected_requests(sc.workload))
-    feed = _Feed(env, workload, router, len(replicas), show or None)
+    feed = _Feed(env, workload, router, len(replicas), show or None, sc.run.max_sim_time)
     env.process(feed.route())
     ledger = injector.ledger if injector is not None else None
+    # a shared runtime serves several schedulers, a process split charges each crossing:
+    # the fold's pipeline (one scheduler, in-process calls) is neither
+    fold = sc.run.fold_decode and sc.sharing.pool == "none" and not sc.run.runtime_process
     for i, rep in enumerate(replicas):
+        if fold:
+            rep.folder = DecodeFolder(env, rep.scheduler, rep.runtime,
+                                      rep.runtime.profile.scheduler_step_s, feed.horizon,
+                                      per_step_rows=sc.run.timeline_steps)
         env.process(_replica(env, i, rep, feed, ledger, observe))
     if injector is None:
         env.run(until=sc.run.max_sim_time)
@@ -200,7 +210,8 @@ def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<sc
                  for dec in rep.scheduler.decisions]
     if bar is not None:
         bar.close()
-    res = SimResult(name, replicas, records, decisions, env.now, feed.issued, faults=ledger)
+    res = SimResult(name, replicas, records, decisions, env.now, feed.issued, faults=ledger,
+                    events=events_scheduled(env))
     if sc.faults and sc.run.fault_twin:
         twin = simulate(dataclasses.replace(sc, faults=()), name=f"{name} (fault-free twin)",
                         progress=False)
@@ -216,6 +227,12 @@ def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<sc
             why = f"stalled: nothing could make progress ({res.stall})"
         res.unfinished = dict.fromkeys(open_, why)
     return res
+
+
+def events_scheduled(env: simpy.Environment) -> int:
+    """How many events ``env`` has scheduled: SimPy numbers them with one counter."""
+    counter = getattr(env, "_eid", None)
+    return next(counter) if counter is not None else 0
 
 
 def _run_until_idle(env: simpy.Environment, feed: _Feed, replicas: list[Replica],
@@ -235,8 +252,10 @@ class _Feed:
     """Arrivals in time order, routed into per-replica inboxes (the simulated frontend)."""
 
     def __init__(self, env: simpy.Environment, workload: Any, router: Router, n: int,
-                 show: Callable[[int, int, float], None] | None) -> None:
+                 show: Callable[[int, int, float], None] | None,
+                 until: float | None = None) -> None:
         self.env, self.workload, self.router, self.show = env, workload, router, show
+        self.until = math.inf if until is None else until
         self.pending: list[tuple[float, int, Request]] = []
         self.inbox: list[list[Request]] = [[] for _ in range(n)]
         self.kick = [env.event() for _ in range(n)]
@@ -262,6 +281,16 @@ class _Feed:
         if self.show is not None:
             self.show(self.done, self.issued, now)
 
+    def horizon(self) -> float:
+        """The next arrival known now, or the run's stop (sim.fold ends folds before it;
+        an arrival issued later, by a finish on another replica, interrupts them)."""
+        return min(self.pending[0][0], self.until) if self.pending else self.until
+
+    def new_kick(self, i: int) -> simpy.Event:
+        """A fresh event that replica ``i``'s next routed arrival fires."""
+        self.kick[i] = self.env.event()
+        return self.kick[i]
+
     def route(self):  # noqa: ANN201 - a simpy process
         env = self.env
         while True:
@@ -286,8 +315,9 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa:
     (with overlap on, that time hides behind the batch already running), and with the
     runtime in its own process each wake-up's poll and each plan's crossings cost what
     :class:`sim.boundary.CrossingCost` says. With faults, the ledger learns which request
-    each L3 prefetch serves."""
-    sched, rt = rep.scheduler, rep.runtime
+    each L3 prefetch serves. Steady decode steps go to the replica's folder
+    (:mod:`sim.fold`), which returns at this loop's top (its plans carry no prefetch)."""
+    sched, rt, folder = rep.scheduler, rep.runtime, rep.folder
     cpu = rt.profile.scheduler_step_s
     ipc = rep.crossing or CrossingCost(rt.profile, False)
     while True:
@@ -295,10 +325,17 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa:
             yield rt.host_lane.run(ipc.wakeup())
         arrivals, feed.inbox[i] = feed.inbox[i], []
         step = sched.step(env.now, arrivals, rt.poll())
+        folded = False
         while True:
             for rid in step.ended:
                 feed.ended(rid, env.now)
             if not step.plans:
+                break
+            limit = folder.steps_allowed(step.plans) if folder is not None else 0
+            if limit:
+                yield from folder.run(step.plans[0], limit, lambda: bool(feed.inbox[i]),
+                                      lambda: feed.new_kick(i))
+                folded = True
                 break
             cost = cpu + sum(ipc.plan(len(p.slices)) for p in step.plans)
             if cost > 0:  # driver-thread time: in line with the runtime calls' (sim.host)
@@ -313,10 +350,9 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa:
             step = sched.step(env.now)
         if observe is not None:
             observe(i, rep)
-        if feed.inbox[i]:
+        if folded or feed.inbox[i]:
             continue
-        feed.kick[i] = env.event()
-        waits = [rt.completion_event(), feed.kick[i]]
+        waits = [rt.completion_event(), feed.new_kick(i)]
         deadline = sched.next_deadline(env.now)
         if deadline is not None:
             waits.append(env.timeout(deadline - env.now))

@@ -15,6 +15,8 @@ from typing import Any
 
 import simpy
 
+from sim.simtime import exact_delay
+
 
 class FluidJob:
     """One unit of work on a :class:`FluidServer`. ``kind`` and ``cap`` steer allocation;
@@ -91,6 +93,36 @@ class FluidServer:
         self._advance()
         self.jobs.append(job)
         self._replan(new=job)
+        return job.done
+
+    def adopt(self, job: FluidJob, since: float) -> simpy.Event:
+        """Start ``job`` as if :meth:`submit` had started it at ``since`` (<= now) and its
+        rate had held since: it finishes when that submit would have finished it. When the
+        server was idle meanwhile, its remaining work at the next change is exactly what
+        that run would have left, so later re-plans match too (a resumed folded decode
+        step, sim.fold)."""
+        job.done = self.env.event()
+        if job.work <= 0:
+            return job.done.succeed()
+        self._advance()
+        idle = not self.jobs
+        if idle:
+            self._last = since  # charged from ``since`` at the next change, as submit's
+        before = [j.rate for j in self.jobs]
+        self.jobs.append(job)
+        self._allocate(self.jobs)
+        for other, rate in zip(self.jobs, before, strict=False):
+            if other.rate != rate:
+                self._schedule(other)
+        if not idle:
+            job.remaining -= job.rate * (self.env.now - since)
+        job.token += 1
+        if job.rate <= 0:
+            return job.done  # stalled until a re-plan gives it a rate
+        token = job.token
+        finish = since + max(0.0, job.work) / job.rate
+        timer = self.env.timeout(exact_delay(self.env.now, max(finish, self.env.now)))
+        timer.callbacks.append(lambda _ev: self._finish(job, token))
         return job.done
 
     def replan(self) -> None:

@@ -202,12 +202,11 @@ class HostLane:
         """Queue prepare_batch's host work (after the scheduler's admission work when the
         batch ``admits``); ``st.load_issued[g]`` fires when load op g's first call is
         issued (``st.load_issue_end[g]``: when its last one is)."""
-        st.load_issued = [self.env.event() for _ in load_calls]
         st.load_issue_end = [0.0] * len(load_calls)
         if not self.active:
-            for ev in st.load_issued:
-                ev.succeed()
+            st.load_issued = [None] * len(load_calls)  # issued at once: nothing to wait on
             return
+        st.load_issued = [self.env.event() for _ in load_calls]
         self.stream.submit(lambda: self._prepare(st, requests, load_calls, admits))
 
     def _prepare(self, st: BatchState, requests: int, load_calls: Sequence[int],

@@ -148,17 +148,19 @@ class L3Store:
         new = [k for k in dict.fromkeys(keys) if k not in self.keys]
         if new and not self.live_nodes:
             raise NoLiveNode(f"L3 {self.name!r}: all {self.nodes} nodes are down")
-        written = 0
+        if size > self.node_capacity:
+            return 0  # no node holds it
+        limit = self.capacity - size  # the live nodes do not change while this runs
+        keys, lost = self.keys, self.lost
         for key in new:
-            if size > self.node_capacity:
-                continue
-            self._evict(self.capacity - size)
-            self.keys[key] = (size, self._place())
+            if self.used > limit:
+                self._evict(limit)
+            keys[key] = (size, self._place())
             self.used += size
-            self.lost.pop(key, None)
-            written += 1
-        self.bytes_written += written * size
-        return written
+            if lost:
+                lost.pop(key, None)
+        self.bytes_written += len(new) * size
+        return len(new)
 
     def _evict(self, limit: float) -> None:
         """Evict least recently used keys until ``used <= limit``."""

@@ -68,6 +68,11 @@ class PcieLink:
                 kernels_active = kernels_active or "kernel" in job.tags
             elif job.kind == "l3":
                 l3_jobs.append(job)
+        if not (l3_jobs or groups["h2d"] or groups["d2h"]):  # compute alone: full speed
+            for job in jobs:
+                if job.kind == "compute":
+                    job.rate = 1.0
+            return
         totals = {}
         factor = self.factor
         for direction, group in groups.items():

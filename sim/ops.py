@@ -32,7 +32,8 @@ def load_op(rt: SimRuntime, st: BatchState) -> Proc:
     bid = st.plan.batch_id
     for g, group in enumerate(st.load_groups):
         if group.nbytes:
-            yield from _start(rt, [st.load_issued[g]])
+            issued = st.load_issued[g]
+            yield from _start(rt, [issued] if issued is not None else [])
             t0 = rt.env.now
             layer = group.layers.start if len(group.layers) == 1 else -1
             start, end = yield from rt.copies.copy(

@@ -15,12 +15,12 @@ before it followed the torch runtime).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from hicache.runtime.handles import Tier
 from hicache.runtime.interface import CapacityError  # one type for every runtime
-from hicache.runtime.page_ids import PageIds
+from hicache.runtime.page_ids import PageIds, Run, runs_of
 
 __all__ = ["CapacityError", "PagePool", "TierPools"]
 
@@ -50,11 +50,18 @@ class PagePool:
 
     def free(self, pages: Iterable[int]) -> None:
         """Free ``pages``, all or none: each must be allocated and listed once."""
-        pages = list(pages)
-        p = self._ids.bad(pages)
+        self.free_runs(runs_of(pages))
+
+    def free_runs(self, runs: Sequence[Run]) -> None:
+        """Free the pages of ``runs`` ``(start, length)``, all or none."""
+        p = self._ids.bad_runs(runs)
         if p is not None:
             raise ValueError(f"{self.tier.value} pool {self.pool!r}: page {p} is not allocated")
-        self._ids.give(pages)
+        self._ids.give_runs(runs)
+
+    def unallocated_in(self, start: int, n: int) -> int | None:
+        """The first page of ``start .. start + n - 1`` that is not allocated, else None."""
+        return self._ids.unused_in(start, n)
 
     def is_allocated(self, page: int) -> bool:
         return self._ids.is_used(page)

@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hicache.runtime.handles import CacheExtentRef, PageRun, RequestRuntimeHandle, Tier
+from hicache.runtime.interface import PreparedSlice
+from hicache.runtime.page_ids import runs_of
 
 
 class RequestRow:
-    __slots__ = ("handle", "rid", "pages", "runs", "own", "_extent")
+    __slots__ = ("handle", "rid", "pages", "runs", "own", "_extent", "_slice")
 
     def __init__(self, handle: RequestRuntimeHandle, rid: int) -> None:
         self.handle, self.rid = handle, rid
@@ -21,18 +23,27 @@ class RequestRow:
         self.runs: list[PageRun] = []
         self.own: set[int] = set()
         self._extent: CacheExtentRef | None = None
+        self._slice: PreparedSlice | None = None  # for this row's current extent
 
     def append(self, pages: Iterable[int], own: bool) -> None:
-        for p in pages:
-            self.pages.append(p)
-            last = self.runs[-1] if self.runs else None
-            if last is not None and last.first_page + last.page_count == p:
-                self.runs[-1] = PageRun(last.first_page, last.page_count + 1)
+        pages = pages if isinstance(pages, list) else list(pages)
+        if not pages:
+            return
+        self.pages.extend(pages)
+        if own:
+            self.own.update(pages)
+        runs = self.runs
+        for s, n in runs_of(pages):
+            last = runs[-1] if runs else None
+            if last is not None and last.first_page + last.page_count == s:
+                runs[-1] = PageRun(last.first_page, last.page_count + n)
             else:
-                self.runs.append(PageRun(p, 1))
-            if own:
-                self.own.add(p)
-            self._extent = None
+                runs.append(PageRun(s, n))
+        self._extent = None
+
+    def runs_tuples(self) -> list[tuple[int, int]]:
+        """``runs`` as ``(start, length)`` pairs."""
+        return [(r.first_page, r.page_count) for r in self.runs]
 
     def extent(self) -> CacheExtentRef:
         if self._extent is None:
@@ -40,3 +51,12 @@ class RequestRow:
             self._extent = CacheExtentRef(h.runtime_id, h.generation, Tier.DEVICE,
                                           tuple(self.runs), "full")
         return self._extent
+
+    def prepared_slice(self) -> PreparedSlice:
+        """What a prepare hands back for a slice of this request that loaded nothing and
+        keeps no other state: one immutable value per extent, shared while it holds."""
+        ext = self.extent()
+        ps = self._slice
+        if ps is None or ps.kv is not ext:
+            ps = self._slice = PreparedSlice(self.rid, self.handle, ext, ())
+        return ps

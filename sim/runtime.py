@@ -39,7 +39,7 @@ from hicache.runtime.writeback import WritebackConfig
 from hicache.tiers.l3_guard import RetryPolicy
 from hicache.timeline import Timeline
 from sim import ops, validate
-from sim.batch import BatchState, LoadGroup, PendingBackup
+from sim.batch import BatchShapes, BatchState, LoadGroup, PendingBackup
 from sim.calibration import apply_copy_calibration
 from sim.copy_engine import CopyEngines
 from sim.cost import CostModel
@@ -99,7 +99,7 @@ class SimRuntime:
         self.streams = {n: Stream(env, n) for n in ("compute", "h2d", "d2h")}
         self.host_lane = HostLane(env, self.profile, self.cost, self.timeline, self.fluid)
         self.streams["cpu"] = self.host_lane.stream
-        self.batch_shapes: dict[int, dict[str, int]] = {}
+        self.batch_shapes = BatchShapes()
         self.layer_bytes = self._layer_bytes(set(device_pages) | set(host_pages))
         self.bytes_per_page = {p: sum(b) for p, b in self.layer_bytes.items()}
         self.layers_touched = {p: sum(1 for x in b if x) for p, b in self.layer_bytes.items()}
@@ -156,12 +156,7 @@ class SimRuntime:
     def prepare_batch(self, plan: BatchPlan) -> PreparedBatchHandle:
         if plan.batch_id in self._prepared:
             raise ValueError(f"batch {plan.batch_id} is already prepared")
-        validate.check_plan(self, plan)  # nothing changes before both checks pass
-        validate.check_capacity(self, plan)
-        for ext in plan.frees:
-            self.tier(ext.tier)[ext.pool].free(ext.pages())
-        for rel in plan.releases:
-            self._release(rel)
+        self.apply_frees(plan)
         st = BatchState(plan, None, self.generation)  # type: ignore[arg-type]
         loads: list[tuple[str, list[int], list[int]]] = []  # (pool, src, dst)
         slices = tuple(self._prepare_slice(s, st, loads) for s in plan.slices)
@@ -189,6 +184,18 @@ class SimRuntime:
                                         tuple(b.dst for b in st.backups))
         self._prepared[plan.batch_id] = st
         return st.handle
+
+    def apply_frees(self, plan: BatchPlan) -> None:
+        """A prepare's first half: check the whole plan (nothing changes unless it
+        passes), then apply its frees and releases. sim.fold calls it alone for a plan
+        whose compute it folds."""
+        released = validate.check_plan(self, plan)  # nothing changes before both pass
+        validate.check_capacity(self, plan, released)
+        for ext in plan.frees:
+            self.tier(ext.tier)[ext.pool].free_runs(
+                [(r.first_page, r.page_count) for r in ext.page_runs])
+        for rel in plan.releases:
+            self._release(rel, released[rel.request.slot_id])
 
     def execute_batch(self, handle: PreparedBatchHandle) -> None:
         check_generation(handle, self.runtime_id, self.generation, "prepared batch")
@@ -275,6 +282,8 @@ class SimRuntime:
 
     def _prepare_slice(self, s: RequestSlice, st: BatchState,
                        loads: list[tuple[str, list[int], list[int]]]) -> PreparedSlice:
+        if s.request is not None and not s.loads and not self.state.active:
+            return self._continue_slice(s, st)
         if s.request is None:
             handle = RequestRuntimeHandle(self.runtime_id, self._next_slot, self.generation)
             self._next_slot += 1
@@ -317,29 +326,61 @@ class SimRuntime:
             st.decodes.extend([s.context_tokens] * s.new_tokens)
         return PreparedSlice(s.rid, row.handle, row.extent(), (*loaded, *landed), state)
 
+    def _continue_slice(self, s: RequestSlice, st: BatchState) -> PreparedSlice:
+        """:meth:`_prepare_slice` for a request's later slice (most slices of a run: decode
+        steps): new pages if its tokens need them, and the same handle as last time
+        when they do not (nothing of it changed)."""
+        row = self.rows[s.request.slot_id]  # type: ignore[union-attr]
+        held = len(row.pages)
+        ctx = s.context_tokens
+        if ctx > held * self.page_size:
+            validate.new_pages(self, s, held)  # raises: its pages do not hold its context
+        need = -(-(ctx + s.new_tokens) // self.page_size) - held
+        if need > 0:
+            row.append(self.device["full"].allocate(need), own=True)
+        if s.phase is Phase.PREFILL:
+            st.prefills.append((s.new_tokens, ctx))
+        else:
+            st.decodes.extend([ctx] * s.new_tokens)
+        return row.prepared_slice()
+
     def _calls(self, pool: str, src: list[int], dst: list[int], layers: range,
                host: list[int]) -> int:
         """Copy calls of one op moving ``src`` -> ``dst`` over ``layers`` (sim.host);
         ``host`` is whichever of the two lives in L2."""
         touched = sum(1 for i in layers if self.layer_bytes[pool][i])
+        return self._calls_touching(pool, src, dst, host, touched)
+
+    def _calls_touching(self, pool: str, src: list[int], dst: list[int], host: list[int],
+                        touched: int) -> int:
         return copy_calls(self.copies.io_backend, self.profile.io_kernel.mechanism,
                           self.mem_layout, src, dst, host, touched,
                           touched == self.layers_touched[pool],
                           legacy="copy_calls" in self.profile.ablate)
 
     def _load_groups(self, loads: list[tuple[str, list[int], list[int]]]) -> list[LoadGroup]:
-        """One h2d op per layer (layer-wise) or one for all layers, as the torch runtime."""
+        """One h2d op per layer (layer-wise) or one for all layers, as the torch runtime.
+        A load's calls depend on the layers it touches only through their count: counted
+        once per load and count, not once per layer (byte and call sums are integers: any
+        order gives the same)."""
         if not loads:
             return []
         layers = self.model.num_layers
-        spans = [range(i, i + 1) for i in range(layers)] if self.layerwise else [range(layers)]
-        out = []
-        for r in spans:
-            nbytes = sum(self.layer_bytes[pool][i] * len(src)
-                         for pool, src, _ in loads for i in r)
-            calls = sum(self._calls(pool, src, dst, r, src) for pool, src, dst in loads)
-            out.append(LoadGroup(r, nbytes, calls))
-        return out
+        if not self.layerwise:
+            nbytes = calls = 0
+            for pool, src, dst in loads:
+                nbytes += self.bytes_per_page[pool] * len(src)
+                calls += self._calls(pool, src, dst, range(layers), src)  # src lives in L2
+            return [LoadGroup(range(layers), nbytes, calls)]
+        nbytes_at, calls_at = [0] * layers, [0] * layers
+        for pool, src, dst in loads:
+            per_layer, n = self.layer_bytes[pool], len(src)
+            one = self._calls_touching(pool, src, dst, src, 1)  # a layer's op: src in L2
+            for i, b in enumerate(per_layer):
+                if b:
+                    nbytes_at[i] += b * n
+                    calls_at[i] += one
+        return [LoadGroup(range(i, i + 1), nbytes_at[i], calls_at[i]) for i in range(layers)]
 
     def backup_calls(self, st: BatchState) -> int:
         """Copy calls of the batch's one all-layer backup op."""
@@ -360,19 +401,18 @@ class SimRuntime:
 
     def _record_shape(self, st: BatchState, loads: list[tuple[str, list[int], list[int]]]
                       ) -> None:
-        reqs = [(n, c) for n, c in st.prefills] + [(1, c) for c in st.decodes]
+        pre, dec = st.prefills, st.decodes
         self.batch_shapes[st.plan.batch_id] = {
-            "requests": len(reqs), "tokens": sum(n for n, _ in reqs),
-            "context_tokens": sum(c for _, c in reqs),
+            "requests": len(pre) + len(dec), "tokens": sum(n for n, _ in pre) + len(dec),
+            "context_tokens": sum(c for _, c in pre) + sum(dec),
             "load_bytes": sum(g.nbytes for g in st.load_groups)}
 
-    def _release(self, rel: Release) -> None:
-        row = self.rows.pop(rel.request.slot_id)
-        kept = rel.kept()
-        keep = {p for e in kept if e.pool == "full" for p in e.pages()}
-        self.device["full"].free(p for p in row.pages if p in row.own and p not in keep)
+    def _release(self, rel: Release, freed: list[tuple[int, int]]) -> None:
+        """Close the row; ``freed``: the runs of its own pages the tree did not keep."""
+        self.rows.pop(rel.request.slot_id)
+        self.device["full"].free_runs(freed)
         if self.state.active:
-            self.state.release(rel.request.slot_id, kept)
+            self.state.release(rel.request.slot_id, rel.kept())
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"SimRuntime({self.runtime_id!r}, gen={self.generation}, open={len(self.rows)})"

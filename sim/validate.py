@@ -3,13 +3,12 @@ checked before a prepare changes anything (prepare is atomic).
 
 Invariant: a plan that passes :func:`check_plan` and :func:`check_capacity` can be placed
 without an allocation failing: capacity counts what the plan's frees and releases return
-(they apply first).
+(they apply first). Cost: proportional to the plan (its slices, intents and page *runs*),
+never to the pools; messages are built only when a check fails.
 """
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from typing import TYPE_CHECKING
 
 from hicache.runtime.handles import (
@@ -20,16 +19,24 @@ from hicache.runtime.handles import (
     check_generation,
 )
 from hicache.runtime.interface import BatchPlan, CapacityError, Release, RequestSlice
+from hicache.runtime.page_ids import Run, runs_of
 from sim.rows import RequestRow
 
 if TYPE_CHECKING:
     from sim.runtime import SimRuntime
+
+Released = dict[int, list[Run]]  # request slot -> runs of the L1 pages its release frees
 
 
 def check_ext(rt: SimRuntime, ext: CacheExtentRef, tier: Tier, what: str) -> None:
     check_generation(ext, rt.runtime_id, rt.generation, what)
     if ext.tier is not tier:
         raise ValueError(f"{what} must be on {tier}, got {ext.tier}")
+
+
+def _current(rt: SimRuntime, ext: CacheExtentRef, tier: Tier) -> bool:
+    return ext.tier is tier and ext.generation == rt.generation and \
+        ext.runtime_id == rt.runtime_id
 
 
 def row_of(rt: SimRuntime, handle: RequestRuntimeHandle, what: str) -> RequestRow:
@@ -41,29 +48,46 @@ def row_of(rt: SimRuntime, handle: RequestRuntimeHandle, what: str) -> RequestRo
     return row
 
 
-def check_plan(rt: SimRuntime, plan: BatchPlan) -> None:
-    """Reject stale or misplaced handles before anything changes."""
+def _open_row(rt: SimRuntime, handle: RequestRuntimeHandle, what: str) -> RequestRow:
+    """:func:`row_of`, with the common case (the very handle the runtime issued) first."""
+    row = rt.rows.get(handle.slot_id)
+    if row is not None and row.handle is handle and handle.generation == rt.generation:
+        return row
+    return row_of(rt, handle, what)
+
+
+def check_plan(rt: SimRuntime, plan: BatchPlan) -> Released:
+    """Reject stale or misplaced handles before anything changes; return what each
+    release will free (prepare frees exactly that)."""
     seen: set[int] = set()
+    rows, generation = rt.rows, rt.generation
     for s in plan.slices:
         if s.rid in seen:
             raise ValueError(f"request {s.rid} appears twice in batch {plan.batch_id}")
         seen.add(s.rid)
-        if s.request is not None:
-            row_of(rt, s.request, f"request {s.rid}")
+        h = s.request
+        if h is not None:
+            row = rows.get(h.slot_id)
+            if row is None or row.handle is not h or h.generation != generation:
+                row_of(rt, h, f"request {s.rid}")  # the full check (raises if stale)
             if s.attach or s.loads:
                 raise ValueError(f"request {s.rid}: attach/loads only on its first slice")
         for ext in s.attach:  # state pieces may come from L2 (hybrid load-back)
-            check_ext(rt, ext, Tier.HOST if ext.tier is Tier.HOST and ext.pool != "full"
-                      else Tier.DEVICE, f"attach of request {s.rid}")
+            tier = Tier.HOST if ext.tier is Tier.HOST and ext.pool != "full" else Tier.DEVICE
+            if not _current(rt, ext, tier):
+                check_ext(rt, ext, tier, f"attach of request {s.rid}")
             if ext.pool != "full" and not rt.state.active:
                 raise ValueError(f"attach of request {s.rid}: pool {ext.pool!r} is not kept "
                                  "by this runtime")
         for load in s.loads:
-            check_ext(rt, load.src, Tier.HOST, f"load of request {s.rid}")
+            if not _current(rt, load.src, Tier.HOST):
+                check_ext(rt, load.src, Tier.HOST, f"load of request {s.rid}")
     for b in plan.backups:
-        check_ext(rt, b.src, Tier.DEVICE, f"backup job {b.job_id}")
+        if not _current(rt, b.src, Tier.DEVICE):
+            check_ext(rt, b.src, Tier.DEVICE, f"backup job {b.job_id}")
     for st in plan.stores:
-        check_ext(rt, st.src, Tier.HOST, f"store job {st.job_id}")
+        if not _current(rt, st.src, Tier.HOST):
+            check_ext(rt, st.src, Tier.HOST, f"store job {st.job_id}")
         if len(st.keys) != st.src.num_pages:
             raise ValueError(f"store job {st.job_id}: {len(st.keys)} keys for "
                              f"{st.src.num_pages} pages")
@@ -71,93 +95,151 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> None:
         raise ValueError("store/prefetch intents need an L3 (SimRuntime(l3=...))")
     for ext in plan.frees:
         check_generation(ext, rt.runtime_id, rt.generation, "freed extent")
-    released = {rel.request.slot_id for rel in plan.releases}
-    if len(released) != len(plan.releases):
-        raise ValueError(f"batch {plan.batch_id} releases a request twice")
-    if any(s.request is not None and s.request.slot_id in released for s in plan.slices):
-        raise ValueError(f"batch {plan.batch_id} both releases and continues a request")
-    for rel in plan.releases:
-        row = row_of(rt, rel.request, "release")
-        for keep in rel.kept():
-            check_ext(rt, keep, Tier.DEVICE, "release keep")
-            ok = (set(keep.pages()) <= row.own if keep.pool == "full"
-                  else rt.state.check_keep(rel.request.slot_id, keep))
-            if not ok:
-                raise ValueError(f"release of request {row.rid}: keep holds pages the "
-                                 "request did not allocate")
-    _check_frees(rt, plan)
+    released: Released = {}
+    if plan.releases:
+        slots = {rel.request.slot_id for rel in plan.releases}
+        if len(slots) != len(plan.releases):
+            raise ValueError(f"batch {plan.batch_id} releases a request twice")
+        if any(s.request is not None and s.request.slot_id in slots for s in plan.slices):
+            raise ValueError(f"batch {plan.batch_id} both releases and continues a request")
+        for rel in plan.releases:
+            released[rel.request.slot_id] = _check_release(rt, rel)
+    _check_frees(rt, plan, released)
+    return released
 
 
-def _released_full(rt: SimRuntime, rel: Release) -> list[int]:
-    row = rt.rows[rel.request.slot_id]
-    keep = {p for e in rel.kept() if e.pool == "full" for p in e.pages()}
-    return [p for p in row.pages if p in row.own and p not in keep]
+def _check_release(rt: SimRuntime, rel: Release) -> list[Run]:
+    """Check what ``rel`` keeps; return the runs of the request's own pages it frees."""
+    row = _open_row(rt, rel.request, "release")
+    keep: set[int] = set()
+    for ext in rel.kept():
+        if not _current(rt, ext, Tier.DEVICE):
+            check_ext(rt, ext, Tier.DEVICE, "release keep")
+        if ext.pool == "full":
+            pages = set(ext.pages())
+            ok = pages <= row.own
+            keep |= pages
+        else:
+            ok = rt.state.check_keep(rel.request.slot_id, ext)
+        if not ok:
+            raise ValueError(f"release of request {row.rid}: keep holds pages the "
+                             "request did not allocate")
+    own = row.own
+    if not keep and len(own) == len(row.pages):
+        return list(row.runs_tuples())
+    return runs_of([p for p in row.pages if p in own and p not in keep])
 
 
-def _check_frees(rt: SimRuntime, plan: BatchPlan) -> None:
+def _check_frees(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
     """Every page the plan frees is allocated and freed once (frees and releases), and
-    none is read by the plan's own backups or stores."""
-    reads = {(b.src.tier, b.src.pool, p) for b in plan.backups for p in b.src.pages()} | {
-        (s.src.tier, s.src.pool, p) for s in plan.stores for p in s.src.pages()}
-    seen: set[tuple[Tier, str, int]] = set()
-    for what, tier, pool, pages in (
-            *((f"free of {e.num_pages} pages", e.tier, e.pool, e.pages()) for e in plan.frees),
-            *((f"release of request {rt.rows[r.request.slot_id].rid}", Tier.DEVICE, "full",
-               _released_full(rt, r)) for r in plan.releases)):
+    none is read by the plan's own backups or stores. Works on runs."""
+    freed: dict[tuple[Tier, str], list[tuple[int, int, int]]] = {}  # (start, n, source)
+    for i, e in enumerate(plan.frees):
+        spans = freed.setdefault((e.tier, e.pool), [])
+        spans.extend((r.first_page, r.page_count, i) for r in e.page_runs)
+    if released:
+        spans = freed.setdefault((Tier.DEVICE, "full"), [])
+        for j, rel in enumerate(plan.releases):
+            spans.extend((s, n, ~j) for s, n in released[rel.request.slot_id])
+    if not freed:
+        return
+
+    def what(source: int) -> str:
+        if source >= 0:
+            return f"free of {plan.frees[source].num_pages} pages"
+        return f"release of request {rt.rows[plan.releases[~source].request.slot_id].rid}"
+
+    reads: dict[tuple[Tier, str], list[tuple[int, int]]] = {}
+    for ext in [b.src for b in plan.backups] + [s.src for s in plan.stores]:
+        reads.setdefault((ext.tier, ext.pool), []).extend(
+            (r.first_page, r.page_count) for r in ext.page_runs)
+    for (tier, pool), spans in freed.items():
         pages_pool = rt.tier(tier)[pool]
-        for p in pages:
-            if not pages_pool.is_allocated(p):
-                raise ValueError(f"{what}: {tier.value} page {p} of pool {pool!r} is not "
-                                 "allocated (freed before?)")
-            if (tier, pool, p) in reads:
-                raise ValueError(f"{what}: plan frees {tier.value} page {p} that its own "
-                                 "backups or stores read")
-            if (tier, pool, p) in seen:
-                raise ValueError(f"{what}: {tier.value} page {p} of pool {pool!r} is freed "
-                                 f"twice in batch {plan.batch_id}")
-            seen.add((tier, pool, p))
+        for s, n, source in spans:
+            p = pages_pool.unallocated_in(s, n)
+            if p is not None:
+                raise ValueError(f"{what(source)}: {tier.value} page {p} of pool {pool!r} is "
+                                 "not allocated (freed before?)")
+        read = reads.get((tier, pool))
+        if read:
+            hit = _overlap(spans, read)
+            if hit is not None:
+                p, source = hit
+                raise ValueError(f"{what(source)}: plan frees {tier.value} page {p} that its "
+                                 "own backups or stores read")
+        if len(spans) > 1:
+            ordered = sorted(spans)
+            for (s0, n0, _), (s1, _, source) in zip(ordered, ordered[1:], strict=False):
+                if s1 < s0 + n0:
+                    raise ValueError(f"{what(source)}: {tier.value} page {s1} of pool "
+                                     f"{pool!r} is freed twice in batch {plan.batch_id}")
+
+
+def _overlap(spans: list[tuple[int, int, int]], read: list[tuple[int, int]]
+             ) -> tuple[int, int] | None:
+    """(first page, source) of a freed span that a read span overlaps, else None."""
+    ordered = sorted(read)
+    for s, n, source in spans:
+        for rs, rn in ordered:
+            if rs >= s + n:
+                break
+            if rs + rn > s:
+                return max(s, rs), source
+    return None
 
 
 def new_pages(rt: SimRuntime, s: RequestSlice, existing: int) -> int:
     if s.context_tokens > existing * rt.page_size:
         raise ValueError(f"request {s.rid}: context {s.context_tokens} tokens but only "
                          f"{existing} pages of {rt.page_size} hold KV")
-    total = math.ceil((s.context_tokens + s.new_tokens) / rt.page_size)
+    total = -(-(s.context_tokens + s.new_tokens) // rt.page_size)
     return max(0, total - existing)
 
 
-def check_capacity(rt: SimRuntime, plan: BatchPlan) -> None:
-    need: Counter[tuple[Tier, str]] = Counter()
+def check_capacity(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
+    need_device: dict[str, int] = {"full": 0}
+    need_host: dict[str, int] = {}
+    state = rt.state.active
+    rows, page = rt.rows, rt.page_size
+    full = 0
     for s in plan.slices:
         if s.request is not None:
-            existing = len(rt.rows[s.request.slot_id].pages)
+            existing = len(rows[s.request.slot_id].pages)
         else:
             existing = sum(e.num_pages for e in s.attach if e.pool == "full") + sum(
                 ld.src.num_pages for ld in s.loads if ld.src.pool == "full")
-        new = new_pages(rt, s, existing)
-        need[(Tier.DEVICE, "full")] += new
-        if rt.state.active:
+        if s.context_tokens > existing * page:
+            new_pages(rt, s, existing)  # raises
+        new = max(0, -(-(s.context_tokens + s.new_tokens) // page) - existing)
+        full += new
+        if state:
             for pool, n in rt.state.needs(s, new).items():
-                need[(Tier.DEVICE, pool)] += n
+                need_device[pool] = need_device.get(pool, 0) + n
         for ld in s.loads:
-            need[(Tier.DEVICE, ld.src.pool)] += ld.src.num_pages
+            need_device[ld.src.pool] = need_device.get(ld.src.pool, 0) + ld.src.num_pages
         for ext in s.attach:
-            if ext.tier is Tier.HOST:
-                need[(Tier.DEVICE, ext.pool)] += ext.num_pages
+            if ext.tier is Tier.HOST:  # hybrid load-back: L2 state lands in L1
+                need_device[ext.pool] = need_device.get(ext.pool, 0) + ext.num_pages
+    need_device["full"] += full
     for b in plan.backups:
-        need[(Tier.HOST, b.src.pool)] += b.src.num_pages
+        need_host[b.src.pool] = need_host.get(b.src.pool, 0) + b.src.num_pages
     for pf in plan.prefetches:
-        need[(Tier.HOST, "full")] += pf.max_pages
-    back: Counter[tuple[Tier, str]] = Counter()  # what the frees and releases return first
+        need_host["full"] = need_host.get("full", 0) + pf.max_pages
+    back: dict[tuple[Tier, str], int] = {}  # what the frees and releases return first
     for ext in plan.frees:
-        back[(ext.tier, ext.pool)] += ext.num_pages
+        back[(ext.tier, ext.pool)] = back.get((ext.tier, ext.pool), 0) + ext.num_pages
     for rel in plan.releases:
-        back[(Tier.DEVICE, "full")] += len(_released_full(rt, rel))
-        if rt.state.active:
+        key = (Tier.DEVICE, "full")
+        back[key] = back.get(key, 0) + sum(n for _, n in released[rel.request.slot_id])
+        if state:
             for pool, n in rt.state.releasable(rel.request.slot_id, rel.kept()).items():
-                back[(Tier.DEVICE, pool)] += n
-    for (tier, pool), n in need.items():
-        free = rt.tier(tier)[pool].free_count + back[(tier, pool)]
-        if n > free:
-            raise CapacityError(f"batch {plan.batch_id} needs {n} {tier.value} pages of "
-                                f"pool {pool!r}, {free} free (not accounted for)")
+                back[(Tier.DEVICE, pool)] = back.get((Tier.DEVICE, pool), 0) + n
+    for tier, need in ((Tier.DEVICE, need_device), (Tier.HOST, need_host)):
+        for pool, n in need.items():
+            if not n:
+                continue
+            free = rt.tier(tier)[pool].free_count + back.get((tier, pool), 0)
+            if n > free:
+                raise CapacityError(f"batch {plan.batch_id} needs {n} {tier.value} pages of "
+                                    f"pool {pool!r}, {free} free (not accounted for)")
+

@@ -36,7 +36,7 @@ def batch_features(pred) -> pd.DataFrame:  # noqa: ANN001 - sim.driver.SimResult
     """Per batch id: prefill tokens, decode requests, context tokens, load bytes (from the
     simulator's record of what each batch held; decisions are equal, so they are the
     measured batches too)."""
-    shapes = getattr(pred.replicas[0].runtime, "batch_shapes", {})
+    shapes = dict(getattr(pred.replicas[0].runtime, "batch_shapes", {}))
     df = pd.DataFrame.from_dict(shapes, orient="index")
     df.index.name = "batch"
     return df

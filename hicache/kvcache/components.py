@@ -244,11 +244,10 @@ class ComponentTracker:
                     continue
                 taken, count = ext.with_pages(own), len(own)
             else:  # the common case: the tree took every page
-                own, taken, count = None, ext, ext.num_pages
+                taken, count = ext, ext.num_pages
             st.state_donated.setdefault(kind, []).append(taken)
             if kind is Kind.FULL:
                 st.donated.append(taken)
-                st.donated_ids.update(own if own is not None else taken.pages())
                 st.donated_pages += count
                 self.kv.budget.own -= count
             else:

@@ -1,9 +1,10 @@
 """L3 keys of tree nodes: the page-hash chain of the tokens from the root to each page.
 
-A node's page keys are its tokens (tuples or ranges of token ids), so a node's L3 keys
-follow from its path. The last key of each node is memoized by node id: a node's end never
-moves (a split gives the *upper* part a new id, the lower part keeps its id and its end),
-and ids are never reused, so a memoized key stays right for as long as the node lives.
+A node's page keys are its tokens (packed bytes, first ids of block pages, or tuples), so a
+node's L3 keys follow from its path. The last key of each node is memoized by node id: a
+node's end never moves (a split gives the *upper* part a new id, the lower part keeps its
+id and its end), and ids are never reused, so a memoized key stays right for as long as
+the node lives.
 Hashing a span then costs its own pages plus any ancestors not seen before.
 """
 
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from hicache.tiers.hashing import page_hashes
+from hicache.tiers.hashing import chain_keys, page_hashes
 from hicache.tree.node import Node
 
 MEMO_NODES = 1 << 16  # last keys kept (LRU); a miss only costs rehashing from an ancestor
@@ -42,7 +43,10 @@ class NodeKeys:
         todo.reverse()
         out: list[str] = []
         for node in todo:
-            keys = page_hashes(self._tokens(node.key), self.page, prior)
+            if node.key and isinstance(node.key[0], bytes):  # packed tokens already
+                keys = chain_keys(node.key, prior)
+            else:
+                keys = page_hashes(self._tokens(node.key), self.page, prior)
             prior = keys[-1]
             self._remember(node.id, prior)
             out.extend(keys)
@@ -50,9 +54,10 @@ class NodeKeys:
         return tuple(out[len(out) - span:])
 
     def _tokens(self, pages: Sequence) -> array:
-        """The token ids of page keys (ranges, as block prompts give, or tuples)."""
-        if pages and isinstance(pages[0], range):
-            starts = np.fromiter((r.start for r in pages), np.int64, len(pages))
+        """The token ids of page keys (first token ids, as block prompts give, or
+        tuples)."""
+        if pages and isinstance(pages[0], int):
+            starts = np.asarray(pages, dtype=np.int64)
             grid = starts[:, None] + np.arange(self.page, dtype=np.int64)[None, :]
         else:
             grid = np.asarray(pages, dtype=np.int64)

@@ -48,6 +48,7 @@ from hicache.tree.components import Kind, TreeSpec
 from hicache.tree.locks import LockHandle
 from hicache.tree.node import HOST, Node
 from hicache.tree.radix import MatchResult, UnifiedRadixTree, page_keys
+from hicache.workload.request import token_prefix
 
 # eviction rounds per make-room: under write_back the first round starts backups, and a
 # runtime that copies at once (replay) lets a later round demote what they copied
@@ -296,17 +297,18 @@ class KVCacheManager:
             return None
         ext = st.kv.slice(first, n)
         res = self.tree.insert(pages, {Kind.FULL: ext})
-        dup = {p for a in res.actions for p in a.extent.pages()}
-        if dup or st.donated_ids:
-            own = [p for p in ext.pages() if p not in dup and p not in st.donated_ids]
-            taken = ext.with_pages(own) if own else None
+        if res.actions or st.donated:  # skip duplicates, and pages handed over before
+            gone: set[int] = set()
+            for extent in [a.extent for a in res.actions] + st.donated:
+                gone.update(extent.pages())
+            own = [p for p in ext.pages() if p not in gone]
+            taken, count = (ext.with_pages(own), len(own)) if own else (None, 0)
         else:  # the common case: the tree took every new page
-            own, taken = list(ext.pages()), ext
+            taken, count = ext, ext.num_pages
         if taken is not None:
             st.donated.append(taken)
-            st.donated_ids.update(own)
-            st.donated_pages += len(own)
-            self.budget.own -= len(own)
+            st.donated_pages += count
+            self.budget.own -= count
         return res.node
 
     def relock(self, st: RequestState, node: Node | None) -> None:
@@ -357,11 +359,11 @@ class KVCacheManager:
         tail = None
         if (st.req.full_tokens is not None and st.req.output_len > 1
                 and component_keep is None):
-            kv_tokens = st.prompt_len + st.req.output_len - 1
-            pages = page_keys(st.req.full_tokens[:kv_tokens], self.page)
+            kv = token_prefix(st.req.full_tokens, st.prompt_len + st.req.output_len - 1)
+            pages = page_keys(kv, self.page)
             if len(pages) > len(st.pages) and (tail := self.cache_kv(st, pages)) is not None:
                 if self.l3:
-                    st.hashes = page_hashes(st.req.full_tokens[:kv_tokens], self.page)
+                    st.hashes = page_hashes(kv, self.page)
                 self.write_through(st, pages)
         self.budget.own -= self.footprint(st)
         if component_keep is not None:

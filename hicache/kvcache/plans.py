@@ -96,6 +96,11 @@ class PlanBuilder:
         self.inflight[bid] = plan
         return plan
 
+    def skip_batches(self, n: int) -> None:
+        """``n`` compute batches were planned, run and completed elsewhere (a simulator's
+        folded decode steps): the next compute batch id moves on by ``n``."""
+        self._batch_id += n
+
     def complete(self, batch_id: int) -> BatchPlan:
         return self.inflight.pop(batch_id)
 

@@ -39,6 +39,7 @@ class L3Prefetcher:
         self.requery_lost_prefix = requery_lost_prefix
         self.jobs: dict[int, RequestState] = {}
         self.reserved = 0  # L2 pages reserved by prefetches in flight
+        self.threshold_pages = self.cache.prefetch_threshold_pages
 
     def _share_left(self) -> int:
         return int(self.budget.host_total * PREFETCH_SHARE) - self.reserved
@@ -46,13 +47,18 @@ class L3Prefetcher:
     # -- called by the scheduler ----------------------------------------------------
     def on_arrivals(self, waiting: Iterable[RequestState], now: float) -> None:
         """Start prefetches for arrived requests, FIFO, while the L2 share has room."""
+        threshold = self.threshold_pages
+        if self._share_left() < threshold:
+            return
         for st in waiting:
-            if st.req.arrival > now or self._share_left() < self.cache.prefetch_threshold_pages:
+            if st.req.arrival > now:
                 break
             if st.prefetch_job is None:
                 m = self.tree.match(st.pages, touch=False)
                 if not self.start(st, m.total_tokens):
                     break  # no L2 room for it; later arrivals wait behind it
+                if self._share_left() < threshold:
+                    break
 
     def ready(self, st: RequestState, now: float) -> bool:
         """At the queue head: may ``st`` be admitted now (its stop policy says go)?"""
@@ -119,7 +125,7 @@ class L3Prefetcher:
         if at_head and rest > self.budget.host_free():
             self.kv.make_room(Tier.HOST, rest)
         max_pages = min(rest, budget, self.budget.host_free())
-        if max_pages < self.cache.prefetch_threshold_pages or (max_pages < rest
+        if max_pages < self.threshold_pages or (max_pages < rest
                                                                  and not at_head):
             # no room: a partial prefetch would fetch a sliver; wait for room or the head
             self.tree.unlock(lock)
@@ -136,7 +142,7 @@ class L3Prefetcher:
         self.kv.log(Prefetch(st.rid, reused, max_pages))
         self.kv.sink.prefetch(PrefetchIntent(
             tuple(st.hashes[reused:reused + max_pages]), max_pages,
-            self.cache.prefetch_threshold_pages, job, self.cache.prefetch_batch_pages))
+            self.threshold_pages, job, self.cache.prefetch_batch_pages))
         return True
 
     def _insert(self, st: RequestState, ext: CacheExtentRef) -> None:

@@ -51,7 +51,6 @@ class RequestState:
     lock: LockHandle | None = None
     host_lock: LockHandle | None = None
     donated: list[CacheExtentRef] = field(default_factory=list)
-    donated_ids: set[int] = field(default_factory=set)
     donated_pages: int = 0
     prefetch_job: int | None = None  # None: undecided, 0: no prefetch, else the job id
     requeried: bool = False  # asked L3 a second time at the queue head
@@ -75,10 +74,12 @@ class RequestState:
     device_hit: int = 0
     host_hit: int = 0
     l3_hit: int = 0
+    prompt_len: int = field(init=False)  # the request's, read in every planning pass
+    rid: int = field(init=False)
 
-    @property
-    def rid(self) -> int:
-        return self.req.rid
+    def __post_init__(self) -> None:
+        self.prompt_len = self.req.prompt_len
+        self.rid = self.req.rid
 
     def forget(self) -> None:
         """The request is done: drop what only serving it needed (page keys, hashes, its
@@ -88,10 +89,6 @@ class RequestState:
         requests: benchmarks/soak.py)."""
         self.pages, self.hashes, self.load_nodes = [], [], []
         self.lock = self.host_lock = self.prefix_lock = self.prefetch_lock = None
-
-    @property
-    def prompt_len(self) -> int:
-        return self.req.prompt_len
 
     @property
     def to_prefill(self) -> int:

@@ -3,7 +3,8 @@
 Invariants:
 - :func:`timeline_frame` has exactly ``hicache.timeline.COLUMNS + ("duration",)`` (plus
   ``replica`` only when the input carries one): ``lane``/``op`` str, ``batch``/``request``/
-  ``layer``/``bytes`` int64, ``start``/``end``/``duration`` float64 seconds.
+  ``layer``/``bytes``/``steps`` int64 (``steps`` 1 when the input predates it),
+  ``start``/``end``/``duration`` float64 seconds.
 - :func:`requests_frame` has exactly :data:`REQUEST_COLUMNS` (the helper brief's
   per-request record); times float64 seconds (NaN when absent), counts int64,
   ``cached_tokens == device_hit + host_hit + l3_hit`` (checked).
@@ -20,7 +21,7 @@ import pandas as pd
 from hicache.timeline import COLUMNS, Timeline, TimelineRow
 
 TIMELINE_COLUMNS: tuple[str, ...] = (*COLUMNS, "duration")
-_TL_INT = ("batch", "request", "layer", "bytes")
+_TL_INT = ("batch", "request", "layer", "bytes", "steps")
 _TL_FLOAT = ("start", "end", "duration")
 _TL_STR = ("lane", "op")
 
@@ -56,8 +57,11 @@ def timeline_frame(timeline_or_rows) -> pd.DataFrame:
             df = pd.DataFrame([_row_tuple(r) for r in rows], columns=list(COLUMNS))
         elif rows and isinstance(rows[0], Mapping):
             df = pd.DataFrame.from_records(rows)
-        else:
-            df = pd.DataFrame(rows, columns=list(COLUMNS))
+        else:  # tuples in COLUMNS order (without ``steps``: written before it existed)
+            width = len(rows[0]) if rows else len(COLUMNS)
+            df = pd.DataFrame(rows, columns=list(COLUMNS[:width]))
+    if "steps" not in df.columns:  # written before folded decode rows existed: one step
+        df["steps"] = 1
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
         raise ValueError(f"timeline is missing columns {missing}")
@@ -79,7 +83,7 @@ def timeline_frame(timeline_or_rows) -> pd.DataFrame:
 
 
 def _row_tuple(r: TimelineRow) -> tuple:
-    return (r.lane, r.op, r.batch, r.request, r.layer, r.start, r.end, r.bytes)
+    return (r.lane, r.op, r.batch, r.request, r.layer, r.start, r.end, r.bytes, r.steps)
 
 
 def requests_frame(records: Iterable[Mapping]) -> pd.DataFrame:

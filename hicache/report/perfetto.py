@@ -3,7 +3,7 @@
 Invariants:
 - one ``"X"`` (complete) event per timeline row (in ``window`` when one is given), ``ts`` /
   ``dur`` in microseconds rounded to whole nanoseconds; args carry batch, request, layer
-  and bytes;
+  and bytes, and ``steps`` for a folded decode run (sim.fold);
 - slices on one thread never overlap: a lane whose rows run concurrently (several L3
   transfers in flight, say) is split into tracks ``lane``, ``lane #2``, ... by greedy
   interval partitioning (a row goes to the lowest-numbered track free at its start), so
@@ -136,13 +136,15 @@ def chrome_trace_lines(timeline_df: pd.DataFrame | None, *, process_name: str = 
                    df["batch"].to_numpy()[mask].tolist(),
                    df["request"].to_numpy()[mask].tolist(),
                    df["layer"].to_numpy()[mask].tolist(),
-                   df["bytes"].to_numpy()[mask].tolist(), strict=True)
+                   df["bytes"].to_numpy()[mask].tolist(),
+                   df["steps"].to_numpy()[mask].tolist(), strict=True)
         esc = json.dumps
-        for lane, op, s, e, t, batch, request, layer, nbytes in cols:
+        for lane, op, s, e, t, batch, request, layer, nbytes, steps in cols:
+            more = f',"steps":{steps}' if steps != 1 else ""  # a folded decode run
             yield (f'{{"ph":"X","name":{esc(op)},"cat":{esc(lane)},"pid":{pid},'
                    f'"tid":{tids[(lane, t)]},"ts":{_us(s)},"dur":{_us(e - s)},'
                    f'"args":{{"batch":{batch},"request":{request},"layer":{layer},'
-                   f'"bytes":{nbytes}}}}}')
+                   f'"bytes":{nbytes}{more}}}}}')
 
 
 def chrome_trace(timeline_df: pd.DataFrame | None, *, process_name: str = "replica0",

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import chain
+
+from hicache.runtime.page_ids import runs_of
 
 
 class Tier(enum.Enum):
@@ -45,20 +48,7 @@ class PageRun:
 
 def coalesce(pages: Iterable[int]) -> tuple[PageRun, ...]:
     """Page ids in order -> the fewest runs that list them in the same order."""
-    runs: list[PageRun] = []
-    start = prev = -2
-    count = 0
-    for p in pages:
-        if p == prev + 1 and count:
-            count += 1
-        else:
-            if count:
-                runs.append(PageRun(start, count))
-            start, count = p, 1
-        prev = p
-    if count:
-        runs.append(PageRun(start, count))
-    return tuple(runs)
+    return tuple(PageRun(start, count) for start, count in runs_of(pages))
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,14 +60,18 @@ class CacheExtentRef:
     tier: Tier
     page_runs: tuple[PageRun, ...]
     pool: str = "full"  # which component's pool ("full", "swa", "mamba"); sidecars follow it
+    _count: int | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def num_pages(self) -> int:
-        return sum(r.page_count for r in self.page_runs)
+        n = self._count
+        if n is None:  # counted once: fragmented extents have many runs
+            n = sum(r.page_count for r in self.page_runs)
+            object.__setattr__(self, "_count", n)
+        return n
 
     def pages(self) -> Iterator[int]:
-        for run in self.page_runs:
-            yield from run.pages()
+        return chain.from_iterable(map(PageRun.pages, self.page_runs))  # C-level iteration
 
     def split(self, at_page: int) -> tuple[CacheExtentRef, CacheExtentRef]:
         """Split after ``at_page`` pages: (first at_page pages, the rest). Both non-empty."""
@@ -113,10 +107,12 @@ class CacheExtentRef:
         runs: list[PageRun] = []
         pos = 0  # pages of the extent before this run
         for run in self.page_runs:
-            lo, hi = max(start, pos), min(stop, pos + run.page_count)
-            if lo < hi:
-                runs.append(PageRun(run.first_page + lo - pos, hi - lo))
-            pos += run.page_count
+            count = run.page_count
+            if pos + count > start:
+                lo, hi = max(start, pos), min(stop, pos + count)
+                runs.append(run if hi - lo == count else
+                            PageRun(run.first_page + lo - pos, hi - lo))
+            pos += count
             if pos >= stop:
                 break
         return self._with(tuple(runs))

@@ -10,16 +10,52 @@ Freed pages wait as runs ``[start, length]``; memory grows with the pages ever h
 freed (a replay allocator). ``order="lifo"``: the most recently freed pages first, then
 fresh pages (a runtime's free list: hot pages are reused). ``order="lowest"``: the lowest
 free id first (the torch runtime's heap, and SGLang's paged allocator once it sorts its
-free list), so a fragmented pool still hands out the longest runs it can; freed pages
-wait in a heap. :meth:`give` checks every page before it changes anything.
+free list), so a fragmented pool still hands out the longest runs it can; freed runs
+wait in a heap (by start; neighbours join when taken). :meth:`give` checks every page
+before it changes anything.
+
+Work is per run, not per page: runs are taken and given whole and marked with slice
+assignments, so freeing a 10,000-page extent costs what its few runs cost (a page list is
+cut into runs first). A run is ``(start, length)``.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Literal
+
+Run = tuple[int, int]
+
+
+def runs_of(pages: Iterable[int]) -> list[Run]:
+    """Page ids in order -> ascending runs ``(start, length)`` listing them in that order."""
+    out: list[Run] = []
+    start = prev = -2
+    n = 0
+    for p in pages:
+        if p == prev + 1 and n:
+            n += 1
+        else:
+            if n:
+                out.append((start, n))
+            start, n = p, 1
+        prev = p
+    if n:
+        out.append((start, n))
+    return out
+
+
+def merged(runs: Iterable[Run]) -> list[Run]:
+    """``runs`` with each run that continues the one before it joined to it."""
+    out: list[Run] = []
+    for s, n in runs:
+        if out and out[-1][0] + out[-1][1] == s:
+            out[-1] = (out[-1][0], out[-1][1] + n)
+        else:
+            out.append((s, n))
+    return out
 
 
 class PageIds:
@@ -28,10 +64,10 @@ class PageIds:
             raise ValueError(f"capacity must be an integer >= 0, got {capacity!r}")
         self.capacity, self.order = capacity, order
         self._fresh = 0  # pages 0.._fresh-1 were handed out at least once
-        self._runs: deque[list[int]] = deque()  # freed runs [start, length]
-        self._n_runs = 0
+        self._runs: deque[list[int]] = deque()  # freed runs [start, length] (fifo, lifo)
+        self._heap: list[Run] = []  # order "lowest": freed runs (start, length), by start
+        self._n_runs = 0  # pages in _runs or _heap
         self._used = bytearray()  # of pages below _fresh: 1 = handed out
-        self._heap: list[int] = []  # order "lowest": freed pages (all below _fresh)
 
     @property
     def free(self) -> int:
@@ -43,81 +79,142 @@ class PageIds:
     def take(self, n: int) -> list[int]:
         """``n`` free page ids (the caller checked ``n <= free``)."""
         pages: list[int] = []
+        for s, k in self.take_runs(n):
+            pages.extend(range(s, s + k))
+        return pages
+
+    def take_runs(self, n: int) -> list[Run]:
+        """``n`` free page ids as runs, in hand-out order (the caller checked ``n <= free``;
+        :func:`merged` joins runs that continue each other)."""
+        out: list[Run] = []
+        left = n
         if self.order == "lowest":
-            k = min(n, len(self._heap))
-            pages = [heapq.heappop(self._heap) for _ in range(k)]
-            self._n_runs -= k
+            left -= self._take_lowest(out, left)
         elif self.order == "fifo":
-            self._take_fresh(pages, n)
-        while self._runs and len(pages) < n:
-            run = self._runs[0] if self.order == "fifo" else self._runs[-1]
-            k = min(run[1], n - len(pages))
-            pages.extend(range(run[0], run[0] + k))
+            left -= self._take_fresh(out, left)
+        runs = self._runs
+        while runs and left > 0:
+            run = runs[0] if self.order == "fifo" else runs[-1]
+            k = min(run[1], left)
+            out.append((run[0], k))
             run[0] += k
             run[1] -= k
             self._n_runs -= k
+            left -= k
             if not run[1]:
-                self._runs.popleft() if self.order == "fifo" else self._runs.pop()
-        self._take_fresh(pages, n)
-        for p in pages:
-            self._used[p] = 1
-        return pages
+                runs.popleft() if self.order == "fifo" else runs.pop()
+        self._take_fresh(out, left)
+        used = self._used
+        for s, k in out:
+            used[s:s + k] = b"\x01" * k
+        return out
 
-    def _take_fresh(self, pages: list[int], n: int) -> None:
-        k = min(n - len(pages), self.capacity - self._fresh)
+    def _take_lowest(self, out: list[Run], n: int) -> int:
+        """The lowest ``n`` freed pages (or all of them), ascending; every freed page is
+        below ``_fresh``, so they come before any fresh page."""
+        heap = self._heap
+        left = n
+        while heap and left > 0:
+            s, k = heapq.heappop(heap)
+            while heap and heap[0][0] == s + k:  # a neighbour freed separately: one run
+                k += heapq.heappop(heap)[1]
+            if k > left:
+                heapq.heappush(heap, (s + left, k - left))
+                k = left
+            out.append((s, k))
+            left -= k
+        self._n_runs -= n - left
+        return n - left
+
+    def _take_fresh(self, out: list[Run], n: int) -> int:
+        k = min(n, self.capacity - self._fresh)
         if k <= 0:
-            return
-        pages.extend(range(self._fresh, self._fresh + k))
+            return 0
+        out.append((self._fresh, k))
         self._fresh += k
         if len(self._used) < self._fresh:  # grow geometrically, up to what is used
             self._used.extend(bytes(max(self._fresh - len(self._used), len(self._used))))
+        return k
+
+    def unused_in(self, start: int, n: int) -> int | None:
+        """The first page of ``start .. start + n - 1`` not handed out, else None."""
+        if start < 0:
+            return start
+        end, fresh = start + n, self._fresh
+        if start < fresh:
+            i = self._used.find(0, start, min(end, fresh))
+            if i >= 0:
+                return i
+        return None if end <= fresh else max(start, fresh)
+
+    def bad_runs(self, runs: Sequence[Run]) -> int | None:
+        """A page of ``runs`` that is not handed out, or listed twice, else None."""
+        used, fresh = self._used, self._fresh
+        for s, n in runs:
+            if n == 1 and 0 <= s < fresh:  # fragmented extents: many one-page runs
+                if not used[s]:
+                    return s
+                continue
+            p = self.unused_in(s, n)
+            if p is not None:
+                return p
+        if len(runs) > 1:
+            ordered = sorted(runs)
+            for (s0, n0), (s1, _) in zip(ordered, ordered[1:], strict=False):
+                if s1 < s0 + n0:
+                    return s1
+        return None
 
     def bad(self, pages: Sequence[int]) -> int | None:
-        """The first page of ``pages`` that is not handed out (or repeats), else None."""
-        seen: set[int] = set()
-        for p in pages:
-            if not self.is_used(p) or p in seen:
-                return p
-            seen.add(p)
-        return None
+        """A page of ``pages`` that is not handed out (or repeats), else None."""
+        return self.bad_runs(runs_of(pages))
 
     def give(self, pages: Sequence[int]) -> None:
         """Return ``pages`` (all checked first: see :meth:`bad`)."""
-        p = self.bad(pages)
+        self.give_runs(runs_of(pages))
+
+    def give_runs(self, runs: Sequence[Run]) -> None:
+        """Return the pages of ``runs``, in their order (all checked first)."""
+        p = self.bad_runs(runs)
         if p is not None:
             raise ValueError(f"page {p} is not handed out")
-        for p in pages:
-            self._used[p] = 0
+        used, stack = self._used, self._runs
+        total = 0
+        for s, n in runs:
+            if n == 1:
+                used[s] = 0
+            else:
+                used[s:s + n] = bytes(n)
+            total += n
         if self.order == "lowest":
-            for p in pages:
-                heapq.heappush(self._heap, p)
+            heap = self._heap
+            for s, n in runs:
+                heapq.heappush(heap, (s, n))
         elif self.order == "fifo":
-            for p in pages:
-                last = self._runs[-1] if self._runs else None
-                if last is not None and last[0] + last[1] == p:
-                    last[1] += 1
+            for s, n in runs:
+                last = stack[-1] if stack else None
+                if last is not None and last[0] + last[1] == s:
+                    last[1] += n
                 else:
-                    self._runs.append([p, 1])
+                    stack.append([s, n])
         else:
-            for p in reversed(pages):  # the first page given ends on top
-                top = self._runs[-1] if self._runs else None
-                if top is not None and top[0] == p + 1:
-                    top[0] = p
-                    top[1] += 1
+            for s, n in reversed(runs):  # the first page given ends on top
+                top = stack[-1] if stack else None
+                if top is not None and top[0] == s + n:
+                    top[0] = s
+                    top[1] += n
                 else:
-                    self._runs.append([p, 1])
-        self._n_runs += len(pages)
+                    stack.append([s, n])
+        self._n_runs += total
 
     def check(self) -> None:
-        """Raise AssertionError when the free runs (or heap) and the used map disagree: a freed page
+        """Raise AssertionError when the free runs and the used map disagree: a freed page
         still marked used, a page free twice or beyond the fresh mark, or counts that do
         not add up (O(pages ever handed out): for tests and soak runs)."""
         free: set[int] = set()
-        for start, length in self._runs:
+        for start, length in [*self._runs, *self._heap]:
             if length <= 0:
                 raise AssertionError(f"an empty free run at page {start}")
-        singles = ((p, 1) for p in self._heap)  # order "lowest" keeps freed pages in a heap
-        for start, length in (*self._runs, *singles):
             for p in range(start, start + length):
                 if p >= self._fresh or self._used[p] or p in free:
                     raise AssertionError(f"page {p} is free but also used, repeated or "

@@ -55,6 +55,8 @@ class RunSection(Plain):
     # when the runtime runs D2H backups (none, static, adaptive): both runtimes
     writeback: WritebackConfig = WritebackConfig()
     fault_twin: Bool = True  # with faults: also simulate a fault-free twin to cost them
+    fold_decode: Bool = True  # simulator: steady decode steps as one event (sim.fold)
+    timeline_steps: Bool = False  # simulator: one timeline row per folded decode step
     # how L3 calls are guarded (deadline, retries, cooldown): both runtimes
     l3_retry: RetryPolicy = RetryPolicy()
 

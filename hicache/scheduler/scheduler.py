@@ -160,6 +160,50 @@ class Scheduler:
         """When a waiting request's prefetch timeout expires (so a driver can wake up)."""
         return self.l3.next_deadline(self.waiting, now) if self.l3 is not None else None
 
+    # -- steady decode (a simulator may advance several steps at once) ------------------
+    def steady_decode(self, plan: BatchPlan) -> int:
+        """How many decode batches in a row, ``plan`` (just returned by :meth:`step`) first,
+        will have ``plan``'s request set, counting the first one in which a request takes
+        its last token; 0 unless the pipeline is steady: overlap on, nothing waiting, no
+        intent pending, none in ``plan`` but frees and releases (a runtime applies them at
+        prepare), and the batch in flight before ``plan`` a decode step of the same
+        requests (its intents are the runtime's already). While it stays steady (no
+        arrival, no transfer completion), one step is one ``BatchCompletion`` in and one
+        decode plan out, and nothing else changes: what :meth:`fold_decode` applies at
+        once."""
+        inflight = self.plans.inflight
+        if (not self.cfg.overlap or self.components is not None or self.waiting
+                or self.plans.has_pending or len(inflight) != 2
+                or inflight.get(plan.batch_id) is not plan):
+            return 0
+        prev = inflight.get(plan.batch_id - 1)
+        if (prev is None or not _decode_only(plan) or plan.backups or plan.stores
+                or plan.prefetches or not _decode_only(prev)
+                or len(plan.slices) != len(self.running)
+                or [s.rid for s in prev.slices] != [s.rid for s in plan.slices]):
+            return 0
+        reqs = self.requests
+        return min(reqs[s.rid].req.output_len - reqs[s.rid].decode_planned for s in plan.slices)
+
+    def fold_decode(self, steps: int) -> tuple[BatchPlan, BatchPlan | None]:
+        """Apply ``steps`` (>= 1) steps of a steady decode pipeline (:meth:`steady_decode`
+        said at least ``steps``) as if :meth:`step` had been called ``steps`` times, each
+        with the completion of the older batch in flight and nothing else: every request
+        gains ``steps`` tokens done and planned. Returns the two plans then in flight (the
+        newer is None when no request has a token left to plan); the runtime prepares
+        them as it would have, the older completes next."""
+        if steps < 1:
+            raise ValueError(f"fold_decode needs >= 1 step, got {steps}")
+        for bid in sorted(self.plans.inflight):
+            self.plans.complete(bid)
+        for st in self.running:
+            st.decode_done += steps
+            st.decode_planned += steps - 2
+        self.plans.skip_batches(steps - 2)
+        older = self._next_plan()
+        assert older is not None, "fold_decode past the last planned token"
+        return older, self._next_plan()
+
     def records(self) -> list[dict]:
         return [st.record() for st in sorted(self.requests.values(), key=lambda s: s.rid)]
 
@@ -220,7 +264,7 @@ class Scheduler:
         budget = self.cfg.chunked_prefill_size
         slices = []
         for st in self.running:
-            left = st.to_prefill - st.prefill_planned
+            left = st.prompt_len - st.prefix_tokens - st.prefill_planned
             if left <= 0 or budget <= 0 or (st.prefill_planned and st.handle is None):
                 continue
             chunk = min(left, budget)
@@ -240,14 +284,16 @@ class Scheduler:
                 finishes=last and st.req.output_len <= 1, checkpoint=ckpt))
             st.prefill_planned += chunk
         if not slices:
+            decode = Phase.DECODE
             for st in self.running:
-                if (st.prefill_planned < st.to_prefill or st.handle is None
-                        or st.decode_planned >= st.req.output_len - 1):
+                last = st.req.output_len - 1
+                if (st.decode_planned >= last or st.handle is None
+                        or st.prefill_planned < st.prompt_len - st.prefix_tokens):
                     continue
                 st.decode_planned += 1
                 slices.append(RequestSlice(
-                    st.rid, Phase.DECODE, st.prompt_len + st.decode_planned - 1, 1,
-                    request=st.handle, finishes=st.decode_planned >= st.req.output_len - 1))
+                    st.rid, decode, st.prompt_len + st.decode_planned - 1, 1,
+                    request=st.handle, finishes=st.decode_planned >= last))
         if not slices:
             return None
         return self.plans.build(tuple(slices))
@@ -286,4 +332,10 @@ class Scheduler:
         self.finished.append(st)
         if self.l3 is None or st.prefetch_job not in self.l3.jobs:
             st.forget()  # else the prefetch's completion still inserts by them
+
+
+
+def _decode_only(plan: BatchPlan) -> bool:
+    """A plan whose slices are all decode steps."""
+    return bool(plan.slices) and all(s.phase is Phase.DECODE for s in plan.slices)
 

@@ -11,20 +11,9 @@ Python's ``hash()``); only full pages get keys (a partial tail page has none).
 from __future__ import annotations
 
 import hashlib
-import sys
-from array import array
 from collections.abc import Sequence
 
-_LITTLE = sys.byteorder == "little"
-
-
-def _pack(tokens: Sequence[int]) -> bytes:
-    """Tokens as fixed-width little-endian int64 bytes (raises OverflowError outside int64)."""
-    arr = tokens if isinstance(tokens, array) and tokens.typecode == "q" else array("q", tokens)
-    if not _LITTLE:
-        arr = array("q", arr)
-        arr.byteswap()
-    return arr.tobytes()
+from hicache.tree.pagekeys import pack_tokens
 
 
 def _chain(data: bytes, page_size: int, prev: bytes) -> list[bytes]:
@@ -47,13 +36,33 @@ def _check_page_size(page_size: int) -> None:
 
 def page_hashes(tokens: Sequence[int], page_size: int, prior: str | None = None) -> list[str]:
     """Hex keys of every full page of ``tokens``; ``prior`` is the key of the page just
-    before ``tokens[0]`` (None at the start of a sequence)."""
+    before ``tokens[0]`` (None at the start of a sequence). A sequence may keep its own
+    chain (``page_hashes(page_size)``, extended as it grows: conversations)."""
     _check_page_size(page_size)
+    if prior is None:
+        own = getattr(tokens, "page_hashes", None)
+        keys = own(page_size) if own is not None else None
+        if keys is not None:
+            return keys
     full = len(tokens) - len(tokens) % page_size
     if full == 0:
         return []
     prev = bytes.fromhex(prior) if prior is not None else b""
-    return [d.hex() for d in _chain(_pack(tokens[:full]), page_size, prev)]
+    return [d.hex() for d in _chain(pack_tokens(tokens[:full]), page_size, prev)]
+
+
+def chain_keys(keys: Sequence[bytes], prior: str | None = None) -> list[str]:
+    """The hash chain of pages given as bytes page keys (:mod:`hicache.tree.pagekeys`:
+    the packed tokens the chain reads), without unpacking them."""
+    prev = bytes.fromhex(prior) if prior is not None else b""
+    out = []
+    sha256 = hashlib.sha256
+    for key in keys:
+        h = sha256(prev)
+        h.update(key)
+        prev = h.digest()
+        out.append(prev.hex())
+    return out
 
 
 class PageHasher:
@@ -92,7 +101,7 @@ class PageHasher:
         full = len(tokens) - len(tokens) % self.page_size
         if full == done:
             return []
-        digests = _chain(_pack(tokens[done:full]), self.page_size, self._last)
+        digests = _chain(pack_tokens(tokens[done:full]), self.page_size, self._last)
         self._last = digests[-1]
         new = [d.hex() for d in digests]
         self._keys.extend(new)

@@ -11,8 +11,8 @@ freed pages in the order they were freed.
 
 from __future__ import annotations
 
-from hicache.runtime.handles import CacheExtentRef, Tier, check_generation, coalesce
-from hicache.runtime.page_ids import PageIds
+from hicache.runtime.handles import CacheExtentRef, PageRun, Tier, check_generation
+from hicache.runtime.page_ids import PageIds, merged
 
 
 class OutOfPages(RuntimeError):
@@ -43,16 +43,16 @@ class PageAllocator:
         if n > self.free_pages:
             raise OutOfPages(
                 f"{self.tier.value}/{self.pool}: need {n} pages, {self.free_pages} free")
-        return CacheExtentRef(self.runtime_id, self.generation, self.tier,
-                              coalesce(self._ids.take(n)), self.pool)
+        runs = tuple(PageRun(s, k) for s, k in merged(self._ids.take_runs(n)))
+        return CacheExtentRef(self.runtime_id, self.generation, self.tier, runs, self.pool)
 
     def free(self, extent: CacheExtentRef) -> None:
         check_generation(extent, self.runtime_id, self.generation, "extent")
         if extent.tier is not self.tier or extent.pool != self.pool:
             raise ValueError(f"extent of {extent.tier.value}/{extent.pool} freed to "
                              f"{self.tier.value}/{self.pool}")
-        pages = list(extent.pages())
-        p = self._ids.bad(pages)
+        runs = [(r.first_page, r.page_count) for r in extent.page_runs]
+        p = self._ids.bad_runs(runs)
         if p is not None:
             raise ValueError(f"page {p} of {self.tier.value}/{self.pool} freed twice")
-        self._ids.give(pages)
+        self._ids.give_runs(runs)

@@ -19,6 +19,10 @@ class Kind(enum.Enum):
     SWA = "swa"
     MAMBA = "mamba"
 
+    # members are singletons compared by identity: hash them so too, in C (they key the
+    # per-node data dicts every tree walk reads; Enum's own hash is a Python call)
+    __hash__ = object.__hash__
+
 
 @dataclass(frozen=True, slots=True)
 class ComponentSpec:

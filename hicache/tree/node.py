@@ -1,6 +1,6 @@
 """A tree node: a span of pages plus, per component, its data in each tier.
 
-    node.key            [page0, page1, ...]   page keys (tuples of page_size token ids)
+    node.key            [page0, page1, ...]   page keys (hicache.tree.pagekeys)
     node.device[kind]   CacheExtentRef on L1, absent = evicted there (a tombstone while
                         the node lives on)
     node.host[kind]     CacheExtentRef on L2 (backed up)
@@ -65,7 +65,12 @@ class Node:
 
     def is_device_leaf(self) -> bool:
         """Holds FULL on L1 and no child does: the FULL eviction frontier."""
-        return self.on_device and not any(c.on_device for c in self.children.values())
+        if Kind.FULL not in self.device:
+            return False
+        for c in self.children.values():
+            if Kind.FULL in c.device:
+                return False
+        return True
 
     def __repr__(self) -> str:
         dev = ",".join(k.value for k in self.device)

@@ -32,24 +32,10 @@ from hicache.tree.eviction import strategy
 from hicache.tree.locks import LockTable
 from hicache.tree.node import Node, PageKey
 from hicache.tree.options import SGLANG, TreeOptions
+from hicache.tree.pagekeys import page_keys
 from hicache.tree.residency import Residency
 
-
-def page_keys(tokens: Sequence[int], page_size: int) -> list:
-    """Full pages of ``tokens`` as hashable keys (a trailing partial page is dropped).
-
-    Keys are tuples of token ids. A sequence may supply its own keys through a
-    ``page_keys(page_size)`` method (Mooncake block prompts give ``range`` objects, equal
-    iff the tokens are); feed one tree one representation.
-    """
-    own = getattr(tokens, "page_keys", None)
-    if own is not None:
-        keys = own(page_size)
-        if keys is not None:
-            return keys
-    n = len(tokens) // page_size
-    flat = tokens[: n * page_size]
-    return list(zip(*[iter(flat)] * page_size, strict=False))
+__all__ = ["InsertResult", "MatchResult", "UnifiedRadixTree", "page_keys"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,9 +154,13 @@ class UnifiedRadixTree:
             if child is None:
                 return
             key = child.key
-            m, limit = 1, min(len(key), n - i)
-            while m < limit and key[m] == pages[i + m]:
-                m += 1
+            limit = min(len(key), n - i)
+            if key[1:limit] == pages[i + 1:i + limit]:  # one C-level compare per node
+                m = limit
+            else:
+                m = 1
+                while key[m] == pages[i + m]:
+                    m += 1
             if starts:
                 held = getattr(child, attr)
                 m = min([m] + [c - i for k, c in starts.items()

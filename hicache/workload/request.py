@@ -19,17 +19,67 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, overload
 
+from hicache.tiers.hashing import chain_keys
+from hicache.tree.pagekeys import pack_tokens, split_pages
+
+
+class BufferPages:
+    """Page keys and page-hash chains of one append-only token buffer, per page size,
+    extended as the buffer grows: each page is packed and hashed once for the buffer's
+    whole life, not once per turn (a conversation's turns share its buffer)."""
+
+    __slots__ = ("_buf", "_keys", "_hashes")
+
+    def __init__(self, buf: array) -> None:
+        self._buf = buf
+        self._keys: dict[int, list[bytes]] = {}
+        self._hashes: dict[int, list[str]] = {}
+
+    def keys(self, page_size: int, n: int) -> list[bytes]:
+        """Keys of the first ``n`` pages (:mod:`hicache.tree.pagekeys`)."""
+        keys = self._keys.setdefault(page_size, [])
+        have = len(keys)
+        if have < n:
+            raw = pack_tokens(self._buf[have * page_size:n * page_size])
+            keys.extend(split_pages(raw, page_size))
+        return keys[:n]
+
+    def hashes(self, page_size: int, n: int) -> list[str]:
+        """The page-hash chain of the first ``n`` pages (:mod:`hicache.tiers.hashing`)."""
+        chain = self._hashes.setdefault(page_size, [])
+        have = len(chain)
+        if have < n:
+            keys = self.keys(page_size, n)
+            chain.extend(chain_keys(keys[have:], chain[-1] if chain else None))
+        return chain[:n]
+
 
 class TokenView(Sequence[int]):
-    """The first ``length`` tokens of a shared append-only ``array('q')`` buffer."""
+    """The first ``length`` tokens of a shared append-only ``array('q')`` buffer; with
+    ``pages``, that buffer's :class:`BufferPages` (page keys and hashes come from it)."""
 
-    __slots__ = ("_buf", "_len")
+    __slots__ = ("_buf", "_len", "_pages")
 
-    def __init__(self, buf: array, length: int) -> None:
+    def __init__(self, buf: array, length: int, pages: BufferPages | None = None) -> None:
         if length > len(buf):
             raise ValueError(f"view of {length} tokens over a buffer of {len(buf)}")
         self._buf = buf
         self._len = length
+        self._pages = pages
+
+    def prefix(self, n: int) -> TokenView:
+        """The first ``n`` tokens, a view sharing this one's buffer and pages."""
+        return TokenView(self._buf, min(max(n, 0), self._len), self._pages)
+
+    def page_keys(self, page_size: int) -> list[bytes] | None:
+        if self._pages is None:
+            return None
+        return self._pages.keys(page_size, self._len // page_size)
+
+    def page_hashes(self, page_size: int) -> list[str] | None:
+        if self._pages is None:
+            return None
+        return self._pages.hashes(page_size, self._len // page_size)
 
     def __len__(self) -> int:
         return self._len
@@ -45,6 +95,13 @@ class TokenView(Sequence[int]):
         if not -self._len <= i < self._len:
             raise IndexError(i)
         return self._buf[i % self._len]
+
+
+def token_prefix(tokens: Sequence[int], n: int) -> Sequence[int]:
+    """The first ``n`` tokens, keeping the sequence's own page keys and hashes if it has a
+    cheap prefix (:meth:`TokenView.prefix`), else a slice."""
+    prefix = getattr(tokens, "prefix", None)
+    return prefix(n) if prefix is not None else tokens[:n]
 
 
 @dataclass(frozen=True, slots=True)

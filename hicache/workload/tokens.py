@@ -86,7 +86,7 @@ class LazyTokens(Sequence[int]):
 class BlockTokens(LazyTokens):
     """Prompt of ``length`` tokens built lazily from per-block hash ids."""
 
-    __slots__ = ("_ids", "_len", "_block")
+    __slots__ = ("_ids", "_len", "_block", "_keys")
 
     def __init__(self, hash_ids: array, length: int, block: int = 512) -> None:
         n = len(hash_ids)
@@ -95,6 +95,7 @@ class BlockTokens(LazyTokens):
         self._ids = hash_ids
         self._len = length
         self._block = block
+        self._keys: tuple[int, list[int]] | None = None  # (page size, keys): built once
 
     @property
     def hash_ids(self) -> array:
@@ -119,19 +120,21 @@ class BlockTokens(LazyTokens):
         k, off = divmod(i, self._block)
         return self._ids[k] * self._block + off
 
-    def page_keys(self, page_size: int) -> list[range] | None:
-        """Page keys without materialising tokens: each full page's ids as a ``range``
-        (equal iff the tokens are equal). None when pages would straddle blocks."""
+    def page_keys(self, page_size: int) -> list[int] | None:
+        """Page keys without materialising tokens: each full page's first token id (the
+        page holds that id and the ``page_size - 1`` after it, so keys are equal iff the
+        tokens are). None when pages would straddle blocks. Built once, in numpy, and
+        shared: callers must not change the list."""
         b = self._block
         if b % page_size:
             return None
-        per_block = b // page_size
+        if self._keys is not None and self._keys[0] == page_size:
+            return self._keys[1]  # the scheduler and every router view ask: build once
         n_pages = self._len // page_size
-        keys = []
-        for k, h in enumerate(self._ids):
-            base = h * b
-            for j in range(min(per_block, n_pages - k * per_block)):
-                keys.append(range(base + j * page_size, base + (j + 1) * page_size))
+        starts = np.asarray(self._ids, dtype=np.int64)[:, None] * b + np.arange(
+            0, b, page_size, dtype=np.int64)[None, :]
+        keys = starts.ravel()[:n_pages].tolist()
+        self._keys = (page_size, keys)
         return keys
 
     def __iter__(self) -> Iterator[int]:

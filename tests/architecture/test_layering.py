@@ -132,10 +132,11 @@ def test_the_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
 # drives the cache manager, not the scheduler). Commands (command.py, cli*.py) are the top.
 HICACHE_LAYERS = (
     {"units", "schema", "timeline"},
-    {"presets", "runtime", "workload"},
+    {"presets", "runtime"},
     {"modelspec", "tree"},
     {"config"},
     {"tiers"},
+    {"workload"},  # requests carry packed page keys and their hash chain (tree, tiers)
     {"kvcache"},
     {"scheduler", "routing", "replay"},
     {"report", "scenario", "sglang"},

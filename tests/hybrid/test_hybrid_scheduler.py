@@ -19,6 +19,7 @@ from hicache.replay.engine import ReplayCache
 from hicache.runtime.handles import Tier
 from hicache.scheduler.scheduler import Scheduler, SchedulerConfig
 from hicache.tree.components import Kind
+from hicache.tree.radix import page_keys
 from hicache.workload.request import Request
 
 A = list(range(16))  # 4 pages of 4 tokens
@@ -77,7 +78,7 @@ def test_a_short_window_keeps_swa_only_at_the_end_of_each_prompt() -> None:
     env, rt, sched = tiny_system(tiny_model(("full", "swa"), window=4))  # 1 page
     drive(env, rt, sched, one_at_a_time(A, EXTENDS_A, SHARES_HALF_OF_A))
     assert hits(sched) == [0, 16, 0]
-    a_pages = [n for n in sched.tree.nodes.values() if n.key[0] == (0, 1, 2, 3)]
+    a_pages = [n for n in sched.tree.nodes.values() if n.key[0] == page_keys([0, 1, 2, 3], 4)[0]]
     assert a_pages and Kind.SWA not in a_pages[0].device  # a tombstone before the window
 
 

@@ -41,14 +41,14 @@ def test_node_keys_match_the_hash_chain_of_the_tokens_after_splits() -> None:
         assert keys.span([path[-1]]) == tuple(want[first:])  # one node, prior memoized
 
 
-def test_block_prompts_page_keys_are_ranges_and_hash_as_their_tokens() -> None:
+def test_block_prompts_page_keys_are_first_ids_and_hash_as_their_tokens() -> None:
     from array import array
 
     from hicache.workload.tokens import BlockTokens
 
     prompt = BlockTokens(array("q", [7, 3, 9]), 22, block=8)  # 2 full blocks + 6 tokens
     pages = page_keys(prompt, PAGE)
-    assert isinstance(pages[0], range) and len(pages) == 5
+    assert pages == [56, 60, 24, 28, 72]  # each page's first token id (block id x 8 + j)
     tree = UnifiedRadixTree(TreeSpec(PAGE))
     tree.insert(pages, {Kind.FULL: ext(0, len(pages))})
     path = list(tree.match(pages, touch=False).path)

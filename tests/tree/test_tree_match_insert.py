@@ -1,6 +1,7 @@
 """Matching, splitting and inserting happen at page granularity (docs/SOURCES.md §1).
 
-A page key is a tuple of ``page_size`` token ids; a trailing partial page is never cached.
+A page key holds ``page_size`` token ids (packed, hicache.tree.pagekeys); a trailing partial
+page is never cached.
 Insert hands back duplicates as free actions, except when the caller passes the tree's own
 pages (a request re-inserting the prefix it borrowed).
 """
@@ -13,6 +14,7 @@ from tree_harness import Harness
 from hicache.runtime.handles import CacheExtentRef, Tier
 from hicache.tree.actions import FreeDevice
 from hicache.tree.components import Kind, TreeSpec
+from hicache.tree.pagekeys import key_tokens
 from hicache.tree.radix import page_keys
 
 FULL_ONLY = TreeSpec(page_size=4)
@@ -20,8 +22,10 @@ HYBRID = TreeSpec.hybrid(4, swa_window=8, mamba=True)
 
 
 def test_page_keys_drop_the_partial_trailing_page() -> None:
-    assert page_keys([1, 2, 3, 4, 5, 6], 4) == [(1, 2, 3, 4)]
-    assert page_keys([7, 8], 1) == [(7,), (8,)]
+    assert [list(key_tokens(k)) for k in page_keys([1, 2, 3, 4, 5, 6], 4)] == [[1, 2, 3, 4]]
+    assert [list(key_tokens(k)) for k in page_keys([7, 8], 1)] == [[7], [8]]
+    assert page_keys([1, 2, 3, 4], 4) == page_keys([1, 2, 3, 4, 9], 4)  # equal iff tokens are
+    assert page_keys([1, 2, 3, 4], 4) != page_keys([1, 2, 3, 5], 4)
 
 
 def test_match_counts_whole_pages_only() -> None:

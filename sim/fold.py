@@ -1,0 +1,282 @@
+"""Decode folding: several steps of a steady decode pipeline as one simulated event.
+
+Most batches of a long run are decode steps of the same requests, one after another; each
+costs a dozen SimPy events and a scheduler step, though nothing in between could change
+the next decision. When a replica is in that state the driver hands the pipeline to
+:class:`DecodeFolder`, which computes the steps' times as the unfolded simulation would
+(the same cost-model calls, the same float additions in the same order), waits once, and
+brings scheduler and runtime to the state the unfolded run has at that moment::
+
+    d_A: step -> plan C        (B runs)                 entry: Scheduler.steady_decode(C)
+    cpu yield, as unfolded;    then wait for B          an arrival or a completion first:
+                                                        prepare C, back to the driver
+    d_B: steps k = 0..n-1 (batch C + k), each           start_k = taken_{k-1} (= d_B)
+         end_k = (start_k + sum(layer times)) + sample
+         taken_k = max(end_k, taken_{k-1} + cpu)       the driver takes its completion
+    t = taken_{n-1} (< the next arrival the feed knows), or an arrival or completion first:
+         Scheduler.fold_decode(j + 1) for the j steps taken before t, pages placed in the
+         order unfolded prepares place them, step j's batch running as a real op (its
+         fluid job adopted where it stands), the next plan prepared when the driver's cpu
+         yield ends: the driver goes on as if it had never folded.
+
+What could interrupt a fold: arrivals (a fold ends before the next one the feed knows;
+one issued meanwhile, by another replica's finish, interrupts it); completions of this
+replica's backups, stores and prefetches (they interrupt it at their exact time, however
+their work was paced: copy calls pipelined on the copy engine, L3 calls on the NIC, the
+store's shared service and host memory, :mod:`sim.l3_client`); prefetch deadlines
+(nothing may wait);
+L3 traffic of other replicas (it re-plans this replica's fluid server, where only L3 and
+PCIe rates change: compute keeps rate 1); copies that slow compute (SGLang's copy kernel:
+none may be in flight, and a fold starts none); ``run.max_sim_time`` (a fold ends before
+it). Fault windows (:mod:`sim.faults`) need no stop: every kind scales or fails L3,
+NIC, PCIe or host-memory work, never a compute rate, and a steady pipeline takes no
+decision a fault could change; what the fault does to work in flight surfaces as a
+completion (above). Turned off for the whole run: the host lane modelled per op (a
+profile with op costs, wake-ups or the CPU runtime's interpreter lock,
+:mod:`sim.interpreter`: every compute op's speed then depends on the driver's and the
+lanes' python work), per-layer traces, tracked state components, a shared runtime and a
+runtime in its own process; the scheduler's own CPU time is in taken_k.
+
+Folded batches leave one timeline row per run of back-to-back steps, with
+``steps`` set (``run.timeline_steps``: the rows each step would have had), and their
+``batch_shapes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import simpy
+
+from hicache.runtime.interface import BatchCompletion, BatchPlan, PreparedBatchHandle
+from sim.fluid import FluidJob
+from sim.simtime import exact_delay
+
+if TYPE_CHECKING:
+    from hicache.scheduler.scheduler import Scheduler
+    from sim.runtime import SimRuntime
+
+MIN_STEPS = 2  # a shorter fold saves nothing
+Proc = Generator[simpy.Event, Any, None]
+
+
+class FoldedStep(NamedTuple):
+    """One decode batch of a fold: ``work`` seconds of compute from ``start`` to
+    ``compute_end``, sampling to ``end``; the driver takes its completion at ``taken``
+    (later than ``end`` when its own CPU time is the bottleneck)."""
+
+    work: float
+    start: float
+    compute_end: float
+    end: float
+    taken: float
+
+
+class DecodeFolder:
+    """Folds one replica's steady decode steps (module doc). ``horizon()``: the time of
+    the next arrival the driver knows of, or of the run's stop (inf: none)."""
+
+    def __init__(self, env: simpy.Environment, sched: Scheduler, rt: SimRuntime, cpu: float,
+                 horizon: Callable[[], float], per_step_rows: bool = False) -> None:
+        self.env, self.sched, self.rt, self.cpu = env, sched, rt, cpu
+        self.horizon = horizon
+        self.per_step_rows = per_step_rows
+        # what the unfolded compute op does per decode batch must be this simple
+        self.possible = not (rt.host_lane.active or rt.trace_layers or rt.state.active)
+        # SGLang's copy kernel takes SMs: compute slows while it runs
+        self.copies_slow_compute = (rt.copies.io_backend == "kernel" and not rt.copies.gather
+                                    and rt.link.slowdown > 0)
+        self.folds = self.folded_steps = self.interrupted = 0
+
+    def steps_allowed(self, plans: tuple[BatchPlan, ...]) -> int:
+        """How many steps a fold starting with ``plans`` may take (0: no fold now)."""
+        if not self.possible or len(plans) != 1:
+            return 0
+        steps = self.sched.steady_decode(plans[0])
+        return steps if steps >= MIN_STEPS else 0
+
+    def run(self, plan: BatchPlan, limit: int, inbox: Callable[[], bool],
+            kick: Callable[[], simpy.Event]) -> Proc:
+        """Driver-process body for a fold that starts with ``plan`` (at most ``limit``
+        steps); returns with the driver due at the top of its loop. ``inbox()``: arrivals
+        wait; ``kick()``: a fresh event the next arrival fires."""
+        env, rt = self.env, self.rt
+        if self.cpu > 0:
+            yield rt.host_lane.run(self.cpu)
+        freed = bool(plan.frees or plan.releases)
+        if freed:  # here, as unfolded (prepare applies them first); its compute may fold
+            rt.apply_frees(plan)
+        if not inbox():
+            yield env.any_of([rt.completion_event(), kick()])
+        steps = self._schedule(plan, limit) if not inbox() and self._quiet() else []
+        if len(steps) < MIN_STEPS:  # no fold: C runs as unfolded, prepared a bit later
+            self._start(replace(plan, frees=(), releases=()) if freed else plan)
+            return
+        (older,) = self._take_completions()  # batch C - 1's: the fold's first step
+        timer = env.timeout(exact_delay(env.now, steps[-1].taken))
+        yield env.any_of([timer, kick(), rt.completion_event()])
+        t = env.now
+        if t < steps[-1].taken:
+            self.interrupted += 1
+        taken = sum(1 for s in steps if s.taken < t)
+        yield from self._materialize(plan, steps, taken, t)
+
+    # -- internals --------------------------------------------------------------------
+    def _take_completions(self) -> list:
+        done = self.rt._completions
+        out = done[:]
+        done.clear()
+        return out
+
+    def _start(self, plan: BatchPlan) -> None:
+        handle = self.rt.prepare_batch(plan)
+        self.sched.prepared(handle)
+        self.rt.execute_batch(handle)
+
+    def _quiet(self) -> bool:
+        """Only the older batch's completion came, and nothing that runs on (or will start
+        on) this GPU can change the speed of its compute."""
+        rt = self.rt
+        done = rt._completions
+        if not (len(done) == 1 and isinstance(done[0], BatchCompletion)
+                and not done[0].finished and not rt._prepared
+                and rt.streams["compute"].idle()):
+            return False
+        if rt.writeback.policy.chunked and not rt.streams["d2h"].idle():
+            return False  # its chunks ask the policy, which must have seen every step
+        return not self.copies_slow_compute or (
+            not rt.fluid.jobs and rt.streams["d2h"].idle() and rt.streams["h2d"].idle())
+
+    def _schedule(self, plan: BatchPlan, limit: int) -> list[FoldedStep]:
+        """The fold's steps: at most ``limit``, the last taken before the horizon."""
+        env, rt, cpu = self.env, self.rt, self.cpu
+        horizon = self.horizon()
+        contexts = [s.context_tokens for s in plan.slices]
+        sample = rt.cost.sample_time(len(contexts))
+        taken = env.now  # the driver takes batch C - 1's completion now; C starts
+        out: list[FoldedStep] = []
+        make = FoldedStep._make  # a C-level tuple constructor: one per step
+        while len(out) < limit:  # in chunks: the horizon often comes first
+            chunk = min(limit - len(out), max(16, len(out)))
+            # compute_op's sum of layer times, step by step
+            for work in rt.cost.decode_works(contexts, chunk, len(out)):
+                prepared = taken + cpu if cpu > 0 else taken  # the next plan, built now
+                start = taken
+                compute_end = start + work if work > 0 else start  # a fluid job at rate 1
+                end = compute_end + sample if sample > 0 else compute_end
+                taken = end if end >= prepared else prepared
+                if taken >= horizon:
+                    return out
+                out.append(make((work, start, compute_end, end, taken)))
+        return out
+
+    def _materialize(self, plan: BatchPlan, steps: list[FoldedStep], j: int, t: float
+                     ) -> Proc:
+        """The unfolded state at ``t``, when the driver has taken the completions of steps
+        0..j-1: step j's batch runs (or has just completed), the plan after it is prepared
+        once the driver's cpu yield for it ends."""
+        sched, rt, env = self.sched, self.rt, self.env
+        step = steps[j]
+        arrived = self._take_completions()  # those that interrupted the fold: after
+        # step j's own (the runtime's queue, not a poll: the driver polls once it is back)
+        self._place_pages(plan, j + 1)
+        running, nxt = sched.fold_decode(j + 1)
+        assert running.batch_id == plan.batch_id + j
+        sched.prepared(self._handle(running))
+        finished = tuple(s.rid for s in running.slices if s.finishes)
+        done = step.end <= t
+        self._record(plan, j + 1, steps[:j + 1] if done else steps[:j], observed=j)
+        rt._decode[running.batch_id] = len(running.slices)  # the write-back policy's view
+        if done:
+            rt.complete(BatchCompletion(running.batch_id, step.start, step.end, finished))
+        else:
+            bid, requests = running.batch_id, len(running.slices)
+            rt.streams["compute"].submit(
+                lambda: self._resumed_op(step, bid, requests, finished, t))
+        for c in arrived:
+            rt.complete(c)
+        self.folds += 1
+        self.folded_steps += j + 1
+        prepared = (steps[j - 1].taken if j else steps[0].start) + self.cpu
+        if self.cpu > 0 and t < prepared:
+            yield env.timeout(exact_delay(t, prepared))  # the driver's cpu yield for nxt
+        if nxt is not None:
+            self._start(nxt)
+
+    def _resumed_op(self, step: FoldedStep, bid: int, requests: int,
+                    finished: tuple[int, ...], t: float) -> Proc:
+        """The compute op of the batch a fold stopped in, from where it stands at ``t``
+        (its fluid job adopted as if started when the unfolded run started it)."""
+        rt, env = self.rt, self.env
+        generation = rt.generation
+        compute_end = step.compute_end
+        if t < compute_end:
+            yield rt.fluid.adopt(FluidJob(step.work, "compute"), step.start)
+            compute_end = env.now
+        rt.timeline.record("compute", "decode", step.start, compute_end, batch=bid)
+        sample = rt.cost.sample_time(requests)
+        if sample > 0:
+            job = FluidJob(sample, "compute")
+            yield rt.fluid.adopt(job, compute_end) if t > compute_end else rt.fluid.submit(job)
+            rt.timeline.record("compute", "sample", compute_end, env.now, batch=bid)
+        if generation == rt.generation:
+            rt.complete(BatchCompletion(bid, step.start, env.now, finished))
+
+    def _place_pages(self, plan: BatchPlan, n: int) -> None:
+        """Allocate the pages decode steps 0..n-1 of ``plan``'s requests need, in the
+        order their unfolded prepares would (step by step, slice by slice)."""
+        rt = self.rt
+        page = rt.page_size
+        need: list[tuple[int, int]] = []  # (step, slice index) of each new page
+        rows = [rt.rows[s.request.slot_id] for s in plan.slices]  # type: ignore[union-attr]
+        for i, (s, row) in enumerate(zip(plan.slices, rows, strict=True)):
+            # step k needs ceil((context + k + 1) / page) pages: one more each time the
+            # context passes the pages the row holds, then every ``page`` steps
+            first = len(row.pages) * page - s.context_tokens
+            assert first >= 0, f"request {s.rid}: its pages do not hold its context"
+            need.extend((k, i) for k in range(first, n, page))
+        if not need:
+            return
+        need.sort()
+        pool = rt.device["full"]
+        for _, i in need:
+            rows[i].append(pool.allocate(1), own=True)
+
+    def _handle(self, plan: BatchPlan) -> PreparedBatchHandle:
+        """The handle the unfolded prepare of ``plan`` would have returned."""
+        rt = self.rt
+        slices = tuple(rt.rows[s.request.slot_id].prepared_slice()  # type: ignore[union-attr]
+                       for s in plan.slices)
+        return PreparedBatchHandle(rt.runtime_id, rt.generation, plan.batch_id, slices, ())
+
+    def _record(self, plan: BatchPlan, batches: int, steps: list[FoldedStep],
+                observed: int) -> None:
+        """Batch shapes of the first ``batches`` folded batches; timeline rows of
+        ``steps`` (those that ran to their end); the first ``observed`` of them the
+        write-back policy sees complete, in order, as the runtime shows it every batch
+        (the runtime's completion of a later one shows it that one)."""
+        rt, tl = self.rt, self.rt.timeline
+        bid0 = plan.batch_id
+        contexts = [s.context_tokens for s in plan.slices]
+        n_req, ctx0 = len(contexts), sum(contexts)
+        rt.batch_shapes.add_decode_run(bid0, batches, n_req, ctx0)
+        seen = rt.writeback.step_done
+        for k in range(observed):
+            seen(bid0 + k, steps[k].start, steps[k].end, n_req)
+        if not steps:
+            return
+        if self.per_step_rows:  # the rows compute_op writes for each batch
+            sampled = rt.cost.sample_time(n_req) > 0
+            for k, st in enumerate(steps):
+                tl.record("compute", "decode", st.start, st.compute_end, batch=bid0 + k)
+                if sampled:
+                    tl.record("compute", "sample", st.compute_end, st.end, batch=bid0 + k)
+            return
+        first = 0
+        for k in range(1, len(steps) + 1):  # one row per run of back-to-back steps
+            if k == len(steps) or steps[k].start != steps[k - 1].end:
+                tl.record("compute", "decode", steps[first].start, steps[k - 1].end,
+                          batch=bid0 + first, steps=k - first)
+                first = k

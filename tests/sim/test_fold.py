@@ -1,0 +1,176 @@
+"""Decode folding (sim.fold) changes nothing but the cost: every shipped scenario, folded and
+unfolded, gives the same decisions, the same per-request times (to the last bit) and, with
+``run.timeline_steps``, the same timeline rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hicache.scenario import load_scenario
+from sim.cost import CostModel
+from sim.driver import SimResult, simulate
+from sim.hardware.model import load_model
+from sim.hardware.profile import load_profile
+from sim.simtime import exact_delay
+
+ROOT = Path(__file__).resolve().parents[2]
+_SHARED = ROOT.parent / "shared"  # beside the repository (CI)
+if not _SHARED.exists():
+    _SHARED = Path("/work/shared")  # where this workplace keeps it
+TRACE = _SHARED / "traces/mooncake/mooncake_conversation_trace.jsonl"
+
+# every shipped scenario, shrunk so that both runs of every variant take seconds; each
+# keeps what it studies (tiers, policies, model, hardware, replicas and router)
+SHRUNK = {
+    "quick.yaml": [],
+    "multiturn_tiers.yaml": ["workload.num_clients=24", "workload.num_rounds=8"],
+    "long_context.yaml": ["workload.count=12"],
+    "agent_sessions.yaml": ["workload.num_sessions=12"],
+    "hybrid_swa_mamba.yaml": ["workload.num_clients=12", "workload.num_rounds=3"],
+    "mooncake_trace.yaml": ["workload.max_requests=150"],
+    "writeback_study.yaml": ["workload.num_clients=16", "workload.num_rounds=2",
+                             "workload.output_length=128"],
+    "cross_batch_overlap.yaml": [],
+    "faults.yaml": [],
+    "shared_pool.yaml": ["workload.num_clients=12", "workload.num_rounds=3"],
+    **{f"validation/{p.name}": [] for p in sorted((ROOT / "scenarios/validation").glob("*.yaml"))},
+}
+
+
+def _variants(name: str, sets: list[str]) -> list[tuple[str, object]]:
+    if name.startswith("mooncake"):
+        if not TRACE.exists():
+            pytest.skip("shared traces absent")
+        sets = [*sets, f"workload.path={TRACE}"]
+    return list(load_scenario(ROOT / "scenarios" / name, sets).expand())
+
+
+def _run(sc: object, name: str, fold: bool, per_step: bool = True) -> SimResult:
+    sc = sc.with_overrides([f"run.fold_decode={str(fold).lower()}",  # type: ignore[attr-defined]
+                            f"run.timeline_steps={str(per_step).lower()}"])
+    return simulate(sc, name=name, progress=False)
+
+
+def _timelines(res: SimResult) -> list[list[tuple]]:
+    return [sorted(rep.timeline.as_tuples()) for rep in res.replicas]
+
+
+def _assert_same(folded: SimResult, plain: SimResult) -> None:
+    assert folded.decisions == plain.decisions
+    assert folded.records == plain.records  # ttft, finish, itl: equal floats, not close
+    assert folded.sim_time == plain.sim_time
+    assert _timelines(folded) == _timelines(plain)
+    for f, p in zip(folded.replicas, plain.replicas, strict=True):
+        assert f.runtime.batch_shapes == p.runtime.batch_shapes
+        assert f.runtime.bytes_moved == p.runtime.bytes_moved
+        assert f.runtime.writeback.steps == p.runtime.writeback.steps  # what the policy saw
+
+
+def test_the_equivalence_test_knows_every_shipped_scenario() -> None:
+    shipped = {p.name for p in (ROOT / "scenarios").glob("*.yaml")}
+    shipped |= {f"validation/{p.name}" for p in (ROOT / "scenarios/validation").glob("*.yaml")}
+    assert shipped == set(SHRUNK), "add the new scenario to SHRUNK"
+
+
+@pytest.mark.parametrize("name", sorted(SHRUNK))
+def test_folded_runs_equal_unfolded_runs_on_every_shipped_scenario(name: str) -> None:
+    for variant, sc in _variants(name, SHRUNK[name]):
+        _assert_same(_run(sc, variant, True), _run(sc, variant, False))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SHRUNK))
+def test_folded_runs_equal_unfolded_runs_at_full_size(name: str) -> None:
+    for variant, sc in _variants(name, []):
+        _assert_same(_run(sc, variant, True), _run(sc, variant, False))
+
+
+def test_folds_happen_and_leave_one_row_per_segment() -> None:
+    """Without timeline_steps a folded segment is one compute row with its step count; the
+    rows cover the same batches and the same busy time as the unfolded run's rows."""
+    (variant, sc), *_ = _variants("long_context.yaml", SHRUNK["long_context.yaml"])
+    folded, plain = _run(sc, variant, True, per_step=False), _run(sc, variant, False)
+    assert folded.records == plain.records
+    rows = folded.replicas[0].timeline.rows
+    segments = [r for r in rows if r.steps > 1]
+    assert segments and all(r.lane == "compute" and r.op == "decode" for r in segments)
+    assert folded.events < plain.events / 2
+    plain_rows = plain.replicas[0].timeline.rows
+    decode_batches = {r.batch for r in plain_rows if r.op == "decode"}
+    covered = {r.batch + k for r in rows if r.op == "decode" for k in range(r.steps)}
+    assert covered == decode_batches
+    for seg in segments:  # a segment spans exactly its batches' decode and sample rows
+        inside = [r for r in plain_rows if r.lane == "compute"
+                  and seg.batch <= r.batch < seg.batch + seg.steps]
+        assert min(r.start for r in inside) == seg.start
+        assert max(r.end for r in inside) == seg.end
+
+
+def test_arrivals_issued_by_other_replicas_interrupt_folds_exactly() -> None:
+    """A closed loop over two replicas: one replica's finish issues an arrival that the
+    other takes in the middle of its fold; the fold stops there, exactly."""
+    (variant, sc), *_ = _variants("quick.yaml", ["replicas=2", "router.policy=round_robin",
+                                                 "workload.num_rounds=3"])
+    folded, plain = _run(sc, variant, True, per_step=False), _run(sc, variant, False)
+    assert folded.records == plain.records and folded.decisions == plain.decisions
+    assert any(r.steps > 1 for rep in folded.replicas for r in rep.timeline.rows)
+    assert sum(rep.folder.interrupted for rep in folded.replicas) > 0
+
+
+@pytest.mark.parametrize("now, at", [(0.1, 0.30000000000000004), (12345.678, 12345.679),
+                                     (1e-9, 3.3), (7.0, 7.0)])
+def test_exact_delay_lands_on_the_time_asked(now: float, at: float) -> None:
+    assert now + exact_delay(now, at) == at
+
+
+@pytest.mark.parametrize("model", ["llama-3-8b", "hybrid-swa-mamba", "llama-3-70b-tp8"])
+@pytest.mark.parametrize("hardware", ["h100-sxm", "l40s"])
+def test_decode_works_equal_the_per_step_cost_bit_for_bit(model: str, hardware: str) -> None:
+    """The fold's O(1)-per-step decode cost is the unfolded compute op's sum of layer
+    times, float for float, across the SWA window (the hybrid model's is 4096)."""
+    cost = CostModel(load_profile(hardware), load_model(model))
+    for contexts in ([0], [4090, 17, 4094, 63, 64, 100_000], list(range(1, 200, 7))):
+        works = cost.decode_works(contexts, 12)
+        assert works == [sum(cost.batch_layer_times([], [c + k for c in contexts]))
+                         for k in range(12)]
+        assert cost.decode_works(contexts, 5, 7) == works[7:]  # a later chunk
+    assert works[11] > works[0]  # context grows: so does the cost
+
+
+FAULTS = ["{kind: l3_store_down, start: %r, end: %r}",
+          "{kind: l3_node_down, node: 0, start: %r, end: %r}",
+          "{kind: l3_timeout, start: %r, end: %r}",
+          "{kind: link_slow, link: nic, factor: 0.1, start: %r, end: %r}",
+          "{kind: link_slow, link: pcie, factor: 0.1, start: %r, end: %r}",
+          "{kind: host_pressure, bandwidth_factor: 0.1, start: %r, end: %r}"]
+
+
+def test_fault_windows_that_open_and_close_inside_folds_change_nothing_but_the_cost() -> None:
+    """Each fault kind, its window opening inside one long fold and closing inside another
+    (direct copies: backups and L3 stores may run while decode folds). No fault changes a
+    compute time, so a fold may run through a fault's edge; what the fault slows or fails
+    (a store, a backup) completes at its own time and interrupts the fold there."""
+    (_, sc), *_ = _variants("faults.yaml", [
+        "workload.num_clients=2", "workload.num_rounds=2", "workload.output_length=400",
+        "workload.request_length=8192", "workload.request_rate=2",
+        "cache.hicache_io_backend=direct"])
+    healthy = _run(sc, "healthy", True, per_step=False)
+    longest = sorted((r for r in healthy.replicas[0].timeline.rows if r.steps > 1),
+                     key=lambda r: r.steps)[-2:]
+    start, end = sorted((r.start + r.end) / 2 for r in longest)
+    edges_folded_over = changed = 0
+    for fault in FAULTS:
+        faulty = sc.with_overrides(  # type: ignore[attr-defined]
+            [f"faults=[{fault % (start, end)}]"])
+        folded, plain = _run(faulty, fault, True, per_step=False), _run(faulty, fault, False)
+        assert folded.records == plain.records and folded.decisions == plain.decisions
+        assert folded.sim_time == plain.sim_time
+        assert [c.counts for c in folded.faults.costs] == [c.counts for c in plain.faults.costs]
+        changed += folded.records != healthy.records
+        edges_folded_over += sum(1 for r in folded.replicas[0].timeline.rows if r.steps > 1
+                                 for t in (start, end) if r.start < t < r.end)
+        perstep = _run(faulty, fault, True, per_step=True)
+        assert _timelines(perstep) == _timelines(_run(faulty, fault, False, per_step=True))
+    assert edges_folded_over > 0 and changed > 0
