@@ -56,7 +56,7 @@ class ComponentTracker:
         self.mamba = spec.get(Kind.MAMBA) is not None
         self.window_pages = math.ceil(info.swa_window / self.page) if self.swa else 0
         self.chunk_pages = math.ceil(chunk_tokens / self.page)
-        self.total = {k: info.device_pages.get(k.value, 0) for k in STATE}
+        self.total = {k: info.device_pages.get(k, 0) for k in STATE}
         self.own = dict.fromkeys(STATE, 0)
         self.tiers = HybridTiers(self, info) if kv.l2 else None
 
@@ -65,7 +65,7 @@ class ComponentTracker:
         if pool is Kind.FULL:
             return self.kv.budget.device_free()
         pending = self.tiers.pending[pool] if self.tiers is not None else 0
-        return (self.total[pool] - self.tree.held_pages(Tier.DEVICE, pool.value)
+        return (self.total[pool] - self.tree.held_pages(Tier.DEVICE, pool)
                 - self.own[pool] - pending)
 
     def reserve(self, st: RequestState) -> dict[Kind, int]:
@@ -197,7 +197,7 @@ class ComponentTracker:
         if self.mamba:
             last = nodes[-1]
             out.append((last.device.get(Kind.MAMBA) or last.host[Kind.MAMBA], last))
-        landing = [(n, Kind(e.pool)) for e, n in out if e.tier is Tier.HOST]
+        landing = [(n, e.pool) for e, n in out if e.tier is Tier.HOST]
         assert loads is not None or not landing
         return tuple(e for e, _ in out), landing
 
@@ -224,10 +224,10 @@ class ComponentTracker:
             return None
         values = {Kind.FULL: st.kv.slice(first, n)}
         for ext in st.checkpoint:
-            if ext.pool == Kind.SWA.value:  # the run ends at the checkpoint's last page
+            if ext.pool is Kind.SWA:  # the run ends at the checkpoint's last page
                 take = min(ext.num_pages, n - first)
                 values[Kind.SWA] = ext.slice(ext.num_pages - take, ext.num_pages)
-            elif ext.pool == Kind.MAMBA.value:
+            elif ext.pool is Kind.MAMBA:
                 values[Kind.MAMBA] = ext
         res = self.tree.insert(st.pages, values)
         skip: dict[Kind, set[int]] = {}  # duplicates the tree did not take, pages given before

@@ -93,14 +93,14 @@ class KVCacheManager:
                                      eviction_policy=cache.radix_eviction_policy,
                                      session_aware=cache.enable_session_aware_eviction,
                                      options=cache.tree_options)
-        self.l2 = cache.enable_hierarchical_cache and info.host_pages.get("full", 0) > 0
+        self.l2 = cache.enable_hierarchical_cache and info.host_pages.get(Kind.FULL, 0) > 0
         self.l3 = l3 and self.l2  # L3 is reached through L2 (stores read it, fetches land there)
         self.write = WritePolicy.named(cache.hicache_write_policy)
         # buffer_only: an L1 eviction deletes (the KV is in L3), it never demotes to L2
         self.tree.residency.host_enabled = self.l2 and not cache.hicache_buffer_only
         self.tree.residency.write_back = self.l2 and self.write.backup_on_eviction
-        self.budget = PageBudget(self.tree, info.device_pages["full"],
-                                 info.host_pages.get("full", 0) if self.l2 else 0)
+        self.budget = PageBudget(self.tree, info.device_pages[Kind.FULL],
+                                 info.host_pages.get(Kind.FULL, 0) if self.l2 else 0)
         self.reserve_output = reserve_output
         self.recompute_last_token = recompute_last_token
         self.decisions: list[Decision] = []
@@ -272,7 +272,7 @@ class KVCacheManager:
     def loaded(self, st: RequestState, extents: Iterable[CacheExtentRef]) -> None:
         """The runtime placed ``st``'s loads on L1 (``extents``, one per load node)."""
         for node, ext in zip(st.load_nodes, extents, strict=True):
-            self.tree.residency.put_value(node, "device", Kind.FULL, ext)
+            self.tree.residency.put_value(node, Tier.DEVICE, Kind.FULL, ext)
             self.tree.residency.touched(node)
             self.budget.loads_pending -= ext.num_pages
 
@@ -423,10 +423,10 @@ class KVCacheManager:
     def _state_host_room(self, kind: Kind, pages: int) -> bool:
         """Make room for ``pages`` in ``kind``'s L2 state pool (dropping L2 copies of that
         component); False when it cannot (or the pool does not exist)."""
-        free = self.budget.host_pool_free(kind.value)
-        if free < pages and self.budget.host_pools.get(kind.value, 0) >= pages:
+        free = self.budget.host_pool_free(kind)
+        if free < pages and self.budget.host_pools.get(kind, 0) >= pages:
             self.apply(self.tree.residency.evict_host_component(kind, pages - free).actions)
-        return self.budget.host_pool_free(kind.value) >= pages
+        return self.budget.host_pool_free(kind) >= pages
 
     def backup_placed(self, job: int, host: CacheExtentRef) -> None:
         """The runtime allocated ``host`` for backup ``job`` (the copy is under way)."""
@@ -454,7 +454,7 @@ class KVCacheManager:
         if kind is Kind.FULL:
             self.budget.host_reserved -= pages
         else:
-            self.budget.host_pool_reserved[kind.value] -= pages
+            self.budget.host_pool_reserved[kind] -= pages
         if b.parts:
             return
         del self._backups[job]
@@ -479,5 +479,5 @@ class KVCacheManager:
             if n.parent is None or not n.on_device or n.backing_up or n.locked(HOST):
                 continue
             for kind in list(n.host):
-                self.sink.free(self.tree.residency.pop_value(n, "host", kind))
+                self.sink.free(self.tree.residency.pop_value(n, Tier.HOST, kind))
             self.tree.residency.touched(n)

@@ -110,10 +110,10 @@ class L3Set:
 class ZeroTimeExecutor:
     """An :class:`~hicache.kvcache.plans.IntentSink` that carries intents out at once and
     answers with the completions a runtime would send (see the module docstring).
-    ``device_pages`` / ``host_pages``: pages per L1 / L2 pool ("full", and "swa" / "mamba"
-    for hybrid models)."""
+    ``device_pages`` / ``host_pages``: pages per L1 / L2 pool (FULL, and SWA / MAMBA for
+    hybrid models)."""
 
-    def __init__(self, device_pages: Mapping[str, int], host_pages: Mapping[str, int],
+    def __init__(self, device_pages: Mapping[Kind, int], host_pages: Mapping[Kind, int],
                  l3: L3Set | None) -> None:
         self.pools = {pool: PageAllocator(n, tier=Tier.DEVICE, pool=pool,
                                           runtime_id=RUNTIME_ID)
@@ -121,7 +121,7 @@ class ZeroTimeExecutor:
         self.host_pools = {pool: PageAllocator(n, tier=Tier.HOST, pool=pool,
                                                runtime_id=RUNTIME_ID)
                            for pool, n in host_pages.items()}
-        self.device, self.host = self.pools["full"], self.host_pools["full"]
+        self.device, self.host = self.pools[Kind.FULL], self.host_pools[Kind.FULL]
         self.l3 = l3
         self.kv: KVCacheManager | None = None  # set by ReplayCache (it answers to the manager)
         self.prefetcher: L3Prefetcher | None = None
@@ -149,7 +149,7 @@ class ZeroTimeExecutor:
 
     def release(self, release: Release) -> None:
         """Free the row's pages the tree did not take (per pool)."""
-        keep: dict[str, set[int]] = {}
+        keep: dict[Kind, set[int]] = {}
         for e in release.kept():
             keep.setdefault(e.pool, set()).update(e.pages())
         for own in self._rows.pop(release.request.slot_id, ()):
@@ -199,12 +199,13 @@ class ReplayCache:
             raise ValueError("hybrid components (SWA, MAMBA) replay L1 and L2: no L3 path")
         host = host_tokens if host_tokens is not None else (cfg.host_tokens() if l2 else 0)
         host_pages = host // page if l2 else 0
-        pools = {"full": cfg.device_tokens // page}
+        pools = {Kind.FULL: cfg.device_tokens // page}
         if swa_window:
-            pools["swa"] = (swa_tokens if swa_tokens is not None else cfg.device_tokens) // page
+            pools[Kind.SWA] = (swa_tokens if swa_tokens is not None else cfg.device_tokens
+                               ) // page
         if mamba_slots:
-            pools["mamba"] = mamba_slots
-        hosts = {"full": host_pages, **host_state_pool_sizes(pools, host_pages)}
+            pools[Kind.MAMBA] = mamba_slots
+        hosts = {Kind.FULL: host_pages, **host_state_pool_sizes(pools, host_pages)}
         self.exec = ZeroTimeExecutor(pools, hosts, l3)
         info = RuntimeInfo(RUNTIME_ID, 0, page, pools, hosts, swa_window=swa_window,
                            mamba=mamba_slots > 0)
@@ -222,12 +223,12 @@ class ReplayCache:
     @property
     def pools(self) -> dict[Kind, PageAllocator]:
         """L1 page allocators per component."""
-        return {Kind(p): a for p, a in self.exec.pools.items()}
+        return self.exec.pools
 
     @property
     def host_pools(self) -> dict[Kind, PageAllocator]:
         """L2 page allocators per component (empty pools where L2 is off)."""
-        return {Kind(p): a for p, a in self.exec.host_pools.items()}
+        return self.exec.host_pools
 
     def process(self, req: Request) -> ReplayRecord:
         page = self.cfg.page_size
@@ -277,9 +278,9 @@ class ReplayCache:
             self.kv.loads_read(st)
         new = self.kv.footprint(st)
         own = [self.device.alloc(new)] if new else []
-        st.checkpoint = tuple(pools[k.value].alloc(n) for k, n in st.reserved.items() if n)
+        st.checkpoint = tuple(pools[k].alloc(n) for k, n in st.reserved.items() if n)
         st.handle = self.exec.open_row(req.rid, [*own, *st.checkpoint])
-        attached = [e for e in st.attach if e.pool == Kind.FULL.value and e.tier is Tier.DEVICE]
+        attached = [e for e in st.attach if e.pool is Kind.FULL and e.tier is Tier.DEVICE]
         parts = attached + full_loads + own
         st.kv = CacheExtentRef.concat(parts) if parts else None
         node = tracker.cache_prompt(st)

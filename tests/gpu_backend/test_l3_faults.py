@@ -20,6 +20,7 @@ from gpu_backend.l3.resilient import RetryPolicy
 from gpu_backend.l3_protocol import MemoryL3
 from gpu_backend.pools import FenceTimeout, PageAllocator
 from gpu_backend.streams import LaneEvent, Lanes
+from hicache.runtime.handles import Kind
 from hicache.runtime.interface import (
     BatchCompletion,
     BatchPlan,
@@ -203,7 +204,7 @@ def test_a_slow_l3_never_holds_up_device_allocation() -> None:
     store = Hung()
     policy = RetryPolicy(timeout_s=1.0, retries=1, backoff_s=0.0, cooldown_s=30.0)
     try:
-        with make_runtime(l3=store, l3_policy=policy, device_pages={"full": 8}) as rt:
+        with make_runtime(l3=store, l3_policy=policy, device_pages={Kind.FULL: 8}) as rt:
             kv, host = cached_prefix(rt)  # 4 of the 8 L1 pages, backed up to L2
             run(rt, BatchPlan(80, stores=(StoreIntent(host, ("a", "b", "c", "d"), 1),)))
             # all 8 L1 pages: 4 free, 4 freed by this very plan (fenced)

@@ -119,7 +119,7 @@ def test_make_room_under_write_back_backs_up_what_it_needs_and_waits_for_it() ->
     cfg = CacheConfig(page_size=PAGE, device_tokens=10 * PAGE, enable_hierarchical_cache=True,
                       hicache_write_policy="write_back")
     plans = PlanBuilder()
-    kv = KVCacheManager(cfg, RuntimeInfo("t", 0, PAGE, {"full": 10}, {"full": 20}), plans)
+    kv = KVCacheManager(cfg, RuntimeInfo("t", 0, PAGE, {Kind.FULL: 10}, {Kind.FULL: 20}), plans)
     device = PageAllocator(10, tier=Tier.DEVICE, runtime_id="t")
     host = PageAllocator(20, tier=Tier.HOST, runtime_id="t")
     for i in range(5):  # five unlocked 2-page leaves fill L1

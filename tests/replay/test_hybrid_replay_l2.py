@@ -52,7 +52,7 @@ def replay(cache: ReplayCache, prompts: list[list[int]]) -> list[tuple[int, int]
 
 def balanced(cache: ReplayCache) -> bool:
     tiers = ((Tier.DEVICE, cache.pools), (Tier.HOST, cache.host_pools))
-    return all(a.used_pages == cache.tree.held_pages(tier, kind.value)
+    return all(a.used_pages == cache.tree.held_pages(tier, kind)
                for tier, pools in tiers for kind, a in pools.items())
 
 

@@ -85,7 +85,7 @@ def test_write_back_backs_up_only_the_leaves_the_eviction_needs() -> None:
         h.complete_backup(a.node_id)
     second = h.evict_device(3)  # the copies landed: demote them, LRU first
     assert kinds(second.actions) == ["FreeDevice", "Demoted", "FreeDevice", "Demoted"]
-    assert second.freed == {"full": 4} and [n.on_device for n in leaves] == [
+    assert second.freed == {Kind.FULL: 4} and [n.on_device for n in leaves] == [
         False, False, True, True, True]
     h.check_accounting()
 
