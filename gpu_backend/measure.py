@@ -275,8 +275,7 @@ def _measure(scenarios: list[tuple[str, Any, str, str]], device: str, out: Path,
             if lost:
                 raise IncompleteRun(f"measure: {entry['dir']} run{k}: {lost} of "
                                    f"{info['requests']} requests did not finish "
-                                   f"({res.stall or next(iter(res.unfinished.values()))}); "
-                                   f"the run is saved in {folder / f'run{k}'}")
+                                   f"({res.stall or next(iter(res.unfinished.values()))})")
     _write_json(out / "environment.json", {**environment(device), **env, "finished": whole})
     return out
 
@@ -313,7 +312,8 @@ def run_args(args: Any) -> int:
                 priority=getattr(args, "priority", "none"),
                 overwrite=getattr(args, "overwrite", False))
     except IncompleteRun as e:  # named, no traceback; exit 1 as run does
-        print(f"hicache-lab measure: error: {e}", file=sys.stderr)
+        print(f"hicache-lab measure: error: {e}; the runs so far are kept in {args.out}, "
+              "marked unfinished", file=sys.stderr)
         return 1
     print(f"-> {args.out} (predict anywhere: hicache-lab validate --measured {args.out})")
     return 0

@@ -112,8 +112,16 @@ def run(args: argparse.Namespace) -> int:
         check_measured(args.measured, partial=args.partial)  # before anything is written
         out = args.out or args.measured / "validation"
     with RunFolder(out, overwrite=args.overwrite) as folder:  # checked before working
-        measured = (measure_here(args, folder.path / "measured") if args.scenario is not None
-                    else args.measured)
+        if args.scenario is None:
+            measured = args.measured
+        else:
+            from gpu_backend.measure import IncompleteRun
+
+            try:
+                measured = measure_here(args, folder.path / "measured")
+            except IncompleteRun as e:  # nothing to validate: no output, exit 1 (as run)
+                print(f"hicache-lab validate: error: {e}", file=sys.stderr)
+                return 1
         summary, records, incomplete = _validate(args, measured, folder.path)
         folder.commit({"command": "validate", "measured": str(measured),
                        "argv": sys.argv[1:], "scenarios": {

@@ -198,3 +198,14 @@ def test_a_measured_run_that_loses_requests_exits_1_without_a_traceback(tmp_path
     assert main(["measure", str(other), "--device", "cpu", "--no-calibrate", "--repeats",
                  "1", "--out", str(out), "--append"]) == 0
     assert json.loads((out / "environment.json").read_text())["finished"] is False
+
+
+def test_validate_of_a_scenario_whose_measurement_loses_requests_exits_1_and_writes_nothing(
+        tmp_path, capsys):  # fmt: skip
+    profile = SCENARIO.parents[1] / "hardware" / "h100-sxm.yaml"  # kept, not calibrated
+    rc = main(["validate", str(SCENARIO), "--profile", str(profile), "--device", "cpu",
+               "--repeats", "1", "--set", "run.max_sim_time=0.001", "--out",
+               str(tmp_path / "v")])
+    err = capsys.readouterr().err
+    assert rc == 1 and "requests did not finish" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
