@@ -89,8 +89,9 @@ class SimRuntime:
         # the CPU runtime's threads share one interpreter lock (sim.interpreter)
         self.interpreter = interpreter_on(self.profile)
         spec = self.profile.host_cpu.interpreter
-        self.fluid = FluidServer(env, Interpreter(spec, self.link.allocate).allocate
-                                 if self.interpreter and spec else self.link.allocate)
+        self.fluid = (FluidServer(env, Interpreter(spec, self.link.allocate).allocate)
+                      if self.interpreter and spec else
+                      FluidServer(env, self.link.allocate, solo=self.link.solo_rate))
         self.copies = CopyEngines(env, self.profile, self.link, self.fluid, io_backend,
                                   gil_calls=self.interpreter)
         self.copies.timeline = self.timeline
