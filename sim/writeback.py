@@ -37,6 +37,25 @@ class Writeback:
         self.policy.observe_step(end, decode_batch, end - start,
                                  self.chunks.overlap(start, end))
 
+    def steps_done(self, first: int, spans: list[tuple[float, float]], decode_batch: int
+                   ) -> None:
+        """:meth:`step_done` of batches ``first, first + 1, ...`` spanning ``spans`` (a
+        fold's steps); without a chunk copying or logged, each overlap is 0.0 (what
+        :meth:`ChunkLog.overlap` returns then) and ``none`` observes nothing."""
+        chunks = self.chunks
+        if chunks.recent or chunks.active_since is not None or self.policy.chunked:
+            for k, (start, end) in enumerate(spans):
+                self.step_done(first + k, start, end, decode_batch)
+            return
+        observe = (None if type(self.policy) is WritebackPolicy
+                   else self.policy.observe_step)
+        steps, ends = self.steps, self.ends
+        for k, (start, end) in enumerate(spans):
+            steps.append((start, end, decode_batch))
+            ends[first + k] = end
+            if observe is not None:
+                observe(end, decode_batch, end - start, 0.0)
+
 
 def chunked_backup_op(rt: SimRuntime, st: BatchState, ready: dict[str, float]) -> Proc:
     """A batch's backups in chunks under ``rt.writeback``'s policy (after its compute,
