@@ -40,21 +40,14 @@ class Writeback:
     def steps_done(self, first: int, spans: list[tuple[float, float]], decode_batch: int
                    ) -> None:
         """:meth:`step_done` of batches ``first, first + 1, ...`` spanning ``spans`` (a
-        fold's steps); without a chunk copying or logged, each overlap is 0.0 (what
-        :meth:`ChunkLog.overlap` returns then) and ``none`` observes nothing."""
-        chunks = self.chunks
-        if chunks.recent or chunks.active_since is not None or self.policy.chunked:
+        fold's steps): in one pass under ``none``, which observes nothing (no chunks)."""
+        if type(self.policy) is not WritebackPolicy or self.chunks.recent:
             for k, (start, end) in enumerate(spans):
                 self.step_done(first + k, start, end, decode_batch)
             return
-        observe = (None if type(self.policy) is WritebackPolicy
-                   else self.policy.observe_step)
-        steps, ends = self.steps, self.ends
-        for k, (start, end) in enumerate(spans):
-            steps.append((start, end, decode_batch))
-            ends[first + k] = end
-            if observe is not None:
-                observe(end, decode_batch, end - start, 0.0)
+        self.steps.extend((start, end, decode_batch) for start, end in spans)
+        ids = range(first, first + len(spans))
+        self.ends.update(zip(ids, (end for _, end in spans), strict=True))
 
 
 def chunked_backup_op(rt: SimRuntime, st: BatchState, ready: dict[str, float]) -> Proc:

@@ -99,3 +99,19 @@ def test_decisions_are_frozen_records_with_flat_rows() -> None:
     evicts = [d for d in cache.kv.decisions if isinstance(d, Evict)]
     assert evicts and all(d.row()[0] == "evict" and d.how in ("demote", "delete")
                           for d in evicts)
+
+
+def test_decision_rows_are_their_kind_and_fields_in_order():
+    """Decision.row (a flat tuple, no deep copy) equals dataclasses.astuple for every kind:
+    each field is a scalar."""
+    from dataclasses import astuple, fields
+
+    from hicache.kvcache import decisions as d
+    kinds = [c for c in vars(d).values()
+             if isinstance(c, type) and issubclass(c, d.Decision) and c is not d.Decision]
+    assert len(kinds) >= 8
+    for cls in kinds:
+        values = [7 if f.type in ("int", int) else "x" if f.type in ("str", str) else "demote"
+                  for f in fields(cls)]
+        dec = cls(*values)
+        assert dec.row() == (cls.kind, *astuple(dec)) == (cls.kind, *values)
