@@ -9,8 +9,11 @@ test shrinks them (``tests/sim/test_fold.py``: one list, which a test keeps comp
 folded and unfolded with one timeline row per step, and writes a SHA-256 per (variant,
 fold, part) of: per-request records, decisions, simulated end time, each replica's sorted
 timeline rows, batch shapes, bytes moved, write-back steps and fault costs. Floats are
-hashed by ``repr`` (bit-exact). ``compare`` lists every part that differs and exits 1 if
-any does. ``--only NAME`` limits ``record`` to scenario files whose name contains NAME.
+hashed by ``repr`` (bit-exact). Two larger cases follow (``PRESSURE``: folded only):
+multiturn_tiers at 64 x 10 rounds, where L1 fills and queue heads wait (the shrunk runs
+never block), and 2,000 trace requests. ``compare`` lists every part that differs and
+exits 1 if any does. ``--only NAME`` limits ``record`` to cases whose file name contains
+NAME.
 """
 
 from __future__ import annotations
@@ -29,6 +32,12 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 from hicache.scenario import load_scenario  # noqa: E402
 from sim.driver import SimResult, simulate  # noqa: E402
 from tests.sim.test_fold import SHRUNK, TRACE  # noqa: E402
+
+# (label, scenario file, --set items): larger runs, folded only
+PRESSURE = [("pressure:multiturn_tiers 64x10", "multiturn_tiers.yaml",
+             ["workload.num_rounds=10", "run.layerwise=true"]),
+            ("pressure:mooncake_trace 2000", "mooncake_trace.yaml",
+             ["workload.max_requests=2000", "run.layerwise=true"])]
 
 
 def _digest(value: object) -> str:
@@ -50,21 +59,23 @@ def parts(res: SimResult) -> dict[str, str]:
 
 def record(only: str | None) -> dict[str, dict[str, str]]:
     runs: dict[str, dict[str, str]] = {}
-    for name, sets in sorted(SHRUNK.items()):
+    cases = [(name, name, sets, (True, False)) for name, sets in sorted(SHRUNK.items())]
+    cases += [(label, name, sets, (True,)) for label, name, sets in PRESSURE]
+    for label, name, sets, folds in cases:
         if only and only not in name:
             continue
         if name.startswith("mooncake"):
             if not TRACE.exists():
-                print(f"skipping {name}: {TRACE} absent", file=sys.stderr)
+                print(f"skipping {label}: {TRACE} absent", file=sys.stderr)
                 continue
             sets = [*sets, f"workload.path={TRACE}"]
         for variant, sc in load_scenario(ROOT / "scenarios" / name, sets).expand():
-            for fold in (True, False):
+            for fold in folds:
                 vsc = sc.with_overrides([f"run.fold_decode={str(fold).lower()}",
                                          "run.timeline_steps=true"])
                 c0 = time.process_time()
                 res = simulate(vsc, name=variant, progress=False)
-                key = f"{name}/{variant}/{'folded' if fold else 'unfolded'}"
+                key = f"{label}/{variant}/{'folded' if fold else 'unfolded'}"
                 runs[key] = parts(res)
                 print(f"{key}: {time.process_time() - c0:.2f} CPU s", file=sys.stderr)
     return runs
