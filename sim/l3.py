@@ -118,8 +118,7 @@ class L3Store:
 
     def contains_each(self, keys: Iterable[str]) -> list[bool]:
         """:meth:`contains` of each key, in order."""
-        have = self.keys
-        return [k in have for k in keys]
+        return list(map(self.keys.__contains__, keys))
 
     def count_hits(self, keys: Sequence[str]) -> int:
         """Consecutive hits from the start of ``keys`` (no time passes)."""
