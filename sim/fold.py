@@ -263,9 +263,7 @@ class DecodeFolder:
         contexts = [s.context_tokens for s in plan.slices]
         n_req, ctx0 = len(contexts), sum(contexts)
         rt.batch_shapes.add_decode_run(bid0, batches, n_req, ctx0)
-        seen = rt.writeback.step_done
-        for k in range(observed):
-            seen(bid0 + k, steps[k].start, steps[k].end, n_req)
+        rt.writeback.steps_done(bid0, [(s.start, s.end) for s in steps[:observed]], n_req)
         if not steps:
             return
         if self.per_step_rows:  # the rows compute_op writes for each batch

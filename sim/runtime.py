@@ -96,8 +96,9 @@ class SimRuntime:
         # the CPU runtime's threads share one interpreter lock (sim.interpreter)
         self.interpreter = interpreter_on(self.profile)
         spec = self.profile.host_cpu.interpreter
-        self.fluid = FluidServer(env, Interpreter(spec, self.link.allocate).allocate
-                                 if self.interpreter and spec else self.link.allocate)
+        self.fluid = (FluidServer(env, Interpreter(spec, self.link.allocate).allocate)
+                      if self.interpreter and spec else
+                      FluidServer(env, self.link.allocate, solo=self.link.solo_rate))
         self.copies = CopyEngines(env, self.profile, self.link, self.fluid, io_backend,
                                   gil_calls=self.interpreter)
         self.copies.timeline = self.timeline
@@ -150,7 +151,7 @@ class SimRuntime:
                                  self.swa_window, self.mamba, self.state_copy_s)
         self._next_slot = 0
         self._prepared: dict[int, BatchState] = {}
-        self._pending: dict[tuple[str, int], simpy.Event] = {}
+        self._pending: dict[str, dict[int, simpy.Event]] = {}  # pool -> L2 page -> its backup
         self._completions: list[Completion] = []
         self._wake: simpy.Event = self.env.event()
 
@@ -181,8 +182,7 @@ class SimRuntime:
             ext = self._extent(Tier.HOST, dst, b.src.pool)
             pending = PendingBackup(b, ext, src, dst, self.env.event())
             st.backups.append(pending)
-            for p in dst:
-                self._pending[(b.src.pool, p)] = pending.done
+            self._pending.setdefault(b.src.pool, {}).update(dict.fromkeys(dst, pending.done))
             self.bytes_accounted["d2h"] += len(src) * self.bytes_per_page[b.src.pool]
         self._record_shape(st, loads)
         for pf in plan.prefetches:
@@ -262,13 +262,17 @@ class SimRuntime:
         wake.succeed()
 
     def pending_events(self, extent: CacheExtentRef) -> list[simpy.Event]:
-        events = dict.fromkeys(self._pending.get((extent.pool, p)) for p in extent.pages())
+        pending = self._pending.get(extent.pool)
+        if not pending:
+            return []
+        events = dict.fromkeys(map(pending.get, extent.pages()))
         return [e for e in events if e is not None and not e.processed]
 
     def host_ready(self, extent: CacheExtentRef, done: simpy.Event) -> None:
+        pending = self._pending.get(extent.pool, {})
         for p in extent.pages():
-            if self._pending.get((extent.pool, p)) is done:
-                del self._pending[(extent.pool, p)]
+            if pending.get(p) is done:
+                del pending[p]
 
     @property
     def bytes_moved(self) -> dict[str, int]:

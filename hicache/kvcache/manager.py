@@ -110,6 +110,7 @@ class KVCacheManager:
         self._stores: dict[int, tuple[list[Node], LockHandle]] = {}  # job -> (nodes, pin)
         self._backups_refused = 0  # backups that found no L2 room
         self._keys = NodeKeys(self.page)
+        self._refused: tuple | None = None  # what admit read when it last refused (admit)
 
     def log(self, decision: Decision) -> None:
         self.decisions.append(decision)
@@ -226,15 +227,28 @@ class KVCacheManager:
 
     def admit(self, st: RequestState) -> bool:
         """Reserve what ``st`` reuses and its footprint; False (nothing changed but the
-        match's recency) when L1 cannot make room now."""
+        match's recency) when L1 cannot make room now.
+
+        A refusal that evicted nothing is remembered with what it read (the tree's change
+        count, the budget); asked again before any of it changed (a blocked queue head,
+        step after step), admit refuses at once: the full attempt would refuse again, and
+        its only effect, re-stamping the same path as the most recent, keeps every
+        recency order as it is."""
+        if self._refused is not None and self._refused == self._admission_reads(st):
+            return False
+        self._refused = None
         r = self.reuse(st)
         tail = list(r.load_nodes)
         lock = self.tree.lock(r.match.device_node if not tail else tail[-1])
         st.prefix_tokens = r.device_tokens + r.host_tokens
         load_pages = r.host_tokens // self.page
+        changes, refused = self.tree.changes, self._backups_refused
         if not self.make_room(Tier.DEVICE, self.footprint(st) + load_pages):
+            quiet = self.tree.changes == changes and self._backups_refused == refused
             self.tree.unlock(lock)
             st.prefix_tokens = 0
+            if quiet and self.budget.share is None and not self.tree.residency.lru:
+                self._refused = self._admission_reads(st)  # FULL only, a pool of its own
             return False
         st.lock = lock
         st.host_lock = self.tree.locks.lock_host(tail) if tail else None
@@ -250,6 +264,13 @@ class KVCacheManager:
             self.log(Load(st.rid, r.host_tokens))
         self.release_prefetch_locks(st)
         return True
+
+    def _admission_reads(self, st: RequestState) -> tuple:
+        """What :meth:`admit` of ``st`` reads that can change while it waits."""
+        b = self.budget
+        return (st.rid, st.prefetch_pages, st.donated_pages, self.tree.changes, b.own,
+                b.loads_pending,
+                b.host_reserved, b.device_total, b.host_total, self._backups_refused)
 
     def release_prefetch_locks(self, st: RequestState) -> None:
         """Admitted: the request's own locks now hold what its prefetch protected."""

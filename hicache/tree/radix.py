@@ -82,6 +82,9 @@ class UnifiedRadixTree:
         self.spec = spec
         self.options = options
         self.clock = 0
+        # bumped by every change a match, a lock or an eviction could see (stamps, new and
+        # removed nodes, values in and out, locks, backups, re-queues): equal counts, same tree
+        self.changes = 0
         self._next_id = 1
         self.root = Node(0, None, [], 0)
         self.nodes: dict[int, Node] = {}
@@ -95,6 +98,7 @@ class UnifiedRadixTree:
     # -- structure -------------------------------------------------------------------
     def _tick(self) -> int:
         self.clock += 1
+        self.changes += 1
         return self.clock
 
     def _stamp(self, node: Node) -> None:
@@ -327,6 +331,7 @@ class UnifiedRadixTree:
         assert parent is not None
         del parent.children[node.key[0]]
         del self.nodes[node.id]
+        self.changes += 1
         for sid in node.sessions:
             self.sessions[sid].discard(node)
         node.parent = None

@@ -76,6 +76,7 @@ class Residency:
         """The node's eviction key or eligibility may have changed: re-queue it. (Recency
         is the tree's ``last_access`` stamp and the refreshes below, not this.)"""
         node.stamp += 1
+        self.tree.changes += 1
         if node.on_device:
             if node.is_device_leaf():
                 self.device_heap.push(node)
@@ -129,6 +130,7 @@ class Residency:
         """Store data (a new SWA/MAMBA holder on L1 becomes its list's most recent)."""
         device = tier is Tier.DEVICE
         (node.device if device else node.host)[kind] = ext
+        self.tree.changes += 1
         key = (tier, ext.pool)
         self.held[key] = self.held.get(key, 0) + ext.num_pages
         if device and kind in self.lru:
@@ -137,6 +139,7 @@ class Residency:
     def pop_value(self, node: Node, tier: Tier, kind: Kind) -> CacheExtentRef:
         device = tier is Tier.DEVICE
         ext: CacheExtentRef = (node.device if device else node.host).pop(kind)
+        self.tree.changes += 1
         self.held[(tier, ext.pool)] -= ext.num_pages
         if device and kind in self.lru:
             self.lru[kind].discard(node)
@@ -178,6 +181,7 @@ class Residency:
         if not node.on_device:
             raise ValueError(f"{node} has no device data to back up")
         node.backing_up = True
+        self.tree.changes += 1
         self._jobs[node.id] = [node]
         self._job_of[node.id] = node.id
         self._job_kinds[node.id] = frozenset(node.device)
@@ -188,6 +192,7 @@ class Residency:
         """The L2 copy of backup ``job_id`` exists at ``host`` (extents over the whole
         original span); spread it over the nodes the span was split into."""
         nodes = self._jobs.pop(job_id)
+        self.tree.changes += 1
         del self._job_kinds[job_id]
         offset = 0
         for i, node in enumerate(nodes):
@@ -205,6 +210,7 @@ class Residency:
         return nodes
 
     def abort_backup(self, job_id: int) -> None:
+        self.tree.changes += 1
         del self._job_kinds[job_id]
         for node in self._jobs.pop(job_id):
             del self._job_of[node.id]
@@ -224,6 +230,7 @@ class Residency:
     def narrow_backup(self, job_id: int, kinds: frozenset[Kind]) -> None:
         """Backup ``job_id`` copies only ``kinds`` (the others found no L2 room)."""
         self._job_kinds[job_id] = kinds
+        self.tree.changes += 1
 
     # -- eviction --------------------------------------------------------------------
     def _device_evictable(self, n: Node) -> bool:

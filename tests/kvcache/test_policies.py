@@ -148,3 +148,19 @@ def test_tree_options_are_a_scenario_key_the_cache_manager_passes_to_its_tree() 
     assert cache.tree.residency.options.free_swa_tombstone_leaves is False  # SGLang's
     cfg = dataclasses.replace(cache.cfg, tree_options=TreeOptions(free_swa_tombstone_leaves=True))
     assert ReplayCache(cfg).tree.residency.options.free_swa_tombstone_leaves is True
+
+
+def test_decision_rows_are_their_kind_and_fields_in_order():
+    """Decision.row (a flat tuple, no deep copy) equals dataclasses.astuple for every kind:
+    each field is a scalar."""
+    from dataclasses import astuple, fields
+
+    from hicache.kvcache import decisions as d
+    kinds = [c for c in vars(d).values()
+             if isinstance(c, type) and issubclass(c, d.Decision) and c is not d.Decision]
+    assert len(kinds) >= 8
+    for cls in kinds:
+        values = [7 if f.type in ("int", int) else "x" if f.type in ("str", str) else "demote"
+                  for f in fields(cls)]
+        dec = cls(*values)
+        assert dec.row() == (cls.kind, *astuple(dec)) == (cls.kind, *values)
