@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import simpy
 
+from hicache.runtime.handles import Kind
 from hicache.runtime.interface import BatchCompletion, BatchPlan, PreparedBatchHandle
 from sim.fluid import FluidJob
 from sim.simtime import exact_delay
@@ -240,7 +241,7 @@ class DecodeFolder:
         if not need:
             return
         need.sort()
-        pool = rt.device["full"]
+        pool = rt.device[Kind.FULL]
         for _, i in need:
             rows[i].append(pool.allocate(1), own=True)
 

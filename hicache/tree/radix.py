@@ -284,7 +284,8 @@ class UnifiedRadixTree:
             actions.append(FreeHost(node.id, kind, ext))  # the in-flight backup brings it
         elif current is None:
             assert offset == 0, "a node lacking a component is cut where its data starts"
-            self.residency.put_value(node, attr, kind, ext)
+            self.residency.put_value(node, Tier.DEVICE if attr == "device" else Tier.HOST,
+                                     kind, ext)
         else:
             mine = current if offset == 0 and ext.num_pages == current.num_pages else \
                 current.slice(offset, offset + ext.num_pages)
@@ -368,5 +369,6 @@ class UnifiedRadixTree:
     def evict_host(self, pages: int):  # noqa: ANN201
         return self.residency.evict_host(pages)
 
-    def held_pages(self, tier: Tier, pool: str = "full") -> int:
-        return self.residency.held_pages("device" if tier is Tier.DEVICE else "host", pool)
+    def held_pages(self, tier: Tier, kind: Kind = Kind.FULL) -> int:
+        """Pages of ``kind``'s pool on ``tier`` the tree holds (MAMBA: slots)."""
+        return self.residency.held_pages(tier, kind)
