@@ -52,7 +52,10 @@ predict() {  # predict DIR (DIR/measured holds the measurement)
   local dir="$1" vout="$1/validation"
   echo "== predicting $dir/measured"
   set +e
-  "$PY" -m hicache.cli validate --measured "$dir/measured" --out "$vout" | tee "$dir/summary.txt"
+  # --partial: a scenario killed at its time limit leaves the folder unfinished; predict
+  # what was measured (gpu_check.log names what failed)
+  "$PY" -m hicache.cli validate --measured "$dir/measured" --out "$vout" --partial \
+    --overwrite | tee "$dir/summary.txt"
   local rc=${PIPESTATUS[0]}
   set -e
   [[ -f "$vout/validation.json" ]] || { echo "gpu_check: validate wrote nothing (exit $rc)" >&2; return 1; }

@@ -27,6 +27,7 @@ from gpu_backend.calib_bench import HOLD_CYCLES, host_time, interleaved
 from gpu_backend.calib_compute import ComputeBench, Point
 from gpu_backend.shapes import ModelShape
 from gpu_backend.streams import LaneEvent, Lanes
+from hicache.runtime.handles import Kind
 from hicache.runtime.interface import BatchCompletion, BatchPlan, Phase, Release, RequestSlice
 from hicache.timeline import Timeline
 
@@ -70,8 +71,8 @@ def _prepare_table(shape: ModelShape, device: str, page_size: int, requests: lis
 
     pages = 2 * max(requests) * (-(-max(tokens) // page_size)) + 8
     out = []
-    with TorchRuntime(shape, page_size=page_size, device_pages={"full": pages},
-                      host_pages={"full": 0}, device=device) as rt:
+    with TorchRuntime(shape, page_size=page_size, device_pages={Kind.FULL: pages},
+                      host_pages={Kind.FULL: 0}, device=device) as rt:
         bid = rid = 0
         for n in requests:
             for t in tokens:

@@ -182,6 +182,11 @@ def main(argv: list[str] | None = None) -> None:
 
 def run_args(args: argparse.Namespace) -> None:
     """Calibrate as the command line asks (see gpu_backend.command.add_arguments)."""
+    out = None
+    if args.out:  # refused, or found unwritable, before anything is measured
+        from hicache.report.outputs import OutputFile
+
+        out = OutputFile(Path(args.out), overwrite=getattr(args, "overwrite", False))
     if args.device is None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     shape = ModelShape.tiny()
@@ -205,9 +210,8 @@ def run_args(args: argparse.Namespace) -> None:
                            local=bool(args.mooncake_local))
     prof["name"] = args.name or f"calibrated-{args.device}"
     text = to_yaml(prof, src)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    if out is not None:
+        out.write_text(text)
     else:
         print(text)
 

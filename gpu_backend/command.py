@@ -36,7 +36,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="tokens per page of the copies measured (default 16)")
     p.add_argument("--name", default=None,
                    help="the profile's name (default: calibrated-<device>)")
-    p.add_argument("--out", help="write the profile YAML here (default: stdout)")
+    p.add_argument("--out", help="write the profile YAML here (default: stdout); checked "
+                                 "before measuring, written whole or not at all")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --out file")
     p.add_argument("--no-scheduler", action="store_true",
                    help="keep the default cpu.scheduler_step_s (skip the short driver run)")
     l3 = p.add_mutually_exclusive_group()

@@ -32,6 +32,7 @@ from gpu_backend.shapes import ModelShape
 from gpu_backend.trace import add_lanes, torch_profiler, wall_epoch
 from hicache.config import CacheConfig
 from hicache.modelspec import load_model_spec
+from hicache.runtime.handles import Kind
 from hicache.runtime.interface import BatchCompletion, Completion
 from hicache.runtime.state import host_state_pool_sizes, state_pool_sizes
 from hicache.scenario import Scenario, as_scenario
@@ -100,18 +101,18 @@ def build_runtime(sc: Scenario, cache: CacheConfig, shape: ModelShape, device: s
     layout = cache.effective_mem_layout
     if layout == "page_first_direct":  # page_first host layout, per-page direct copies
         layout = "page_first"
-    pools = {"full": cache.device_tokens // page}
+    pools = {Kind.FULL: cache.device_tokens // page}
     if sc.scheduler.track_components:  # SWA / MAMBA pools, sized as the simulator sizes them
         pools.update(state_pool_sizes(shape.layer_kinds, page, cache.device_tokens,
                                       sc.run.swa_tokens, sc.run.mamba_slots,
                                       sc.scheduler.max_running_requests))
     return TorchRuntime(shape, page_size=page, device_pages=pools,
-                        host_pages={"full": host_pages,
+                        host_pages={Kind.FULL: host_pages,
                                     **host_state_pool_sizes(pools, host_pages)}, device=device,
                         io_backend=cache.hicache_io_backend, mem_layout=layout,
                         layerwise=sc.run.layerwise, l3=l3,
                         runtime_id="torch0", seed=sc.seed, generation=generation,
-                        writeback=sc.run.writeback)
+                        writeback=sc.run.writeback, l3_policy=sc.run.l3_retry)
 
 
 def run_scenario(scenario: Scenario | dict, *, device: str = "cpu", shape: ModelShape | None = None,

@@ -33,11 +33,11 @@ from gpu_backend.page_fences import PageFences
 from gpu_backend.pools import DevicePool, PageAllocator
 from gpu_backend.shapes import ModelShape
 from gpu_backend.streams import LaneEvent
-from hicache.runtime.handles import CacheExtentRef, Tier
+from hicache.runtime.handles import CacheExtentRef, Kind, Tier
 from hicache.runtime.interface import RequestSlice
 from hicache.runtime.state import StateKeeper
 
-STATE_POOLS = ("swa", "mamba")
+STATE_POOLS = (Kind.SWA, Kind.MAMBA)
 
 
 class _DeferredPool:
@@ -69,20 +69,22 @@ class StateSpec:
 class StateData:
     """The SWA and MAMBA pools of one runtime: allocators, tensors and bookkeeping."""
 
-    def __init__(self, shape: ModelShape, device_pages: dict[str, int], page_size: int,
+    def __init__(self, shape: ModelShape, device_pages: dict[Kind, int], page_size: int,
                  runtime_id: str, generation: int, dtype: torch.dtype, device: str,
                  fences: PageFences, wait_timeout_s: float) -> None:
         kinds = shape.layer_kinds
-        self.window = shape.sliding_window if "swa" in device_pages and "swa" in kinds else 0
-        self.mamba = "mamba" in device_pages and "mamba" in kinds
+        # the model names its layers' kinds ("full", "swa", "mamba"); pools are Kinds
+        self.window = (shape.sliding_window if Kind.SWA in device_pages and "swa" in kinds
+                       else 0)
+        self.mamba = Kind.MAMBA in device_pages and "mamba" in kinds
         h, d = shape.kv_heads_per_rank, shape.head_dim
-        self.allocs: dict[str, PageAllocator] = {}
-        self.pending: dict[str, list[int]] = {}
+        self.allocs: dict[Kind, PageAllocator] = {}
+        self.pending: dict[Kind, list[int]] = {}
         if self.window:
-            self.swa = DevicePool(kinds.count("swa"), device_pages["swa"], page_size, h, d,
+            self.swa = DevicePool(kinds.count("swa"), device_pages[Kind.SWA], page_size, h, d,
                                   dtype, device)
         if self.mamba:
-            self.state = torch.zeros(device_pages["mamba"], kinds.count("mamba"),
+            self.state = torch.zeros(device_pages[Kind.MAMBA], kinds.count("mamba"),
                                      shape.hidden_size, dtype=dtype, device=device)
         for pool in STATE_POOLS:
             if pool in device_pages:
@@ -106,7 +108,7 @@ class StateData:
         the batch has run)."""
         row = self.keeper.rows[slot_id]
         before = list(row.swa)
-        pool = self.pools.get("swa")
+        pool = self.pools.get(Kind.SWA)
         if pool is not None:
             pool.last = []
         exts, _ = self.keeper.advance(slot_id, s, kv_pages, new)
@@ -126,9 +128,9 @@ class StateData:
     def use(self, specs: Sequence[StateSpec], event: LaneEvent) -> None:
         """The batch's compute reads and writes these pages and slots until ``event``."""
         self.fences.use(Tier.DEVICE, (p for s in specs for p in s.swa_pages if p >= 0),
-                        event, "swa")
+                        event, Kind.SWA)
         self.fences.use(Tier.DEVICE, (x for s in specs for x in (s.slot, s.copy_in, s.copy_out)
-                                      if x >= 0), event, "mamba")
+                                      if x >= 0), event, Kind.MAMBA)
 
     def flush(self) -> None:
         """Free what prepare freed, once every op that uses it (this batch's compute

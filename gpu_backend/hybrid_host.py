@@ -21,31 +21,35 @@ from gpu_backend.hybrid import StateData
 from gpu_backend.io import Mover
 from gpu_backend.pools import HostPool, PageAllocator
 from gpu_backend.shapes import ModelShape
+from hicache.runtime.handles import Kind
 
-Copy = tuple[str, list[int], list[int]]  # (pool, L2 pages, L1 pages) or (pool, L1, L2)
+Copy = tuple[Kind, list[int], list[int]]  # (pool, L2 pages, L1 pages) or (pool, L1, L2)
 
 
 class StateHost:
-    """The "swa" and "mamba" L2 pools (those of ``host_pages`` the runtime keeps on L1)."""
+    """The SWA and MAMBA L2 pools (those of ``host_pages`` the runtime keeps on L1)."""
 
-    def __init__(self, shape: ModelShape, data: StateData, host_pages: dict[str, int],
+    def __init__(self, shape: ModelShape, data: StateData, host_pages: dict[Kind, int],
                  layout: str, page_size: int, dtype: torch.dtype, pin: bool,
                  wait_timeout_s: float) -> None:
         self.data = data
-        self.allocs: dict[str, PageAllocator] = {}
-        self.bytes_per_page: dict[str, int] = {}
-        if host_pages.get("swa") and data.window:
-            self.swa = HostPool(layout, data.swa.num_layers, host_pages["swa"], page_size,
+        self.allocs: dict[Kind, PageAllocator] = {}
+        self.bytes_per_page: dict[Kind, int] = {}
+        if host_pages.get(Kind.SWA) and data.window:
+            self.swa = HostPool(layout, data.swa.num_layers, host_pages[Kind.SWA], page_size,
                                 shape.kv_heads_per_rank, shape.head_dim, dtype, pin)
             self.swa_mover = Mover(data.swa, self.swa, "direct")
-            self.allocs["swa"] = PageAllocator(host_pages["swa"], "L2 swa", wait_timeout_s)
-            self.bytes_per_page["swa"] = data.swa.bytes_per_page_layer * data.swa.num_layers
-        if host_pages.get("mamba") and data.mamba:
-            self.mamba = torch.zeros((host_pages["mamba"], *data.state.shape[1:]),
+            self.allocs[Kind.SWA] = PageAllocator(host_pages[Kind.SWA], "L2 swa",
+                                                  wait_timeout_s)
+            self.bytes_per_page[Kind.SWA] = (data.swa.bytes_per_page_layer
+                                             * data.swa.num_layers)
+        if host_pages.get(Kind.MAMBA) and data.mamba:
+            self.mamba = torch.zeros((host_pages[Kind.MAMBA], *data.state.shape[1:]),
                                      dtype=dtype, pin_memory=pin)
-            self.allocs["mamba"] = PageAllocator(host_pages["mamba"], "L2 mamba",
-                                                 wait_timeout_s)
-            self.bytes_per_page["mamba"] = data.state[0].numel() * data.state.element_size()
+            self.allocs[Kind.MAMBA] = PageAllocator(host_pages[Kind.MAMBA], "L2 mamba",
+                                                    wait_timeout_s)
+            self.bytes_per_page[Kind.MAMBA] = (data.state[0].numel()
+                                               * data.state.element_size())
 
     def nbytes(self, copies: Sequence[Copy]) -> int:
         return sum(len(a) * self.bytes_per_page[pool] for pool, a, _ in copies)
@@ -53,7 +57,7 @@ class StateHost:
     def load(self, copies: Sequence[Copy]) -> None:
         """H2D: each (pool, L2 pages, L1 pages)."""
         for pool, host, dev in copies:
-            if pool == "swa":
+            if pool is Kind.SWA:
                 self.swa_mover.h2d(dev, host, range(self.data.swa.num_layers))
             else:
                 state = self.data.state
@@ -64,7 +68,7 @@ class StateHost:
     def backup(self, copies: Sequence[Copy]) -> None:
         """D2H: each (pool, L1 pages, L2 pages)."""
         for pool, dev, host in copies:
-            if pool == "swa":
+            if pool is Kind.SWA:
                 self.swa_mover.d2h(dev, host, range(self.data.swa.num_layers))
             else:
                 state = self.data.state

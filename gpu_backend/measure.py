@@ -11,7 +11,12 @@ A measured folder is an artifact a user keeps and re-predicts anywhere
     DIR/<scenario>/run<k>/timeline.parquet, requests.parquet, decisions.json, run.json
 
 Invariant: each file is written as soon as its step finishes and the manifest is rewritten
-after every run, so a killed measurement leaves every finished run readable. Several runs
+after every run, so a killed measurement leaves every finished run readable; only a
+measurement that finished gets ``"finished": true`` in environment.json (written last;
+an ``--append`` keeps false where an earlier measurement into the folder did not finish),
+and ``validate --measured`` refuses one without it unless ``--partial``. An existing
+folder is refused unless ``--append`` (add scenarios) or ``--overwrite`` (replace a
+measured folder; any other folder is never replaced). Several runs
 per scenario (``--repeats``, default 3, taken round the scenarios) give a median reference
 and the noise floor.
 """
@@ -32,6 +37,10 @@ import yaml
 
 FORMAT = 1
 MANIFEST = "measured.json"
+
+
+class IncompleteRun(RuntimeError):
+    """A measured run in which requests did not finish (the folder stays unfinished)."""
 
 
 def safe_name(text: str) -> str:
@@ -131,15 +140,28 @@ def save_run(res: Any, folder: Path) -> dict[str, Any]:
 class Measurement:
     """One measured folder being written (see the module doc)."""
 
-    def __init__(self, out: Path, device: str, shape: Any, append: bool = False) -> None:
+    def __init__(self, out: Path, device: str, shape: Any, append: bool = False,
+                 overwrite: bool = False) -> None:
         self.out, self.device, self.shape = out, device, shape
         path = out / MANIFEST
-        if path.is_file() and not append:
-            raise ValueError(f"--out {out} already holds a measurement; give a new folder "
-                             f"or --append to add scenarios to it")
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"--out {out} exists and is not a folder")
         if out.is_dir() and any(out.iterdir()) and not path.is_file():
-            raise ValueError(f"--out {out} exists and is not a measured folder")
-        out.mkdir(parents=True, exist_ok=True)
+            raise ValueError(f"--out {out} exists and is not a measured folder (refused "
+                             "even with --overwrite)")
+        if path.is_file() and overwrite:
+            import shutil
+
+            shutil.rmtree(out)
+        elif path.is_file() and not append:
+            raise ValueError(f"--out {out} already holds a measurement; give a new folder, "
+                             f"--append to add scenarios to it or --overwrite to replace it")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / ".write-test").write_bytes(b"")
+            (out / ".write-test").unlink()
+        except OSError as e:
+            raise ValueError(f"--out {out}: cannot write there ({e.strerror or e})") from None
         self.manifest: dict[str, Any] = {"format": FORMAT, "device": device,
                                          "shape": shape.to_mapping(), "profile": None,
                                          "scenarios": []}
@@ -172,24 +194,25 @@ class Measurement:
 def measure(scenarios: list[tuple[str, Any, str, str]], device: str, out: Path, *,
             repeats: int = 3, profile: Path | None = None, calibrate: bool = True,
             torch_trace: Path | None = None, append: bool = False,
-            log: Any = print, priority: str = "none") -> Path:
+            log: Any = print, priority: str = "none", overwrite: bool = False) -> Path:
     """Measure ``[(folder name, scenario body, source, variant)]`` into ``out``; calibrate
     first unless a ``profile`` is given, ``calibrate`` is False or (``append``) the folder
     already has one. ``torch_trace``: a torch.profiler Chrome trace of the first run
     (profiling slows it). ``priority``: calibrate and measure at that scheduling priority
-    (:mod:`gpu_backend.priority`; recorded in environment.json). Returns ``out``."""
+    (:mod:`gpu_backend.priority`; recorded in environment.json). ``overwrite`` replaces a
+    previous measured folder. Returns ``out``."""
     from gpu_backend.priority import high_priority
 
     with high_priority(priority) as applied:
         if priority != "none":
             log(f"measure: priority {applied}")
         return _measure(scenarios, device, out, repeats, profile, calibrate, torch_trace,
-                        append, log, {"priority": applied})
+                        (append, overwrite), log, {"priority": applied})
 
 
 def _measure(scenarios: list[tuple[str, Any, str, str]], device: str, out: Path,
              repeats: int, profile: Path | None, calibrate: bool, torch_trace: Path | None,
-             append: bool, log: Any, env: dict[str, Any]) -> Path:
+             mode: tuple[bool, bool], log: Any, env: dict[str, Any]) -> Path:
     from gpu_backend.driver import run_scenario
 
     if repeats < 1:
@@ -201,7 +224,16 @@ def _measure(scenarios: list[tuple[str, Any, str, str]], device: str, out: Path,
                          f"({', '.join(f'{n}: {s.name}' for n, s in shapes.items())}); "
                          f"measure them into separate folders (one profile per shape)")
     shape = next(iter(distinct))
-    m = Measurement(out, device, shape, append)
+    names = [n.lower() for n, _, _, _ in scenarios]  # case-insensitive file systems too
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # before anything is calibrated or written
+        raise ValueError(f"measure: several scenarios measure into {twice}: give them "
+                         "distinct names")
+    m = Measurement(out, device, shape, *mode)
+    # an --append to a folder whose earlier measurement did not finish stays unfinished
+    before = out / "environment.json"
+    whole = not m.manifest["scenarios"] or (
+        before.is_file() and json.loads(before.read_text()).get("finished") is True)
     _write_json(out / "environment.json", {**environment(device), **env})
     m.save()
     if profile is None and m.manifest.get("profile"):
@@ -241,11 +273,10 @@ def _measure(scenarios: list[tuple[str, Any, str, str]], device: str, out: Path,
                 + (f", {lost} NOT FINISHED" if lost else "")
                 + (f", {len(res.rejected)} rejected" if res.rejected else ""))
             if lost:
-                raise RuntimeError(f"measure: {entry['dir']} run{k}: {lost} of "
+                raise IncompleteRun(f"measure: {entry['dir']} run{k}: {lost} of "
                                    f"{info['requests']} requests did not finish "
-                                   f"({res.stall or next(iter(res.unfinished.values()))}); "
-                                   f"the run is saved in {folder / f'run{k}'}")
-    _write_json(out / "environment.json", {**environment(device), **env, "finished": True})
+                                   f"({res.stall or next(iter(res.unfinished.values()))})")
+    _write_json(out / "environment.json", {**environment(device), **env, "finished": whole})
     return out
 
 
@@ -275,8 +306,14 @@ def run_args(args: Any) -> int:
     scenarios = load_for_measure(args.scenarios, args.overrides, args.variant)
     if args.profile is not None and not args.profile.is_file():
         raise FileNotFoundError(f"--profile: no such file {args.profile}")
-    measure(scenarios, device, args.out, repeats=args.repeats, profile=args.profile,
-            calibrate=not args.no_calibrate, append=args.append,
-            priority=getattr(args, "priority", "none"))
+    try:
+        measure(scenarios, device, args.out, repeats=args.repeats, profile=args.profile,
+                calibrate=not args.no_calibrate, append=args.append,
+                priority=getattr(args, "priority", "none"),
+                overwrite=getattr(args, "overwrite", False))
+    except IncompleteRun as e:  # named, no traceback; exit 1 as run does
+        print(f"hicache-lab measure: error: {e}; the runs so far are kept in {args.out}, "
+              "marked unfinished", file=sys.stderr)
+        return 1
     print(f"-> {args.out} (predict anywhere: hicache-lab validate --measured {args.out})")
     return 0

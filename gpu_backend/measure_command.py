@@ -41,6 +41,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="write no profile (validate --measured then needs --profile)")
     m.add_argument("--append", action="store_true",
                    help="add scenarios to an existing measured folder (keeps its profile)")
+    m.add_argument("--overwrite", action="store_true",
+                   help="replace an existing measured folder")
     m.add_argument("--variant", default=None, help="variant to run (default: the first)")
     m.add_argument("--priority", choices=("fifo", "nice", "none"), default="none",
                    help="calibrate and measure at real-time (SCHED_FIFO 10) or nice -15 "
@@ -50,7 +52,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="torch intra-op threads (default on cpu: 1)")
     m.add_argument("--set", dest="overrides", action="append", default=[],
                    metavar="KEY=VALUE", help="override a scenario key, e.g. seed=3")
-    m.set_defaults(func=run)
+    m.set_defaults(func=run, interrupted="the runs finished so far are kept; the folder is "
+                   "marked unfinished (validate --measured needs --partial for it)")
 
 
 def run(args: argparse.Namespace) -> int:

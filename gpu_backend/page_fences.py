@@ -17,25 +17,26 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpu_backend.streams import LaneEvent
-from hicache.runtime.handles import Tier
+from hicache.runtime.handles import Kind, Tier
 
 
 class PageFences:
     def __init__(self) -> None:
-        self._uses: list[tuple[Tier, str, frozenset[int], LaneEvent]] = []
+        self._uses: list[tuple[Tier, Kind, frozenset[int], LaneEvent]] = []
 
-    def use(self, tier: Tier, pages: Iterable[int], event: LaneEvent, pool: str = "full"
-            ) -> None:
+    def use(self, tier: Tier, pages: Iterable[int], event: LaneEvent,
+            pool: Kind = Kind.FULL) -> None:
         pages = frozenset(pages)
         if pages:
             self._prune()
             self._uses.append((tier, pool, pages, event))
 
-    def fence(self, tier: Tier, pages: Iterable[int], pool: str = "full") -> list[LaneEvent]:
+    def fence(self, tier: Tier, pages: Iterable[int], pool: Kind = Kind.FULL
+              ) -> list[LaneEvent]:
         self._prune()
         wanted = set(pages)
         return [ev for t, p, used, ev in self._uses
-                if t is tier and p == pool and not used.isdisjoint(wanted)]
+                if t is tier and p is pool and not used.isdisjoint(wanted)]
 
     def _prune(self) -> None:
         self._uses = [u for u in self._uses if not u[3].is_done()]

@@ -18,6 +18,7 @@ unbounded (``wait_timeout_s``: fences, lane dependencies, ``wait``/``drain``).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -26,7 +27,6 @@ import torch
 
 from gpu_backend.completions import Outbox
 from gpu_backend.hybrid import (
-    STATE_POOLS,
     HybridIndex,
     HybridModel,
     StateData,
@@ -45,10 +45,12 @@ from gpu_backend.streams import WAIT_TIMEOUT_S, LaneEvent, Lanes
 from gpu_backend.writeback import TorchWriteback
 from hicache.runtime.handles import (
     CacheExtentRef,
+    Kind,
     StaleHandleError,
     Tier,
     check_generation,
     coalesce,
+    pools_of,
 )
 from hicache.runtime.interface import (
     BatchCompletion,
@@ -89,18 +91,20 @@ class _Prepared:
 class TorchRuntime:
     """Implements :class:`hicache.runtime.interface.RuntimeInterface` (pool ``full`` only)."""
 
-    def __init__(self, shape: ModelShape, *, page_size: int, device_pages: dict[str, int],
-                 host_pages: dict[str, int], device: str = "cpu", io_backend: str = "direct",
+    def __init__(self, shape: ModelShape, *, page_size: int,
+                 device_pages: Mapping[Kind | str, int], host_pages: Mapping[Kind | str, int],
+                 device: str = "cpu", io_backend: str = "direct",
                  mem_layout: str = "layer_first", layerwise: bool = True,
                  l3: L3Store | None = None, runtime_id: str = "torch0",
                  timeline: Timeline | None = None, seed: int = 0, generation: int = 0,
                  max_requests: int = 4096, l3_policy: RetryPolicy | None = None,
                  wait_timeout_s: float = WAIT_TIMEOUT_S, warm_up: bool = True,
                  writeback: WritebackConfig | str | None = None) -> None:
-        if set(device_pages) - {"full", *STATE_POOLS} or set(host_pages) - {"full",
-                                                                             *STATE_POOLS}:
+        try:
+            device_pages, host_pages = pools_of(device_pages), pools_of(host_pages)
+        except ValueError:
             raise ValueError(f"TorchRuntime pools: 'full', 'swa', 'mamba' on each tier; "
-                             f"got {device_pages} and {host_pages}")
+                             f"got {device_pages} and {host_pages}") from None
         if shape.compression is not None:
             raise ValueError(f"model {shape.name!r}: compression: the torch runtime holds "
                              "plain K/V pages, not compressed KV (simulate this model)")
@@ -118,19 +122,17 @@ class TorchRuntime:
         # them (its layers are not the model's); layer 0 waits for it
         self.layerwise = layerwise and not self.state.active
         ps, h, d = page_size, shape.kv_heads_per_rank, shape.head_dim
-        self.dev = DevicePool(L, device_pages.get("full", 0), ps, h, d, dtype, device)
-        self.host = HostPool(mem_layout, L, host_pages.get("full", 0), ps, h, d, dtype,
-                             pin=self.lanes.cuda)
-        self.allocs = {(Tier.DEVICE, "full"): PageAllocator(device_pages.get("full", 0), "L1",
-                                                            wait_timeout_s),
-                       (Tier.HOST, "full"): PageAllocator(host_pages.get("full", 0), "L2",
-                                                          wait_timeout_s),
+        full_dev, full_host = device_pages.get(Kind.FULL, 0), host_pages.get(Kind.FULL, 0)
+        self.dev = DevicePool(L, full_dev, ps, h, d, dtype, device)
+        self.host = HostPool(mem_layout, L, full_host, ps, h, d, dtype, pin=self.lanes.cuda)
+        self.allocs = {(Tier.DEVICE, Kind.FULL): PageAllocator(full_dev, "L1", wait_timeout_s),
+                       (Tier.HOST, Kind.FULL): PageAllocator(full_host, "L2", wait_timeout_s),
                        **{(Tier.DEVICE, p): a for p, a in self.state.allocs.items()}}
         self.state_host = StateHost(shape, self.state, host_pages, mem_layout, page_size,
                                     dtype, self.lanes.cuda, wait_timeout_s)
         self.allocs.update({(Tier.HOST, p): a for p, a in self.state_host.allocs.items()})
-        self.dev_alloc = self.allocs[(Tier.DEVICE, "full")]
-        self.host_alloc = self.allocs[(Tier.HOST, "full")]
+        self.dev_alloc = self.allocs[(Tier.DEVICE, Kind.FULL)]
+        self.host_alloc = self.allocs[(Tier.HOST, Kind.FULL)]
         self.table = ReqToTokenTable(runtime_id, max_requests, generation)
         self.mover = Mover(self.dev, self.host, io_backend)
         self.model = (HybridModel if self.state.active else SyntheticModel)(
@@ -184,11 +186,11 @@ class TorchRuntime:
 
     # ---- RuntimeInterface -------------------------------------------------------------
     def info(self) -> RuntimeInfo:
-        page = {"full": self.dev.bytes_per_page_layer * self.kv_layers}
+        page = {Kind.FULL: self.dev.bytes_per_page_layer * self.kv_layers}
         if self.state.window:
-            page["swa"] = self.state.swa.bytes_per_page_layer * self.state.swa.num_layers
+            page[Kind.SWA] = self.state.swa.bytes_per_page_layer * self.state.swa.num_layers
         if self.state.mamba:
-            page["mamba"] = self.state.state[0].numel() * self.state.state.element_size()
+            page[Kind.MAMBA] = self.state.state[0].numel() * self.state.state.element_size()
         return RuntimeInfo(self.runtime_id, self.generation, self.page_size,
                            {pool: a.num_pages for (tier, pool), a in self.allocs.items()
                             if tier is Tier.DEVICE},
@@ -232,7 +234,7 @@ class TorchRuntime:
         for b in plan.backups:
             dev_pages = list(b.src.pages())
             host_pages = self._alloc(Tier.HOST, b.src.pool).alloc(len(dev_pages))
-            if b.src.pool == "full":
+            if b.src.pool is Kind.FULL:
                 prep.backups.append((b.job_id, dev_pages, host_pages))
             else:  # a hybrid state component's copy
                 prep.state_backups.append((b.job_id, b.src.pool, dev_pages, host_pages))
@@ -274,7 +276,7 @@ class TorchRuntime:
         elif prep.backups:
             dev = [p for _, d, _ in prep.backups for p in d]
             host = [p for _, _, h in prep.backups for p in h]
-            nbytes = len(dev) * self.info().bytes_per_page["full"]
+            nbytes = len(dev) * self.info().bytes_per_page[Kind.FULL]
 
             def backed_up(ev: LaneEvent) -> None:
                 for job, d, _ in prep.backups:
@@ -338,13 +340,14 @@ class TorchRuntime:
         self.close()
 
     # ---- internals --------------------------------------------------------------------
-    def _alloc(self, tier: Tier, pool: str = "full") -> PageAllocator:
+    def _alloc(self, tier: Tier, pool: Kind = Kind.FULL) -> PageAllocator:
         alloc = self.allocs.get((tier, pool))
         if alloc is None:
-            raise ValueError(f"the runtime holds no {tier.value} pages of pool {pool!r}")
+            raise ValueError(f"the runtime holds no {tier.value} pages of pool '{pool}'")
         return alloc
 
-    def _extent(self, tier: Tier, pages: list[int], pool: str = "full") -> CacheExtentRef:
+    def _extent(self, tier: Tier, pages: list[int], pool: Kind = Kind.FULL
+                ) -> CacheExtentRef:
         return CacheExtentRef(self.runtime_id, self.generation, tier, coalesce(pages), pool)
 
     def _check(self, ext: CacheExtentRef, tier: Tier, what: str, state: bool = False
@@ -352,13 +355,13 @@ class TorchRuntime:
         """``ext`` is this runtime's, on ``tier``, allocated; of pool 'full' (or, with
         ``state``, of a state pool this runtime keeps)."""
         check_generation(ext, self.runtime_id, self.generation, what)
-        if ext.tier is not tier or (ext.pool != "full" and not state):
+        if ext.tier is not tier or (ext.pool is not Kind.FULL and not state):
             raise ValueError(f"{what}: expected a {tier} 'full' extent, got {ext.tier}/{ext.pool}")
         self._alloc(tier, ext.pool).check_allocated(ext.pages(), what)
 
     @staticmethod
     def _released(row: Any, rel: Release) -> list[int]:
-        keep = {p for e in rel.kept() if e.pool == "full" for p in e.pages()}
+        keep = {p for e in rel.kept() if e.pool is Kind.FULL for p in e.pages()}
         return [p for p in row.owned if p not in keep]
 
     def _validate(self, plan: BatchPlan) -> None:
@@ -372,7 +375,7 @@ class TorchRuntime:
             row = self.table.get(rel.request)
             for keep in rel.kept():
                 self._check(keep, Tier.DEVICE, "release.keep", state=True)
-                ok = (set(keep.pages()) <= set(row.pages) if keep.pool == "full" else
+                ok = (set(keep.pages()) <= set(row.pages) if keep.pool is Kind.FULL else
                       self.state.keeper.check_keep(rel.request.slot_id, keep))
                 if not ok:
                     raise ValueError(f"release of rid {row.rid} keeps pages it does not hold")
@@ -392,7 +395,7 @@ class TorchRuntime:
                 tokens = row.tokens
             else:
                 rows += 1
-                tokens = (sum(e.num_pages for e in s.attach if e.pool == "full")
+                tokens = (sum(e.num_pages for e in s.attach if e.pool is Kind.FULL)
                           + sum(ld.src.num_pages for ld in s.loads)) * self.page_size
             if tokens != s.context_tokens or s.new_tokens <= 0:
                 raise ValueError(f"rid {s.rid}: row holds {tokens} tokens, slice says "
@@ -414,12 +417,12 @@ class TorchRuntime:
         self._check_capacity(plan, released, rows)
 
     def _check_frees_once(self, plan: BatchPlan, released: dict[int, list[int]]) -> None:
-        reads: dict[tuple[Tier, str], set[int]] = {}
+        reads: dict[tuple[Tier, Kind], set[int]] = {}
         for src in [b.src for b in plan.backups] + [s.src for s in plan.stores]:
             reads.setdefault((src.tier, src.pool), set()).update(src.pages())
-        seen: dict[tuple[Tier, str], set[int]] = {}
+        seen: dict[tuple[Tier, Kind], set[int]] = {}
         for key, pages in [*(((e.tier, e.pool), list(e.pages())) for e in plan.frees),
-                           *(((Tier.DEVICE, "full"), pages) for pages in released.values())]:
+                           *(((Tier.DEVICE, Kind.FULL), pages) for pages in released.values())]:
             if reads.get(key, set()).intersection(pages):
                 raise ValueError("plan frees pages that its own backups or stores read")
             done = seen.setdefault(key, set())
@@ -429,13 +432,13 @@ class TorchRuntime:
 
     def _check_capacity(self, plan: BatchPlan, released: dict[int, list[int]],
                         rows: int) -> None:
-        need: Counter[tuple[Tier, str]] = Counter()
+        need: Counter[tuple[Tier, Kind]] = Counter()
         for s in plan.slices:
             have = (len(self.table.get(s.request).pages) if s.request is not None else
-                    sum(e.num_pages for e in s.attach if e.pool == "full"))
+                    sum(e.num_pages for e in s.attach if e.pool is Kind.FULL))
             loads = sum(ld.src.num_pages for ld in s.loads)
             new = max(0, -(-(s.context_tokens + s.new_tokens) // self.page_size) - have - loads)
-            need[(Tier.DEVICE, "full")] += loads + new
+            need[(Tier.DEVICE, Kind.FULL)] += loads + new
             if self.state.active:
                 for pool, n in self.state.keeper.needs(s, new).items():
                     need[(Tier.DEVICE, pool)] += n
@@ -444,11 +447,11 @@ class TorchRuntime:
                     need[(Tier.DEVICE, ext.pool)] += ext.num_pages
         for b in plan.backups:
             need[(Tier.HOST, b.src.pool)] += b.src.num_pages
-        need[(Tier.HOST, "full")] += sum(p.max_pages for p in plan.prefetches)
-        back: Counter[tuple[Tier, str]] = Counter()  # what the frees and releases return
+        need[(Tier.HOST, Kind.FULL)] += sum(p.max_pages for p in plan.prefetches)
+        back: Counter[tuple[Tier, Kind]] = Counter()  # what the frees and releases return
         for e in plan.frees:
             back[(e.tier, e.pool)] += e.num_pages
-        back[(Tier.DEVICE, "full")] += sum(len(p) for p in released.values())
+        back[(Tier.DEVICE, Kind.FULL)] += sum(len(p) for p in released.values())
         if self.state.active:  # state pages a release frees come back after the batch
             for rel in plan.releases:
                 for pool, n in self.state.keeper.releasable(rel.request.slot_id,
@@ -458,7 +461,7 @@ class TorchRuntime:
             free = self._alloc(tier, pool).num_free + back[(tier, pool)]
             if n > free:
                 raise CapacityError(f"batch {plan.batch_id} needs {n} {tier.value} pages "
-                                    f"of pool {pool!r}, {free} free (not accounted for)")
+                                    f"of pool '{pool}', {free} free (not accounted for)")
         slots = self.table.free_slots + len(released)
         if rows > slots:
             raise CapacityError(f"batch {plan.batch_id} opens {rows} request rows, {slots} free")
@@ -472,7 +475,7 @@ class TorchRuntime:
             if s.request is None:
                 handle, row = self.table.open(s.rid)
                 for ext in s.attach:
-                    if ext.pool == "full":
+                    if ext.pool is Kind.FULL:
                         row.pages += list(ext.pages())
                 if self.state.active:
                     attach, copies, landed = state_loads(
@@ -481,7 +484,7 @@ class TorchRuntime:
                     prep.state_loads += copies
                     self.state.keeper.open(handle.slot_id, attach,
                                            sum(ld.src.num_pages for ld in s.loads))
-                    ckpt = [e for e in attach if e.pool == "mamba"]
+                    ckpt = [e for e in attach if e.pool is Kind.MAMBA]
                     copy_in = next(ckpt[0].pages()) if ckpt else -1
                     fresh = self.state.mamba and not ckpt
                 for load in s.loads:

@@ -20,6 +20,7 @@ from typing import Any
 from gpu_backend.driver import TorchResult, _Loop, build_runtime, make_l3
 from gpu_backend.shapes import ModelShape
 from hicache.routing import Router, SchedulerView
+from hicache.runtime.handles import Kind
 from hicache.runtime.shared import SharedGPURuntime, TenantRuntime
 from hicache.scenario import Scenario
 from hicache.scheduler.scheduler import Scheduler
@@ -53,7 +54,7 @@ def run_shared(sc: Scenario, shape: ModelShape, device: str, l3_dir: str, name: 
     try:
         tenants = [f"r{i}" for i in range(sc.replicas)]
         try:
-            policy = sc.sharing.policy(rt.info().device_pages["full"], tenants)
+            policy = sc.sharing.policy(rt.info().device_pages[Kind.FULL], tenants)
         except ValueError as e:
             raise ValueError(f"{sc.source}: {e}") from None
         shared = SharedGPURuntime(rt, policy, free_pages=lambda: rt.dev_alloc.num_free)

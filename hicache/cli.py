@@ -67,9 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print(f"\nhicache-lab {args.command}: interrupted; no complete-looking output was "
-              "left behind", file=sys.stderr)
+    except KeyboardInterrupt:  # a command that keeps partial work says what it kept
+        kept = getattr(args, "interrupted", "no complete-looking output was left behind")
+        print(f"\nhicache-lab {args.command}: interrupted; {kept}", file=sys.stderr)
         return 130
     except ModuleNotFoundError as e:
         missing = (e.name or "?").split(".")[0]

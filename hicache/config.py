@@ -21,6 +21,7 @@ from hicache.schema.constraints import JsonSchema, Parse
 from hicache.schema.errors import format_errors
 from hicache.schema.plain import Plain, build, field_types
 from hicache.schema.types import Bool, NonNegFloat, NonNegInt, PosInt, Str, float_, int_
+from hicache.tree.options import TreeOptions
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 IO_BACKENDS = ("kernel", "direct")
@@ -165,6 +166,8 @@ class CacheConfig(Plain):
     hicache_buffer_only: Bool = False
     load_back_threshold: NonNegInt = 10
     prefetch_batch_pages: PosInt = 128
+    # departures from SGLang's tree decisions, all off by default (hicache.tree.options)
+    tree_options: TreeOptions = TreeOptions()
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hicache.runtime.handles import CacheExtentRef, PageRun, RequestRuntimeHandle, Tier
+from hicache.runtime.handles import CacheExtentRef, Kind, PageRun, RequestRuntimeHandle, Tier
 from hicache.runtime.interface import (
     BatchCompletion,
     BatchPlan,
@@ -44,7 +44,7 @@ class EchoRuntime:
         self.t = 0.0
 
     def info(self) -> RuntimeInfo:
-        return RuntimeInfo(RID, self.generation, 64, {"full": 1 << 20}, {"full": 1 << 21})
+        return RuntimeInfo(RID, self.generation, 64, {Kind.FULL: 1 << 20}, {Kind.FULL: 1 << 21})
 
     def prepare_batch(self, plan: BatchPlan) -> PreparedBatchHandle:
         slices = []

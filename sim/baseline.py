@@ -35,8 +35,10 @@ def write_baseline(summaries: dict[str, dict], path: Path, *, scenario: str) -> 
     data = {"scenario": scenario,
             "variants": {name: {m: _value(s.get(m)) for m in GUARDED}
                          for name, s in summaries.items()}}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    from hicache.report.outputs import OutputFile
+
+    OutputFile(path, overwrite=True, flag="--write-baseline").write_text(
+        json.dumps(data, indent=2, sort_keys=True) + "\n")  # whole, or the old one
 
 
 def read_baseline(path: Path, scenario: str | None = None) -> dict[str, dict]:

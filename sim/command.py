@@ -127,6 +127,10 @@ def run(args: argparse.Namespace) -> int:
         from sim.baseline import read_baseline
 
         read_baseline(args.baseline, sc.name)
+    if args.write_baseline:  # so does a baseline file that cannot be written
+        from hicache.report.outputs import OutputFile
+
+        OutputFile(args.write_baseline, overwrite=True, flag="--write-baseline")
     out = args.out or Path("results") / safe_name(sc.name)
     options = ReportOptions(plots=not args.no_plots, trace=not args.no_trace,
                             trace_window=args.trace_window)

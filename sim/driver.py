@@ -32,6 +32,7 @@ import simpy
 
 from hicache.config import CacheConfig
 from hicache.routing import Router, SchedulerView
+from hicache.runtime.handles import Kind
 from hicache.runtime.state import host_state_pool_sizes, state_pool_sizes
 from hicache.scenario import Scenario, as_scenario
 from hicache.scheduler.scheduler import Scheduler
@@ -103,7 +104,7 @@ def build(env: simpy.Environment, scenario: Scenario | dict,
         except ValueError as e:
             raise ValueError(f"{sc.source}: cache: {e}") from None
     l3 = _l3(env, cache, hw)
-    pools = {"full": device_pages}
+    pools = {Kind.FULL: device_pages}
     if sc.scheduler.track_components:
         pools.update(_state_pools(model, sc))
     if sc.sharing.pool != "none":
@@ -119,21 +120,22 @@ def build(env: simpy.Environment, scenario: Scenario | dict,
 
 
 def _runtime(env: simpy.Environment, sc: Scenario, hw: HardwareProfile,
-             pools: dict[str, int], host_pages: int, l3: L3Store | None, runtime_id: str,
+             pools: dict[Kind, int], host_pages: int, l3: L3Store | None, runtime_id: str,
              tl: Timeline) -> SimRuntime:
     run = sc.run
     return SimRuntime(env, profile=hw, model=sc.model, page_size=sc.cache.page_size,
                       device_pages=pools,
-                      host_pages={"full": host_pages, **host_state_pool_sizes(pools, host_pages)},
+                      host_pages={Kind.FULL: host_pages,
+                                  **host_state_pool_sizes(pools, host_pages)},
                       l3=l3, io_backend=sc.cache.hicache_io_backend,
                       layerwise=run.layerwise, mem_layout=sc.cache.effective_mem_layout,
                       backup_throttle_bytes_per_s=run.backup_throttle_bytes_per_s,
                       runtime_id=runtime_id, timeline=tl, trace_layers=run.trace_layers,
-                      writeback=run.writeback)
+                      writeback=run.writeback, l3_retry=run.l3_retry)
 
 
 def _shared_replicas(env: simpy.Environment, sc: Scenario, hw: HardwareProfile,
-                     pools: dict[str, int], host_pages: int, l3: L3Store | None
+                     pools: dict[Kind, int], host_pages: int, l3: L3Store | None
                      ) -> list[Replica]:
     """``sharing.pool`` static or shared: every replica's scheduler on one runtime (one
     GPU: one pool, one compute stream) through its own tenant view. The runtime's
@@ -157,7 +159,7 @@ def _shared_replicas(env: simpy.Environment, sc: Scenario, hw: HardwareProfile,
     return out
 
 
-def _state_pools(model: ModelPreset, sc: Scenario) -> dict[str, int]:
+def _state_pools(model: ModelPreset, sc: Scenario) -> dict[Kind, int]:
     return state_pool_sizes(model.layer_kinds, sc.cache.page_size, sc.cache.device_tokens,
                             sc.run.swa_tokens, sc.run.mamba_slots,
                             sc.scheduler.max_running_requests)

@@ -40,15 +40,22 @@ class FluidJob:
 
 
 Allocator = Callable[[list[FluidJob]], None]
+# (job, jobs) -> the rate of ``job`` when it joining or leaving ``jobs`` changes no other
+# job's rate (a compute job on a PCIe link), else None: re-allocate them all
+SoloRate = Callable[[FluidJob, list[FluidJob]], "float | None"]
 
 
 class FluidServer:
-    """Runs :class:`FluidJob` s concurrently; ``allocate(jobs)`` sets every job's rate."""
+    """Runs :class:`FluidJob` s concurrently; ``allocate(jobs)`` sets every job's rate.
+    ``solo`` (optional) spares the re-allocation when a job joins or leaves without
+    changing any other job's rate: the rates after it are those allocate would set."""
 
-    def __init__(self, env: simpy.Environment, allocate: Allocator) -> None:
+    def __init__(self, env: simpy.Environment, allocate: Allocator,
+                 solo: SoloRate | None = None) -> None:
         self.env = env
         self.jobs: list[FluidJob] = []
         self._allocate = allocate
+        self._solo = solo
         self._last = env.now
 
     def _advance(self) -> None:
@@ -81,7 +88,8 @@ class FluidServer:
         self._advance()
         job.remaining = 0.0
         self.jobs.remove(job)
-        self._replan()
+        if self._solo is None or self._solo(job, self.jobs) is None:
+            self._replan()
         assert job.done is not None
         job.done.succeed()
 
@@ -92,7 +100,12 @@ class FluidServer:
             return job.done.succeed()
         self._advance()
         self.jobs.append(job)
-        self._replan(new=job)
+        rate = self._solo(job, self.jobs) if self._solo is not None else None
+        if rate is None:
+            self._replan(new=job)
+        else:
+            job.rate = rate
+            self._schedule(job)
         return job.done
 
     def adopt(self, job: FluidJob, since: float) -> simpy.Event:

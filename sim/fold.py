@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import simpy
 
+from hicache.runtime.handles import Kind
 from hicache.runtime.interface import BatchCompletion, BatchPlan, PreparedBatchHandle
 from sim.fluid import FluidJob
 from sim.simtime import exact_delay
@@ -240,7 +241,7 @@ class DecodeFolder:
         if not need:
             return
         need.sort()
-        pool = rt.device["full"]
+        pool = rt.device[Kind.FULL]
         for _, i in need:
             rows[i].append(pool.allocate(1), own=True)
 
@@ -262,9 +263,7 @@ class DecodeFolder:
         contexts = [s.context_tokens for s in plan.slices]
         n_req, ctx0 = len(contexts), sum(contexts)
         rt.batch_shapes.add_decode_run(bid0, batches, n_req, ctx0)
-        seen = rt.writeback.step_done
-        for k in range(observed):
-            seen(bid0 + k, steps[k].start, steps[k].end, n_req)
+        rt.writeback.steps_done(bid0, [(s.start, s.end) for s in steps[:observed]], n_req)
         if not steps:
             return
         if self.per_step_rows:  # the rows compute_op writes for each batch

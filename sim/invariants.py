@@ -41,5 +41,5 @@ def check_replica(scheduler: Scheduler, runtime: SimRuntime) -> None:
                 for page in ext.pages():
                     if not pool.is_allocated(page):
                         raise AssertionError(f"{node}: {attr} page {page} of pool "
-                                             f"{ext.pool!r} is in the tree but free in the "
+                                             f"'{ext.pool}' is in the tree but free in the "
                                              f"runtime")

@@ -116,6 +116,10 @@ class L3Store:
     def contains(self, key: str) -> bool:
         return key in self.keys
 
+    def contains_each(self, keys: Iterable[str]) -> list[bool]:
+        """:meth:`contains` of each key, in order."""
+        return list(map(self.keys.__contains__, keys))
+
     def count_hits(self, keys: Sequence[str]) -> int:
         """Consecutive hits from the start of ``keys`` (no time passes)."""
         for i, key in enumerate(keys):
@@ -152,10 +156,16 @@ class L3Store:
             return 0  # no node holds it
         limit = self.capacity - size  # the live nodes do not change while this runs
         keys, lost = self.keys, self.lost
+        nodes, spread = self.nodes, not self.down_nodes  # every node live: _place's turn
         for key in new:
             if self.used > limit:
                 self._evict(limit)
-            keys[key] = (size, self._place())
+            if spread:
+                node = self._next_node % nodes
+                self._next_node += 1
+            else:
+                node = self._place()
+            keys[key] = (size, node)
             self.used += size
             if lost:
                 lost.pop(key, None)

@@ -97,7 +97,7 @@ class L3Client:
         ``trace`` (a list) collects the fault blamed for each failed or skipped attempt."""
         def attempt() -> Proc:
             outcome = yield from self._rpc()
-            return outcome, [self.store.contains(k) for k in keys]
+            return outcome, self.store.contains_each(keys)
         out = yield from self._guarded("exists", 0, attempt, trace)
         return [False] * len(keys) if out is None else out
 

@@ -58,6 +58,17 @@ class PcieLink:
     def host_factor(self) -> float:
         return math.prod(self.pressed.values())
 
+    def solo_rate(self, job: FluidJob, jobs: list[FluidJob]) -> float | None:
+        """A compute job takes no link, NIC or host-memory share: its joining or leaving
+        ``jobs`` changes no other rate, and its own is :meth:`allocate`'s (None for any
+        other kind). Valid only while allocate alone sets the rates (no interpreter)."""
+        if job.kind != "compute":
+            return None
+        for other in jobs:
+            if other.kind in DIRECTIONS and "kernel" in other.tags:
+                return 1.0 - self.slowdown
+        return 1.0
+
     def allocate(self, jobs: list[FluidJob]) -> None:
         groups: dict[str, list[FluidJob]] = {"h2d": [], "d2h": []}
         l3_jobs: list = []

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from hicache.runtime.handles import CacheExtentRef, Tier, coalesce
+from hicache.runtime.handles import CacheExtentRef, Kind, Tier, coalesce
 from hicache.runtime.interface import BatchCompletion, PrefetchIntent, StoreIntent
 from hicache.runtime.interface import TransferCompletion as TC
 from hicache.runtime.interface import TransferKind as TK
@@ -179,7 +179,7 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[int], generat
         if n < len(chunk):
             break
     fetch = min(hit, pf.max_pages) if hit >= max(pf.min_hit_pages, 1) else 0
-    bpp = rt.bytes_per_page["full"]
+    bpp = rt.bytes_per_page[Kind.FULL]
     got = 0
     for lo in range(0, fetch, pf.batch_pages):
         hi = min(fetch, lo + pf.batch_pages)
@@ -196,9 +196,9 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[int], generat
         return
     rt.l3_bytes["read"] += got * bpp
     if reserved[got:]:
-        rt.host["full"].free(reserved[got:])
+        rt.host[Kind.FULL].free(reserved[got:])
     extent = None
     if got:
         extent = CacheExtentRef(rt.runtime_id, generation, Tier.HOST, coalesce(reserved[:got]),
-                                "full")
+                                Kind.FULL)
     rt.complete(TC(pf.job_id, TK.PREFETCH, rt.env.now, got, extent, hit))

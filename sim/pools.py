@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
-from hicache.runtime.handles import Tier
+from hicache.runtime.handles import Kind, Tier
 from hicache.runtime.interface import CapacityError  # one type for every runtime
 from hicache.runtime.page_ids import PageIds, Run, runs_of
 
@@ -26,10 +26,10 @@ __all__ = ["CapacityError", "PagePool", "TierPools"]
 
 
 class PagePool:
-    def __init__(self, tier: Tier, pool: str, size: int,
+    def __init__(self, tier: Tier, pool: Kind, size: int,
                  order: Literal["lowest", "lifo"] = "lowest") -> None:
         if size < 0:
-            raise ValueError(f"pool {pool!r} size must be >= 0")
+            raise ValueError(f"pool '{pool}' size must be >= 0")
         self.tier, self.pool, self.size = tier, pool, size
         self._ids = PageIds(size, order)
 
@@ -44,7 +44,7 @@ class PagePool:
     def allocate(self, n: int) -> list[int]:
         if n > self.free_count:
             raise CapacityError(
-                f"{self.tier.value} pool {self.pool!r}: {n} pages requested, "
+                f"{self.tier.value} pool '{self.pool}': {n} pages requested, "
                 f"{self.free_count} of {self.size} free (allocation not accounted for)")
         return self._ids.take(n) if n > 0 else []
 
@@ -56,7 +56,8 @@ class PagePool:
         """Free the pages of ``runs`` ``(start, length)``, all or none."""
         p = self._ids.bad_runs(runs)
         if p is not None:
-            raise ValueError(f"{self.tier.value} pool {self.pool!r}: page {p} is not allocated")
+            raise ValueError(f"{self.tier.value} pool '{self.pool}': page {p} is not "
+                             "allocated")
         self._ids.give_runs(runs)
 
     def unallocated_in(self, start: int, n: int) -> int | None:
@@ -71,23 +72,23 @@ class PagePool:
         try:
             self._ids.check()
         except AssertionError as e:
-            raise AssertionError(f"{self.tier.value} pool {self.pool!r}: {e}") from None
+            raise AssertionError(f"{self.tier.value} pool '{self.pool}': {e}") from None
 
 
 class TierPools:
-    """The pools of one tier, by name."""
+    """The pools of one tier, by component."""
 
-    def __init__(self, tier: Tier, sizes: dict[str, int],
+    def __init__(self, tier: Tier, sizes: dict[Kind, int],
                  order: Literal["lowest", "lifo"] = "lowest") -> None:
         self.tier = tier
-        self.pools = {name: PagePool(tier, name, n, order) for name, n in sizes.items()}
+        self.pools = {kind: PagePool(tier, kind, n, order) for kind, n in sizes.items()}
 
-    def __getitem__(self, pool: str) -> PagePool:
+    def __getitem__(self, pool: Kind) -> PagePool:
         try:
             return self.pools[pool]
         except KeyError:
-            raise ValueError(f"{self.tier.value} has no pool {pool!r} "
-                             f"(pools: {sorted(self.pools)})") from None
+            raise ValueError(f"{self.tier.value} has no pool '{pool}' "
+                             f"(pools: {sorted(map(str, self.pools))})") from None
 
-    def free_counts(self) -> dict[str, int]:
+    def free_counts(self) -> dict[Kind, int]:
         return {name: p.free_count for name, p in self.pools.items()}

@@ -29,6 +29,7 @@ import yaml
 from hicache.report.frames import requests_frame, timeline_frame, write_timeline_parquet
 from hicache.report.metrics import cliff_round, hit_rate_by_round, summarize
 from hicache.report.plots import has_rounds
+from hicache.runtime.handles import Kind
 from sim.driver import SimResult
 from sim.fault_report import fault_costs
 
@@ -105,8 +106,8 @@ def capacity_of(result: SimResult) -> dict[str, Any]:
     if rt is None:
         return {}
     page, kv = rt.page_size, rt.model.kv_bytes_per_token()
-    l1 = rt.device_sizes.get("full", 0) * page
-    l2 = rt.host_sizes.get("full", 0) * page
+    l1 = rt.device_sizes.get(Kind.FULL, 0) * page
+    l2 = rt.host_sizes.get(Kind.FULL, 0) * page
     stores = {id(r.runtime.l3): r.runtime.l3 for r in result.replicas if r.runtime.l3}
     return {"l1_tokens": l1, "l2_tokens": l2, "kv_bytes_per_token": kv,
             "l1_gib": l1 * kv / 2**30, "l2_gib": l2 * kv / 2**30,

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from hicache.runtime.handles import CacheExtentRef, PageRun, RequestRuntimeHandle, Tier
+from hicache.runtime.handles import (
+    CacheExtentRef,
+    Kind,
+    PageRun,
+    RequestRuntimeHandle,
+    Tier,
+)
 from hicache.runtime.interface import PreparedSlice
 from hicache.runtime.page_ids import runs_of
 
@@ -49,7 +55,7 @@ class RequestRow:
         if self._extent is None:
             h = self.handle
             self._extent = CacheExtentRef(h.runtime_id, h.generation, Tier.DEVICE,
-                                          tuple(self.runs), "full")
+                                          tuple(self.runs), Kind.FULL)
         return self._extent
 
     def prepared_slice(self) -> PreparedSlice:

@@ -13,15 +13,18 @@ requests, context, load bytes) for residual plots.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import simpy
 
 from hicache.runtime.handles import (
     CacheExtentRef,
+    Kind,
     RequestRuntimeHandle,
     Tier,
     check_generation,
     coalesce,
+    pools_of,
 )
 from hicache.runtime.interface import (
     BatchCompletion,
@@ -36,6 +39,7 @@ from hicache.runtime.interface import (
 )
 from hicache.runtime.state import StateKeeper, state_loads
 from hicache.runtime.writeback import WritebackConfig
+from hicache.tiers.l3_guard import RetryPolicy
 from hicache.timeline import Timeline
 from sim import ops, validate
 from sim.batch import BatchShapes, BatchState, LoadGroup, PendingBackup
@@ -58,16 +62,19 @@ from sim.writeback import Writeback, chunked_backup_op
 
 class SimRuntime:
     def __init__(self, env: simpy.Environment, *, profile: HardwareProfile | str,
-                 model: ModelPreset | str, page_size: int, device_pages: dict[str, int],
-                 host_pages: dict[str, int], l3: L3Store | None = None,
+                 model: ModelPreset | str, page_size: int,
+                 device_pages: Mapping[Kind | str, int],
+                 host_pages: Mapping[Kind | str, int], l3: L3Store | None = None,
                  io_backend: str = "kernel", layerwise: bool = True,
                  mem_layout: str = "layer_first",
                  backup_throttle_bytes_per_s: float | None = None, runtime_id: str = "sim0",
                  timeline: Timeline | None = None, trace_layers: bool = False,
-                 writeback: WritebackConfig | str | None = None) -> None:
+                 writeback: WritebackConfig | str | None = None,
+                 l3_retry: RetryPolicy | None = None) -> None:
         if page_size <= 0:
             raise ValueError("page_size must be > 0")
-        if "full" not in device_pages:
+        device_pages, host_pages = pools_of(device_pages), pools_of(host_pages)
+        if Kind.FULL not in device_pages:
             raise ValueError("device_pages needs a 'full' pool (request KV lives there)")
         self.env = env
         if not isinstance(profile, HardwareProfile):
@@ -89,8 +96,9 @@ class SimRuntime:
         # the CPU runtime's threads share one interpreter lock (sim.interpreter)
         self.interpreter = interpreter_on(self.profile)
         spec = self.profile.host_cpu.interpreter
-        self.fluid = FluidServer(env, Interpreter(spec, self.link.allocate).allocate
-                                 if self.interpreter and spec else self.link.allocate)
+        self.fluid = (FluidServer(env, Interpreter(spec, self.link.allocate).allocate)
+                      if self.interpreter and spec else
+                      FluidServer(env, self.link.allocate, solo=self.link.solo_rate))
         self.copies = CopyEngines(env, self.profile, self.link, self.fluid, io_backend,
                                   gil_calls=self.interpreter)
         self.copies.timeline = self.timeline
@@ -106,25 +114,28 @@ class SimRuntime:
         self.l3_client: L3Client | None = None  # this replica's NIC and guarded L3 calls
         if l3 is not None:
             l3.attach(runtime_id)
-            self.l3_client = L3Client(env, l3, self.fluid, self.timeline)
+            self.l3_client = L3Client(env, l3, self.fluid, self.timeline, policy=l3_retry)
             self.link.l3 = self.l3_client
         m = self.model
-        self.swa_window = m.sliding_window if "swa" in device_pages and m.count("swa") else 0
-        self.mamba = "mamba" in device_pages and m.count("mamba") > 0
+        self.swa_window = (m.sliding_window if Kind.SWA in device_pages and m.count("swa")
+                           else 0)
+        self.mamba = Kind.MAMBA in device_pages and m.count("mamba") > 0
         self.state_copy_s = m.mamba_state_bytes_per_request() / self.profile.gpu.hbm_bytes_per_s
         self.generation = 0
         self.restart()
 
-    def _layer_bytes(self, pools: set[str]) -> dict[str, tuple[int, ...]]:
+    def _layer_bytes(self, pools: set[Kind]) -> dict[Kind, tuple[int, ...]]:
         """Bytes one page of each pool holds in each layer. SWA layers' KV is a sidecar of
-        'full' pages unless an 'swa' pool exists; a 'mamba' page is one request's state."""
+        FULL pages unless an SWA pool exists; a MAMBA page is one request's state (the
+        model names its layers' kinds: "full", "swa", "mamba")."""
         m, ps = self.model, self.page_size
-        out = {"full": m.layer_page_bytes(("full",) if "swa" in pools else ("full", "swa"), ps)}
-        if "swa" in pools:
-            out["swa"] = m.layer_page_bytes(("swa",), ps)
-        if "mamba" in pools:
-            out["mamba"] = tuple(m.mamba_state_bytes if k == "mamba" else 0
-                                 for k in m.layer_kinds)
+        out = {Kind.FULL: m.layer_page_bytes(("full",) if Kind.SWA in pools
+                                             else ("full", "swa"), ps)}
+        if Kind.SWA in pools:
+            out[Kind.SWA] = m.layer_page_bytes(("swa",), ps)
+        if Kind.MAMBA in pools:
+            out[Kind.MAMBA] = tuple(m.mamba_state_bytes if k == "mamba" else 0
+                                    for k in m.layer_kinds)
         return out
 
     def restart(self) -> None:
@@ -140,7 +151,7 @@ class SimRuntime:
                                  self.swa_window, self.mamba, self.state_copy_s)
         self._next_slot = 0
         self._prepared: dict[int, BatchState] = {}
-        self._pending: dict[tuple[str, int], simpy.Event] = {}
+        self._pending: dict[str, dict[int, simpy.Event]] = {}  # pool -> L2 page -> its backup
         self._completions: list[Completion] = []
         self._wake: simpy.Event = self.env.event()
 
@@ -156,7 +167,7 @@ class SimRuntime:
             raise ValueError(f"batch {plan.batch_id} is already prepared")
         self.apply_frees(plan)
         st = BatchState(plan, None, self.generation)  # type: ignore[arg-type]
-        loads: list[tuple[str, list[int], list[int]]] = []  # (pool, src, dst)
+        loads: list[tuple[Kind, list[int], list[int]]] = []  # (pool, src, dst)
         slices = tuple(self._prepare_slice(s, st, loads) for s in plan.slices)
         st.finished = tuple(s.rid for s in plan.slices if s.finishes)
         st.load_groups = self._load_groups(loads)
@@ -171,12 +182,11 @@ class SimRuntime:
             ext = self._extent(Tier.HOST, dst, b.src.pool)
             pending = PendingBackup(b, ext, src, dst, self.env.event())
             st.backups.append(pending)
-            for p in dst:
-                self._pending[(b.src.pool, p)] = pending.done
+            self._pending.setdefault(b.src.pool, {}).update(dict.fromkeys(dst, pending.done))
             self.bytes_accounted["d2h"] += len(src) * self.bytes_per_page[b.src.pool]
         self._record_shape(st, loads)
         for pf in plan.prefetches:
-            reserved = self.host["full"].allocate(pf.max_pages)
+            reserved = self.host[Kind.FULL].allocate(pf.max_pages)
             self.env.process(ops.prefetch_op(self, pf, reserved, self.generation))
         st.handle = PreparedBatchHandle(self.runtime_id, self.generation, plan.batch_id, slices,
                                         tuple(b.dst for b in st.backups))
@@ -252,13 +262,17 @@ class SimRuntime:
         wake.succeed()
 
     def pending_events(self, extent: CacheExtentRef) -> list[simpy.Event]:
-        events = dict.fromkeys(self._pending.get((extent.pool, p)) for p in extent.pages())
+        pending = self._pending.get(extent.pool)
+        if not pending:
+            return []
+        events = dict.fromkeys(map(pending.get, extent.pages()))
         return [e for e in events if e is not None and not e.processed]
 
     def host_ready(self, extent: CacheExtentRef, done: simpy.Event) -> None:
+        pending = self._pending.get(extent.pool, {})
         for p in extent.pages():
-            if self._pending.get((extent.pool, p)) is done:
-                del self._pending[(extent.pool, p)]
+            if pending.get(p) is done:
+                del pending[p]
 
     @property
     def bytes_moved(self) -> dict[str, int]:
@@ -275,11 +289,11 @@ class SimRuntime:
             return self.host
         raise ValueError(f"the runtime places no pages on tier {tier}")
 
-    def _extent(self, tier: Tier, pages: list[int], pool: str) -> CacheExtentRef:
+    def _extent(self, tier: Tier, pages: list[int], pool: Kind) -> CacheExtentRef:
         return CacheExtentRef(self.runtime_id, self.generation, tier, coalesce(pages), pool)
 
     def _prepare_slice(self, s: RequestSlice, st: BatchState,
-                       loads: list[tuple[str, list[int], list[int]]]) -> PreparedSlice:
+                       loads: list[tuple[Kind, list[int], list[int]]]) -> PreparedSlice:
         if s.request is not None and not s.loads and not self.state.active:
             return self._continue_slice(s, st)
         if s.request is None:
@@ -287,7 +301,7 @@ class SimRuntime:
             self._next_slot += 1
             row = self.rows[handle.slot_id] = RequestRow(handle, s.rid)
             for ext in s.attach:
-                if ext.pool == "full":
+                if ext.pool is Kind.FULL:
                     row.append(ext.pages(), own=False)
             landed: list[CacheExtentRef] = []
             if self.state.active:  # hybrid: the attach's L2 state pieces are loaded back
@@ -298,7 +312,7 @@ class SimRuntime:
                     loads.append((pool, src, dst))
                     self.bytes_accounted["h2d"] += len(src) * self.bytes_per_page[pool]
                 st.extra_s += self.state.open(handle.slot_id, attach, sum(
-                    ld.src.num_pages for ld in s.loads if ld.src.pool == "full"))
+                    ld.src.num_pages for ld in s.loads if ld.src.pool is Kind.FULL))
         else:
             row = self.rows[s.request.slot_id]
             landed = []
@@ -308,11 +322,11 @@ class SimRuntime:
             dst = self.device[ld.src.pool].allocate(len(src))
             loads.append((ld.src.pool, src, dst))
             loaded.append(self._extent(Tier.DEVICE, dst, ld.src.pool))
-            if ld.src.pool == "full":
+            if ld.src.pool is Kind.FULL:
                 row.append(dst, own=False)
             self.bytes_accounted["h2d"] += len(src) * self.bytes_per_page[ld.src.pool]
         own = validate.new_pages(self, s, len(row.pages))
-        new = self.device["full"].allocate(own)
+        new = self.device[Kind.FULL].allocate(own)
         row.append(new, own=True)
         state: tuple[CacheExtentRef, ...] = ()
         if self.state.active:
@@ -335,28 +349,28 @@ class SimRuntime:
             validate.new_pages(self, s, held)  # raises: its pages do not hold its context
         need = -(-(ctx + s.new_tokens) // self.page_size) - held
         if need > 0:
-            row.append(self.device["full"].allocate(need), own=True)
+            row.append(self.device[Kind.FULL].allocate(need), own=True)
         if s.phase is Phase.PREFILL:
             st.prefills.append((s.new_tokens, ctx))
         else:
             st.decodes.extend([ctx] * s.new_tokens)
         return row.prepared_slice()
 
-    def _calls(self, pool: str, src: list[int], dst: list[int], layers: range,
+    def _calls(self, pool: Kind, src: list[int], dst: list[int], layers: range,
                host: list[int]) -> int:
         """Copy calls of one op moving ``src`` -> ``dst`` over ``layers`` (sim.host);
         ``host`` is whichever of the two lives in L2."""
         touched = sum(1 for i in layers if self.layer_bytes[pool][i])
         return self._calls_touching(pool, src, dst, host, touched)
 
-    def _calls_touching(self, pool: str, src: list[int], dst: list[int], host: list[int],
+    def _calls_touching(self, pool: Kind, src: list[int], dst: list[int], host: list[int],
                         touched: int) -> int:
         return copy_calls(self.copies.io_backend, self.profile.io_kernel.mechanism,
                           self.mem_layout, src, dst, host, touched,
                           touched == self.layers_touched[pool],
                           legacy="copy_calls" in self.profile.ablate)
 
-    def _load_groups(self, loads: list[tuple[str, list[int], list[int]]]) -> list[LoadGroup]:
+    def _load_groups(self, loads: list[tuple[Kind, list[int], list[int]]]) -> list[LoadGroup]:
         """One h2d op per layer (layer-wise) or one for all layers, as the torch runtime.
         A load's calls depend on the layers it touches only through their count: counted
         once per load and count, not once per layer (byte and call sums are integers: any
@@ -397,7 +411,7 @@ class SimRuntime:
         st.loads_done = st.layer_events[-1]  # the h2d stream completes layers in order
         self.streams["h2d"].submit(lambda: ops.load_op(self, st))
 
-    def _record_shape(self, st: BatchState, loads: list[tuple[str, list[int], list[int]]]
+    def _record_shape(self, st: BatchState, loads: list[tuple[Kind, list[int], list[int]]]
                       ) -> None:
         pre, dec = st.prefills, st.decodes
         self.batch_shapes[st.plan.batch_id] = {
@@ -408,7 +422,7 @@ class SimRuntime:
     def _release(self, rel: Release, freed: list[tuple[int, int]]) -> None:
         """Close the row; ``freed``: the runs of its own pages the tree did not keep."""
         self.rows.pop(rel.request.slot_id)
-        self.device["full"].free_runs(freed)
+        self.device[Kind.FULL].free_runs(freed)
         if self.state.active:
             self.state.release(rel.request.slot_id, rel.kept())
 

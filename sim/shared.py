@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import simpy
 
+from hicache.runtime.handles import Kind
 from hicache.runtime.shared import SharedGPURuntime, TenantRuntime
 from hicache.runtime.sharing import SharingConfig
 from sim.runtime import SimRuntime
@@ -36,6 +37,6 @@ def share_runtime(rt: SimRuntime, sharing: SharingConfig, replicas: int
                   ) -> tuple[SharedGPURuntime, list[SimTenantRuntime]]:
     """One view per replica ("r0", "r1", ...) onto ``rt`` under ``sharing``'s policy."""
     tenants = [f"r{i}" for i in range(replicas)]
-    policy = sharing.policy(rt.device_sizes["full"], tenants)
-    shared = SharedGPURuntime(rt, policy, free_pages=lambda: rt.device["full"].free_count)
+    policy = sharing.policy(rt.device_sizes[Kind.FULL], tenants)
+    shared = SharedGPURuntime(rt, policy, free_pages=lambda: rt.device[Kind.FULL].free_count)
     return shared, [shared.tenant(t, SimTenantRuntime) for t in tenants]  # type: ignore[misc]

@@ -63,7 +63,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="continue the sweep in --out: points already done are skipped")
     p.add_argument("--overwrite", action="store_true", help="start --out afresh")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, interrupted="the points finished so far are kept in --out "
+                   "(no .complete marker); --resume continues the sweep")
 
 
 def _open_folder(out: Path, spec: dict[str, Any], *, resume: bool, overwrite: bool) -> None:

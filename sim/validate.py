@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from hicache.runtime.handles import (
     CacheExtentRef,
+    Kind,
     RequestRuntimeHandle,
     StaleHandleError,
     Tier,
@@ -73,11 +74,11 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Released:
             if s.attach or s.loads:
                 raise ValueError(f"request {s.rid}: attach/loads only on its first slice")
         for ext in s.attach:  # state pieces may come from L2 (hybrid load-back)
-            tier = Tier.HOST if ext.tier is Tier.HOST and ext.pool != "full" else Tier.DEVICE
+            tier = Tier.HOST if ext.tier is Tier.HOST and ext.pool is not Kind.FULL else Tier.DEVICE
             if not _current(rt, ext, tier):
                 check_ext(rt, ext, tier, f"attach of request {s.rid}")
-            if ext.pool != "full" and not rt.state.active:
-                raise ValueError(f"attach of request {s.rid}: pool {ext.pool!r} is not kept "
+            if ext.pool is not Kind.FULL and not rt.state.active:
+                raise ValueError(f"attach of request {s.rid}: pool '{ext.pool}' is not kept "
                                  "by this runtime")
         for load in s.loads:
             if not _current(rt, load.src, Tier.HOST):
@@ -115,7 +116,7 @@ def _check_release(rt: SimRuntime, rel: Release) -> list[Run]:
     for ext in rel.kept():
         if not _current(rt, ext, Tier.DEVICE):
             check_ext(rt, ext, Tier.DEVICE, "release keep")
-        if ext.pool == "full":
+        if ext.pool is Kind.FULL:
             pages = set(ext.pages())
             ok = pages <= row.own
             keep |= pages
@@ -133,12 +134,12 @@ def _check_release(rt: SimRuntime, rel: Release) -> list[Run]:
 def _check_frees(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
     """Every page the plan frees is allocated and freed once (frees and releases), and
     none is read by the plan's own backups or stores. Works on runs."""
-    freed: dict[tuple[Tier, str], list[tuple[int, int, int]]] = {}  # (start, n, source)
+    freed: dict[tuple[Tier, Kind], list[tuple[int, int, int]]] = {}  # (start, n, source)
     for i, e in enumerate(plan.frees):
         spans = freed.setdefault((e.tier, e.pool), [])
         spans.extend((r.first_page, r.page_count, i) for r in e.page_runs)
     if released:
-        spans = freed.setdefault((Tier.DEVICE, "full"), [])
+        spans = freed.setdefault((Tier.DEVICE, Kind.FULL), [])
         for j, rel in enumerate(plan.releases):
             spans.extend((s, n, ~j) for s, n in released[rel.request.slot_id])
     if not freed:
@@ -149,7 +150,7 @@ def _check_frees(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
             return f"free of {plan.frees[source].num_pages} pages"
         return f"release of request {rt.rows[plan.releases[~source].request.slot_id].rid}"
 
-    reads: dict[tuple[Tier, str], list[tuple[int, int]]] = {}
+    reads: dict[tuple[Tier, Kind], list[tuple[int, int]]] = {}
     for ext in [b.src for b in plan.backups] + [s.src for s in plan.stores]:
         reads.setdefault((ext.tier, ext.pool), []).extend(
             (r.first_page, r.page_count) for r in ext.page_runs)
@@ -158,7 +159,7 @@ def _check_frees(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
         for s, n, source in spans:
             p = pages_pool.unallocated_in(s, n)
             if p is not None:
-                raise ValueError(f"{what(source)}: {tier.value} page {p} of pool {pool!r} is "
+                raise ValueError(f"{what(source)}: {tier.value} page {p} of pool '{pool}' is "
                                  "not allocated (freed before?)")
         read = reads.get((tier, pool))
         if read:
@@ -172,7 +173,7 @@ def _check_frees(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
             for (s0, n0, _), (s1, _, source) in zip(ordered, ordered[1:], strict=False):
                 if s1 < s0 + n0:
                     raise ValueError(f"{what(source)}: {tier.value} page {s1} of pool "
-                                     f"{pool!r} is freed twice in batch {plan.batch_id}")
+                                     f"'{pool}' is freed twice in batch {plan.batch_id}")
 
 
 def _overlap(spans: list[tuple[int, int, int]], read: list[tuple[int, int]]
@@ -197,8 +198,8 @@ def new_pages(rt: SimRuntime, s: RequestSlice, existing: int) -> int:
 
 
 def check_capacity(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
-    need_device: dict[str, int] = {"full": 0}
-    need_host: dict[str, int] = {}
+    need_device: dict[Kind, int] = {Kind.FULL: 0}
+    need_host: dict[Kind, int] = {}
     state = rt.state.active
     rows, page = rt.rows, rt.page_size
     full = 0
@@ -206,8 +207,8 @@ def check_capacity(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
         if s.request is not None:
             existing = len(rows[s.request.slot_id].pages)
         else:
-            existing = sum(e.num_pages for e in s.attach if e.pool == "full") + sum(
-                ld.src.num_pages for ld in s.loads if ld.src.pool == "full")
+            existing = sum(e.num_pages for e in s.attach if e.pool is Kind.FULL) + sum(
+                ld.src.num_pages for ld in s.loads if ld.src.pool is Kind.FULL)
         if s.context_tokens > existing * page:
             new_pages(rt, s, existing)  # raises
         new = max(0, -(-(s.context_tokens + s.new_tokens) // page) - existing)
@@ -220,16 +221,16 @@ def check_capacity(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
         for ext in s.attach:
             if ext.tier is Tier.HOST:  # hybrid load-back: L2 state lands in L1
                 need_device[ext.pool] = need_device.get(ext.pool, 0) + ext.num_pages
-    need_device["full"] += full
+    need_device[Kind.FULL] += full
     for b in plan.backups:
         need_host[b.src.pool] = need_host.get(b.src.pool, 0) + b.src.num_pages
     for pf in plan.prefetches:
-        need_host["full"] = need_host.get("full", 0) + pf.max_pages
-    back: dict[tuple[Tier, str], int] = {}  # what the frees and releases return first
+        need_host[Kind.FULL] = need_host.get(Kind.FULL, 0) + pf.max_pages
+    back: dict[tuple[Tier, Kind], int] = {}  # what the frees and releases return first
     for ext in plan.frees:
         back[(ext.tier, ext.pool)] = back.get((ext.tier, ext.pool), 0) + ext.num_pages
     for rel in plan.releases:
-        key = (Tier.DEVICE, "full")
+        key = (Tier.DEVICE, Kind.FULL)
         back[key] = back.get(key, 0) + sum(n for _, n in released[rel.request.slot_id])
         if state:
             for pool, n in rt.state.releasable(rel.request.slot_id, rel.kept()).items():
@@ -241,5 +242,5 @@ def check_capacity(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
             free = rt.tier(tier)[pool].free_count + back.get((tier, pool), 0)
             if n > free:
                 raise CapacityError(f"batch {plan.batch_id} needs {n} {tier.value} pages of "
-                                    f"pool {pool!r}, {free} free (not accounted for)")
+                                    f"pool '{pool}', {free} free (not accounted for)")
 

@@ -37,6 +37,18 @@ class Writeback:
         self.policy.observe_step(end, decode_batch, end - start,
                                  self.chunks.overlap(start, end))
 
+    def steps_done(self, first: int, spans: list[tuple[float, float]], decode_batch: int
+                   ) -> None:
+        """:meth:`step_done` of batches ``first, first + 1, ...`` spanning ``spans`` (a
+        fold's steps): in one pass under ``none``, which observes nothing (no chunks)."""
+        if type(self.policy) is not WritebackPolicy or self.chunks.recent:
+            for k, (start, end) in enumerate(spans):
+                self.step_done(first + k, start, end, decode_batch)
+            return
+        self.steps.extend((start, end, decode_batch) for start, end in spans)
+        ids = range(first, first + len(spans))
+        self.ends.update(zip(ids, (end for _, end in spans), strict=True))
+
 
 def chunked_backup_op(rt: SimRuntime, st: BatchState, ready: dict[str, float]) -> Proc:
     """A batch's backups in chunks under ``rt.writeback``'s policy (after its compute,

@@ -7,8 +7,12 @@ Two forms:
   validate SCENARIO --profile P [--device cpu|cuda] [--out OUT]
       measure here first (into OUT/measured, torch needed), then the same.
 
-Per scenario OUT/<name>/ gets comparison.json (every field of
-:func:`validation.compare.compare` plus run info and the noise floor), comparison.csv,
+OUT is written as ``run`` writes (:class:`hicache.report.outputs.RunFolder`): into a hidden
+temporary folder renamed into place when complete (``run.json`` last), never mixed with an
+existing folder (``--overwrite`` replaces a previous output), checked for writability
+before anything is measured or simulated. Per scenario OUT/<safe name>/ gets
+comparison.json (every field of :func:`validation.compare.compare` plus run info and the
+noise floor), comparison.csv,
 steps.csv (per-batch errors with the batch's tokens and context), ttft.csv (per request),
 both timelines as parquet, overlay.png and residuals.png; OUT/validation.json pools them.
 Scenarios whose decision logs differ are NOT scored (the reason is printed and recorded)
@@ -56,7 +60,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", choices=("cuda", "cpu"), default=None,
                    help="SCENARIO form: where to measure (default: cuda when available)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: "
-                   "DIR/validation, or results/validate/<scenario name>)")
+                   "DIR/validation, or results/validate/<scenario name>); written whole "
+                   "when complete, never into an existing folder")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing output folder of a previous validation")
+    p.add_argument("--partial", action="store_true",
+                   help="with --measured: score a measurement that did not finish (killed "
+                        "or failed), from the runs it saved")
     p.add_argument("--variant", default=None, help="SCENARIO form: variant to run")
     p.add_argument("--repeats", type=int, default=3,
                    help="SCENARIO form: measured runs (median reference, noise floor)")
@@ -82,9 +92,7 @@ def measure_here(args: argparse.Namespace, out: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from validation.ablation import ablated_profile
-    from validation.report import op_table, pooled, table, write_scenario
-    from validation.runner import load_measured, validate_scenario
+    from hicache.report.outputs import RunFolder, safe_name
 
     if (args.scenario is None) == (args.measured is None):
         raise ValueError("validate: give either a SCENARIO (measured here) or --measured DIR")
@@ -94,36 +102,65 @@ def run(args: argparse.Namespace) -> int:
         if args.profile is None:
             raise ValueError("validate SCENARIO: --profile is required (calibrate first, or "
                              "use hicache-lab measure, which calibrates)")
-        from hicache.report.outputs import safe_name
         from hicache.scenario import load_scenario
 
         name = safe_name(str(load_scenario(args.scenario, args.overrides).name))
         out = args.out or Path("results") / "validate" / name
-        measured = measure_here(args, out / "measured")
     else:
-        measured = args.measured
-        out = args.out or measured / "validation"
+        from validation.runner import check_measured
+
+        check_measured(args.measured, partial=args.partial)  # before anything is written
+        out = args.out or args.measured / "validation"
+    with RunFolder(out, overwrite=args.overwrite) as folder:  # checked before working
+        if args.scenario is None:
+            measured = args.measured
+        else:
+            from gpu_backend.measure import IncompleteRun
+
+            try:
+                measured = measure_here(args, folder.path / "measured")
+            except IncompleteRun as e:  # nothing to validate: no output, exit 1 (as run)
+                print(f"hicache-lab validate: error: {e}", file=sys.stderr)
+                return 1
+        summary, records, incomplete = _validate(args, measured, folder.path)
+        folder.commit({"command": "validate", "measured": str(measured),
+                       "argv": sys.argv[1:], "scenarios": {
+                           r.get("dir", ""): r.get("folder", "") for r in records}})
+    from validation.report import op_table, table
+
+    print(table(records))
+    print(op_table(records))
+    print(f"-> {out}")
+    return 0 if summary["decisions_equal"] and not incomplete else 1
+
+
+def _validate(args: argparse.Namespace, measured: Path, out: Path
+              ) -> tuple[dict, list[dict], int]:
+    """Predict and score ``measured`` into ``out``: (summary, per-scenario records, number
+    of requests some side did not finish)."""
+    from hicache.report.outputs import safe_names
+    from validation.ablation import ablated_profile
+    from validation.report import clean, pooled, write_scenario
+    from validation.runner import load_measured, validate_scenario
+
     mset = load_measured(measured, args.only)
     profile = args.profile or mset.profile
     if profile is None:
         raise ValueError(f"--measured {measured}: holds no profile.yaml; give --profile")
     prof = ablated_profile(profile, args.ablate) if args.ablate else str(profile)
-    out.mkdir(parents=True, exist_ok=True)
+    folders = safe_names(ms.dir for ms in mset.scenarios)
     validations, records = [], []
     for ms in mset.scenarios:
         print(f"[{ms.dir}] simulating ({len(ms.runs)} measured runs) ...", flush=True)
         v = validate_scenario(ms, prof, mset.shape)
         validations.append(v)
-        records.append(write_scenario(v, out / ms.dir))
+        record = write_scenario(v, out / folders[ms.dir])
+        records.append({**record, "dir": ms.dir, "folder": folders[ms.dir]})
     summary = {"measured": str(measured), "profile": str(profile), "ablate": args.ablate,
                "device": mset.device, "environment": mset.environment,
+               "measurement_complete": mset.complete,
                **pooled(validations), "per_scenario": records}
-    from validation.report import clean
-
     (out / "validation.json").write_text(json.dumps(clean(summary), indent=2))
-    print(table(records))
-    print(op_table(records))
-    print(f"-> {out}")
     incomplete = 0
     for v, ms in zip(validations, mset.scenarios, strict=True):
         sides = [("predicted", v.predicted.rejected, v.predicted.unfinished)]
@@ -137,4 +174,4 @@ def run(args: argparse.Namespace) -> int:
                 print(f"[{ms.dir} {side}] ERROR: request {rid} did not finish: {why}",
                       file=sys.stderr)
             incomplete += len(unfinished)
-    return 0 if summary["decisions_equal"] and not incomplete else 1
+    return summary, records, incomplete

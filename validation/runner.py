@@ -67,6 +67,11 @@ class MeasuredSet:
     environment: dict[str, Any]
     scenarios: list[MeasuredScenario]
 
+    @property
+    def complete(self) -> bool:
+        """The measurement finished (``measure`` marks environment.json last)."""
+        return bool(self.environment.get("finished"))
+
 
 def _tuples(x: Any) -> Any:
     return tuple(_tuples(v) for v in x) if isinstance(x, list) else x
@@ -80,17 +85,42 @@ def load_run(folder: Path) -> MeasuredRun:
                        json.loads((folder / "run.json").read_text()))
 
 
-def load_measured(root: Path, only: list[str] | None = None) -> MeasuredSet:
-    """Read a measured folder; ``only`` keeps the named scenario folders."""
+def _manifest(root: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(measured.json, environment.json) of a measured folder, checked: format 1, scenario
+    folders that are plain names inside it."""
     path = root / MANIFEST
     if not path.is_file():
         raise FileNotFoundError(f"--measured: {root} has no {MANIFEST} (write one with "
                                 f"hicache-lab measure SCENARIO... --out {root})")
-    man = json.loads(path.read_text())
-    if man.get("format") != 1:
-        raise ValueError(f"{path}: format {man.get('format')!r}, this version reads 1")
+    try:
+        man = json.loads(path.read_text())
+    except ValueError as e:
+        raise ValueError(f"{path}: not JSON ({e})") from None
+    if not isinstance(man, dict) or man.get("format") != 1:
+        raise ValueError(f"{path}: format {man.get('format') if isinstance(man, dict) else man!r}"
+                         ", this version reads 1")
+    for s in man.get("scenarios", []):
+        d = s.get("dir") if isinstance(s, dict) else None
+        if not isinstance(d, str) or not d or d in (".", "..") or Path(d).name != d:
+            raise ValueError(f"{path}: scenario folder {d!r} is not a plain folder name")
     env_path = root / "environment.json"
     env = json.loads(env_path.read_text()) if env_path.is_file() else {}
+    return man, env
+
+
+def check_measured(root: Path, *, partial: bool = False) -> None:
+    """Refuse a measurement that did not finish (killed, or a run lost requests) unless
+    ``partial``: its saved runs are real, but fewer than it asked for."""
+    _, env = _manifest(root)
+    if not env.get("finished") and not partial:
+        raise ValueError(f"--measured {root}: the measurement did not finish (interrupted, "
+                         "or a run failed: see its runs' run.json); measure again, or pass "
+                         "--partial to score the runs it saved")
+
+
+def load_measured(root: Path, only: list[str] | None = None) -> MeasuredSet:
+    """Read a measured folder; ``only`` keeps the named scenario folders."""
+    man, env = _manifest(root)
     scenarios = []
     for s in man["scenarios"]:
         if only and s["dir"] not in only:

@@ -12,14 +12,29 @@ read even alone (its storage process died) fails alone through :class:`L3Partial
 Timeouts and retries are the caller's (:mod:`gpu_backend.l3.resilient`): these calls
 release the GIL, so a hung one can be abandoned on its thread, and the client's RPC layer
 reconnects by itself once the master answers again (measured with the real store).
+
+Setup is bounded (:func:`check_master`): ``setup()`` holds the GIL while it retries (no
+Python timer can interrupt it) and blocks ~90 s on a master that is down (20 attempts) or
+20 x 30 s on one that accepts connections but does not answer (paused), all measured. So
+before it, the master's port is probed with a socket timeout (a down master fails in
+milliseconds) and one ``setup()`` runs in a child process that is killed at
+``setup_timeout_s`` (a paused or hung master fails then); only a master that answered the
+child is set up here, with ``MC_STORE_CLIENT_SETUP_RETRIES=1`` unless the user set it, so
+a master that dies in between costs one attempt (~4.5 s, or 30 s if it hangs), never 20.
+A child rather than a thread: the store made there cannot be handed back, but the call
+that holds the GIL runs in another interpreter, and killing it is always possible.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import socket
+import subprocess
+import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from gpu_backend.l3.base import L3Error, L3PartialError, check_keys_values
@@ -32,6 +47,22 @@ ERROR_NAMES = {-1: "INTERNAL_ERROR", -200: "NO_AVAILABLE_HANDLE", -704: "OBJECT_
                -705: "OBJECT_ALREADY_EXISTS", -706: "OBJECT_HAS_LEASE",
                -800: "TRANSFER_FAIL", -900: "RPC_FAIL"}
 NO_SPACE, NOT_FOUND = -200, -704
+
+
+SETUP_TIMEOUT_S = 15.0  # a healthy master answers the child's setup in ~0.1 s (measured)
+SETUP_RETRIES_ENV = "MC_STORE_CLIENT_SETUP_RETRIES"
+_CHILD_SETUP = """\
+import os, sys
+from mooncake.store import MooncakeDistributedStore
+host, metadata, protocol, device, master = sys.argv[1:]
+rc = MooncakeDistributedStore().setup(host, metadata, 0, 1 << 20, protocol, device, master)
+print(rc, flush=True)
+os._exit(0 if rc == 0 else 3)  # no close(): it waits ~1 s and the process ends anyway
+"""
+
+
+class L3Unavailable(L3Error, ConnectionError):
+    """The store cannot be reached at start (the message names the master and why)."""
 
 
 def error_name(code: int) -> str:
@@ -77,14 +108,58 @@ def config_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     }
 
 
+def check_master(master: str, setup: tuple[str, str, str, str], timeout_s: float) -> None:
+    """Raise :class:`L3Unavailable` unless ``master`` (host:port) accepts a connection and
+    answers a client ``setup()`` (``setup``: local hostname, metadata server, protocol,
+    device) made in a child process within ``timeout_s`` seconds."""
+    host, sep, port = master.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"Mooncake master {master!r}: expected host:port")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise L3Unavailable(f"Mooncake master {master} is not reachable ({e.strerror or e}): "
+                            "is mooncake_master running there?") from None
+    local_hostname, metadata_server, protocol, device = setup
+    env = {**os.environ, SETUP_RETRIES_ENV: "1", "MC_LOG_LEVEL": "ERROR",
+           "GLOG_minloglevel": "2"}
+    argv = [sys.executable, "-c", _CHILD_SETUP, local_hostname, metadata_server, protocol,
+            device, master]
+    try:
+        child = subprocess.run(argv, env=env, capture_output=True, text=True,
+                               timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        raise L3Unavailable(f"Mooncake master {master} accepted a connection but a client "
+                            f"setup did not finish within {timeout_s:g} s (is it paused or "
+                            "overloaded?)") from None
+    if child.returncode != 0:
+        why = (child.stderr.strip().splitlines() or [f"exit {child.returncode}"])[-1]
+        raise L3Unavailable(f"Mooncake master {master}: a client setup failed ({why})")
+
+
+@contextmanager
+def _bounded_setup_retries() -> Iterator[None]:
+    """``MC_STORE_CLIENT_SETUP_RETRIES=1`` around a setup, unless the user set it."""
+    if SETUP_RETRIES_ENV in os.environ:
+        yield
+        return
+    os.environ[SETUP_RETRIES_ENV] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop(SETUP_RETRIES_ENV, None)
+
+
 class MooncakeL3:
     """Batch page store over `MooncakeDistributedStore` (batch_is_exist/get_batch/put_batch)."""
 
     def __init__(
         self, master: str, protocol: str = "tcp", metadata_server: str = "P2PHANDSHAKE",
         local_buffer_bytes: int = 64 << 20, global_segment_bytes: int = 0, device: str = "",
-        local_hostname: str = "127.0.0.1",
+        local_hostname: str = "127.0.0.1", setup_timeout_s: float = SETUP_TIMEOUT_S,
     ) -> None:
+        """Connect to ``master``, or raise :class:`L3Unavailable` within about
+        ``setup_timeout_s`` (see the module doc: setup is probed first)."""
         try:
             from mooncake.store import MooncakeDistributedStore
         except ImportError as exc:
@@ -92,14 +167,16 @@ class MooncakeL3:
                               f"(and Debian's libibverbs1): {exc}") from exc
         self.master = master
         self.local_buffer_bytes = local_buffer_bytes
+        check_master(master, (local_hostname, metadata_server, protocol, device),
+                     setup_timeout_s)
         self._store: Any = MooncakeDistributedStore()
-        rc = self._store.setup(local_hostname, metadata_server, global_segment_bytes,
-                               local_buffer_bytes, protocol, device, master)
+        with _bounded_setup_retries():
+            rc = self._store.setup(local_hostname, metadata_server, global_segment_bytes,
+                                   local_buffer_bytes, protocol, device, master)
         if rc != 0:
-            raise RuntimeError(
+            raise L3Unavailable(
                 f"Mooncake setup failed (rc={rc}) for master {master!r}, protocol {protocol!r}, "
-                f"metadata server {metadata_server!r}: is mooncake_master running there? "
-                "(MC_STORE_CLIENT_SETUP_RETRIES=1 makes a missing master fail in ~5 s)")
+                f"metadata server {metadata_server!r}: is mooncake_master running there?")
         self._closed = self._store_closed = False
         self._inflight = 0  # store calls running now (some may be abandoned by a timeout)
         self._lock = threading.Condition()

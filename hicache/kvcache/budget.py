@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hicache.runtime.handles import Tier
+from hicache.runtime.handles import Kind, Tier
 
 if TYPE_CHECKING:
     from hicache.runtime.sharing import TenantShare
@@ -35,8 +35,8 @@ class PageBudget:
         self.loads_pending = 0  # device pages admitted loads take at prepare
         self.host_reserved = 0  # host pages of backups and prefetches in flight
         self.share: TenantShare | None = None  # a pool shared with other schedulers
-        self.host_pools: dict[str, int] = {}  # L2 state pools: pool -> pages (slots)
-        self.host_pool_reserved: dict[str, int] = {}  # backups in flight, per state pool
+        self.host_pools: dict[Kind, int] = {}  # L2 state pools: pool -> pages (slots)
+        self.host_pool_reserved: dict[Kind, int] = {}  # backups in flight, per state pool
 
     def device_used(self) -> int:
         return self.tree.held_pages(Tier.DEVICE) + self.own + self.loads_pending
@@ -59,7 +59,7 @@ class PageBudget:
     def total(self, tier: Tier) -> int:
         return self.device_total if tier is Tier.DEVICE else self.host_total
 
-    def host_pool_free(self, pool: str) -> int:
-        """Free pages of an L2 state pool ("swa", "mamba"); 0 for a pool it lacks."""
+    def host_pool_free(self, pool: Kind) -> int:
+        """Free pages of an L2 state pool (SWA, MAMBA); 0 for a pool it lacks."""
         return (self.host_pools.get(pool, 0) - self.tree.held_pages(Tier.HOST, pool)
                 - self.host_pool_reserved.get(pool, 0))

@@ -17,6 +17,10 @@ SWA window and the MAMBA checkpoint in the first slice, and backups copy every c
 Invariant: for each pool, runtime-allocated pages <= tree-held + reserved by running
 requests + pending loads <= pool size, so the runtime never runs out (it raises if it
 would).
+
+``zero_time`` (replay: the cache manager driven one request at a time) reserves what a
+request holds when it computes in no time: the SWA pages of its last window and one MAMBA
+checkpoint, no running state beside them.
 """
 
 from __future__ import annotations
@@ -26,13 +30,14 @@ import math
 from hicache.kvcache.decisions import Admit
 from hicache.kvcache.hybrid_tiers import HybridTiers
 from hicache.kvcache.manager import KVCacheManager
+from hicache.kvcache.state import RequestState
 from hicache.runtime.handles import CacheExtentRef, Tier
 from hicache.runtime.interface import PreparedSlice, RequestSlice, RuntimeInfo
-from hicache.scheduler.state import RequestState
 from hicache.tree.actions import FreeDevice
 from hicache.tree.components import Kind
 from hicache.tree.loadback import ComponentLoads
 from hicache.tree.node import Node
+from hicache.tree.radix import MatchResult
 
 POOLS = (Kind.FULL, Kind.SWA, Kind.MAMBA)  # a Release keeps its extents in this order
 STATE = (Kind.SWA, Kind.MAMBA)
@@ -42,14 +47,16 @@ class ComponentTracker:
     """Collaborators: the cache manager (its tree, FULL page budget, intent sink and
     decision log); ``info`` sizes the state pools, ``chunk_tokens`` bounds a prefill chunk."""
 
-    def __init__(self, kv: KVCacheManager, info: RuntimeInfo, chunk_tokens: int) -> None:
+    def __init__(self, kv: KVCacheManager, info: RuntimeInfo, chunk_tokens: int, *,
+                 zero_time: bool = False) -> None:
         self.kv, self.tree, self.page = kv, kv.tree, kv.page
+        self.zero_time = zero_time
         spec = self.tree.spec
         self.swa = spec.get(Kind.SWA) is not None
         self.mamba = spec.get(Kind.MAMBA) is not None
         self.window_pages = math.ceil(info.swa_window / self.page) if self.swa else 0
         self.chunk_pages = math.ceil(chunk_tokens / self.page)
-        self.total = {k: info.device_pages.get(k.value, 0) for k in STATE}
+        self.total = {k: info.device_pages.get(k, 0) for k in STATE}
         self.own = dict.fromkeys(STATE, 0)
         self.tiers = HybridTiers(self, info) if kv.l2 else None
 
@@ -58,14 +65,21 @@ class ComponentTracker:
         if pool is Kind.FULL:
             return self.kv.budget.device_free()
         pending = self.tiers.pending[pool] if self.tiers is not None else 0
-        return (self.total[pool] - self.tree.held_pages(Tier.DEVICE, pool.value)
+        return (self.total[pool] - self.tree.held_pages(Tier.DEVICE, pool)
                 - self.own[pool] - pending)
 
     def reserve(self, st: RequestState) -> dict[Kind, int]:
         """Pages (slots) of each state pool the request may hold at once, at most."""
         page = self.page
-        new = math.ceil((st.prompt_len + st.req.output_len) / page) - st.prefix_tokens // page
         out = {}
+        if self.zero_time:  # the window the tree keeps, the checkpoint it takes
+            new = len(st.pages) - st.prefix_tokens // page
+            if self.swa:
+                out[Kind.SWA] = min(new, self.window_pages)
+            if self.mamba:
+                out[Kind.MAMBA] = int(new > 0)
+            return out
+        new = math.ceil((st.prompt_len + st.req.output_len) / page) - st.prefix_tokens // page
         if self.swa:
             out[Kind.SWA] = min(new, 2 * self.window_pages + self.chunk_pages + 2)
         if self.mamba:
@@ -115,8 +129,18 @@ class ComponentTracker:
     def start(self, st: RequestState) -> bool:
         """Admit ``st``: reuse up to the boundary every component accepts, on L1 or, with
         L2, on L1 and L2 (loading what is on L2 only)."""
-        page = self.page
-        m = self.tree.match(st.pages[:(st.prompt_len - 1) // page])  # recompute >= 1 token
+        return self.admit(st, self.match(st))
+
+    def match(self, st: RequestState) -> MatchResult:
+        """Match ``st``'s prompt, touching it (less its last token unless the manager
+        reuses whole prompts)."""
+        pages = (st.pages[:(st.prompt_len - 1) // self.page] if self.kv.recompute_last_token
+                 else st.pages)
+        return self.tree.match(pages)
+
+    def admit(self, st: RequestState, m: MatchResult) -> bool:
+        """Reserve what ``st`` needs beyond the ``m`` it reuses (and the loads of its L2
+        part); False (nothing held) when a pool cannot make room now."""
         dev = m.device_tokens
         loads = self.tiers.plan(m) if self.tiers is not None else None
         nodes = m.path[:m.device_nodes] if loads is None else loads.path
@@ -173,7 +197,7 @@ class ComponentTracker:
         if self.mamba:
             last = nodes[-1]
             out.append((last.device.get(Kind.MAMBA) or last.host[Kind.MAMBA], last))
-        landing = [(n, Kind(e.pool)) for e, n in out if e.tier is Tier.HOST]
+        landing = [(n, e.pool) for e, n in out if e.tier is Tier.HOST]
         assert loads is not None or not landing
         return tuple(e for e, _ in out), landing
 
@@ -200,28 +224,35 @@ class ComponentTracker:
             return None
         values = {Kind.FULL: st.kv.slice(first, n)}
         for ext in st.checkpoint:
-            if ext.pool == Kind.SWA.value:  # the run ends at the checkpoint's last page
+            if ext.pool is Kind.SWA:  # the run ends at the checkpoint's last page
                 take = min(ext.num_pages, n - first)
                 values[Kind.SWA] = ext.slice(ext.num_pages - take, ext.num_pages)
-            elif ext.pool == Kind.MAMBA.value:
+            elif ext.pool is Kind.MAMBA:
                 values[Kind.MAMBA] = ext
         res = self.tree.insert(st.pages, values)
-        dup = {(a.kind, p) for a in res.actions if isinstance(a, FreeDevice)
-               for p in a.extent.pages()}
+        skip: dict[Kind, set[int]] = {}  # duplicates the tree did not take, pages given before
+        for a in res.actions:
+            if isinstance(a, FreeDevice):
+                skip.setdefault(a.kind, set()).update(a.extent.pages())
+        for kind, before in st.state_donated.items():
+            for e in before:
+                skip.setdefault(kind, set()).update(e.pages())
         for kind, ext in values.items():
-            own = [p for p in ext.pages() if (kind, p) not in dup
-                   and (kind, p) not in st.donated_keys]
-            if not own:
-                continue
-            st.donated_keys.update((kind, p) for p in own)
-            st.state_donated.setdefault(kind, []).append(ext.with_pages(own))
+            if kind in skip:
+                own = [p for p in ext.pages() if p not in skip[kind]]
+                if not own:
+                    continue
+                taken, count = ext.with_pages(own), len(own)
+            else:  # the common case: the tree took every page
+                taken, count = ext, ext.num_pages
+            st.state_donated.setdefault(kind, []).append(taken)
             if kind is Kind.FULL:
-                st.donated.append(ext.with_pages(own))
-                st.donated_pages += len(own)
-                self.kv.budget.own -= len(own)
+                st.donated.append(taken)
+                st.donated_pages += count
+                self.kv.budget.own -= count
             else:
-                self.own[kind] -= len(own)
-                st.reserved[kind] -= len(own)
+                self.own[kind] -= count
+                st.reserved[kind] -= count
         return res.node
 
     def finish(self, st: RequestState) -> tuple[CacheExtentRef, ...]:

@@ -10,7 +10,7 @@ Runs compare their decision logs (simulator against torch runtime) and write the
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 
@@ -19,8 +19,9 @@ class Decision:
     kind: ClassVar[str] = ""
 
     def row(self) -> tuple:
-        """``(kind, *fields)``: the decision as one flat log row."""
-        return (self.kind, *astuple(self))
+        """``(kind, *fields)``: the decision as one flat log row (every field is a scalar,
+        so this is ``astuple`` without its deep copy)."""
+        return (self.kind, *[getattr(self, name) for name in self.__match_args__])
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,9 +30,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from hicache.kvcache.decisions import Load
-from hicache.runtime.handles import CacheExtentRef
+from hicache.kvcache.state import RequestState
+from hicache.runtime.handles import CacheExtentRef, Tier
 from hicache.runtime.interface import RuntimeInfo
-from hicache.scheduler.state import RequestState
 from hicache.tree.components import Kind
 from hicache.tree.loadback import ComponentLoads, plan_loads
 from hicache.tree.node import Node
@@ -50,7 +50,7 @@ class HybridTiers:
     def __init__(self, tracker: ComponentTracker, info: RuntimeInfo) -> None:
         self.tracker, self.kv, self.tree = tracker, tracker.kv, tracker.tree
         kinds = self.tree.spec.kinds
-        self.kv.budget.host_pools = {k.value: info.host_pages.get(k.value, 0)
+        self.kv.budget.host_pools = {k: info.host_pages.get(k, 0)
                                      for k in STATE if k in kinds}
         self.pending = dict.fromkeys(STATE, 0)  # device pages (slots) loads will take
         self._landing: dict[int, tuple[list[Node], list[tuple[Node, Kind]]]] = {}
@@ -98,13 +98,13 @@ class HybridTiers:
                     self.tracker.own[kind] += ext.num_pages
                     st.reserved[kind] = st.reserved.get(kind, 0) + ext.num_pages
                 continue
-            residency.put_value(node, "device", kind, ext)
+            residency.put_value(node, Tier.DEVICE, kind, ext)
             residency.touched(node)
 
     def finish(self, st: RequestState) -> None:
         """Free the request's orphaned loads (its row is released in the same plan)."""
         for ext in self._orphans.pop(st.rid, ()):
-            if ext.pool == Kind.FULL.value:
+            if ext.pool is Kind.FULL:
                 self.kv.budget.own -= ext.num_pages
             self.kv.sink.free(ext)
 

@@ -14,8 +14,6 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 
-import numpy as np
-
 from hicache.tiers.hashing import chain_keys, page_hashes
 from hicache.tree.node import Node
 
@@ -56,6 +54,8 @@ class NodeKeys:
     def _tokens(self, pages: Sequence) -> array:
         """The token ids of page keys (first token ids, as block prompts give, or
         tuples)."""
+        import numpy as np  # lazily: the CLI's --help and scenario checks never need it
+
         if pages and isinstance(pages[0], int):
             starts = np.asarray(pages, dtype=np.int64)
             grid = starts[:, None] + np.arange(self.page, dtype=np.int64)[None, :]

@@ -31,6 +31,7 @@ from hicache.kvcache.budget import PageBudget
 from hicache.kvcache.decisions import Admit, Backup, Decision, Evict, Finish, Load
 from hicache.kvcache.keys import NodeKeys
 from hicache.kvcache.plans import IntentSink
+from hicache.kvcache.state import RequestState
 from hicache.runtime.handles import CacheExtentRef, Tier
 from hicache.runtime.interface import (
     BackupIntent,
@@ -40,7 +41,6 @@ from hicache.runtime.interface import (
     TransferCompletion,
     TransferKind,
 )
-from hicache.scheduler.state import RequestState
 from hicache.tiers.hashing import page_hashes
 from hicache.tiers.write_policy import WritePolicy
 from hicache.tree.actions import Action, BackupNode, Deleted, Demoted, FreeDevice, FreeHost
@@ -75,6 +75,11 @@ class _BackupJob:
     keys: tuple[str, ...] | None  # L3 keys when known at start (write-through)
     parts: dict[int, tuple[Kind, int]] = field(default_factory=dict)  # job -> kind, pages
     hosts: dict[Kind, CacheExtentRef] = field(default_factory=dict)  # landed copies
+    evicting: bool = False  # an eviction under write_back: the node leaves L1 once copied
+
+    @property
+    def full_pages(self) -> int:
+        return sum(n for kind, n in self.parts.values() if kind is Kind.FULL)
 
 
 class KVCacheManager:
@@ -86,15 +91,16 @@ class KVCacheManager:
             raise ValueError(f"page_size {cache.page_size} but the runtime uses {self.page}")
         self.tree = UnifiedRadixTree(spec or TreeSpec(self.page),
                                      eviction_policy=cache.radix_eviction_policy,
-                                     session_aware=cache.enable_session_aware_eviction)
-        self.l2 = cache.enable_hierarchical_cache and info.host_pages.get("full", 0) > 0
+                                     session_aware=cache.enable_session_aware_eviction,
+                                     options=cache.tree_options)
+        self.l2 = cache.enable_hierarchical_cache and info.host_pages.get(Kind.FULL, 0) > 0
         self.l3 = l3 and self.l2  # L3 is reached through L2 (stores read it, fetches land there)
         self.write = WritePolicy.named(cache.hicache_write_policy)
         # buffer_only: an L1 eviction deletes (the KV is in L3), it never demotes to L2
         self.tree.residency.host_enabled = self.l2 and not cache.hicache_buffer_only
         self.tree.residency.write_back = self.l2 and self.write.backup_on_eviction
-        self.budget = PageBudget(self.tree, info.device_pages["full"],
-                                 info.host_pages.get("full", 0) if self.l2 else 0)
+        self.budget = PageBudget(self.tree, info.device_pages[Kind.FULL],
+                                 info.host_pages.get(Kind.FULL, 0) if self.l2 else 0)
         self.reserve_output = reserve_output
         self.recompute_last_token = recompute_last_token
         self.decisions: list[Decision] = []
@@ -104,6 +110,7 @@ class KVCacheManager:
         self._stores: dict[int, tuple[list[Node], LockHandle]] = {}  # job -> (nodes, pin)
         self._backups_refused = 0  # backups that found no L2 room
         self._keys = NodeKeys(self.page)
+        self._refused: tuple | None = None  # what admit read when it last refused (admit)
 
     def log(self, decision: Decision) -> None:
         self.decisions.append(decision)
@@ -144,8 +151,13 @@ class KVCacheManager:
             free = self.budget.free(tier)
             if free >= pages:
                 return True
-            res = (self.tree.evict_device(pages - free) if tier is Tier.DEVICE
-                   else self.tree.evict_host(pages - free))
+            if tier is Tier.DEVICE:  # pages whose eviction backup is under way: coming
+                coming = sum(b.full_pages for b in self._backups.values() if b.evicting)
+                if free + coming >= pages:  # free once copied; start no more backups
+                    break
+                res = self.tree.evict_device(pages - free - coming)
+            else:
+                res = self.tree.evict_host(pages - free)
             if not res.actions:
                 break
             self.apply(res.actions)
@@ -176,8 +188,8 @@ class KVCacheManager:
                 self.log(Evict(a.node_id, a.tokens, "demote"))
             elif isinstance(a, Deleted):
                 self.log(Evict(a.node_id, a.tokens, "delete"))
-            elif isinstance(a, BackupNode):
-                self.start_backup(a)
+            elif isinstance(a, BackupNode):  # an eviction under write_back
+                self.start_backup(a, evicting=True)
 
     def describe_l1(self) -> str:
         """How much of L1 the tree holds and how much of that nothing can evict now."""
@@ -215,15 +227,28 @@ class KVCacheManager:
 
     def admit(self, st: RequestState) -> bool:
         """Reserve what ``st`` reuses and its footprint; False (nothing changed but the
-        match's recency) when L1 cannot make room now."""
+        match's recency) when L1 cannot make room now.
+
+        A refusal that evicted nothing is remembered with what it read (the tree's change
+        count, the budget); asked again before any of it changed (a blocked queue head,
+        step after step), admit refuses at once: the full attempt would refuse again, and
+        its only effect, re-stamping the same path as the most recent, keeps every
+        recency order as it is."""
+        if self._refused is not None and self._refused == self._admission_reads(st):
+            return False
+        self._refused = None
         r = self.reuse(st)
         tail = list(r.load_nodes)
         lock = self.tree.lock(r.match.device_node if not tail else tail[-1])
         st.prefix_tokens = r.device_tokens + r.host_tokens
         load_pages = r.host_tokens // self.page
+        changes, refused = self.tree.changes, self._backups_refused
         if not self.make_room(Tier.DEVICE, self.footprint(st) + load_pages):
+            quiet = self.tree.changes == changes and self._backups_refused == refused
             self.tree.unlock(lock)
             st.prefix_tokens = 0
+            if quiet and self.budget.share is None and not self.tree.residency.lru:
+                self._refused = self._admission_reads(st)  # FULL only, a pool of its own
             return False
         st.lock = lock
         st.host_lock = self.tree.locks.lock_host(tail) if tail else None
@@ -239,6 +264,13 @@ class KVCacheManager:
             self.log(Load(st.rid, r.host_tokens))
         self.release_prefetch_locks(st)
         return True
+
+    def _admission_reads(self, st: RequestState) -> tuple:
+        """What :meth:`admit` of ``st`` reads that can change while it waits."""
+        b = self.budget
+        return (st.rid, st.prefetch_pages, st.donated_pages, self.tree.changes, b.own,
+                b.loads_pending,
+                b.host_reserved, b.device_total, b.host_total, self._backups_refused)
 
     def release_prefetch_locks(self, st: RequestState) -> None:
         """Admitted: the request's own locks now hold what its prefetch protected."""
@@ -261,7 +293,7 @@ class KVCacheManager:
     def loaded(self, st: RequestState, extents: Iterable[CacheExtentRef]) -> None:
         """The runtime placed ``st``'s loads on L1 (``extents``, one per load node)."""
         for node, ext in zip(st.load_nodes, extents, strict=True):
-            self.tree.residency.put_value(node, "device", Kind.FULL, ext)
+            self.tree.residency.put_value(node, Tier.DEVICE, Kind.FULL, ext)
             self.tree.residency.touched(node)
             self.budget.loads_pending -= ext.num_pages
 
@@ -373,7 +405,7 @@ class KVCacheManager:
 
     # -- copies between tiers --------------------------------------------------------
     def start_backup(self, a: BackupNode, keys: tuple[str, ...] | None = None,
-                     kinds: frozenset[Kind] | None = None) -> None:
+                     kinds: frozenset[Kind] | None = None, *, evicting: bool = False) -> None:
         """Copy a node to L2 (write policy, or an eviction under write_back): FULL, and each
         other component on L1 (hybrid models) that finds room in its own L2 pool, one
         BackupIntent (job) per component. ``kinds``: only these (a node whose FULL copy
@@ -390,7 +422,8 @@ class KVCacheManager:
             return
         if len(parts) != len(a.extents):
             self.tree.residency.narrow_backup(a.node_id, frozenset(k for k, _ in parts))
-        b = _BackupJob(a.node_id, keys if parts[0][0] is Kind.FULL else None)
+        b = _BackupJob(a.node_id, keys if parts[0][0] is Kind.FULL else None,
+                       evicting=evicting)
         intents = []
         for kind, ext in parts:
             job = self.sink.next_job_id()
@@ -411,10 +444,10 @@ class KVCacheManager:
     def _state_host_room(self, kind: Kind, pages: int) -> bool:
         """Make room for ``pages`` in ``kind``'s L2 state pool (dropping L2 copies of that
         component); False when it cannot (or the pool does not exist)."""
-        free = self.budget.host_pool_free(kind.value)
-        if free < pages and self.budget.host_pools.get(kind.value, 0) >= pages:
+        free = self.budget.host_pool_free(kind)
+        if free < pages and self.budget.host_pools.get(kind, 0) >= pages:
             self.apply(self.tree.residency.evict_host_component(kind, pages - free).actions)
-        return self.budget.host_pool_free(kind.value) >= pages
+        return self.budget.host_pool_free(kind) >= pages
 
     def backup_placed(self, job: int, host: CacheExtentRef) -> None:
         """The runtime allocated ``host`` for backup ``job`` (the copy is under way)."""
@@ -442,7 +475,7 @@ class KVCacheManager:
         if kind is Kind.FULL:
             self.budget.host_reserved -= pages
         else:
-            self.budget.host_pool_reserved[kind.value] -= pages
+            self.budget.host_pool_reserved[kind] -= pages
         if b.parts:
             return
         del self._backups[job]
@@ -467,5 +500,5 @@ class KVCacheManager:
             if n.parent is None or not n.on_device or n.backing_up or n.locked(HOST):
                 continue
             for kind in list(n.host):
-                self.sink.free(self.tree.residency.pop_value(n, "host", kind))
+                self.sink.free(self.tree.residency.pop_value(n, Tier.HOST, kind))
             self.tree.residency.touched(n)

@@ -23,9 +23,9 @@ from collections.abc import Iterable
 
 from hicache.kvcache.decisions import Prefetch, PrefetchStop
 from hicache.kvcache.manager import KVCacheManager
+from hicache.kvcache.state import RequestState, Status
 from hicache.runtime.handles import CacheExtentRef, Tier
 from hicache.runtime.interface import PrefetchIntent, TransferCompletion
-from hicache.scheduler.state import RequestState, Status
 from hicache.tiers.prefetch import should_query, stop_decision
 from hicache.tree.components import Kind
 

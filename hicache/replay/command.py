@@ -64,7 +64,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-requests", type=size_arg(1), default=None, metavar="N",
                    help="replay only the first N requests")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
-                   help="write requests.csv and summary.json here")
+                   help="write requests.csv and summary.json here (one folder per size with "
+                        "several); the folder appears complete, or not at all")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --out folder of a previous run")
     p.add_argument("--json", action="store_true", help="print one JSON object per size")
     p.set_defaults(func=run)
 
@@ -87,19 +90,15 @@ def summarize(records: list[Any]) -> dict:
     }
 
 
-def _cache(args: argparse.Namespace, capacity: int):  # noqa: ANN202 - ReplayCache | Hybrid
+def _cache(args: argparse.Namespace, capacity: int):  # noqa: ANN202 - ReplayCache
     from hicache.config import CacheConfig
     from hicache.replay.engine import L3Set, ReplayCache
-    from hicache.replay.hybrid import HybridReplayCache
 
-    if args.swa_window or args.mamba_slots:
-        if args.l3:  # hicache/kvcache/hybrid_tiers.py says why
-            raise ValueError("--swa-window/--mamba-slots replay L1 and L2 (--l2-tokens); "
-                             "SWA windows and MAMBA checkpoints have no L3 path: drop --l3")
-        return HybridReplayCache(page_size=args.page_size, full_tokens=capacity,
-                                 swa_window=args.swa_window, swa_tokens=args.swa_tokens,
-                                 mamba_slots=args.mamba_slots, policy=args.policy,
-                                 host_tokens=args.l2_tokens, write_policy=args.write_policy)
+    hybrid = {"swa_window": args.swa_window, "swa_tokens": args.swa_tokens,
+              "mamba_slots": args.mamba_slots}
+    if (args.swa_window or args.mamba_slots) and args.l3:  # hybrid_tiers.py says why
+        raise ValueError("--swa-window/--mamba-slots replay L1 and L2 (--l2-tokens); "
+                         "SWA windows and MAMBA checkpoints have no L3 path: drop --l3")
     cfg = CacheConfig.from_mapping({
         "page_size": args.page_size, "device_tokens": capacity,
         "radix_eviction_policy": args.policy, "hicache_write_policy": args.write_policy,
@@ -111,20 +110,29 @@ def _cache(args: argparse.Namespace, capacity: int):  # noqa: ANN202 - ReplayCac
         l3 = L3Set(None if args.l3_tokens is None else args.l3_tokens // args.page_size)
     # L3 fetches land in L2; with --l3 and no --l2-tokens, L2 is a staging buffer of L1's size
     host = args.l2_tokens if args.l2_tokens > 0 else (capacity if args.l3 else 0)
-    return ReplayCache(cfg, l3=l3, host_tokens=host)
+    return ReplayCache(cfg, l3=l3, host_tokens=host, **hybrid)
 
 
 def run(args: argparse.Namespace) -> int:
+    from contextlib import nullcontext
+
     from hicache.replay.engine import in_arrival_order
+    from hicache.report.outputs import RunFolder
     from hicache.workload.traces import load_trace
 
-    capacities = list(args.capacity_tokens)
-    requests = in_arrival_order(load_trace(args.trace, args.format, args.max_requests))
-    for capacity in capacities:
-        out = args.out if len(capacities) == 1 or args.out is None else (
-            args.out / f"capacity_{capacity}")
-        _replay_one(args, capacity, requests, out, header=capacity == capacities[0],
-                    table=len(capacities) > 1)
+    capacities = list(dict.fromkeys(args.capacity_tokens))
+    # --out is checked (not a previous run unless --overwrite, writable) before any work
+    folder = RunFolder(args.out, overwrite=args.overwrite) if args.out else None
+    with folder or nullcontext():
+        requests = in_arrival_order(load_trace(args.trace, args.format, args.max_requests))
+        for capacity in capacities:
+            out = None if folder is None else (folder.path if len(capacities) == 1 else
+                                               folder.path / f"capacity_{capacity}")
+            _replay_one(args, capacity, requests, out, header=capacity == capacities[0],
+                        table=len(capacities) > 1)
+        if folder is not None:
+            folder.commit({"command": "replay", "trace": str(args.trace),
+                           "argv": sys.argv[1:], "capacity_tokens": capacities})
     sys.stdout.flush()
     return 0
 

@@ -12,7 +12,7 @@ its pool (runtime restarted, slot reused) is rejected by :func:`check_generation
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import chain
 
@@ -25,6 +25,28 @@ class Tier(enum.Enum):
     DEVICE = "L1"
     HOST = "L2"
     STORAGE = "L3"
+
+
+class Kind(enum.Enum):
+    """Which component's pool pages belong to: FULL KV, sliding-window KV (SWA), recurrent
+    state slots (MAMBA). Extents, allocators, the tree and the runtimes key pools by it;
+    the model files' layer kinds use the same names (``Kind(name)`` reads one)."""
+
+    FULL = "full"
+    SWA = "swa"
+    MAMBA = "mamba"
+
+    # members are singletons compared by identity: hash them so too, in C (they key the
+    # per-node data dicts every tree walk reads; Enum's own hash is a Python call)
+    __hash__ = object.__hash__
+
+    def __str__(self) -> str:  # messages and timelines name the pool: "full"
+        return self.value
+
+
+def pools_of(sizes: Mapping[Kind | str, int]) -> dict[Kind, int]:
+    """``sizes`` keyed by Kind (names such as "swa" accepted, as configurations write them)."""
+    return {Kind(k): n for k, n in sizes.items()}
 
 
 class StaleHandleError(RuntimeError):
@@ -59,7 +81,7 @@ class CacheExtentRef:
     generation: int
     tier: Tier
     page_runs: tuple[PageRun, ...]
-    pool: str = "full"  # which component's pool ("full", "swa", "mamba"); sidecars follow it
+    pool: Kind = Kind.FULL  # which component's pool; sidecars follow it
     _count: int | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -138,7 +160,7 @@ class CacheExtentRef:
                     runs.append(run)
         return first._with(tuple(runs))
 
-    def _domain(self) -> tuple[str, int, Tier, str]:
+    def _domain(self) -> tuple[str, int, Tier, Kind]:
         return (self.runtime_id, self.generation, self.tier, self.pool)
 
     def _with(self, runs: tuple[PageRun, ...]) -> CacheExtentRef:

@@ -40,7 +40,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from hicache.runtime.handles import CacheExtentRef, RequestRuntimeHandle
+from hicache.runtime.handles import CacheExtentRef, Kind, RequestRuntimeHandle, pools_of
 
 
 class CapacityError(RuntimeError):
@@ -222,12 +222,16 @@ class RuntimeInfo:
     runtime_id: str
     generation: int
     page_size: int
-    device_pages: dict[str, int]  # pool -> pages ("full", "swa", "mamba")
-    host_pages: dict[str, int]
-    bytes_per_page: dict[str, int] = field(default_factory=dict)  # per pool, sidecars included
+    device_pages: dict[Kind, int]  # pool -> pages (names such as "swa" are read as Kind)
+    host_pages: dict[Kind, int]
+    bytes_per_page: dict[Kind, int] = field(default_factory=dict)  # per pool, sidecars in
     num_layers: int = 1
-    swa_window: int = 0  # tokens the runtime keeps per request in its "swa" pool (0: no pool)
-    mamba: bool = False  # the runtime keeps MAMBA state slots (pool "mamba", 1 page = 1 slot)
+    swa_window: int = 0  # tokens the runtime keeps per request in its SWA pool (0: no pool)
+    mamba: bool = False  # the runtime keeps MAMBA state slots (1 page = 1 slot)
+
+    def __post_init__(self) -> None:  # runtimes built from configurations name pools
+        for name in ("device_pages", "host_pages", "bytes_per_page"):
+            object.__setattr__(self, name, pools_of(getattr(self, name)))
 
 
 @runtime_checkable

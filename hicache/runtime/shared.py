@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from hicache.runtime.handles import CacheExtentRef, StaleHandleError, Tier
+from hicache.runtime.handles import CacheExtentRef, Kind, StaleHandleError, Tier
 from hicache.runtime.interface import (
     BackupIntent,
     BatchCompletion,
@@ -53,9 +53,9 @@ class SharedGPURuntime:
                  free_pages: Callable[[], int]) -> None:
         self.rt, self.policy, self.free_pages = runtime, policy, free_pages
         self.base = runtime.info()
-        if policy.total != self.base.device_pages["full"]:
+        if policy.total != self.base.device_pages[Kind.FULL]:
             raise ValueError(f"sharing policy for {policy.total} pages, the runtime has "
-                             f"{self.base.device_pages['full']}")
+                             f"{self.base.device_pages[Kind.FULL]}")
         self.ledger = PoolLedger(policy, self.placed)
         self.views: dict[str, TenantRuntime] = {}
         self._owner: dict[_Page, str] = {}  # page -> the tenant it was last placed for
@@ -119,7 +119,7 @@ class SharedGPURuntime:
                 owner = self._owner.get((obj.tier, obj.pool, p))
                 if owner is not None and owner != tenant:
                     raise StaleHandleError(f"tenant {tenant!r} presented {obj.tier.value} "
-                                           f"page {p} of pool {obj.pool!r}, which belongs "
+                                           f"page {p} of pool {obj.pool}, which belongs "
                                            f"to tenant {owner!r}")
         return dataclasses.replace(obj, runtime_id=self.base.runtime_id)
 
@@ -181,7 +181,7 @@ class TenantRuntime:
         host = {k: int(v * part) for k, v in base.host_pages.items()}
         return dataclasses.replace(base, runtime_id=self.runtime_id,
                                    device_pages={**base.device_pages,
-                                                 "full": policy.capacity(self.tenant)},
+                                                 Kind.FULL: policy.capacity(self.tenant)},
                                    host_pages=host)
 
     def prepare_batch(self, plan: BatchPlan) -> PreparedBatchHandle:

@@ -24,45 +24,46 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from hicache.runtime.handles import CacheExtentRef, Tier, coalesce
+from hicache.runtime.handles import CacheExtentRef, Kind, Tier, coalesce
 from hicache.runtime.interface import RequestSlice
 
 
 def state_pool_sizes(kinds: Sequence[str], page_size: int, device_tokens: int,
                      swa_tokens: int | None, mamba_slots: int | None,
-                     max_running_requests: int) -> dict[str, int]:
+                     max_running_requests: int) -> dict[Kind, int]:
     """L1 pools of a hybrid model's other components (``scheduler.track_components``),
     as both runtimes size them: ``run.swa_tokens`` (default: cache.device_tokens) in SWA
-    pages, and ``run.mamba_slots`` (default: 3 x max_running_requests) MAMBA slots."""
+    pages, and ``run.mamba_slots`` (default: 3 x max_running_requests) MAMBA slots.
+    ``kinds``: the model's layer kinds ("full", "swa", "mamba")."""
     out = {}
-    if "swa" in kinds:
-        out["swa"] = (swa_tokens or device_tokens) // page_size
-    if "mamba" in kinds:
-        out["mamba"] = mamba_slots or 3 * max_running_requests
+    if Kind.SWA.value in kinds:
+        out[Kind.SWA] = (swa_tokens or device_tokens) // page_size
+    if Kind.MAMBA.value in kinds:
+        out[Kind.MAMBA] = mamba_slots or 3 * max_running_requests
     return out
 
 
-def host_state_pool_sizes(device: dict[str, int], host_full: int) -> dict[str, int]:
+def host_state_pool_sizes(device: dict[Kind, int], host_full: int) -> dict[Kind, int]:
     """L2 pools of the state components, with the FULL pool's L2:L1 ratio (SGLang sizes its
     host Mamba and SWA pools by ``hicache_ratio`` too): empty when L2 holds no FULL."""
-    full = device.get("full", 0)
+    full = device.get(Kind.FULL, 0)
     if not host_full or not full:
         return {}
     return {pool: n * host_full // full for pool, n in device.items()
-            if pool in ("swa", "mamba") and n}
+            if pool is not Kind.FULL and n}
 
 
-def state_loads(attach: Iterable[CacheExtentRef], allocate: Callable[[str, int], list[int]],
+def state_loads(attach: Iterable[CacheExtentRef], allocate: Callable[[Kind, int], list[int]],
                 runtime_id: str, generation: int
-                ) -> tuple[tuple[CacheExtentRef, ...], list[tuple[str, list[int], list[int]]],
+                ) -> tuple[tuple[CacheExtentRef, ...], list[tuple[Kind, list[int], list[int]]],
                            list[CacheExtentRef]]:
-    """A first slice's attach with its L2 state extents ("swa" pages, a "mamba"
+    """A first slice's attach with its L2 state extents (SWA pages, a MAMBA
     checkpoint: hybrid load-back) placed on new L1 pages of their pool, in token order:
     (the attach as it reads on L1, the copies (pool, L2 pages, L1 pages), the L1 extents
     those loads landed in, in attach order: they follow the FULL loads in
     ``PreparedSlice.loaded``)."""
     out: list[CacheExtentRef] = []
-    copies: list[tuple[str, list[int], list[int]]] = []
+    copies: list[tuple[Kind, list[int], list[int]]] = []
     landed: list[CacheExtentRef] = []
     for ext in attach:
         if ext.tier is Tier.DEVICE:
@@ -78,10 +79,10 @@ def state_loads(attach: Iterable[CacheExtentRef], allocate: Callable[[str, int],
 
 
 def check_state_attach(attach: Iterable[CacheExtentRef], what: str) -> None:
-    """Only state extents ("swa", "mamba") may be attached from L2 (loaded back)."""
+    """Only state extents (SWA, MAMBA) may be attached from L2 (loaded back)."""
     for ext in attach:
-        if ext.tier is Tier.HOST and ext.pool not in ("swa", "mamba"):
-            raise ValueError(f"{what}: an L2 extent of pool {ext.pool!r} in attach (FULL "
+        if ext.tier is Tier.HOST and ext.pool is Kind.FULL:
+            raise ValueError(f"{what}: an L2 extent of pool {ext.pool} in attach (FULL "
                              f"pages come back through loads)")
         if ext.tier not in (Tier.DEVICE, Tier.HOST):
             raise ValueError(f"{what}: attach extent on {ext.tier}")
@@ -94,9 +95,9 @@ class StatePool(Protocol):
 
 
 class StatePools(Protocol):
-    """The device pools by name ("swa", "mamba")."""
+    """The device pools by component (SWA, MAMBA)."""
 
-    def __getitem__(self, pool: str) -> StatePool: ...
+    def __getitem__(self, pool: Kind) -> StatePool: ...
 
 
 @dataclass(slots=True)
@@ -123,16 +124,16 @@ class StateKeeper:
     def active(self) -> bool:
         return bool(self.window) or self.mamba
 
-    def needs(self, s: RequestSlice, new_pages: int) -> dict[str, int]:
+    def needs(self, s: RequestSlice, new_pages: int) -> dict[Kind, int]:
         """Pages/slots the slice allocates in each state pool (before any frees)."""
-        out: dict[str, int] = {}
+        out: dict[Kind, int] = {}
         if self.window:
-            out["swa"] = new_pages
+            out[Kind.SWA] = new_pages
         if self.mamba:
-            out["mamba"] = (s.request is None) + s.checkpoint
+            out[Kind.MAMBA] = (s.request is None) + s.checkpoint
         return out
 
-    def _ext(self, pages: list[int], pool: str) -> CacheExtentRef:
+    def _ext(self, pages: list[int], pool: Kind) -> CacheExtentRef:
         return CacheExtentRef(self.runtime_id, self.generation, Tier.DEVICE, coalesce(pages),
                               pool)
 
@@ -142,19 +143,19 @@ class StateKeeper:
         copy seconds it costs."""
         row = self.rows[slot_id] = StateRow()
         attach = list(attach)
-        full = sum(e.num_pages for e in attach if e.pool == "full") + loaded
-        swa = [p for e in attach if e.pool == "swa" for p in e.pages()]
+        full = sum(e.num_pages for e in attach if e.pool is Kind.FULL) + loaded
+        swa = [p for e in attach if e.pool is Kind.SWA for p in e.pages()]
         if swa and not self.window:
             raise ValueError("attach of 'swa' pages but the runtime keeps no SWA pool")
         if len(swa) > full:
             raise ValueError(f"attach of {len(swa)} SWA pages after {full} KV pages")
         row.swa = [None] * (full - len(swa)) + swa
         row.scan = full
-        ckpts = [e for e in attach if e.pool == "mamba"]
+        ckpts = [e for e in attach if e.pool is Kind.MAMBA]
         if ckpts and (not self.mamba or len(ckpts) > 1 or ckpts[0].num_pages != 1):
             raise ValueError("attach may hold one MAMBA checkpoint (1 slot) of a mamba runtime")
         if self.mamba:
-            row.slot = self.device["mamba"].allocate(1)[0]
+            row.slot = self.device[Kind.MAMBA].allocate(1)[0]
         return self.copy_s if ckpts else 0.0
 
     def advance(self, slot_id: int, s: RequestSlice, kv_pages: int, new: list[int]
@@ -166,7 +167,7 @@ class StateKeeper:
         state: list[CacheExtentRef] = []
         if self.window:
             row.swa.extend([None] * (kv_pages - len(new) - len(row.swa)))  # loaded pages
-            swa = self.device["swa"].allocate(len(new))
+            swa = self.device[Kind.SWA].allocate(len(new))
             row.swa.extend(swa)
             row.swa_own.update(swa)
             if s.checkpoint:
@@ -179,7 +180,7 @@ class StateKeeper:
             for i in range(row.scan, min(behind, len(row.swa))):
                 p = row.swa[i]
                 if p is not None and p in row.swa_own and p not in row.swa_pinned:
-                    self.device["swa"].free([p])
+                    self.device[Kind.SWA].free([p])
                     row.swa_own.discard(p)
                     row.swa[i] = None
             row.scan = max(row.scan, behind)
@@ -189,36 +190,36 @@ class StateKeeper:
                     break
                 run.append(p)
             if run:
-                state.append(self._ext(run[::-1], "swa"))
+                state.append(self._ext(run[::-1], Kind.SWA))
         seconds = 0.0
         if self.mamba and s.checkpoint:
             if end % self.page:
                 raise ValueError(f"request {s.rid}: checkpoint at {end} tokens, not on a page "
                                  "boundary")
-            slot = self.device["mamba"].allocate(1)[0]
+            slot = self.device[Kind.MAMBA].allocate(1)[0]
             row.checkpoints.append(slot)
-            state.append(self._ext([slot], "mamba"))
+            state.append(self._ext([slot], Kind.MAMBA))
             seconds = self.copy_s
         return tuple(state), seconds
 
     def check_keep(self, slot_id: int, keep: CacheExtentRef) -> bool:
         """``keep`` (an swa or mamba extent) holds only the row's own pages/slots."""
         row = self.rows.get(slot_id, StateRow())
-        own = row.swa_own if keep.pool == "swa" else set(row.checkpoints)
-        return keep.pool in ("swa", "mamba") and set(keep.pages()) <= own
+        own = row.swa_own if keep.pool is Kind.SWA else set(row.checkpoints)
+        return keep.pool is not Kind.FULL and set(keep.pages()) <= own
 
     def _released(self, row: StateRow, keep: Iterable[CacheExtentRef]
-                  ) -> dict[str, list[int]]:
+                  ) -> dict[Kind, list[int]]:
         kept = {(e.pool, p) for e in keep for p in e.pages()}
-        out: dict[str, list[int]] = {}
+        out: dict[Kind, list[int]] = {}
         if self.window:
-            out["swa"] = sorted(p for p in row.swa_own if ("swa", p) not in kept)
+            out[Kind.SWA] = sorted(p for p in row.swa_own if (Kind.SWA, p) not in kept)
         if self.mamba:
-            slots = [p for p in row.checkpoints if ("mamba", p) not in kept]
-            out["mamba"] = ([row.slot] if row.slot is not None else []) + slots
+            slots = [p for p in row.checkpoints if (Kind.MAMBA, p) not in kept]
+            out[Kind.MAMBA] = ([row.slot] if row.slot is not None else []) + slots
         return out
 
-    def releasable(self, slot_id: int, keep: Iterable[CacheExtentRef]) -> dict[str, int]:
+    def releasable(self, slot_id: int, keep: Iterable[CacheExtentRef]) -> dict[Kind, int]:
         """Pages/slots per state pool a Release of ``slot_id`` keeping ``keep`` would free."""
         row = self.rows.get(slot_id)
         if row is None:

@@ -17,6 +17,7 @@ from hicache.runtime.writeback import WritebackConfig
 from hicache.scheduler.scheduler import SchedulerConfig
 from hicache.schema.plain import Plain, field_types
 from hicache.schema.types import Bool, NonEmptyStr, PosFloat, PosInt, Str
+from hicache.tiers.l3_guard import RetryPolicy
 
 DEFAULT_HARDWARE = "h100-sxm"
 _D = SchedulerConfig()
@@ -56,6 +57,8 @@ class RunSection(Plain):
     fault_twin: Bool = True  # with faults: also simulate a fault-free twin to cost them
     fold_decode: Bool = True  # simulator: steady decode steps as one event (sim.fold)
     timeline_steps: Bool = False  # simulator: one timeline row per folded decode step
+    # how L3 calls are guarded (deadline, retries, cooldown): both runtimes
+    l3_retry: RetryPolicy = RetryPolicy()
 
 
 RUN_KEYS = frozenset(field_types(RunSection))

@@ -28,6 +28,7 @@ from hicache.kvcache.decisions import Decision, Reject
 from hicache.kvcache.manager import KVCacheManager
 from hicache.kvcache.plans import PlanBuilder
 from hicache.kvcache.prefetch import L3Prefetcher
+from hicache.kvcache.state import RequestState, Status
 from hicache.runtime.interface import (
     BatchCompletion,
     BatchPlan,
@@ -39,7 +40,6 @@ from hicache.runtime.interface import (
     RuntimeInfo,
     TransferKind,
 )
-from hicache.scheduler.state import RequestState, Status
 from hicache.tiers.hashing import page_hashes
 from hicache.tree.components import Kind, TreeSpec
 from hicache.tree.radix import UnifiedRadixTree, page_keys

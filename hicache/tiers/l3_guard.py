@@ -16,9 +16,11 @@ Nothing here reads a clock: ``now`` is passed in. ``COUNTERS`` names what a runt
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Literal
+
+from hicache.schema.plain import Plain
+from hicache.schema.types import NonNegFloat, PosFloat, int_
 
 COUNTERS = {
     "l3_errors": "operations that failed after their retries, and pages a store could not "
@@ -32,29 +34,29 @@ COUNTERS = {
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
-    """Deadlines, retries and cooldowns for one L3 client (seconds)."""
+class RetryPolicy(Plain):
+    """Deadlines, retries and cooldowns for one L3 client (seconds): the scenario key
+    ``run.l3_retry``, read by both runtimes."""
 
-    timeout_s: float = 2.0  # per attempt, plus the bytes moved at min_bytes_per_s
-    min_bytes_per_s: float = 100e6
-    retries: int = 1  # attempts = 1 + retries (a probe of a down store: one attempt)
-    backoff_s: float = 0.05  # before retry k: backoff_s * 2**k, at most backoff_max_s
-    backoff_max_s: float = 1.0
-    cooldown_s: float = 1.0  # skip a failed store this long, doubling per failed probe
-    cooldown_max_s: float = 30.0
-    max_stuck: int = 4  # abandoned calls still running at which the store counts as down
-    close_grace_s: float = 5.0  # close: timeout_s + this (a Mooncake client's close waits
-    # up to 5 s for calls a deadline abandoned)
+    timeout_s: PosFloat = 2.0  # per attempt, plus the bytes moved at min_bytes_per_s
+    min_bytes_per_s: PosFloat = 100e6
+    retries: int_(ge=0, le=100) = 1  # attempts = 1 + retries (a probe of a down store: 1)
+    backoff_s: NonNegFloat = 0.05  # before retry k: backoff_s * 2**k, at most backoff_max_s
+    backoff_max_s: NonNegFloat = 1.0
+    cooldown_s: NonNegFloat = 1.0  # skip a failed store this long, doubling per failed probe
+    cooldown_max_s: NonNegFloat = 30.0
+    # torch runtime: abandoned calls still running at which the store counts as down
+    max_stuck: int_(ge=1, le=1024) = 4
+    # torch runtime: close waits timeout_s + this (a Mooncake client's close waits up to
+    # 5 s for calls a deadline abandoned)
+    close_grace_s: NonNegFloat = 5.0
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                raise ValueError(f"RetryPolicy.{f.name}: expected a finite number, got {v!r}")
-            positive = f.name in ("timeout_s", "min_bytes_per_s", "max_stuck")
-            if v < 0 or (positive and v == 0):
-                raise ValueError(f"RetryPolicy.{f.name}: must be {'> 0' if positive else '>= 0'}"
-                                 f", got {v!r}")
+        super().__post_init__()
+        for low, high in (("backoff_s", "backoff_max_s"), ("cooldown_s", "cooldown_max_s")):
+            if getattr(self, high) < getattr(self, low):
+                raise ValueError(f"{high}: must be >= {low} ({getattr(self, low)!r}), got "
+                                 f"{getattr(self, high)!r}")
 
     def deadline(self, nbytes: float) -> float:
         return self.timeout_s + nbytes / self.min_bytes_per_s

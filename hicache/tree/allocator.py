@@ -11,7 +11,7 @@ freed pages in the order they were freed.
 
 from __future__ import annotations
 
-from hicache.runtime.handles import CacheExtentRef, PageRun, Tier, check_generation
+from hicache.runtime.handles import CacheExtentRef, Kind, PageRun, Tier, check_generation
 from hicache.runtime.page_ids import PageIds, merged
 
 
@@ -22,11 +22,11 @@ class OutOfPages(RuntimeError):
 class PageAllocator:
     """Hands out page ids 0..capacity-1 of one (tier, pool); frees must be of its pages."""
 
-    def __init__(self, capacity: int, *, tier: Tier = Tier.DEVICE, pool: str = "full",
+    def __init__(self, capacity: int, *, tier: Tier = Tier.DEVICE, pool: Kind = Kind.FULL,
                  runtime_id: str = "local", generation: int = 0) -> None:
         self._ids = PageIds(capacity, "fifo")
         self.capacity = capacity
-        self.tier, self.pool = tier, pool
+        self.tier, self.pool = tier, Kind(pool)
         self.runtime_id, self.generation = runtime_id, generation
 
     @property
@@ -48,7 +48,7 @@ class PageAllocator:
 
     def free(self, extent: CacheExtentRef) -> None:
         check_generation(extent, self.runtime_id, self.generation, "extent")
-        if extent.tier is not self.tier or extent.pool != self.pool:
+        if extent.tier is not self.tier or extent.pool is not self.pool:
             raise ValueError(f"extent of {extent.tier.value}/{extent.pool} freed to "
                              f"{self.tier.value}/{self.pool}")
         runs = [(r.first_page, r.page_count) for r in extent.page_runs]

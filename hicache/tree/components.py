@@ -10,18 +10,11 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
+from hicache.runtime.handles import Kind
 
-class Kind(enum.Enum):
-    FULL = "full"
-    SWA = "swa"
-    MAMBA = "mamba"
-
-    # members are singletons compared by identity: hash them so too, in C (they key the
-    # per-node data dicts every tree walk reads; Enum's own hash is a Python call)
-    __hash__ = object.__hash__
+__all__ = ["ComponentSpec", "Kind", "SidecarSpec", "TreeSpec"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from hicache.runtime.handles import Tier
 from hicache.tree.components import Kind
 
 if TYPE_CHECKING:
@@ -37,21 +38,21 @@ def check_tree(tree: UnifiedRadixTree) -> None:
     """Check every rule of the module docstring; raise at the first broken one."""
     seen = _check_structure(tree)
     held: Counter = Counter()
-    owner: dict[tuple[str, str, int], int] = {}
+    owner: dict[tuple[Tier, Kind, int], int] = {}
     for node in seen:
         if not node.children and not (node.on_device or node.on_host or node.backing_up):
             _fail(f"{node}: a leaf with no FULL data on L1 or L2 and no backup under way")
-        for attr in ("device", "host"):
-            for kind, ext in getattr(node, attr).items():
+        for tier, values in ((Tier.DEVICE, node.device), (Tier.HOST, node.host)):
+            for kind, ext in values.items():
                 if kind is Kind.FULL and ext.num_pages != node.num_pages:
-                    _fail(f"{node}: {attr} FULL extent of {ext.num_pages} pages on a node of "
-                          f"{node.num_pages}")
-                held[(attr, ext.pool)] += ext.num_pages
+                    _fail(f"{node}: {tier.value} FULL extent of {ext.num_pages} pages on a "
+                          f"node of {node.num_pages}")
+                held[(tier, ext.pool)] += ext.num_pages
                 for page in ext.pages():
-                    other = owner.setdefault((attr, ext.pool, page), node.id)
+                    other = owner.setdefault((tier, ext.pool, page), node.id)
                     if other != node.id:
-                        _fail(f"{attr} page {page} of pool {ext.pool!r} is held by nodes "
-                              f"{other} and {node.id}")
+                        _fail(f"{tier.value} page {page} of pool {ext.pool} is held by "
+                              f"nodes {other} and {node.id}")
     counters = {k: v for k, v in tree.residency.held.items() if v}
     if counters != {k: v for k, v in held.items() if v}:
         _fail(f"residency.held {counters} != pages the nodes hold {dict(held)}")

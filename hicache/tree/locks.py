@@ -48,6 +48,7 @@ class LockTable:
 
     def _raise(self, h: LockHandle, node: Node, key: LockKey) -> None:
         node.locks[key] = node.locks.get(key, 0) + 1
+        self.tree.changes += 1
         node.lock_handles.add(h.id)
         h.entries.append((node, key))
 
@@ -84,6 +85,7 @@ class LockTable:
         if h.released:
             raise ValueError(f"lock handle {h.id} released twice")
         h.released = True
+        self.tree.changes += 1
         del self.live[h.id]
         residency = self.tree.residency
         for node, key in h.entries:

@@ -82,6 +82,9 @@ class UnifiedRadixTree:
         self.spec = spec
         self.options = options
         self.clock = 0
+        # bumped by every change a match, a lock or an eviction could see (stamps, new and
+        # removed nodes, values in and out, locks, backups, re-queues): equal counts, same tree
+        self.changes = 0
         self._next_id = 1
         self.root = Node(0, None, [], 0)
         self.nodes: dict[int, Node] = {}
@@ -95,6 +98,7 @@ class UnifiedRadixTree:
     # -- structure -------------------------------------------------------------------
     def _tick(self) -> int:
         self.clock += 1
+        self.changes += 1
         return self.clock
 
     def _stamp(self, node: Node) -> None:
@@ -280,7 +284,8 @@ class UnifiedRadixTree:
             actions.append(FreeHost(node.id, kind, ext))  # the in-flight backup brings it
         elif current is None:
             assert offset == 0, "a node lacking a component is cut where its data starts"
-            self.residency.put_value(node, attr, kind, ext)
+            self.residency.put_value(node, Tier.DEVICE if attr == "device" else Tier.HOST,
+                                     kind, ext)
         else:
             mine = current if offset == 0 and ext.num_pages == current.num_pages else \
                 current.slice(offset, offset + ext.num_pages)
@@ -326,6 +331,7 @@ class UnifiedRadixTree:
         assert parent is not None
         del parent.children[node.key[0]]
         del self.nodes[node.id]
+        self.changes += 1
         for sid in node.sessions:
             self.sessions[sid].discard(node)
         node.parent = None
@@ -363,5 +369,6 @@ class UnifiedRadixTree:
     def evict_host(self, pages: int):  # noqa: ANN201
         return self.residency.evict_host(pages)
 
-    def held_pages(self, tier: Tier, pool: str = "full") -> int:
-        return self.residency.held_pages("device" if tier is Tier.DEVICE else "host", pool)
+    def held_pages(self, tier: Tier, kind: Kind = Kind.FULL) -> int:
+        """Pages of ``kind``'s pool on ``tier`` the tree holds (MAMBA: slots)."""
+        return self.residency.held_pages(tier, kind)

@@ -6,6 +6,9 @@ Eviction decides as SGLang 0.5.23's ``UnifiedRadixCache`` does:
                  key; a backed-up leaf is demoted to host-only, others are deleted (with
                  any host-only descendants); under write_back a leaf is first backed up.
                  The parent of an evicted leaf joins the candidates with its own key.
+                 A leaf whose write_back backup starts counts toward the pages asked
+                 for (SGLang backs a victim up and demotes it before the next): the walk
+                 backs up what the eviction needs, not every evictable leaf.
     SWA, MAMBA   a walk from the LRU end of the component's recency list (lru.py): a
                  device leaf is evicted whole (every component), an internal node loses
                  that component (a tombstone; SWA takes the node's MAMBA along, the lower
@@ -27,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from hicache.runtime.handles import CacheExtentRef
+from hicache.runtime.handles import CacheExtentRef, Tier
 from hicache.tree.actions import Action, BackupNode, Deleted, Demoted, FreeDevice, FreeHost
 from hicache.tree.components import Kind
 from hicache.tree.eviction import KeyFn, LazyHeap
@@ -42,7 +45,8 @@ if TYPE_CHECKING:
 @dataclass
 class EvictResult:
     actions: list[Action] = field(default_factory=list)
-    freed: dict[str, int] = field(default_factory=dict)  # pool -> pages (MAMBA: slots)
+    freed: dict[Kind, int] = field(default_factory=dict)  # pool -> pages (MAMBA: slots)
+    backing_up: int = 0  # FULL pages of write_back victims: freed once their copy lands
 
     def add_free(self, action: FreeDevice | FreeHost) -> None:
         self.actions.append(action)
@@ -62,7 +66,7 @@ class Residency:
             k: LruList() for k in (Kind.SWA, Kind.MAMBA) if tree.spec.get(k)}
         self.host_enabled = False
         self.write_back = False
-        self.held: dict[tuple[str, str], int] = {}  # ("device"|"host", pool) -> pages held
+        self.held: dict[tuple[Tier, Kind], int] = {}  # (tier, pool) -> pages held
         self._jobs: dict[int, list[Node]] = {}  # job id -> nodes covering the backed-up span
         self._job_of: dict[int, int] = {}  # node id -> job id
         self._job_kinds: dict[int, frozenset[Kind]] = {}  # job id -> components copied
@@ -72,6 +76,7 @@ class Residency:
         """The node's eviction key or eligibility may have changed: re-queue it. (Recency
         is the tree's ``last_access`` stamp and the refreshes below, not this.)"""
         node.stamp += 1
+        self.tree.changes += 1
         if node.on_device:
             if node.is_device_leaf():
                 self.device_heap.push(node)
@@ -121,23 +126,27 @@ class Residency:
             lru.push_mru(n)
 
     # -- the only places values enter or leave nodes (keeps ``held`` exact) -----------
-    def put_value(self, node: Node, attr: str, kind: Kind, ext: CacheExtentRef) -> None:
+    def put_value(self, node: Node, tier: Tier, kind: Kind, ext: CacheExtentRef) -> None:
         """Store data (a new SWA/MAMBA holder on L1 becomes its list's most recent)."""
-        getattr(node, attr)[kind] = ext
-        key = (attr, ext.pool)
+        device = tier is Tier.DEVICE
+        (node.device if device else node.host)[kind] = ext
+        self.tree.changes += 1
+        key = (tier, ext.pool)
         self.held[key] = self.held.get(key, 0) + ext.num_pages
-        if attr == "device" and kind in self.lru:
+        if device and kind in self.lru:
             self.lru[kind].push_mru(node)
 
-    def pop_value(self, node: Node, attr: str, kind: Kind) -> CacheExtentRef:
-        ext: CacheExtentRef = getattr(node, attr).pop(kind)
-        self.held[(attr, ext.pool)] -= ext.num_pages
-        if attr == "device" and kind in self.lru:
+    def pop_value(self, node: Node, tier: Tier, kind: Kind) -> CacheExtentRef:
+        device = tier is Tier.DEVICE
+        ext: CacheExtentRef = (node.device if device else node.host).pop(kind)
+        self.tree.changes += 1
+        self.held[(tier, ext.pool)] -= ext.num_pages
+        if device and kind in self.lru:
             self.lru[kind].discard(node)
         return ext
 
-    def held_pages(self, attr: str, pool: str = "full") -> int:
-        return self.held.get((attr, pool), 0)
+    def held_pages(self, tier: Tier, kind: Kind = Kind.FULL) -> int:
+        return self.held.get((tier, kind), 0)
 
     def sizes(self, kind: Kind) -> tuple[int, int]:
         """(evictable, protected) L1 pages of ``kind`` (MAMBA: slots): held unlocked and
@@ -172,6 +181,7 @@ class Residency:
         if not node.on_device:
             raise ValueError(f"{node} has no device data to back up")
         node.backing_up = True
+        self.tree.changes += 1
         self._jobs[node.id] = [node]
         self._job_of[node.id] = node.id
         self._job_kinds[node.id] = frozenset(node.device)
@@ -182,6 +192,7 @@ class Residency:
         """The L2 copy of backup ``job_id`` exists at ``host`` (extents over the whole
         original span); spread it over the nodes the span was split into."""
         nodes = self._jobs.pop(job_id)
+        self.tree.changes += 1
         del self._job_kinds[job_id]
         offset = 0
         for i, node in enumerate(nodes):
@@ -189,9 +200,9 @@ class Residency:
             for kind, ext in host.items():
                 if kind is Kind.MAMBA:
                     if i == len(nodes) - 1 and kind not in node.host:
-                        self.put_value(node, "host", kind, ext)
+                        self.put_value(node, Tier.HOST, kind, ext)
                 elif kind not in node.host:
-                    self.put_value(node, "host", kind,
+                    self.put_value(node, Tier.HOST, kind,
                                    ext.slice(offset, offset + node.num_pages))
             offset += node.num_pages
             node.backing_up = False
@@ -199,6 +210,7 @@ class Residency:
         return nodes
 
     def abort_backup(self, job_id: int) -> None:
+        self.tree.changes += 1
         del self._job_kinds[job_id]
         for node in self._jobs.pop(job_id):
             del self._job_of[node.id]
@@ -218,6 +230,7 @@ class Residency:
     def narrow_backup(self, job_id: int, kinds: frozenset[Kind]) -> None:
         """Backup ``job_id`` copies only ``kinds`` (the others found no L2 room)."""
         self._job_kinds[job_id] = kinds
+        self.tree.changes += 1
 
     # -- eviction --------------------------------------------------------------------
     def _device_evictable(self, n: Node) -> bool:
@@ -228,13 +241,13 @@ class Residency:
         """Free at least ``pages`` L1 pages of ``kind``'s pool if possible, and no more
         nodes than needed: the walk stops once enough is freed."""
         res = EvictResult()
-        pool = kind.value
+        pool = kind
         if pages <= 0:
             return res
         if kind is Kind.FULL:
             for node in self.device_heap.pop_valid(self._device_evictable):
                 self._evict_leaf(node, res)
-                if res.freed.get(pool, 0) >= pages:
+                if res.freed.get(pool, 0) + res.backing_up >= pages:
                     break
             return res
         for node in self._lru_walk(kind):
@@ -273,14 +286,14 @@ class Residency:
     def _tombstone(self, node: Node, kind: Kind, res: EvictResult) -> None:
         """Drop ``kind`` from an internal node; SWA takes MAMBA along (without a live
         window ending here the checkpoint cannot serve reuse: SGLang's priorities)."""
-        res.add_free(FreeDevice(node.id, kind, self.pop_value(node, "device", kind)))
+        res.add_free(FreeDevice(node.id, kind, self.pop_value(node, Tier.DEVICE, kind)))
         if kind is Kind.SWA and Kind.MAMBA in node.device and not node.locked(Kind.MAMBA):
             res.add_free(FreeDevice(node.id, Kind.MAMBA,
-                                    self.pop_value(node, "device", Kind.MAMBA)))
+                                    self.pop_value(node, Tier.DEVICE, Kind.MAMBA)))
 
     def _drop_device(self, node: Node, res: EvictResult) -> None:
         for kind in list(node.device):
-            res.add_free(FreeDevice(node.id, kind, self.pop_value(node, "device", kind)))
+            res.add_free(FreeDevice(node.id, kind, self.pop_value(node, Tier.DEVICE, kind)))
 
     def _evict_leaf(self, node: Node, res: EvictResult) -> None:
         """Evict a device leaf; with ``free_swa_tombstone_leaves`` a parent left as an
@@ -302,6 +315,7 @@ class Residency:
             self.touched(node)
         elif self.host_enabled and self.write_back:
             res.actions.append(self.begin_backup(node))
+            res.backing_up += node.device[Kind.FULL].num_pages
             return None
         else:
             if any(n.locked(HOST) or n.backing_up for n in self._subtree(node)):
@@ -309,7 +323,7 @@ class Residency:
             for n in reversed(self._subtree(node)):
                 self._drop_device(n, res)
                 for kind in list(n.host):
-                    res.add_free(FreeHost(n.id, kind, self.pop_value(n, "host", kind)))
+                    res.add_free(FreeHost(n.id, kind, self.pop_value(n, Tier.HOST, kind)))
                 self.tree.remove(n)
                 res.actions.append(Deleted(n.id, n.num_pages * self.tree.spec.page_size))
         if parent is not None and parent is not self.tree.root:
@@ -345,11 +359,11 @@ class Residency:
                 if kind in n.host and not n.locked(HOST) and not n.backing_up]
         held.sort(key=lambda n: (kind not in n.device, n.last_access, n.id))
         for node in held:
-            res.add_free(FreeHost(node.id, kind, self.pop_value(node, "host", kind)))
+            res.add_free(FreeHost(node.id, kind, self.pop_value(node, Tier.HOST, kind)))
             if kind is Kind.SWA and Kind.MAMBA in node.host:
                 res.add_free(FreeHost(node.id, Kind.MAMBA,
-                                      self.pop_value(node, "host", Kind.MAMBA)))
-            if res.freed.get(kind.value, 0) >= pages:
+                                      self.pop_value(node, Tier.HOST, Kind.MAMBA)))
+            if res.freed.get(kind, 0) >= pages:
                 break
         return res
 
@@ -359,11 +373,11 @@ class Residency:
         for node in self.host_heap.pop_valid(self._host_evictable):
             parent = node.parent
             for kind in list(node.host):
-                res.add_free(FreeHost(node.id, kind, self.pop_value(node, "host", kind)))
+                res.add_free(FreeHost(node.id, kind, self.pop_value(node, Tier.HOST, kind)))
             self.tree.remove(node)
             res.actions.append(Deleted(node.id, node.num_pages * self.tree.spec.page_size))
             if parent is not None and parent is not self.tree.root:
                 self.touched(parent)
-            if res.freed.get("full", 0) >= pages:
+            if res.freed.get(Kind.FULL, 0) >= pages:
                 break
         return res

@@ -22,8 +22,6 @@ from array import array
 from collections.abc import Iterator, Sequence
 from typing import overload
 
-import numpy as np
-
 NAMESPACE_BITS = 32
 MAX_NAMESPACE = 2**30  # (ns + 2) << 32 stays below 2**63
 _LOW = 0 if sys.byteorder == "little" else 1
@@ -109,6 +107,8 @@ class BlockTokens(LazyTokens):
         out = array("q")
         if stop <= start:
             return out
+        import numpy as np  # lazily: the CLI's --help and scenario checks never need it
+
         b = self._block
         k0, k1 = start // b, (stop - 1) // b
         bases = np.asarray(self._ids[k0:k1 + 1], dtype=np.int64) * b
@@ -130,6 +130,8 @@ class BlockTokens(LazyTokens):
             return None
         if self._keys is not None and self._keys[0] == page_size:
             return self._keys[1]  # the scheduler and every router view ask: build once
+        import numpy as np
+
         n_pages = self._len // page_size
         starts = np.asarray(self._ids, dtype=np.int64)[:, None] * b + np.arange(
             0, b, page_size, dtype=np.int64)[None, :]

@@ -126,3 +126,64 @@ def test_the_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
     lazy.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pydantic\n"
                     "import pydantic_core\ndef f():\n    from pydantic import TypeAdapter\n")
     assert validation_imports(lazy) == [(4, None), (6, "f")]
+
+
+# Inside hicache/: lower layers never import higher ones (nor siblings of one layer: replay
+# drives the cache manager, not the scheduler). Commands (command.py, cli*.py) are the top.
+HICACHE_LAYERS = (
+    {"units", "schema", "timeline"},
+    {"presets", "runtime"},
+    {"modelspec", "tree"},
+    {"config"},
+    {"tiers"},
+    {"workload"},  # requests carry packed page keys and their hash chain (tree, tiers)
+    {"kvcache"},
+    {"scheduler", "routing", "replay"},
+    {"report", "scenario", "sglang"},
+)
+RANK = {name: i for i, layer in enumerate(HICACHE_LAYERS) for name in layer}
+COMMANDS = {"cli", "cli_common"}  # and every command.py: the composition root
+TOP = len(HICACHE_LAYERS)
+
+
+def hicache_package(path: Path) -> str:
+    rel = path.relative_to(ROOT / "hicache")
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def hicache_imports(path: Path) -> set[str]:
+    """The hicache subpackages ``path`` imports (``hicache.X...`` -> ``X``)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out = set()
+    for node in ast.walk(tree):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0
+                 and node.module else [])
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "hicache" and len(parts) > 1:
+                out.add(parts[1])
+    return out
+
+
+def test_hicache_layers_import_only_downwards() -> None:
+    offenders = {}
+    for path in sorted((ROOT / "hicache").rglob("*.py")):
+        if path.name == "__main__.py" or path == ROOT / "hicache" / "__init__.py":
+            continue
+        own = hicache_package(path)
+        if own in COMMANDS or path.name == "command.py":
+            continue  # commands compose everything below them
+        assert own in RANK, f"{own}: place this hicache package in HICACHE_LAYERS"
+        rank = RANK[own]
+        bad = sorted(t for t in hicache_imports(path) - {own}
+                     if RANK.get(t, TOP) >= rank)
+        if bad:
+            offenders[str(path.relative_to(ROOT))] = bad
+    assert offenders == {}
+
+
+def test_the_layer_checker_sees_an_upward_import(tmp_path: Path) -> None:
+    bad = tmp_path / "m.py"
+    bad.write_text("from hicache.scheduler.scheduler import Scheduler\nimport hicache.tree\n")
+    assert hicache_imports(bad) == {"scheduler", "tree"}

@@ -12,7 +12,7 @@ import pytest
 from hicache.cli import COMMANDS, build_parser, main
 from hicache.units import SizeError, format_size, parse_size, size_arg
 
-HEAVY = ("pandas", "matplotlib", "pyarrow", "simpy", "torch", "ray", "tqdm")
+HEAVY = ("numpy", "pandas", "matplotlib", "pyarrow", "simpy", "torch", "ray", "tqdm")
 
 
 def test_building_every_parser_imports_nothing_heavy() -> None:
@@ -21,6 +21,16 @@ def test_building_every_parser_imports_nothing_heavy() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_command_help_imports_nothing_heavy(command: str) -> None:
+    code = ("import sys\nfrom hicache.cli import main\n"
+            f"try:\n    main([{command!r}, '--help'])\nexcept SystemExit:\n    pass\n"
+            f"print([m for m in {HEAVY!r} if m in sys.modules], file=sys.stderr)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stderr.strip().splitlines()[-1] == "[]", out.stderr
 
 
 def _help_texts() -> dict[str, str]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import pytest
 import simpy
 
-from hicache.runtime.handles import CacheExtentRef, StaleHandleError, Tier
+from hicache.runtime.handles import CacheExtentRef, Kind, StaleHandleError, Tier
 from hicache.runtime.interface import (
     BackupIntent,
     BatchCompletion,
@@ -71,9 +71,9 @@ def sim_harness() -> Harness:
     env = simpy.Environment()
     profile = load_profile("h100-sxm")
     rt = SimRuntime(env, profile=profile, model="llama-3-8b", page_size=PAGE,
-                    device_pages={"full": PAGES}, host_pages={"full": PAGES},
+                    device_pages={Kind.FULL: PAGES}, host_pages={Kind.FULL: PAGES},
                     l3=L3Store.mooncake(env, profile.mooncake), runtime_id="rt")
-    return Harness(rt, lambda t: rt.tier(t)["full"].free_count, rt.open_requests, 1.0)
+    return Harness(rt, lambda t: rt.tier(t)[Kind.FULL].free_count, rt.open_requests, 1.0)
 
 
 def torch_harness() -> Harness:
@@ -82,14 +82,14 @@ def torch_harness() -> Harness:
     from gpu_backend.runtime import TorchRuntime
     from gpu_backend.shapes import ModelShape
 
-    rt = TorchRuntime(ModelShape.tiny(), page_size=PAGE, device_pages={"full": PAGES},
-                      host_pages={"full": PAGES}, l3=MemoryL3(), runtime_id="rt")
+    rt = TorchRuntime(ModelShape.tiny(), page_size=PAGE, device_pages={Kind.FULL: PAGES},
+                      host_pages={Kind.FULL: PAGES}, l3=MemoryL3(), runtime_id="rt")
     allocs = {Tier.DEVICE: rt.dev_alloc, Tier.HOST: rt.host_alloc}
     return Harness(rt, lambda t: allocs[t].num_free, lambda: len(rt.table), 0.5)
 
 
 def _sim_free(rt, tier: Tier) -> int:  # noqa: ANN001 - probes run in the runtime process
-    return rt.tier(tier)["full"].free_count
+    return rt.tier(tier)[Kind.FULL].free_count
 
 
 def _sim_open_rows(rt) -> int:  # noqa: ANN001
@@ -106,7 +106,7 @@ def process_harness() -> Harness:
 
     rt = ProcessGPURuntime(partial(standalone_sim_runtime, profile="h100-sxm",
                                    model="llama-3-8b", page_size=PAGE,
-                                   device_pages={"full": PAGES}, host_pages={"full": PAGES},
+                                   device_pages={Kind.FULL: PAGES}, host_pages={Kind.FULL: PAGES},
                                    l3="mooncake", runtime_id="rt"))
     return Harness(rt, lambda t: rt.apply(_sim_free, t), lambda: rt.apply(_sim_open_rows),
                    1.0)
@@ -146,7 +146,7 @@ def test_both_runtimes_implement_the_interface(h: Harness) -> None:
     assert isinstance(h.rt, RuntimeInterface)
     info = h.rt.info()
     assert (info.page_size, info.device_pages, info.host_pages) == (
-        PAGE, {"full": PAGES}, {"full": PAGES})
+        PAGE, {Kind.FULL: PAGES}, {Kind.FULL: PAGES})
     assert h.rt.wait(0.01) == []  # nothing in flight: the wait times out empty
     assert h.rt.wait(None) == []  # ... and without a timeout it does not hang
     h.run(BatchPlan(1, slices=(prefill(1, PAGE),)))

@@ -11,6 +11,7 @@ from gpu_backend.l3_protocol import MemoryL3
 from gpu_backend.pools import DevicePool, HostPool
 from gpu_backend.runtime import TorchRuntime
 from gpu_backend.shapes import ModelShape
+from hicache.runtime.handles import Kind
 from hicache.runtime.interface import (
     BackupIntent,
     BatchCompletion,
@@ -35,7 +36,8 @@ def make_pools(layout: str, dev_pages: int = 16, host_pages: int = 16, page_size
 
 
 def make_runtime(**kw) -> TorchRuntime:
-    args = dict(page_size=4, device_pages={"full": 32}, host_pages={"full": 32}, l3=MemoryL3())
+    args = dict(page_size=4, device_pages={Kind.FULL: 32}, host_pages={Kind.FULL: 32},
+                l3=MemoryL3())
     args.update(kw)
     shape = args.pop("shape", ModelShape.tiny())
     return TorchRuntime(shape, **args)

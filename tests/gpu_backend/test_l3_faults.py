@@ -20,6 +20,7 @@ from gpu_backend.l3.resilient import RetryPolicy
 from gpu_backend.l3_protocol import MemoryL3
 from gpu_backend.pools import FenceTimeout, PageAllocator
 from gpu_backend.streams import LaneEvent, Lanes
+from hicache.runtime.handles import Kind
 from hicache.runtime.interface import (
     BatchCompletion,
     BatchPlan,
@@ -147,6 +148,22 @@ def test_a_prefetch_of_damaged_file_pages_fetches_only_the_good_prefix(tmp_path:
         assert rt.host_alloc.num_allocated == 2 and not page2.exists()
 
 
+def test_the_scenario_sets_the_l3_retry_policy_the_torch_runtime_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """run.l3_retry reaches the guard around the runtime's L3 client (the simulator's:
+    tests/sim/test_sim_faults.py)."""
+    d = _scenario(_trace(tmp_path / "trace.jsonl"), True)
+    d["run"] = {"l3_retry": {"timeout_s": 0.7, "retries": 3, "cooldown_s": 2.0}}
+    built = {}
+    build = driver.build_runtime
+    monkeypatch.setattr(driver, "build_runtime",
+                        lambda *a, **kw: built.setdefault("rt", build(*a, **kw)))
+    driver.run_scenario(d)
+    policy = built["rt"].l3.inner.policy  # ChecksummedL3(ResilientL3(FileL3))
+    assert (policy.timeout_s, policy.retries, policy.cooldown_s) == (0.7, 3, 2.0)
+    assert policy.cooldown_max_s == RetryPolicy().cooldown_max_s
+
+
 # -- a hung store: bounded, counted, and the run goes on --------------------------------
 
 class Hung(MemoryL3):
@@ -187,7 +204,7 @@ def test_a_slow_l3_never_holds_up_device_allocation() -> None:
     store = Hung()
     policy = RetryPolicy(timeout_s=1.0, retries=1, backoff_s=0.0, cooldown_s=30.0)
     try:
-        with make_runtime(l3=store, l3_policy=policy, device_pages={"full": 8}) as rt:
+        with make_runtime(l3=store, l3_policy=policy, device_pages={Kind.FULL: 8}) as rt:
             kv, host = cached_prefix(rt)  # 4 of the 8 L1 pages, backed up to L2
             run(rt, BatchPlan(80, stores=(StoreIntent(host, ("a", "b", "c", "d"), 1),)))
             # all 8 L1 pages: 4 free, 4 freed by this very plan (fenced)

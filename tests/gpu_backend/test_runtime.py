@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gpu_backend.pools import CapacityError
-from hicache.runtime.handles import CacheExtentRef, StaleHandleError
+from hicache.runtime.handles import CacheExtentRef, Kind, StaleHandleError
 from hicache.runtime.interface import (
     BackupIntent,
     BatchCompletion,
@@ -34,8 +34,8 @@ def test_runtime_satisfies_the_protocol_and_reports_its_pools():
     with make_runtime() as rt:
         assert isinstance(rt, RuntimeInterface)
         info = rt.info()
-        assert info.device_pages == {"full": 32} and info.num_layers == 4
-        assert info.bytes_per_page["full"] == 2 * 4 * 4 * 2 * 16 * 4  # 2*L*page*H*D*fp32
+        assert info.device_pages == {Kind.FULL: 32} and info.num_layers == 4
+        assert info.bytes_per_page[Kind.FULL] == 2 * 4 * 4 * 2 * 16 * 4  # 2*L*page*H*D*fp32
 
 
 def test_two_batch_plan_round_trip():
@@ -131,7 +131,7 @@ def test_stale_generation_and_foreign_handles_are_rejected():
 
 
 def test_contract_violations_raise():
-    with make_runtime(device_pages={"full": 4}) as rt:
+    with make_runtime(device_pages={Kind.FULL: 4}) as rt:
         with pytest.raises(CapacityError):
             rt.prepare_batch(BatchPlan(1, slices=(RequestSlice(1, P, 0, 17),)))
         with pytest.raises(ValueError):  # context does not match the row

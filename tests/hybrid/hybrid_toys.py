@@ -12,6 +12,7 @@ from typing import Any
 import simpy
 
 from hicache.config import CacheConfig
+from hicache.runtime.handles import Kind
 from hicache.scheduler.scheduler import Scheduler, SchedulerConfig
 from hicache.workload.request import Request
 from sim.hardware.model import ModelPreset, load_model
@@ -32,13 +33,13 @@ def tiny_system(model: ModelPreset, *, full: int = 256, swa: int = 256, mamba: i
                 max_running: int = 1, overlap: bool = True, track: bool = True,
                 **cache: Any) -> tuple[simpy.Environment, SimRuntime, Scheduler]:
     env = simpy.Environment()
-    pools = {"full": full}
+    pools = {Kind.FULL: full}
     if track and "swa" in model.layer_kinds:
-        pools["swa"] = swa
+        pools[Kind.SWA] = swa
     if track and "mamba" in model.layer_kinds:
-        pools["mamba"] = mamba
+        pools[Kind.MAMBA] = mamba
     rt = SimRuntime(env, profile="h100-sxm", model=model, page_size=PAGE, device_pages=pools,
-                    host_pages={"full": 0})
+                    host_pages={Kind.FULL: 0})
     cfg = SchedulerConfig(max_running_requests=max_running, chunked_prefill_size=64,
                           overlap=overlap, track_components=track)
     sched = Scheduler(CacheConfig(page_size=PAGE, device_tokens=full * PAGE, **cache),

@@ -16,7 +16,7 @@ from hybrid_toys import PAGE, drive, one_at_a_time, tiny_model
 from test_hybrid_scheduler import branching_prompts
 
 from hicache.config import CacheConfig
-from hicache.runtime.handles import Tier
+from hicache.runtime.handles import Kind, Tier
 from hicache.runtime.state import host_state_pool_sizes
 from hicache.scheduler.scheduler import Scheduler, SchedulerConfig
 from hicache.tree.invariants import check_tree
@@ -28,11 +28,11 @@ def hybrid_l2_system(model, *, full: int, swa: int, mamba: int, ratio: float,  #
                      write: str = "write_through", max_running: int = 1
                      ) -> tuple[simpy.Environment, SimRuntime, Scheduler]:
     env = simpy.Environment()
-    device = {"full": full, "swa": swa, "mamba": mamba}
+    device = {Kind.FULL: full, Kind.SWA: swa, Kind.MAMBA: mamba}
     host_full = int(full * ratio)
     rt = SimRuntime(env, profile="h100-sxm", model=model, page_size=PAGE,
                     device_pages=device,
-                    host_pages={"full": host_full, **host_state_pool_sizes(device, host_full)})
+                    host_pages={Kind.FULL: host_full, **host_state_pool_sizes(device, host_full)})
     cache = CacheConfig(page_size=PAGE, device_tokens=full * PAGE, hicache_ratio=ratio,
                         enable_hierarchical_cache=True, hicache_write_policy=write,
                         load_back_threshold=0)
@@ -90,6 +90,6 @@ def test_state_host_pools_stay_within_budget_under_pressure(write: str):
     assert sum(r["host_hit"] for r in recs) > 0
     check_pages(sched, rt)
     assert balanced(rt, sched)
-    for pool in ("swa", "mamba"):
+    for pool in (Kind.SWA, Kind.MAMBA):
         assert sched.kv.budget.host_pool_free(pool) >= 0
         assert sched.tree.held_pages(Tier.HOST, pool) > 0

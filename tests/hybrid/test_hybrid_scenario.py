@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from hicache.runtime.handles import Tier
+from hicache.runtime.handles import Kind, Tier
 from hicache.scenario import load_scenario
 from sim.driver import SimResult, simulate
 
@@ -33,9 +33,9 @@ def test_hybrid_aware_variant_balances_every_pool() -> None:
     res = run("L1 hybrid-aware")
     check_clean(res)
     (rep,) = res.replicas
-    assert set(rep.runtime.device.pools) == {"full", "swa", "mamba"}
+    assert set(rep.runtime.device.pools) == {Kind.FULL, Kind.SWA, Kind.MAMBA}
     assert sum(r["device_hit"] for r in res.records) > 0
-    assert rep.scheduler.tree.held_pages(Tier.DEVICE, "mamba") > 0  # checkpoints stay cached
+    assert rep.scheduler.tree.held_pages(Tier.DEVICE, Kind.MAMBA) > 0  # checkpoints stay cached
 
 
 def test_l1_l2_hybrid_aware_variant_balances_every_pool_on_both_tiers() -> None:
@@ -43,9 +43,9 @@ def test_l1_l2_hybrid_aware_variant_balances_every_pool_on_both_tiers() -> None:
     res = run("L1+L2 hybrid-aware")
     check_clean(res)
     (rep,) = res.replicas
-    assert set(rep.runtime.host.pools) == {"full", "swa", "mamba"}
-    assert rep.scheduler.tree.held_pages(Tier.HOST, "mamba") > 0
-    assert rep.scheduler.tree.held_pages(Tier.HOST, "swa") > 0
+    assert set(rep.runtime.host.pools) == {Kind.FULL, Kind.SWA, Kind.MAMBA}
+    assert rep.scheduler.tree.held_pages(Tier.HOST, Kind.MAMBA) > 0
+    assert rep.scheduler.tree.held_pages(Tier.HOST, Kind.SWA) > 0
     reused = [sum(r["device_hit"] + r["host_hit"] for r in x.records)
               for x in (run("L1 hybrid-aware"), res)]
     assert reused[1] > 1.5 * reused[0] and sum(r["host_hit"] for r in res.records) > 0

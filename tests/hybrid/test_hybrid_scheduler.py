@@ -15,7 +15,7 @@ import pytest
 from hybrid_toys import PAGE, drive, hits, one_at_a_time, tiny_model, tiny_system
 
 from hicache.config import CacheConfig
-from hicache.replay.hybrid import HybridReplayCache
+from hicache.replay.engine import ReplayCache
 from hicache.runtime.handles import Tier
 from hicache.scheduler.scheduler import Scheduler, SchedulerConfig
 from hicache.tree.components import Kind
@@ -34,9 +34,9 @@ MODELS = {  # name -> (layers, sliding window in tokens)
 
 
 def replay_hits(layers: tuple[str, ...], window: int, prompts: list[list[int]]) -> list[int]:
-    cache = HybridReplayCache(page_size=PAGE, full_tokens=1 << 16,
-                              swa_window=window if "swa" in layers else 0,
-                              mamba_slots=1024 if "mamba" in layers else 0)
+    cache = ReplayCache(CacheConfig(page_size=PAGE, device_tokens=1 << 16),
+                        swa_window=window if "swa" in layers else 0,
+                        mamba_slots=1024 if "mamba" in layers else 0)
     return [cache.process(r).device_hit for r in one_at_a_time(*prompts)]
 
 

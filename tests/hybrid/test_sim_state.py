@@ -11,7 +11,7 @@ import pytest
 import simpy
 from hybrid_toys import PAGE, tiny_model
 
-from hicache.runtime.handles import CacheExtentRef, StaleHandleError
+from hicache.runtime.handles import CacheExtentRef, Kind, StaleHandleError
 from hicache.runtime.interface import BatchPlan, Phase, Release, RequestSlice
 from sim.pools import CapacityError
 from sim.runtime import SimRuntime
@@ -19,8 +19,9 @@ from sim.runtime import SimRuntime
 
 def runtime(swa: int = 64, mamba: int = 8) -> SimRuntime:
     return SimRuntime(simpy.Environment(), profile="h100-sxm", model=tiny_model(window=8),
-                      page_size=PAGE, device_pages={"full": 64, "swa": swa, "mamba": mamba},
-                      host_pages={"full": 0})
+                      page_size=PAGE,
+                      device_pages={Kind.FULL: 64, Kind.SWA: swa, Kind.MAMBA: mamba},
+                      host_pages={Kind.FULL: 0})
 
 
 def run(rt: SimRuntime, bid: int, *slices: RequestSlice, releases=()):  # noqa: ANN001, ANN201
@@ -32,7 +33,7 @@ def run(rt: SimRuntime, bid: int, *slices: RequestSlice, releases=()):  # noqa: 
 
 
 def held(rt: SimRuntime, pool: str) -> int:
-    return rt.device[pool].size - rt.device[pool].free_count
+    return rt.device[Kind(pool)].size - rt.device[Kind(pool)].free_count
 
 
 def test_info_reports_the_state_pools() -> None:
@@ -45,7 +46,7 @@ def test_swa_pages_behind_the_window_are_freed_as_the_request_grows() -> None:
     h = run(rt, 1, RequestSlice(1, Phase.PREFILL, 0, 24))  # 6 pages, window = last 2
     assert held(rt, "swa") == 2 and held(rt, "mamba") == 1  # + the private state slot
     (swa,) = h.slices[0].state
-    assert swa.pool == "swa" and swa.num_pages == 2
+    assert swa.pool is Kind.SWA and swa.num_pages == 2
     req = h.slices[0].request
     run(rt, 2, RequestSlice(1, Phase.DECODE, 24, 1, request=req))
     assert held(rt, "swa") == 3  # page 6 opened; pages 4, 5 still inside the window
@@ -57,14 +58,14 @@ def test_a_checkpoint_pins_its_window_and_release_keep_hands_it_over() -> None:
     rt = runtime()
     h = run(rt, 1, RequestSlice(1, Phase.PREFILL, 0, 16, checkpoint=True))
     swa, ckpt = h.slices[0].state
-    assert (swa.num_pages, ckpt.pool, ckpt.num_pages) == (2, "mamba", 1)
+    assert (swa.num_pages, ckpt.pool, ckpt.num_pages) == (2, Kind.MAMBA, 1)
     req = h.slices[0].request
     for i in range(12):  # the window moves 3 pages on; the pinned pages stay
         run(rt, 2 + i, RequestSlice(1, Phase.DECODE, 16 + i, 1, request=req))
     assert set(swa.pages()) <= rt.state.rows[req.slot_id].swa_own
     run(rt, 20, releases=(Release(req, keep=(swa, ckpt)),))
     assert held(rt, "swa") == 2 and held(rt, "mamba") == 1  # exactly what was kept
-    assert all(rt.device["swa"].is_allocated(p) for p in swa.pages())
+    assert all(rt.device[Kind.SWA].is_allocated(p) for p in swa.pages())
 
 
 def test_attach_borrows_swa_and_copies_the_checkpoint() -> None:
@@ -84,7 +85,7 @@ def test_keep_of_pages_the_request_did_not_allocate_is_refused() -> None:
     rt = runtime()
     h = run(rt, 1, RequestSlice(1, Phase.PREFILL, 0, 24))
     stranger = CacheExtentRef(rt.runtime_id, rt.generation, h.slices[0].kv.tier,
-                              h.slices[0].state[0].page_runs, "mamba")
+                              h.slices[0].state[0].page_runs, Kind.MAMBA)
     with pytest.raises(ValueError, match="did not allocate"):
         rt.prepare_batch(BatchPlan(2, releases=(Release(h.slices[0].request, keep=stranger),)))
 

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 from gpu_backend.runtime import TorchRuntime  # noqa: E402
 from gpu_backend.shapes import ModelShape  # noqa: E402
-from hicache.runtime.handles import Tier  # noqa: E402
+from hicache.runtime.handles import Kind, Tier  # noqa: E402
 from hicache.runtime.interface import (  # noqa: E402
     BatchCompletion,
     BatchPlan,
@@ -31,8 +31,8 @@ SHAPE = ModelShape(num_layers=6, num_heads=4, num_kv_heads=2, head_dim=16, hidde
 
 
 def runtime() -> TorchRuntime:
-    return TorchRuntime(SHAPE, page_size=PAGE, host_pages={"full": 0}, seed=3,
-                        device_pages={"full": 64, "swa": 64, "mamba": 8})
+    return TorchRuntime(SHAPE, page_size=PAGE, host_pages={Kind.FULL: 0}, seed=3,
+                        device_pages={Kind.FULL: 64, Kind.SWA: 64, Kind.MAMBA: 8})
 
 
 def done(rt: TorchRuntime, bid: int) -> None:
@@ -64,12 +64,12 @@ def prefill(rt: TorchRuntime, bid: int, rid: int, chunks: list[int], *, checkpoi
 
 def test_swa_pages_behind_the_window_are_freed_as_the_request_advances():
     with runtime() as rt:
-        swa = rt.allocs[(Tier.DEVICE, "swa")]
+        swa = rt.allocs[(Tier.DEVICE, Kind.SWA)]
         free0 = swa.num_free
         last, _ = prefill(rt, 1, 1, [8] * 6)  # 48 tokens, window 8
         held = free0 - swa.num_free
         assert held <= WINDOW // PAGE + 8 // PAGE + 1  # the window and one chunk at most
-        assert last.state and last.state[0].pool == "swa"
+        assert last.state and last.state[0].pool is Kind.SWA
         assert rt.info().swa_window == WINDOW and rt.info().mamba
 
 

@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 from test_torch_hybrid import PAGE, SHAPE, done, prefill  # noqa: E402
 
 from gpu_backend.runtime import TorchRuntime  # noqa: E402
+from hicache.runtime.handles import Kind  # noqa: E402
 from hicache.runtime.interface import (  # noqa: E402
     BackupIntent,
     BatchPlan,
@@ -31,8 +32,8 @@ PREFIX = 24  # of a 40-token prompt
 
 def runtime() -> TorchRuntime:
     return TorchRuntime(SHAPE, page_size=PAGE, seed=3,
-                        device_pages={"full": 64, "swa": 64, "mamba": 8},
-                        host_pages={"full": 64, "swa": 64, "mamba": 8})
+                        device_pages={Kind.FULL: 64, Kind.SWA: 64, Kind.MAMBA: 8},
+                        host_pages={Kind.FULL: 64, Kind.SWA: 64, Kind.MAMBA: 8})
 
 
 def scratch_output() -> torch.Tensor:
@@ -48,8 +49,8 @@ def cached_on_l2(rt: TorchRuntime):  # noqa: ANN201
     keep = (last.kv, swa, mamba)
     rt.execute_batch(rt.prepare_batch(BatchPlan(10, releases=(Release(last.request, keep),))))
     done(rt, 10)
-    saved = {"swa": rt.state.swa.kv[:, :, list(swa.pages())].clone(),
-             "mamba": rt.state.state[list(mamba.pages())].clone()}
+    saved = {Kind.SWA: rt.state.swa.kv[:, :, list(swa.pages())].clone(),
+             Kind.MAMBA: rt.state.state[list(mamba.pages())].clone()}
     plan = BatchPlan(-1, backups=tuple(BackupIntent(e, j) for j, e in enumerate(keep, 1)))
     handle = rt.prepare_batch(plan)
     rt.execute_batch(handle)
@@ -59,7 +60,7 @@ def cached_on_l2(rt: TorchRuntime):  # noqa: ANN201
     rt.execute_batch(rt.prepare_batch(BatchPlan(-2, frees=keep)))  # L1 copies gone
     rt.drain(20.0)
     full, swa_host, mamba_host = handle.backups
-    assert (swa_host.pool, mamba_host.pool) == ("swa", "mamba")
+    assert (swa_host.pool, mamba_host.pool) == (Kind.SWA, Kind.MAMBA)
     return full, swa_host, mamba_host, saved
 
 
@@ -80,11 +81,11 @@ def test_state_loaded_back_from_l2_is_byte_equal_and_gives_scratch_outputs():
     with runtime() as rt:
         full, swa_host, mamba_host, saved = cached_on_l2(rt)
         loaded = reuse_from_l2(rt, full, swa_host, mamba_host)
-        assert [e.pool for e in loaded] == ["full", "swa", "mamba"]
+        assert [e.pool for e in loaded] == [Kind.FULL, Kind.SWA, Kind.MAMBA]
         assert all(e.tier.value == "L1" for e in loaded)
-        assert torch.equal(rt.state.swa.kv[:, :, list(loaded[1].pages())], saved["swa"])
+        assert torch.equal(rt.state.swa.kv[:, :, list(loaded[1].pages())], saved[Kind.SWA])
         slot = list(loaded[2].pages())
-        assert torch.equal(rt.state.state[slot], saved["mamba"])  # and never written (COW)
+        assert torch.equal(rt.state.state[slot], saved[Kind.MAMBA])  # and never written (COW)
         assert torch.allclose(rt.outputs[7], scratch, atol=1e-4, rtol=1e-4)
 
 

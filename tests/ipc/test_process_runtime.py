@@ -23,7 +23,10 @@ pytest.importorskip("torch")
 from gpu_backend.driver import run_scenario  # noqa: E402
 from gpu_backend.process import torch_runtime  # noqa: E402
 from gpu_backend.shapes import ModelShape  # noqa: E402
-from hicache.runtime.handles import StaleHandleError  # noqa: E402
+from hicache.runtime.handles import (
+    Kind,
+    StaleHandleError,  # noqa: E402
+)
 from hicache.runtime.interface import (  # noqa: E402
     BatchCompletion,
     BatchPlan,
@@ -37,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu_backend"))
 from test_decision_parity import scenario  # noqa: E402
 
 TORCH = partial(torch_runtime, shape=ModelShape.tiny(), page_size=4,
-                device_pages={"full": 16}, host_pages={"full": 16})
+                device_pages={Kind.FULL: 16}, host_pages={Kind.FULL: 16})
 
 
 def prefill(rid: int, tokens: int) -> RequestSlice:

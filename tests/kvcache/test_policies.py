@@ -4,14 +4,24 @@ replay goes in arrival order."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 from hicache.cli import main
 from hicache.config import CacheConfig
-from hicache.kvcache.decisions import Admit, Evict
+from hicache.kvcache.decisions import Admit, Backup, Evict
+from hicache.kvcache.manager import KVCacheManager
+from hicache.kvcache.plans import PlanBuilder
 from hicache.replay.engine import L3Set, ReplayCache, replay
+from hicache.runtime.handles import Tier
+from hicache.runtime.interface import RuntimeInfo, TransferCompletion, TransferKind
+from hicache.scenario import load_scenario
 from hicache.tiers.hashing import page_hashes
+from hicache.tree.allocator import PageAllocator
+from hicache.tree.components import Kind
+from hicache.tree.options import TreeOptions
+from hicache.tree.radix import page_keys
 from hicache.workload.request import Request
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,3 +109,58 @@ def test_decisions_are_frozen_records_with_flat_rows() -> None:
     evicts = [d for d in cache.kv.decisions if isinstance(d, Evict)]
     assert evicts and all(d.row()[0] == "evict" and d.how in ("demote", "delete")
                           for d in evicts)
+
+
+def test_make_room_under_write_back_backs_up_what_it_needs_and_waits_for_it() -> None:
+    """As SGLang 0.5.23 (a write_back victim is copied, then demoted, before the next is
+    picked): with copies that take time (the scheduler's sink), make_room starts backups
+    for the pages it lacks only, starts no more while they are in flight, and demotes
+    exactly those once they land. (Before: every evictable leaf was backed up at once.)"""
+    cfg = CacheConfig(page_size=PAGE, device_tokens=10 * PAGE, enable_hierarchical_cache=True,
+                      hicache_write_policy="write_back")
+    plans = PlanBuilder()
+    kv = KVCacheManager(cfg, RuntimeInfo("t", 0, PAGE, {Kind.FULL: 10}, {Kind.FULL: 20}), plans)
+    device = PageAllocator(10, tier=Tier.DEVICE, runtime_id="t")
+    host = PageAllocator(20, tier=Tier.HOST, runtime_id="t")
+    for i in range(5):  # five unlocked 2-page leaves fill L1
+        kv.tree.insert(page_keys([100 * i + t for t in range(2 * PAGE)], PAGE),
+                       {Kind.FULL: device.alloc(2)})
+    assert kv.budget.free(Tier.DEVICE) == 0
+    assert not kv.make_room(Tier.DEVICE, 3)  # copies under way: not free yet
+    assert not kv.make_room(Tier.DEVICE, 3)  # asked again before they land
+    plan = plans.build()
+    assert [b.src.num_pages for b in plan.backups] == [2, 2]
+    assert sum(isinstance(d, Backup) for d in kv.decisions) == 2
+    for b in plan.backups:
+        kv.backup_placed(b.job_id, host.alloc(b.src.num_pages))
+        kv.on_transfer(TransferCompletion(b.job_id, TransferKind.BACKUP, 0.0,
+                                          b.src.num_pages))
+    assert kv.make_room(Tier.DEVICE, 3) and kv.budget.free(Tier.DEVICE) == 4
+    assert sum(isinstance(d, Backup) for d in kv.decisions) == 2
+    assert [d.row()[3] for d in kv.decisions if isinstance(d, Evict)] == ["demote"] * 2
+
+
+def test_tree_options_are_a_scenario_key_the_cache_manager_passes_to_its_tree() -> None:
+    sc = load_scenario("hybrid_swa_mamba",
+                       ["cache.tree_options.free_swa_tombstone_leaves=true"])
+    assert sc.cache.tree_options.free_swa_tombstone_leaves is True
+    cache = tiered("write_through")
+    assert cache.tree.residency.options.free_swa_tombstone_leaves is False  # SGLang's
+    cfg = dataclasses.replace(cache.cfg, tree_options=TreeOptions(free_swa_tombstone_leaves=True))
+    assert ReplayCache(cfg).tree.residency.options.free_swa_tombstone_leaves is True
+
+
+def test_decision_rows_are_their_kind_and_fields_in_order():
+    """Decision.row (a flat tuple, no deep copy) equals dataclasses.astuple for every kind:
+    each field is a scalar."""
+    from dataclasses import astuple, fields
+
+    from hicache.kvcache import decisions as d
+    kinds = [c for c in vars(d).values()
+             if isinstance(c, type) and issubclass(c, d.Decision) and c is not d.Decision]
+    assert len(kinds) >= 8
+    for cls in kinds:
+        values = [7 if f.type in ("int", int) else "x" if f.type in ("str", str) else "demote"
+                  for f in fields(cls)]
+        dec = cls(*values)
+        assert dec.row() == (cls.kind, *astuple(dec)) == (cls.kind, *values)

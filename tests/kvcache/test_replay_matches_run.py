@@ -27,6 +27,7 @@ import simpy
 
 from hicache.config import CacheConfig
 from hicache.replay.engine import L3Set, ReplayCache, replay
+from hicache.runtime.handles import Kind
 from hicache.scheduler.scheduler import Scheduler, SchedulerConfig
 from hicache.workload.request import Request
 from sim.hardware.profile import load_profile
@@ -69,7 +70,7 @@ def run_hits(cfg: CacheConfig, requests: list[Request], l3: bool) -> list[tuple[
     store = L3Store.mooncake(env, profile.mooncake) if l3 else None
     host = HOST_PAGES if cfg.enable_hierarchical_cache else 0
     rt = SimRuntime(env, profile=profile, model="llama-3-8b", page_size=PAGE,
-                    device_pages={"full": DEVICE_PAGES + 1}, host_pages={"full": host},
+                    device_pages={Kind.FULL: DEVICE_PAGES + 1}, host_pages={Kind.FULL: host},
                     l3=store)
     sched = Scheduler(cfg, rt.info(), SchedulerConfig(max_running_requests=1, overlap=False,
                                                       l3=l3))

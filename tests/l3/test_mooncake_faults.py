@@ -163,6 +163,7 @@ def test_losing_the_store_mid_run_loses_no_request(
     (storage: its pages cannot be read, puts fail), while the run stores and prefetches.
     Every request still finishes, and the faults are counted. (pause: ~10 s, most of it
     closing the client, which waits for its hung calls: slow.)"""
+    import gpu_backend.driver
     from gpu_backend.driver import run_scenario
 
     monkeypatch.setenv("MOONCAKE_MASTER", service.master_address)
@@ -170,7 +171,14 @@ def test_losing_the_store_mid_run_loses_no_request(
     hit = {"kill": master.kill, "storage": service.kill_storage,
            "pause": lambda: _pause(master.pid)}[fault]
     killer = threading.Timer(0.6, hit)
-    killer.start()
+    make_l3 = gpu_backend.driver.make_l3
+
+    def connected_then_timer(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        client = make_l3(*args, **kwargs)  # the fault hits a running client, not its setup
+        killer.start()
+        return client
+
+    monkeypatch.setattr(gpu_backend.driver, "make_l3", connected_then_timer)
     try:
         t0 = time.monotonic()
         res = run_scenario(_multiturn(f"master-{fault}"))
@@ -188,3 +196,64 @@ def test_losing_the_store_mid_run_loses_no_request(
     assert faults["l3_timeouts"] + faults["l3_errors"] >= 1
     assert faults["l3_skipped"] >= 1  # later L3 calls did not wait on the lost store
     assert wall < 90
+
+
+# --- a store that is down or hung when the client starts: a clear error, bounded ---------
+
+def test_a_master_down_at_start_fails_clearly_in_milliseconds_not_90_s(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Mooncake's own setup() retries a missing master for ~90 s holding the GIL."""
+    from gpu_backend.l3.mooncake import L3Unavailable, MooncakeL3
+    from gpu_backend.l3.service import free_port
+
+    try:
+        find_binaries()
+    except MooncakeUnavailable as exc:
+        pytest.skip(f"Mooncake not installed: {exc}")
+    master = f"127.0.0.1:{free_port()}"
+    t0 = time.monotonic()
+    with pytest.raises(L3Unavailable, match=f"master {master} is not reachable"):
+        MooncakeL3(master)
+    assert time.monotonic() - t0 < 10
+
+
+def test_a_paused_master_at_start_fails_at_the_setup_timeout(
+        service: MooncakeService) -> None:  # fmt: skip
+    """SIGSTOP: the port accepts connections, setup() would wait 30 s per attempt."""
+    from gpu_backend.l3.mooncake import L3Unavailable, MooncakeL3
+
+    _pause(service.master_process.pid)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(L3Unavailable, match="setup did not finish within 2 s"):
+            MooncakeL3(service.master_address, setup_timeout_s=2.0)
+        assert time.monotonic() - t0 < 12
+    finally:
+        os.kill(service.master_process.pid, signal.SIGCONT)
+    client = MooncakeL3(service.master_address)  # resumed: the same address works
+    keys = _keys("ee", 1)
+    assert client.batch_set(keys, [b"x"]) == [True]
+    client.close()
+
+
+def test_the_torch_runtime_names_a_master_down_at_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+        ) -> None:  # fmt: skip
+    import yaml
+
+    from gpu_backend.l3.service import free_port
+    from hicache.cli import main
+
+    try:
+        find_binaries()
+    except MooncakeUnavailable as exc:
+        pytest.skip(f"Mooncake not installed: {exc}")
+    master = f"127.0.0.1:{free_port()}"
+    monkeypatch.setenv("MOONCAKE_MASTER", master)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(_multiturn("down-at-start")))
+    rc = main(["measure", str(path), "--device", "cpu", "--no-calibrate", "--repeats", "1",
+               "--out", str(tmp_path / "m")])
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    assert f"Mooncake master {master} is not reachable" in err and "Traceback" not in err

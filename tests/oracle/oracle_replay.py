@@ -40,7 +40,7 @@ class Replayer:
                                mamba=Kind.MAMBA in self.kinds)
         self.tree = UnifiedRadixTree(spec, eviction_policy=rec["policy"])
         pages = 4 * rec["capacity_tokens"] // self.page + 64  # never the limiting factor
-        self.pools = {k: PageAllocator(pages, tier=Tier.DEVICE, pool=k.value)
+        self.pools = {k: PageAllocator(pages, tier=Tier.DEVICE, pool=k)
                       for k in self.kinds}
         self.held: dict[int, Held] = {}
         self.handles = 0
@@ -77,17 +77,17 @@ class Replayer:
         """SGLang's evict: FULL, then SWA, then MAMBA, each until its request is met,
         counting what earlier components' evictions freed of it (asking the tree for 0
         pages when nothing is left to free: it must free nothing then)."""
-        freed: dict[str, int] = {}
+        freed: dict[Kind, int] = {}
         for kind, want in ((Kind.FULL, full), (Kind.SWA, swa), (Kind.MAMBA, mamba)):
             if kind not in self.pools:
                 continue
             need = want if kind is Kind.MAMBA else -(-want // self.page)
-            res = self.tree.evict_device(max(need - freed.get(kind.value, 0), 0), kind)
+            res = self.tree.evict_device(max(need - freed.get(kind, 0), 0), kind)
             self.execute(res.actions)
             for pool, n in res.freed.items():
                 freed[pool] = freed.get(pool, 0) + n
-        return [freed.get("full", 0) * self.page, freed.get("swa", 0) * self.page,
-                freed.get("mamba", 0)]
+        return [freed.get(Kind.FULL, 0) * self.page, freed.get(Kind.SWA, 0) * self.page,
+                freed.get(Kind.MAMBA, 0)]
 
     # -- one recorded operation ----------------------------------------------------------
     def apply(self, op: list) -> tuple[list, list]:
@@ -144,7 +144,7 @@ class Replayer:
     def check_allocators(self) -> None:
         """Every allocated page is held by the tree, exactly once (nothing leaked)."""
         for kind, pool in self.pools.items():
-            held = self.tree.held_pages(Tier.DEVICE, kind.value)
+            held = self.tree.held_pages(Tier.DEVICE, kind)
             if pool.used_pages != held:
                 raise Mismatch(f"{kind.value}: allocator has {pool.used_pages} pages in "
                                f"use, the tree holds {held}")

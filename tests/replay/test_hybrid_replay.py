@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from hicache.cli import main
-from hicache.replay.hybrid import HybridReplayCache
+from hicache.config import CacheConfig
+from hicache.replay.engine import ReplayCache
 from hicache.workload.request import Request
 
 A = list(range(16))  # 4 pages of 4 tokens
@@ -11,26 +12,30 @@ EXTENDS_A = A + [100, 101, 102, 103]
 SHARES_HALF_OF_A = A[:8] + [200, 201, 202, 203]
 
 
-def hits(cache: HybridReplayCache, *prompts: list[int]) -> list[int]:
+def hybrid(full_tokens: int, **components: int) -> ReplayCache:
+    return ReplayCache(CacheConfig(page_size=4, device_tokens=full_tokens), **components)
+
+
+def hits(cache: ReplayCache, *prompts: list[int]) -> list[int]:
     return [cache.process(Request(i, float(i), p, 1)).device_hit for i, p in enumerate(prompts)]
 
 
 def test_mamba_reuses_only_where_a_checkpoint_was_left() -> None:
-    c = HybridReplayCache(page_size=4, full_tokens=1000, mamba_slots=10)
+    c = hybrid(1000, mamba_slots=10)
     # A left a checkpoint at its end (16): a continuation reuses all of A; a prompt that
     # diverges at 8 finds no checkpoint there and recomputes everything
     assert hits(c, A, EXTENDS_A, SHARES_HALF_OF_A) == [0, 16, 0]
 
 
 def test_full_only_would_reuse_the_shared_half() -> None:
-    c = HybridReplayCache(page_size=4, full_tokens=1000, swa_window=1000)  # window > prompt
+    c = hybrid(1000, swa_window=1000)  # window > prompt
     assert hits(c, A, SHARES_HALF_OF_A) == [0, 8]
 
 
 def test_swa_needs_a_live_window_ending_at_the_boundary() -> None:
     # window 4 tokens = 1 page: A keeps SWA only on its last page, so reuse at A's end works
     # but reuse at 8 meets a tombstone on page 2
-    c = HybridReplayCache(page_size=4, full_tokens=1000, swa_window=4)
+    c = hybrid(1000, swa_window=4)
     assert hits(c, A, EXTENDS_A, SHARES_HALF_OF_A) == [0, 16, 0]
 
 

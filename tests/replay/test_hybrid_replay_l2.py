@@ -10,7 +10,8 @@ import random
 import pytest
 
 from hicache.cli import main
-from hicache.replay.hybrid import HybridReplayCache
+from hicache.config import CacheConfig
+from hicache.replay.engine import ReplayCache
 from hicache.runtime.handles import Tier
 from hicache.tree.invariants import check_tree
 from hicache.workload.request import Request
@@ -29,7 +30,19 @@ def conversations(seed: int, n: int = 60) -> list[list[int]]:
     return prompts
 
 
-def replay(cache: HybridReplayCache, prompts: list[list[int]]) -> list[tuple[int, int]]:
+def hybrid(full_tokens: int, *, swa_window: int = 0, mamba_slots: int = 0,
+           host_tokens: int = 0, write_policy: str = "write_through",
+           load_back_threshold: int = 10) -> ReplayCache:
+    """The cache manager in zero time over a hybrid model (page 4), L2 when host_tokens."""
+    cfg = CacheConfig(page_size=4, device_tokens=full_tokens,
+                      enable_hierarchical_cache=host_tokens > 0,
+                      hicache_write_policy=write_policy,
+                      load_back_threshold=load_back_threshold)
+    return ReplayCache(cfg, host_tokens=host_tokens, swa_window=swa_window,
+                       mamba_slots=mamba_slots)
+
+
+def replay(cache: ReplayCache, prompts: list[list[int]]) -> list[tuple[int, int]]:
     out = []
     for i, p in enumerate(prompts):
         r = cache.process(Request(i, float(i), p, 1))
@@ -37,20 +50,19 @@ def replay(cache: HybridReplayCache, prompts: list[list[int]]) -> list[tuple[int
     return out
 
 
-def balanced(cache: HybridReplayCache) -> bool:
+def balanced(cache: ReplayCache) -> bool:
     tiers = ((Tier.DEVICE, cache.pools), (Tier.HOST, cache.host_pools))
-    return all(a.used_pages == cache.tree.held_pages(tier, kind.value)
+    return all(a.used_pages == cache.tree.held_pages(tier, kind)
                for tier, pools in tiers for kind, a in pools.items())
 
 
 @pytest.mark.parametrize("write", ["write_through", "write_back"])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_a_small_l1_with_l2_reuses_what_a_large_l1_does(seed: int, write: str):
-    kw = {"page_size": 4, "swa_window": 8, "load_back_threshold": 0}
+    kw = {"swa_window": 8, "load_back_threshold": 0}
     prompts = conversations(seed)
-    big = replay(HybridReplayCache(full_tokens=1 << 16, mamba_slots=4096, **kw), prompts)
-    small = HybridReplayCache(full_tokens=96, mamba_slots=6, host_tokens=1 << 16,
-                              write_policy=write, **kw)
+    big = replay(hybrid(1 << 16, mamba_slots=4096, **kw), prompts)
+    small = hybrid(96, mamba_slots=6, host_tokens=1 << 16, write_policy=write, **kw)
     got = replay(small, prompts)
     if write == "write_through":  # every component copied at insert: nothing is lost
         assert [d + h for d, h in got] == [d for d, _ in big]
@@ -63,8 +75,7 @@ def test_a_small_l1_with_l2_reuses_what_a_large_l1_does(seed: int, write: str):
 
 def test_a_small_l2_drops_copies_per_component_and_stays_balanced():
     prompts = conversations(3, 120)
-    cache = HybridReplayCache(page_size=4, full_tokens=96, swa_window=8, mamba_slots=6,
-                              host_tokens=400, load_back_threshold=0)
+    cache = hybrid(96, swa_window=8, mamba_slots=6, host_tokens=400, load_back_threshold=0)
     got = replay(cache, prompts)
     assert sum(h for _, h in got) > 0
     check_tree(cache.tree)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hicache.cli import main
+from hicache.runtime.handles import Kind
 from hicache.scenario import Scenario, ScenarioError, load_scenario
 from hicache.tree.allocator import PageAllocator
 from hicache.workload.traces import TraceFormatError, load_trace
@@ -70,7 +71,7 @@ def test_a_huge_l1_runs_in_memory_proportional_to_use():
         ["cache.device_tokens=1e14", "workload.num_clients=2", "workload.num_rounds=2"])
     res = simulate(s)
     assert res.requests == 4 and all(r["finish"] is not None for r in res.records)
-    pool = res.replicas[0].runtime.device.pools["full"]
+    pool = res.replicas[0].runtime.device.pools[Kind.FULL]
     assert pool.size == 10**14 // 64 and pool.used_count < 1000
     assert len(pool._ids._used) < 10_000  # accounted, not materialised
 
@@ -170,7 +171,7 @@ def test_the_simulators_pools_account_capacity_and_reuse_the_lowest_free_first()
     from hicache.runtime.handles import Tier
     from sim.pools import CapacityError, PagePool
 
-    p = PagePool(Tier.DEVICE, "full", 10**15)
+    p = PagePool(Tier.DEVICE, Kind.FULL, 10**15)
     a, b = p.allocate(3), p.allocate(2)
     assert (a, b) == ([0, 1, 2], [3, 4])
     p.free(a)
@@ -183,7 +184,7 @@ def test_the_simulators_pools_account_capacity_and_reuse_the_lowest_free_first()
     with pytest.raises(ValueError, match="page 3 is not allocated"):
         p.free([3, 3])
     assert p.free_count == 10**15 - 4 and p.is_allocated(3)  # nothing changed
-    small = PagePool(Tier.HOST, "full", 2)
+    small = PagePool(Tier.HOST, Kind.FULL, 2)
     with pytest.raises(CapacityError):
         small.allocate(3)
 

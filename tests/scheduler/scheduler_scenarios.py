@@ -12,7 +12,7 @@ import copy
 from collections import Counter
 from typing import Any
 
-from hicache.runtime.handles import Tier
+from hicache.runtime.handles import Kind, Tier
 from sim.driver import SimResult
 from sim.runtime import SimRuntime
 
@@ -79,10 +79,10 @@ def page_balance(result: SimResult) -> list[dict[str, tuple[int, int, int]]]:
     for rep in result.replicas:
         rt, tree = rep.runtime, rep.scheduler.tree
         out.append({
-            "device": (rt.device["full"].free_count, tree.held_pages(Tier.DEVICE),
-                       rt.device_sizes["full"]),
-            "host": (rt.host["full"].free_count, tree.held_pages(Tier.HOST),
-                     rt.host_sizes["full"]),
+            "device": (rt.device[Kind.FULL].free_count, tree.held_pages(Tier.DEVICE),
+                       rt.device_sizes[Kind.FULL]),
+            "host": (rt.host[Kind.FULL].free_count, tree.held_pages(Tier.HOST),
+                     rt.host_sizes[Kind.FULL]),
         })
     return out
 

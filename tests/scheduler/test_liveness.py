@@ -15,6 +15,7 @@ import yaml
 from hicache.cli import main
 from hicache.config import CacheConfig
 from hicache.kvcache.manager import KVCacheManager
+from hicache.runtime.handles import Kind
 from hicache.runtime.interface import RuntimeInfo
 from hicache.scheduler.scheduler import Scheduler, SchedulerConfig
 from hicache.workload.request import Request
@@ -65,7 +66,7 @@ def test_max_running_requests_zero_fails_before_running_or_rejects() -> None:
     """A scenario refuses it up front; a Scheduler built directly rejects every request."""
     with pytest.raises(ValueError, match="max_running_requests"):
         simulate(scenario({"num_rounds": 2}, scheduler={"max_running_requests": 0}))
-    info = RuntimeInfo("r", 0, 64, {"full": 625}, {"full": 0})
+    info = RuntimeInfo("r", 0, 64, {Kind.FULL: 625}, {Kind.FULL: 0})
     sched = Scheduler(CacheConfig(page_size=64, device_tokens=40000), info,
                       SchedulerConfig(max_running_requests=0))
     step = sched.step(0.0, [Request(0, 0.0, list(range(100)), 4)])

@@ -21,6 +21,7 @@ from scheduler_scenarios import L3_MOONCAKE, decisions, scenario
 
 from hicache.report.frames import requests_frame
 from hicache.report.metrics import hit_rate_by_round
+from hicache.runtime.handles import Kind
 from sim.driver import simulate
 
 # 16 clients x 4 rounds x 1024 new tokens: final contexts ~4k tokens each, ~64k in all,
@@ -52,7 +53,7 @@ def by_round(result):  # noqa: ANN001, ANN201
 
 def test_working_set_exceeds_l1_plus_l2(runs):
     rt = runs["L1+L2"].replicas[0].runtime
-    capacity = (rt.device_sizes["full"] + rt.host_sizes["full"]) * rt.page_size
+    capacity = (rt.device_sizes[Kind.FULL] + rt.host_sizes[Kind.FULL]) * rt.page_size
     final_context = {}
     for r in runs["L1+L2"].records:
         final_context[r["client"]] = max(final_context.get(r["client"], 0), r["prompt_tokens"])

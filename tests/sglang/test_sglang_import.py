@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from hicache.cli import main
+from hicache.presets import find_preset, known
 from hicache.sglang.hf_config import HFConfigError, preset_from_hf
 from hicache.sglang.launch import LaunchError, read_server_args
 from hicache.sglang.mapping import MappingError, device_tokens, map_server_args
@@ -215,3 +216,11 @@ def test_run_from_sglang_without_a_known_model_says_what_to_pass(tmp_path, capsy
     rc = main(["run", "--from-sglang", "python -m sglang.launch_server --model-path org/New",
                "--out", str(tmp_path / "o")])
     assert rc == 2 and "--model-config" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", known("hardware"))
+def test_every_shipped_gpu_profile_knows_its_memory(name: str) -> None:
+    """SGLang sizes L1 from --mem-fraction-static and the GPU's memory: a launch command
+    without --max-total-tokens must run on every shipped profile, with no --gpu-memory."""
+    data = yaml.safe_load(find_preset("hardware", name).read_text())
+    assert data["gpu"].get("memory_bytes", 0) >= 16 << 30, name

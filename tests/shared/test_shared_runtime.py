@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 import simpy
 
-from hicache.runtime.handles import StaleHandleError
+from hicache.runtime.handles import Kind, StaleHandleError
 from hicache.runtime.interface import (
     BackupIntent,
     BatchCompletion,
@@ -35,9 +35,9 @@ PAGE = 4
 def two():
     env = simpy.Environment()
     rt = SimRuntime(env, profile="h100-sxm", model="llama-3-8b", page_size=PAGE,
-                    device_pages={"full": 32}, host_pages={"full": 32}, runtime_id="gpu")
+                    device_pages={Kind.FULL: 32}, host_pages={Kind.FULL: 32}, runtime_id="gpu")
     shared = SharedGPURuntime(rt, SharingPolicy("static", 32, {"a": 16, "b": 16}),
-                              free_pages=lambda: rt.device["full"].free_count)
+                              free_pages=lambda: rt.device[Kind.FULL].free_count)
     return shared, shared.tenant("a"), shared.tenant("b")
 
 
@@ -56,8 +56,8 @@ def until(view, pred, tries: int = 50) -> list:  # noqa: ANN001
 
 def test_each_tenant_has_its_own_ids_and_gets_its_own_completions(two):
     shared, a, b = two
-    assert a.info().runtime_id == "gpu/a" and a.info().device_pages["full"] == 16
-    assert a.info().host_pages["full"] + b.info().host_pages["full"] <= 32
+    assert a.info().runtime_id == "gpu/a" and a.info().device_pages[Kind.FULL] == 16
+    assert a.info().host_pages[Kind.FULL] + b.info().host_pages[Kind.FULL] <= 32
     ha = a.prepare_batch(BatchPlan(1, slices=(prefill(1, 8),)))
     hb = b.prepare_batch(BatchPlan(1, slices=(prefill(1, 12),)))  # same ids, no clash
     a.execute_batch(ha)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from hicache.runtime.handles import Tier
+from hicache.runtime.handles import Kind, Tier
 from sim.pools import PagePool
 
 
 def test_a_pool_in_use_passes_and_a_corrupted_free_list_is_named() -> None:
-    pool = PagePool(Tier.DEVICE, "full", 1 << 40)  # accounted, not materialised
+    pool = PagePool(Tier.DEVICE, Kind.FULL, 1 << 40)  # accounted, not materialised
     pages = pool.allocate(10)
     pool.free(pages[2:5])
     pool.allocate(1)
@@ -20,7 +20,7 @@ def test_a_pool_in_use_passes_and_a_corrupted_free_list_is_named() -> None:
 
 
 def test_a_page_both_free_and_used_is_caught() -> None:
-    pool = PagePool(Tier.HOST, "full", 100)
+    pool = PagePool(Tier.HOST, Kind.FULL, 100)
     pages = pool.allocate(4)
     pool.free(pages[:1])
     pool._ids._used[pages[0]] = 1  # noqa: SLF001 - corrupt: freed but marked used
@@ -30,7 +30,7 @@ def test_a_page_both_free_and_used_is_caught() -> None:
 
 @pytest.mark.parametrize("order", ["lifo", "lowest"])
 def test_check_sees_freed_pages_in_every_free_list_order(order: str) -> None:
-    pool = PagePool(Tier.DEVICE, "full", 64, order=order)
+    pool = PagePool(Tier.DEVICE, Kind.FULL, 64, order=order)
     pages = pool.allocate(16)
     pool.free(pages[3:9])
     pool.allocate(2)

@@ -127,6 +127,18 @@ def test_a_hanging_store_times_prefetches_out_at_their_deadline() -> None:
     assert c["l3_timeouts"] == len(hung) == f["l3_timeouts"] and f["requests_lost_hits"] >= 1
 
 
+def test_the_scenario_sets_the_l3_retry_policy_the_simulator_runs() -> None:
+    """run.l3_retry: a 0.25 s deadline and no retry end hung calls 8x sooner than the
+    default 2 s, and every timed-out operation is one attempt."""
+    res = simulate(scenario({"kind": "l3_timeout"}, run={
+        "fault_twin": False, "l3_retry": {"timeout_s": 0.25, "retries": 0}}))
+    check_complete_once(res)
+    assert res.replicas[0].runtime.l3_client.policy.timeout_s == 0.25
+    hung = [r for r in rows(res, "l3") if r.op.endswith("_timeout")]
+    assert hung and all(0.25 - 1e-9 <= r.end - r.start < 1.0 for r in hung)
+    assert res.replicas[0].runtime.l3_client.counts["l3_retries"] == 0
+
+
 def test_a_lost_nic_cuts_only_its_replica_off_l3() -> None:
     res = simulate(scenario({"kind": "link_down", "link": "nic", "replica": 0},
                             replicas=2, workload={"num_clients": 16}))

@@ -171,3 +171,67 @@ def test_measured_copy_tables_replace_the_analytic_link_curve() -> None:
     for nbytes in (4096, 5 * MB):
         assert calibrated.pcie.lone_copy_time(nbytes) == pytest.approx(30e-6 + nbytes / 20e9)
     assert apply_copy_calibration(load_profile(TOY_PROFILE)).pcie.h2d_bytes_per_s == H2D
+
+
+def _job_mix(rng, profile) -> list[FluidJob]:
+    """A random mix of copies (some copy kernels, some capped), L3-free."""
+    jobs = []
+    for _ in range(rng.randrange(0, 5)):
+        direction = rng.choice(["h2d", "d2h"])
+        tags = frozenset({"kernel"}) if rng.random() < 0.4 else frozenset()
+        cap = rng.choice([None, 5e9, 30e9])
+        jobs.append(FluidJob(MB, direction, cap, tags))
+    return jobs
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_compute_job_joining_or_leaving_changes_no_other_rate(profile, seed) -> None:
+    """What lets the fluid server skip re-allocating for compute jobs (solo_rate): after a
+    compute job joins, allocate gives every other job the rate it had, and the compute job
+    the rate solo_rate names; after it leaves, the others keep their rates too."""
+    import random
+    rng = random.Random(seed)
+    link = PcieLink(profile)
+    link.slowdown = 0.25  # copy kernels slow compute (the toy profile may not)
+    jobs = _job_mix(rng, profile)
+    if rng.random() < 0.5:
+        jobs.append(FluidJob(1.0, "compute"))  # a compute job already running
+    link.allocate(jobs)
+    before = [j.rate for j in jobs]
+    job = FluidJob(0.01, "compute")
+    solo = link.solo_rate(job, [*jobs, job])
+    link.allocate([*jobs, job])
+    assert [j.rate for j in jobs] == before
+    assert job.rate == solo
+    kernels = any("kernel" in j.tags for j in jobs if j.kind != "compute")
+    assert solo == (0.75 if kernels else 1.0)
+    link.allocate(jobs)  # it left
+    assert [j.rate for j in jobs] == before
+    assert link.solo_rate(FluidJob(1.0, "h2d"), jobs) is None  # a copy takes a share
+
+
+def test_a_fluid_server_with_solo_rates_finishes_jobs_when_full_replans_do(profile) -> None:
+    """The same jobs on two servers, one re-allocating on every change, one sparing it for
+    compute jobs: every job ends at the same float time."""
+    ends = []
+    for solo in (False, True):
+        env = simpy.Environment()
+        link = PcieLink(profile)
+        link.slowdown = 0.3
+        fluid = FluidServer(env, link.allocate, solo=link.solo_rate if solo else None)
+        out: dict = {}
+
+        def start(at, job, key, fluid=fluid, env=env, out=out):
+            def proc():
+                yield env.timeout(at)
+                yield fluid.submit(job)
+                out[key] = env.now
+            env.process(proc())
+        start(0.0, FluidJob(3 * MB, "h2d", tags=frozenset({"kernel"})), "k")
+        start(1e-5, FluidJob(2e-4, "compute"), "c1")
+        start(3e-5, FluidJob(MB, "d2h"), "d")
+        start(5e-4, FluidJob(1e-4, "compute"), "c2")
+        env.run()
+        ends.append(out)
+    assert ends[0] == ends[1]
+    assert ends[0]["c1"] > 2e-4 + 1e-5  # slowed by the copy kernel: the rates mattered

@@ -7,7 +7,7 @@ import pytest
 import simpy
 from simtoys import host_copy_of_prefill, make_runtime, toy_model, toy_profile
 
-from hicache.runtime.handles import CacheExtentRef, PageRun, StaleHandleError, Tier
+from hicache.runtime.handles import CacheExtentRef, Kind, PageRun, StaleHandleError, Tier
 from hicache.runtime.interface import (
     BackupIntent,
     BatchCompletion,
@@ -39,8 +39,8 @@ def test_sim_runtime_implements_the_interface(env, profile, model) -> None:
     rt = make_runtime(env, profile, model)
     assert isinstance(rt, RuntimeInterface)
     info = rt.info()
-    assert (info.page_size, info.num_layers, info.device_pages) == (16, 4, {"full": 1024})
-    assert info.bytes_per_page == {"full": 4 * 16 * 1024}
+    assert (info.page_size, info.num_layers, info.device_pages) == (16, 4, {Kind.FULL: 1024})
+    assert info.bytes_per_page == {Kind.FULL: 4 * 16 * 1024}
 
 
 def test_request_kv_grows_by_pages_in_token_order(env, profile, model) -> None:
@@ -80,10 +80,10 @@ def test_stale_handles_and_foreign_extents_are_rejected(env, profile, model) -> 
 
 
 def test_allocating_beyond_capacity_raises_a_clear_error(env, profile, model) -> None:
-    rt = make_runtime(env, profile, model, device_pages={"full": 4})
+    rt = make_runtime(env, profile, model, device_pages={Kind.FULL: 4})
     with pytest.raises(CapacityError, match=r"needs 5 L1 pages of pool 'full', 4 free"):
         rt.prepare_batch(BatchPlan(1, slices=(RequestSlice(1, Phase.PREFILL, 0, 5 * PAGE),)))
-    assert rt.device["full"].free_count == 4  # nothing was placed
+    assert rt.device[Kind.FULL].free_count == 4  # nothing was placed
 
 
 def test_release_frees_own_pages_but_not_kept_or_attached_ones(env, profile, model) -> None:
@@ -97,10 +97,10 @@ def test_release_frees_own_pages_but_not_kept_or_attached_ones(env, profile, mod
     keep = own.slice(0, 2)
     with pytest.raises(ValueError, match="did not allocate"):
         rt.prepare_batch(BatchPlan(3, releases=(Release(h.slices[0].request, keep=kv),)))
-    used = rt.device["full"].used_count
+    used = rt.device[Kind.FULL].used_count
     run(env, rt, BatchPlan(4, releases=(Release(h.slices[0].request, keep=keep),)))
-    assert rt.device["full"].used_count == used - 1  # only the one unkept own page
-    assert all(rt.device["full"].is_allocated(p) for p in [*attach.pages(), *keep.pages()])
+    assert rt.device[Kind.FULL].used_count == used - 1  # only the one unkept own page
+    assert all(rt.device[Kind.FULL].is_allocated(p) for p in [*attach.pages(), *keep.pages()])
 
 
 def scripted_run(seed_tokens: int = 40):
@@ -133,11 +133,11 @@ def test_same_inputs_give_identical_timelines() -> None:
 def test_pages_and_bytes_are_conserved() -> None:
     env, rt, l3, host, a, b, done = scripted_run()
     assert rt.bytes_moved == rt.bytes_accounted  # link-measured == page-count-derived
-    assert rt.bytes_moved["h2d"] == 4 * rt.bytes_per_page["full"]
+    assert rt.bytes_moved["h2d"] == 4 * rt.bytes_per_page[Kind.FULL]
     for lane in ("h2d", "d2h"):
         assert sum(r.bytes for r in rt.timeline.rows if r.lane == f"pcie:{lane}") == \
             rt.bytes_moved[lane]
-    assert rt.l3_bytes["write"] == l3.bytes_written == 4 * rt.bytes_per_page["full"]
+    assert rt.l3_bytes["write"] == l3.bytes_written == 4 * rt.bytes_per_page[Kind.FULL]
     assert rt.l3_bytes["read"] == l3.bytes_read
     # hand everything back: every pool is whole again
     device = [a.slices[0].loaded[0]]
@@ -146,7 +146,7 @@ def test_pages_and_bytes_are_conserved() -> None:
     assert [e.num_pages for e in prefetched] == [4]  # p0..p3 hit, "absent" missed
     run(env, rt, BatchPlan(20, releases=(Release(a.slices[0].request),),
                            frees=(*device, host, *b.backups, *prefetched)))
-    assert rt.device["full"].used_count == 0 and rt.host["full"].used_count == 0
+    assert rt.device[Kind.FULL].used_count == 0 and rt.host[Kind.FULL].used_count == 0
     assert rt.open_requests() == 0
 
 
@@ -179,25 +179,25 @@ def test_store_skips_keys_l3_has_and_prefetch_fetches_the_hit_prefix(env, profil
         [(TransferKind.STORE, 3)]
     _, done = run(env, rt, BatchPlan(6, stores=(StoreIntent(host, keys, 2),)))
     assert [c.pages for c in done if isinstance(c, TransferCompletion)] == [0]
-    free = rt.host["full"].free_count
+    free = rt.host[Kind.FULL].free_count
     _, done = run(env, rt, BatchPlan(7, prefetches=(
         PrefetchIntent(("a", "b", "x", "c"), max_pages=4, min_hit_pages=1, job_id=3),)))
     (pf,) = [c for c in done if isinstance(c, TransferCompletion)]
     assert pf.kind is TransferKind.PREFETCH
     assert (pf.hit_pages, pf.pages, pf.extent.num_pages) == (2, 2, 2)
-    assert rt.host["full"].free_count == free - 2  # unused reserved pages went back
+    assert rt.host[Kind.FULL].free_count == free - 2  # unused reserved pages went back
 
 
 def test_prefetch_below_min_hit_pages_is_revoked(env, profile, model) -> None:
     l3 = L3Store.mooncake(env, profile.mooncake)
     rt = make_runtime(env, profile, model, l3=l3)
     l3.keys["a"] = 1
-    free = rt.host["full"].free_count
+    free = rt.host[Kind.FULL].free_count
     _, done = run(env, rt, BatchPlan(1, prefetches=(
         PrefetchIntent(("a", "b"), max_pages=2, min_hit_pages=2, job_id=1),)))
     (pf,) = [c for c in done if isinstance(c, TransferCompletion)]
     assert (pf.pages, pf.hit_pages, pf.extent) == (0, 1, None)
-    assert rt.host["full"].free_count == free and l3.bytes_read == 0
+    assert rt.host[Kind.FULL].free_count == free and l3.bytes_read == 0
 
 
 def test_a_shared_l3_serves_what_another_replica_stored(env, profile, model) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hicache.runtime.handles import Tier
+from hicache.runtime.handles import Kind, Tier
 from hicache.scenario.faults import FAULT_KINDS
 from sim.driver import simulate
 from sim.invariants import check_replica
@@ -42,7 +42,7 @@ def test_the_replica_check_catches_a_page_the_runtime_freed_under_the_tree() -> 
     rep = res.replicas[0]
     check_replica(rep.scheduler, rep.runtime)
     node = next(n for n in rep.scheduler.tree.nodes.values() if n.on_device)
-    rep.runtime.tier(Tier.DEVICE)["full"].free(list(node.device[next(iter(node.device))]
+    rep.runtime.tier(Tier.DEVICE)[Kind.FULL].free(list(node.device[next(iter(node.device))]
                                                      .pages()))
     with pytest.raises(AssertionError, match="in the tree but free in the runtime"):
         check_replica(rep.scheduler, rep.runtime)

@@ -220,3 +220,30 @@ def test_an_existing_sweep_folder_is_refused_resumed_or_replaced(tmp_path, capsy
     assert main(other) == 2 and "different sweep" in capsys.readouterr().err
     assert main([*args, "--overwrite"]) == 0
     assert capsys.readouterr().err.count("\n") == 2  # ran again from scratch
+
+
+def test_an_interrupted_sweep_exits_130_keeps_its_points_and_resumes(tmp_path, capsys,
+                                                                     monkeypatch) -> None:
+    import sim.sweep_exec
+
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(yaml.safe_dump(TINY))
+    out = tmp_path / "out"
+    args = ["sweep", str(scenario), "--grid", "workload.num_clients=2,3", "--variant", "L1",
+            "--out", str(out), "--executor", "serial", "--no-plots"]
+    real, calls = sim.sweep_exec.run_task, []
+
+    def interrupted(task):  # noqa: ANN001, ANN202 - the second point is cut by Ctrl-C
+        calls.append(task)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(task)
+
+    monkeypatch.setattr(sim.sweep_exec, "run_task", interrupted)
+    assert main(args) == 130
+    assert "--resume continues the sweep" in capsys.readouterr().err
+    assert not (out / ".complete").exists() and not (out / "sweep.parquet").exists()
+    assert len(list((out / "points").iterdir())) == 1
+    monkeypatch.setattr(sim.sweep_exec, "run_task", real)
+    assert main([*args, "--resume"]) == 0
+    assert (out / ".complete").exists() and len(pd.read_parquet(out / "sweep.parquet")) == 2

@@ -178,7 +178,7 @@ class TreeMachine(RuleBasedStateMachine):
                if k else None)
         new = self.h.take(Tier.DEVICE, Kind.FULL, len(pages) - k) if len(pages) > k else None
         if new is not None:
-            key = (Tier.DEVICE, "full")
+            key = (Tier.DEVICE, Kind.FULL)
             self.h.test_held[key] = self.h.test_held.get(key, 0) + new.num_pages
         req = Request(pages, handle, own, new, session, host_handle)
         self.live.append(req)
@@ -187,7 +187,7 @@ class TreeMachine(RuleBasedStateMachine):
     @rule(req=consumes(requests))
     def finish_request(self, req: Request) -> None:
         if req.new is not None:
-            self.h.test_held[(Tier.DEVICE, "full")] -= req.new.num_pages
+            self.h.test_held[(Tier.DEVICE, Kind.FULL)] -= req.new.num_pages
         self.live.remove(req)
         self.insert_and_check(req.pages, self.request_values(len(req.pages), req.own, req.new))
         self.tree.unlock(req.handle)

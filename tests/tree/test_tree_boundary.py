@@ -90,7 +90,7 @@ def test_a_new_swa_leaf_is_cut_to_one_window_and_an_internal_node_loses_swa_whol
     assert (head.num_pages, leaf.num_pages) == (4, 2)
     assert Kind.SWA in head.device and Kind.MAMBA not in head.device
     res = h.evict_device(1, Kind.SWA)
-    assert res.freed == {"swa": 4}
+    assert res.freed == {Kind.SWA: 4}
     assert Kind.SWA not in head.device and Kind.FULL in head.device
     assert Kind.SWA in leaf.device and Kind.MAMBA in leaf.device
     assert h.tree.match(p).device_tokens == 24  # the leaf's window still serves reuse
@@ -101,7 +101,7 @@ def test_swa_eviction_of_a_short_leaf_drops_the_whole_leaf() -> None:
     h = Harness(TreeSpec.hybrid(4, swa_window=8, mamba=True))
     h.insert(h.pages([1, 2]))
     res = h.evict_device(1, Kind.SWA)
-    assert res.freed == {"full": 2, "swa": 2, "mamba": 1}
+    assert res.freed == {Kind.FULL: 2, Kind.SWA: 2, Kind.MAMBA: 1}
     assert any(isinstance(a, Deleted) for a in res.actions) and not h.tree.nodes
     h.check_accounting()
 
@@ -133,7 +133,7 @@ def test_mamba_eviction_tombstones_an_internal_node() -> None:
         (first.id, Kind.MAMBA)]
     assert Kind.FULL in first.device
     assert h.tree.match(p[:1]).device_tokens == 0 and h.tree.match(p).device_tokens == 12
-    assert h.tree.held_pages(Tier.DEVICE, "mamba") == 1
+    assert h.tree.held_pages(Tier.DEVICE, Kind.MAMBA) == 1
     h.check_accounting()
 
 

@@ -78,7 +78,7 @@ def test_evicting_a_leaf_drops_all_its_components() -> None:
     frees = {a.kind: a.extent.num_pages for a in res.actions if isinstance(a, FreeDevice)}
     assert frees == {Kind.FULL: 2, Kind.SWA: 2, Kind.MAMBA: 1}
     assert leaf.id not in h.tree.nodes
-    assert all(h.tree.held_pages(Tier.DEVICE, pool) == 0 for pool in ("full", "swa", "mamba"))
+    assert all(h.tree.held_pages(Tier.DEVICE, pool) == 0 for pool in Kind)
     h.check_accounting()
 
 

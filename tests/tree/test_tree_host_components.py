@@ -45,7 +45,7 @@ def test_a_full_prefix_on_l2_without_its_checkpoint_is_no_hit_beyond_the_last_on
     h.execute(h.tree.residency.evict_host_component(Kind.MAMBA, 1).actions)  # LRU: n1's
     assert Kind.MAMBA in last.host
     res = h.tree.residency  # now drop the deeper one: reuse stops at the first checkpoint
-    h.alloc[(Tier.HOST, "mamba")].free(res.pop_value(last, "host", Kind.MAMBA))
+    h.alloc[(Tier.HOST, Kind.MAMBA)].free(res.pop_value(last, Tier.HOST, Kind.MAMBA))
     m = h.tree.match(pages, touch=False)
     assert m.matched_pages == 4 and m.host_tokens == 0  # n1's was dropped first
     h.check_accounting()
@@ -75,7 +75,7 @@ def test_a_long_l2_swa_node_is_split_so_only_the_window_is_loaded():
     assert middle.num_pages == 3
     h.complete_backup(h.begin_backup(middle))
     # SWA leaves L1 (an SWA tombstone), its L2 copy stays
-    h.alloc[(Tier.DEVICE, "swa")].free(h.tree.residency.pop_value(middle, "device", Kind.SWA))
+    h.alloc[(Tier.DEVICE, Kind.SWA)].free(h.tree.residency.pop_value(middle, Tier.DEVICE, Kind.SWA))
     m = h.tree.match(pages, touch=False)
     assert m.device_tokens == 4 and m.host_tokens == 16  # [1] holds its window on L1
     loads = plan_loads(h.tree, m)
@@ -103,7 +103,7 @@ class HybridL2Machine(RuleBasedStateMachine):
         self.h = Harness(spec, device_pages=40, host_pages=60, host_enabled=True)
 
     def _room(self, kind: Kind, pages: int) -> bool:
-        a = self.h.alloc[(Tier.DEVICE, kind.value)]
+        a = self.h.alloc[(Tier.DEVICE, kind)]
         if a.free_pages < pages:
             self.h.evict_device(pages - a.free_pages, kind)
         return a.free_pages >= pages
@@ -124,7 +124,7 @@ class HybridL2Machine(RuleBasedStateMachine):
                  and not n.backing_up]
         if nodes:
             node = pick(sorted(nodes, key=lambda n: n.id))
-            host = self.h.alloc[(Tier.HOST, "full")]
+            host = self.h.alloc[(Tier.HOST, Kind.FULL)]
             if host.free_pages >= node.num_pages:
                 self.h.complete_backup(self.h.begin_backup(node))
 
@@ -170,7 +170,7 @@ class HybridL2Machine(RuleBasedStateMachine):
             for node, kind in targets:
                 assert kind in node.host and kind not in node.device
                 ext = self.h.take(Tier.DEVICE, kind, node.host[kind].num_pages)
-                tree.residency.put_value(node, "device", kind, ext)
+                tree.residency.put_value(node, Tier.DEVICE, kind, ext)
                 tree.residency.touched(node)
             assert tree.match(pages, touch=False).device_tokens >= loads.tokens
         tree.unlock(pin)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 from tree_harness import Harness
 
+from hicache.runtime.handles import Tier
 from hicache.tree.components import Kind, TreeSpec
 from hicache.tree.invariants import TreeInvariantError, check_tree
 from hicache.tree.radix import UnifiedRadixTree
@@ -47,11 +48,12 @@ CORRUPTIONS: list[tuple[str, Callable[[UnifiedRadixTree], None], str]] = [
     ("wrong parent", lambda t: setattr(_a_leaf(t), "parent", t.root), "parent link"),
     ("extra lock", lambda t: _a_leaf(t).locks.__setitem__(Kind.FULL, 9), "lock counts"),
     ("stray handle", lambda t: _a_leaf(t).lock_handles.add(999), "lock_handles"),
-    ("held counter", lambda t: t.residency.held.__setitem__(("device", "full"), 1),
+    ("held counter", lambda t: t.residency.held.__setitem__((Tier.DEVICE, Kind.FULL), 1),
      "residency.held"),
-    ("empty leaf", lambda t: [t.residency.pop_value(_a_leaf(t), a, Kind.FULL)
-                              for a in ("device", "host") if Kind.FULL in
-                              getattr(_a_leaf(t), a)], "a leaf with no FULL data"),
+    ("empty leaf", lambda t: [t.residency.pop_value(_a_leaf(t), tier, Kind.FULL)
+                              for tier, a in ((Tier.DEVICE, "device"), (Tier.HOST, "host"))
+                              if Kind.FULL in getattr(_a_leaf(t), a)],
+     "a leaf with no FULL data"),
     ("session", lambda t: t.sessions["s"].clear(), "session 's'"),
     ("page twice", _share_pages, "is held by nodes"),
 ]

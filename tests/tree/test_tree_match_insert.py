@@ -107,7 +107,7 @@ def test_swa_extent_covers_a_suffix_and_earlier_nodes_get_tombstones() -> None:
     assert tail.num_pages == 2 and Kind.SWA in tail.device and Kind.MAMBA in tail.device
     head = tail.parent
     assert head.num_pages == 3 and Kind.FULL in head.device and Kind.SWA not in head.device
-    assert h.tree.held_pages(Tier.DEVICE, "swa") == 2
+    assert h.tree.held_pages(Tier.DEVICE, Kind.SWA) == 2
     h.check_accounting()
 
 

@@ -70,6 +70,26 @@ def test_write_back_backs_up_before_demoting() -> None:
     h.check_accounting()
 
 
+def test_write_back_backs_up_only_the_leaves_the_eviction_needs() -> None:
+    """SGLang 0.5.23 (UnifiedRadixCache._evict_components) backs up a write_back victim
+    and demotes it before it picks the next, so it copies what the eviction asks for;
+    the walk here stops once started backups cover the pages asked (before: it backed up
+    every evictable leaf in one call)."""
+    h = Harness(FULL_ONLY, host_enabled=True, write_back=True)
+    leaves = [h.insert(h.pages([10 * i, 10 * i + 1])).node for i in range(1, 6)]  # 2 pages
+    first = h.evict_device(3)  # two 2-page leaves cover 3 pages
+    assert [a.node_id for a in first.actions] == [leaves[0].id, leaves[1].id]
+    assert kinds(first.actions) == ["BackupNode"] * 2 and first.backing_up == 4
+    assert [n.backing_up for n in leaves] == [True, True, False, False, False]
+    for a in first.actions:
+        h.complete_backup(a.node_id)
+    second = h.evict_device(3)  # the copies landed: demote them, LRU first
+    assert kinds(second.actions) == ["FreeDevice", "Demoted", "FreeDevice", "Demoted"]
+    assert second.freed == {Kind.FULL: 4} and [n.on_device for n in leaves] == [
+        False, False, True, True, True]
+    h.check_accounting()
+
+
 def test_evict_host_removes_only_host_only_unlocked_leaves() -> None:
     h = Harness(FULL_ONLY, host_enabled=True)
     demoted, pinned, resident = (h.insert(h.pages([i])).node for i in (1, 2, 3))

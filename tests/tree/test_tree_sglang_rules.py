@@ -85,7 +85,7 @@ def test_swa_eviction_frees_what_was_asked_including_the_part_after_a_cut() -> N
     h = Harness(TreeSpec.hybrid(1, swa_window=4))
     h.insert(h.pages(list(range(1, 9))))
     res = h.evict_device(8, Kind.SWA)
-    assert res.freed == {"swa": 8, "full": 4}
+    assert res.freed == {Kind.SWA: 8, Kind.FULL: 4}
     h.check_accounting()
 
 

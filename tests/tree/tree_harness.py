@@ -33,12 +33,12 @@ class Harness:
                                      session_aware=session_aware, options=options)
         self.tree.residency.host_enabled = host_enabled
         self.tree.residency.write_back = write_back
-        self.alloc: dict[tuple[Tier, str], PageAllocator] = {}
+        self.alloc: dict[tuple[Tier, Kind], PageAllocator] = {}
         for tier, cap in ((Tier.DEVICE, device_pages), (Tier.HOST, host_pages)):
             for kind in spec.kinds:
-                self.alloc[(tier, kind.value)] = PageAllocator(cap, tier=tier, pool=kind.value)
+                self.alloc[(tier, kind)] = PageAllocator(cap, tier=tier, pool=kind)
         self.pending: dict[int, dict[Kind, CacheExtentRef]] = {}  # backup job -> host pages
-        self.test_held: dict[tuple[Tier, str], int] = {}  # pages held by live requests
+        self.test_held: dict[tuple[Tier, Kind], int] = {}  # pages held by live requests
 
     # -- building inputs ---------------------------------------------------------------
     def tokens(self, page_ids: list[int], extra: int = 0) -> list[int]:
@@ -51,7 +51,7 @@ class Harness:
         return page_keys(self.tokens(page_ids), self.spec.page_size)
 
     def take(self, tier: Tier, kind: Kind, n: int) -> CacheExtentRef:
-        return self.alloc[(tier, kind.value)].alloc(n)
+        return self.alloc[(tier, kind)].alloc(n)
 
     def fresh_values(self, n: int, *, swa_pages: int | None = None, mamba: bool = True,
                      ) -> dict[Kind, CacheExtentRef]:
@@ -107,9 +107,9 @@ class Harness:
 
     # -- checks ----------------------------------------------------------------------------
     def used(self, tier: Tier, kind: Kind = Kind.FULL) -> int:
-        return self.alloc[(tier, kind.value)].used_pages
+        return self.alloc[(tier, kind)].used_pages
 
-    def pending_pages(self, tier: Tier, pool: str) -> int:
+    def pending_pages(self, tier: Tier, pool: Kind) -> int:
         if tier is not Tier.HOST:
             return 0
         return sum(e.num_pages for job in self.pending.values() for k, e in job.items()

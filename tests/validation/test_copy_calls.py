@@ -10,6 +10,7 @@ import random
 import pytest
 
 from gpu_backend.io import Mover
+from hicache.runtime.handles import Kind
 from sim.host import copy_calls
 from tests.gpu_backend.builders import make_pools
 
@@ -47,7 +48,7 @@ def test_both_runtimes_hand_out_the_same_pages():
     from sim.pools import PagePool
 
     rng = random.Random(3)
-    sim, torch_alloc = PagePool(Tier.DEVICE, "full", 256), PageAllocator(256)
+    sim, torch_alloc = PagePool(Tier.DEVICE, Kind.FULL, 256), PageAllocator(256)
     held: list[list[int]] = []
     for _ in range(400):
         if held and (rng.random() < 0.45 or sim.free_count < 16):

@@ -106,3 +106,106 @@ def test_the_bounds_reject_a_zero_or_a_2x_predictor(loop):
         cmp = compare(Run(tl, req, runs[0].decisions), runs)
         checks = {c.name: c for c in comparison_checks("cpu_loop", cmp, BOUNDS)}
         assert checks["step"].ok is False and checks["ttft"].ok is False, factor
+
+
+# --- validate's output folder follows run's rules (hicache.report.outputs) --------------
+
+def _validate(tmp: Path, out: Path, *extra: str) -> int:
+    return main(["validate", "--measured", str(tmp / "measured"), "--out", str(out), *extra])
+
+
+def test_validate_never_writes_into_an_existing_folder(loop, capsys):
+    _, tmp = loop
+    out = tmp / "out"
+    assert json.loads((out / "run.json").read_text())["command"] == "validate"
+    before = (out / "validation.json").stat().st_mtime_ns
+    assert _validate(tmp, out) == 2
+    assert "already holds a previous run; pass --overwrite" in capsys.readouterr().err
+    assert (out / "validation.json").stat().st_mtime_ns == before
+    mine = tmp / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    assert _validate(tmp, mine, "--overwrite") == 2
+    assert "not a hicache-lab output" in capsys.readouterr().err
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    (out / "stale.txt").write_text("from an older run")
+    assert _validate(tmp, out, "--overwrite") == 0
+    assert not (out / "stale.txt").exists() and (out / "cpu_loop" / "comparison.json").exists()
+
+
+def test_an_interrupted_validate_exits_130_and_leaves_nothing(loop, capsys, monkeypatch):
+    import validation.runner
+
+    _, tmp = loop
+
+    def interrupted(*a, **kw):  # noqa: ANN002, ANN003, ANN202
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(validation.runner, "validate_scenario", interrupted)
+    out = tmp / "cut" / "v"
+    assert _validate(tmp, out) == 130
+    assert "interrupted; no complete-looking output" in capsys.readouterr().err
+    assert list((tmp / "cut").iterdir()) == []
+
+
+def test_validate_refuses_an_unfinished_measurement_and_unsafe_folder_names(
+        loop, capsys, tmp_path):  # fmt: skip
+    import shutil
+
+    _, tmp = loop
+    measured = tmp_path / "measured"
+    shutil.copytree(tmp / "measured", measured)
+    env = json.loads((measured / "environment.json").read_text())
+    (measured / "environment.json").write_text(json.dumps({**env, "finished": False}))
+    args = ["validate", "--measured", str(measured), "--out", str(tmp_path / "v")]
+    assert main(args) == 2
+    assert "did not finish" in capsys.readouterr().err and not (tmp_path / "v").exists()
+    assert main([*args, "--partial"]) == 0
+    assert json.loads((tmp_path / "v" / "validation.json").read_text())[
+        "measurement_complete"] is False
+    man = json.loads((measured / "measured.json").read_text())
+    man["scenarios"][0]["dir"] = ".."
+    (measured / "measured.json").write_text(json.dumps(man))
+    assert main(["validate", "--measured", str(measured), "--partial", "--out",
+                 str(tmp_path / "w")]) == 2
+    assert "scenario folder '..' is not a plain folder name" in capsys.readouterr().err
+
+
+def test_measure_refuses_an_existing_folder_before_calibrating(loop, capsys, tmp_path):
+    _, tmp = loop
+    args = ["measure", str(SCENARIO), "--device", "cpu", "--out", str(tmp / "measured")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "already holds a measurement" in err and "--overwrite" in err
+    (tmp_path / "other.txt").write_text("x")
+    assert main([*args[:-1], str(tmp_path), "--overwrite"]) == 2
+    assert "not a measured folder" in capsys.readouterr().err
+    assert main(["measure", str(SCENARIO), str(SCENARIO), "--device", "cpu", "--out",
+                 str(tmp_path / "m")]) == 2
+    assert "several scenarios measure into ['cpu_loop']" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_measured_run_that_loses_requests_exits_1_without_a_traceback(tmp_path, capsys):
+    out = tmp_path / "m"
+    assert main(["measure", str(SCENARIO), "--device", "cpu", "--no-calibrate", "--repeats",
+                 "1", "--out", str(out), "--set", "run.max_sim_time=0.001"]) == 1
+    err = capsys.readouterr().err
+    assert "requests did not finish" in err and "Traceback" not in err
+    assert main(["validate", "--measured", str(out), "--out", str(tmp_path / "v")]) == 2
+    assert "the measurement did not finish" in capsys.readouterr().err
+    other = SCENARIO.with_name("cpu_decode_batch.yaml")  # a good run appended after it
+    assert main(["measure", str(other), "--device", "cpu", "--no-calibrate", "--repeats",
+                 "1", "--out", str(out), "--append"]) == 0
+    assert json.loads((out / "environment.json").read_text())["finished"] is False
+
+
+def test_validate_of_a_scenario_whose_measurement_loses_requests_exits_1_and_writes_nothing(
+        tmp_path, capsys):  # fmt: skip
+    profile = SCENARIO.parents[1] / "hardware" / "h100-sxm.yaml"  # kept, not calibrated
+    rc = main(["validate", str(SCENARIO), "--profile", str(profile), "--device", "cpu",
+               "--repeats", "1", "--set", "run.max_sim_time=0.001", "--out",
+               str(tmp_path / "v")])
+    err = capsys.readouterr().err
+    assert rc == 1 and "requests did not finish" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []

@@ -86,3 +86,24 @@ def test_chunk_log_measures_overlap():
     log.started(3.0)
     assert log.overlap(2.0, 4.0) == pytest.approx(0.5)
     assert log.overlap(5.0, 5.0) == 0.0
+
+
+@pytest.mark.parametrize("policy", ["none", "static", "adaptive"])
+@pytest.mark.parametrize("chunk", [None, (0.0005, 0.0012)])
+def test_a_folds_steps_reported_at_once_leave_what_one_by_one_reports_leave(policy, chunk):
+    """sim.writeback.Writeback.steps_done (a fold's observed steps in one call) leaves the
+    same steps, ends and policy state as step_done per step, with or without chunks."""
+    from sim.writeback import Writeback
+    spans = [(0.001 * k, 0.001 * k + 0.0009 + 1e-6 * k) for k in range(40)]
+    one, many = Writeback(policy), Writeback(policy)
+    for wb in (one, many):
+        if chunk is not None:
+            wb.chunks.ended(*chunk)
+        if policy == "adaptive":  # a baseline to compare with, so observations count
+            wb.policy.observe_step(0.0, 8, 0.0009, 0.0)
+    for k, (start, end) in enumerate(spans):
+        one.step_done(7 + k, start, end, 8)
+    many.steps_done(7, spans, 8)
+    assert many.steps == one.steps and many.ends == one.ends
+    assert vars(many.policy) == vars(one.policy)
+    assert len(one.steps) == 40

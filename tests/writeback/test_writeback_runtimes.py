@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from hicache.runtime.handles import Kind
 from hicache.runtime.interface import (
     BackupIntent,
     BatchCompletion,
@@ -71,7 +72,7 @@ def test_the_torch_runtime_paces_chunks_on_its_writeback_lane():
     from builders import collect, jobs_done, make_runtime, run
 
     rate = 4e6  # bytes/s: slow enough that the gaps dominate
-    rt = make_runtime(device_pages={"full": 64}, host_pages={"full": 64},
+    rt = make_runtime(device_pages={Kind.FULL: 64}, host_pages={Kind.FULL: 64},
                       writeback={"policy": "static", "rate_bytes_per_s": rate,
                                  "chunk_bytes": 1})  # one page a chunk
     with rt:
@@ -80,7 +81,7 @@ def test_the_torch_runtime_paces_chunks_on_its_writeback_lane():
         run(rt, BatchPlan(2, releases=(Release(h.slices[0].request, keep=kv),),
                           backups=(BackupIntent(kv, job_id=5),)))
         got = collect(rt, jobs_done(5))
-        page = rt.info().bytes_per_page["full"]
+        page = rt.info().bytes_per_page[Kind.FULL]
         rows = sorted((r for r in rt.timeline.rows if r.op == "backup"),
                       key=lambda r: r.start)
         assert len(rows) == 16 and all(r.bytes == page for r in rows)

@@ -1,5 +1,9 @@
 """Per-request control-side state and the records the scheduler emits.
 
+It lives with the cache manager (the lowest layer that reads it): the manager, the L3
+prefetcher and the component tracker fill it in, the scheduler and replay drive it
+(``tests/architecture`` checks that no lower layer imports the scheduler).
+
 Lifecycle::
 
     WAITING ──(L3 prefetch issued)──> PREFETCHING ──(stop policy says go)──┐
@@ -63,11 +67,10 @@ class RequestState:
     finish: float | None = None
     rejected: str | None = None  # why the request was refused on arrival
     # track_components only: state-pool reservations, the last checkpoint's extents
-    # (PreparedSlice.state), and every donated (pool, page) with the extents per pool
+    # (PreparedSlice.state), and the extents donated to the tree, per pool
     reserved: dict[Kind, int] = field(default_factory=dict)
     checkpoint: tuple[CacheExtentRef, ...] = ()
     state_donated: dict[Kind, list[CacheExtentRef]] = field(default_factory=dict)
-    donated_keys: set[tuple[Kind, int]] = field(default_factory=set)
     device_hit: int = 0
     host_hit: int = 0
     l3_hit: int = 0
