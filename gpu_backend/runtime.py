@@ -105,6 +105,9 @@ class TorchRuntime:
         except ValueError:
             raise ValueError(f"TorchRuntime pools: 'full', 'swa', 'mamba' on each tier; "
                              f"got {device_pages} and {host_pages}") from None
+        if shape.compression is not None:
+            raise ValueError(f"model {shape.name!r}: compression: the torch runtime holds "
+                             "plain K/V pages, not compressed KV (simulate this model)")
         self.shape, self.page_size = shape, page_size
         self.runtime_id, self.generation = runtime_id, generation
         self.lanes = Lanes(device, wait_timeout_s)

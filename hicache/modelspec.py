@@ -6,7 +6,9 @@ evenly over the tensor-parallel ranks (KV heads are replicated when there are fe
 them than ranks, so ``tensor_parallel % num_kv_heads == 0`` then), and ``layers`` holds one
 kind per layer. Byte counts are per rank: KV bytes per token per full/swa layer =
 ``2 (K and V) * kv_heads_per_rank * head_dim * dtype_bytes``; mamba layers hold no
-per-token KV, only ``mamba_state_bytes`` of recurrent state per request.
+per-token KV, only ``mamba_state_bytes`` of recurrent state per request (per rank).
+Optional parts (:mod:`hicache.model_parts`): ``moe`` (which expert weights a batch reads)
+and ``compression`` (DeepSeek-V4's compressed KV: per-layer bytes replace the formula).
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from hicache.model_parts import CompressedKV, MoE
 from hicache.presets import find_preset
 from hicache.schema.adapters import SchemaErrors, validate
 from hicache.schema.constraints import Parse
 from hicache.schema.errors import InputError, format_errors
-from hicache.schema.plain import Plain
+from hicache.schema.plain import Plain, to_plain
 from hicache.schema.types import NonEmptyStr, NonNegInt, PosInt, int_
 from hicache.schema.yamlio import read_yaml
 
@@ -51,6 +54,11 @@ class ModelSpec(Plain):
     sliding_window: PosInt = 4096  # tokens seen by each swa layer
     mamba_state_bytes: NonNegInt = 0  # recurrent state per mamba layer per request
     vocab_size: NonNegInt = 0  # the LM head's width (split over tp ranks); 0: no LM head
+    # projection weights of one attention layer over all ranks (low-rank or grouped Q/O,
+    # output gates); 0: 2 * hidden * (num_heads + num_kv_heads) * head_dim
+    attention_params: NonNegInt = 0
+    moe: MoE | None = None  # routed experts (hicache.model_parts)
+    compression: CompressedKV | None = None  # compressed KV (hicache.model_parts)
 
     __pydantic_config__ = {"extra": "forbid", "validate_default": True}
 
@@ -73,6 +81,17 @@ class ModelSpec(Plain):
             raise ValueError(f"layers: lists {len(layers)} layers, num_layers is "
                              f"{self.num_layers}")
         object.__setattr__(self, "layers", tuple(layers))
+        if self.moe is not None and self.moe.active_ffn != self.ffn_size:
+            raise ValueError(f"ffn_size: {self.ffn_size} is not the active width of moe "
+                             f"((top_k + shared) x expert_ffn = {self.moe.active_ffn})")
+        c = self.compression
+        if c is not None:
+            if len(c.ratios) != self.num_layers:
+                raise ValueError(f"compression.ratios: lists {len(c.ratios)} layers, "
+                                 f"num_layers is {self.num_layers}")
+            if any(k != "full" for k in layers):
+                raise ValueError("compression: every layer must be 'full' (a layer with "
+                                 "ratio 0 has only its sliding-window branch)")
 
     # ---- per rank ------------------------------------------------------------------
     @property
@@ -97,6 +116,14 @@ class ModelSpec(Plain):
     def layer_kinds(self) -> tuple[str, ...]:
         return self.layers
 
+    @property
+    def layer_classes(self) -> tuple[tuple[str, int], ...]:
+        """Per layer ``(kind, compression ratio)`` (ratio 1 without compression): layers of
+        one class cost the same, so a cost model computes each class once."""
+        c = self.compression
+        return tuple((k, c.ratios[i] if c is not None else 1)
+                     for i, k in enumerate(self.layers))
+
     def count(self, kind: str) -> int:
         return sum(1 for k in self.layers if k == kind)
 
@@ -109,13 +136,25 @@ class ModelSpec(Plain):
         b = self.dtype_bytes if dtype_bytes is None else dtype_bytes
         return 2 * self.kv_heads_per_rank * self.head_dim * b
 
+    def layer_kv_page_bytes(self, layer: int, page_size: int) -> int:
+        """Bytes one page of ``page_size`` tokens keeps in ``layer`` on one rank."""
+        if self.compression is not None:
+            return self.compression.page_bytes(layer, page_size)
+        return page_size * self.kv_bytes_per_token_per_layer(self.layers[layer])
+
     def kv_bytes_per_token(self, dtype_bytes: int | None = None) -> int:
-        """KV bytes per token over all attention layers on one rank."""
+        """KV bytes per token over all attention layers on one rank (compressed layers:
+        the average over a 1024-token span, rounded up)."""
+        if self.compression is not None:
+            span = 1024
+            return -(-sum(self.compression.page_bytes(i, span)
+                          for i in range(self.num_layers)) // span)
         return sum(self.kv_bytes_per_token_per_layer(k, dtype_bytes) for k in self.layers)
 
     def kv_bytes_per_page(self, page_size: int) -> dict[str, int]:
         """Bytes one page of ``page_size`` tokens holds, summed over the layers of each pool."""
-        return {kind: page_size * self.kv_bytes_per_token_per_layer(kind) * self.count(kind)
+        return {kind: sum(self.layer_kv_page_bytes(i, page_size)
+                          for i, k in enumerate(self.layers) if k == kind)
                 for kind in KV_KINDS}
 
     def mamba_state_bytes_per_request(self) -> int:
@@ -124,20 +163,37 @@ class ModelSpec(Plain):
     def layer_page_bytes(self, kinds: tuple[str, ...], page_size: int) -> tuple[int, ...]:
         """Bytes of one page in each layer, counting only layers whose kind is in ``kinds``
         (which layers a copy of a pool's page touches)."""
-        return tuple(page_size * self.kv_bytes_per_token_per_layer(k) if k in kinds else 0
-                     for k in self.layers)
+        return tuple(self.layer_kv_page_bytes(i, page_size) if k in kinds else 0
+                     for i, k in enumerate(self.layers))
 
     def linear_params_per_layer(self, kind: str) -> float:
         """Weight parameters of one layer per rank: mixer projections plus the gated MLP.
         Attention: Q, K, V, O projections. Mamba: in_proj to 2*d_inner and out_proj with
         d_inner = 2 * hidden (Mamba-2 default expansion), i.e. 6 * hidden**2."""
         h = self.hidden_size
+        return (self.mixer_params(kind) + 3.0 * h * self.ffn_size) / self.tensor_parallel
+
+    def mixer_params(self, kind: str) -> float:
+        """Weights of one layer's token mixer over all ranks (``attention_params`` when
+        set for attention layers)."""
+        h = self.hidden_size
         if kind == "mamba":
-            mixer = 6.0 * h * h
-        else:
-            mixer = 2.0 * h * self.num_heads * self.head_dim + \
-                2.0 * h * self.num_kv_heads * self.head_dim
-        return (mixer + 3.0 * h * self.ffn_size) / self.tensor_parallel
+            return 6.0 * h * h
+        if self.attention_params:
+            return float(self.attention_params)
+        return 2.0 * h * (self.num_heads + self.num_kv_heads) * self.head_dim
+
+    def weight_bytes_per_layer(self, kind: str, tokens: int) -> float:
+        """Weight bytes one rank reads for one layer of ``kind`` over ``tokens`` tokens: all
+        dense weights, and with ``moe`` the shared experts plus the routed experts the
+        tokens touch (:meth:`hicache.model_parts.MoE.touched`)."""
+        if self.moe is None:
+            return self.linear_params_per_layer(kind) * self.dtype_bytes
+        m, h = self.moe, self.hidden_size
+        per_expert = 3.0 * h * m.expert_ffn
+        dense = self.mixer_params(kind) + m.shared * per_expert
+        routed = m.touched(tokens) * per_expert * m.expert_weight_bytes
+        return (dense * self.dtype_bytes + routed) / self.tensor_parallel
 
     # ---- mappings ------------------------------------------------------------------
     @classmethod
@@ -162,7 +218,21 @@ class ModelSpec(Plain):
                 "hidden_size": self.hidden_size, "ffn_size": self.ffn_size,
                 "dtype_bytes": self.dtype_bytes, "tensor_parallel": self.tensor_parallel,
                 "layers": list(self.layers), "sliding_window": self.sliding_window,
-                "mamba_state_bytes": self.mamba_state_bytes, "vocab_size": self.vocab_size}
+                "mamba_state_bytes": self.mamba_state_bytes, "vocab_size": self.vocab_size,
+                **self._parts_mapping()}
+
+    def _parts_mapping(self) -> dict[str, Any]:
+        """The optional keys that are set (left out at their defaults, so plain presets'
+        mappings, and the files written from them, stay as they were)."""
+        out: dict[str, Any] = {}
+        if self.attention_params:
+            out["attention_params"] = self.attention_params
+        if self.moe is not None:
+            out["moe"] = to_plain(self.moe)
+        if self.compression is not None:
+            out["compression"] = {**to_plain(self.compression),
+                                  "ratios": list(self.compression.ratios)}
+        return out
 
     @classmethod
     def tiny(cls) -> ModelSpec:

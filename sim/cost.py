@@ -8,7 +8,13 @@ bytes = weights (once per batch) + KV read and written + activations + mamba sta
 A new token at sequence position p attends to p keys (full), min(p, window) keys (swa) or
 none (mamba: linear in tokens, plus reading and writing the recurrent state per request).
 The LM head is one more roofline (2 * requests * hidden * vocab/tp flops, its weights read
-once). Host work is not modelled (0) unless the profile measures it.
+once). Host work is not modelled (0) unless the profile measures it. Weights read: with
+``model.moe``, the shared experts and the routed experts the batch's tokens touch
+(:meth:`hicache.modelspec.ModelSpec.weight_bytes_per_layer`). Compressed-KV layers
+(``model.compression``, DeepSeek-V4) attend their window and compressed entries, and CSA
+layers pay their indexer (:mod:`sim.attention_work`). With tensor parallelism and a
+profile ``interconnect``, each layer waits for two all-reduces of its tokens' hidden
+states (after attention and after the FFN), in series with its compute.
 
 Calibrated (``calibrated.compute``): least-squares parametric rooflines
 (:mod:`sim.fit`) fitted to the measured grid, per phase (prefill, decode)::
@@ -37,6 +43,7 @@ import bisect
 import math
 from collections.abc import Sequence
 
+from sim.attention_work import allreduce_time, compressed_work
 from sim.fit import LinearFit, fit_knee, fit_linear
 from sim.hardware.model import KINDS, ModelPreset
 from sim.hardware.profile import HardwareProfile, Table
@@ -139,6 +146,7 @@ class CostModel:
         self.kv_token = {k: model.kv_bytes_per_token_per_layer(k) for k in KINDS}
         self.attn_flops_per_pair = 4.0 * model.heads_per_rank * model.head_dim
         self.act_bytes_per_token = 2.0 * model.hidden_size * model.dtype_bytes
+        self._class_layer = {c: i for i, c in reversed(list(enumerate(model.layer_classes)))}
         cal = profile.calibrated
         self.tables = (cal.prefill_layer, cal.decode_layer) if (
             cal is not None and cal.prefill_layer and cal.decode_layer) else None
@@ -163,15 +171,23 @@ class CostModel:
         return self.model.sliding_window if kind == "swa" else None
 
     def _work(self, kind: str, prefills: Sequence[tuple[int, int]],
-              decodes: Sequence[int]) -> tuple[float, float]:
-        """(flops, bytes) of one layer of ``kind`` for prefill (new, context) chunks and
-        decode contexts."""
+              decodes: Sequence[int], ratio: int = 1) -> tuple[float, float]:
+        """(flops, bytes) of one layer of ``kind`` (compression ``ratio`` when the model
+        has compressed KV) for prefill (new, context) chunks and decode contexts."""
+        m = self.model
         tokens = sum(n for n, _ in prefills) + len(decodes)
         flops = 2.0 * tokens * self.params[kind]
-        nbytes = self.params[kind] * self.model.dtype_bytes + tokens * self.act_bytes_per_token
+        nbytes = m.weight_bytes_per_layer(kind, tokens) + tokens * self.act_bytes_per_token
         if kind == "mamba":
-            nbytes += 2.0 * self.model.mamba_state_bytes * (len(prefills) + len(decodes))
+            nbytes += 2.0 * m.mamba_state_bytes * (len(prefills) + len(decodes))
             return flops, nbytes
+        if m.compression is not None:
+            layer = self._class_layer[(kind, ratio)]
+            pairs, index_flops, read = compressed_work(
+                m.compression, layer, m.sliding_window, m.tensor_parallel, prefills, decodes)
+            written = tokens * m.compression.entry_bytes  # window entries of the new tokens
+            return (flops + self.attn_flops_per_pair * pairs + index_flops,
+                    nbytes + read + written)
         window, kv = self._window(kind), self.kv_token[kind]
         pairs = 0.0
         keys = 0
@@ -184,8 +200,9 @@ class CostModel:
         return flops + self.attn_flops_per_pair * pairs, nbytes + keys * kv
 
     def layer_time(self, kind: str, prefills: Sequence[tuple[int, int]] = (),
-                   decodes: Sequence[int] = ()) -> float:
-        """Seconds for one layer of ``kind`` over a (possibly mixed) batch."""
+                   decodes: Sequence[int] = (), ratio: int = 1) -> float:
+        """Seconds for one layer of ``kind`` (and compression ``ratio``, see
+        ``ModelSpec.layer_classes``) over a (possibly mixed) batch."""
         if not prefills and not decodes:
             return 0.0
         if self.fitted is not None:
@@ -194,8 +211,18 @@ class CostModel:
             pre, dec = self.tables
             prefill_tokens = sum(n for n, _ in prefills)
             return interp_loglog(pre, prefill_tokens) + interp_loglog(dec, len(decodes))
-        flops, nbytes = self._work(kind, prefills, decodes)
-        return max(flops / self.flops_per_s, nbytes / self.hbm) + self.launch
+        flops, nbytes = self._work(kind, prefills, decodes, ratio)
+        tokens = sum(n for n, _ in prefills) + len(decodes)
+        return (max(flops / self.flops_per_s, nbytes / self.hbm) + self.launch
+                + self.allreduce_s(tokens))
+
+    def allreduce_s(self, tokens: int) -> float:
+        """The tensor-parallel all-reduces of one layer (0 without tp or interconnect)."""
+        link, tp = self.profile.interconnect, self.model.tensor_parallel
+        if link is None or tp <= 1:
+            return 0.0
+        nbytes = tokens * self.model.hidden_size * self.model.dtype_bytes
+        return 2.0 * allreduce_time(nbytes, tp, link.allreduce_bytes_per_s, link.latency_s)
 
     def prefill_layer_time(self, new_tokens: int, context_tokens: int,
                            kind: str = "full") -> float:
@@ -206,11 +233,11 @@ class CostModel:
 
     def batch_layer_times(self, prefills: Sequence[tuple[int, int]],
                           decodes: Sequence[int]) -> tuple[float, ...]:
-        """Per-layer times of a batch in layer order (each kind computed once); the
-        embedding is charged to layer 0."""
-        per_kind = {k: self.layer_time(k, prefills, decodes)
-                    for k in set(self.model.layer_kinds)}
-        times = [per_kind[k] for k in self.model.layer_kinds]
+        """Per-layer times of a batch in layer order (each layer class computed once);
+        the embedding is charged to layer 0."""
+        classes = self.model.layer_classes
+        per_class = {c: self.layer_time(c[0], prefills, decodes, c[1]) for c in set(classes)}
+        times = [per_class[c] for c in classes]
         times[0] += self.embed_time(prefills, decodes) + self.in_situ["first_op_s"]
         return tuple(times)
 
@@ -221,8 +248,9 @@ class CostModel:
         ``sum(batch_layer_times((), [c + k for c in contexts]))``: a folded decode run
         (sim.fold). The analytic model needs only the contexts' sums per step (its
         attention terms are sums of integers, exact in floats): O(steps), not
-        O(steps x requests)."""
-        if self.fitted is not None or self.tables is not None or not contexts:
+        O(steps x requests). Compressed KV (its indexer's top-k) takes the exact path."""
+        if (self.fitted is not None or self.tables is not None or not contexts
+                or self.model.compression is not None):
             return [sum(self.batch_layer_times((), [c + k for c in contexts]))
                     for k in range(first, first + steps)]
         n = len(contexts)
@@ -235,11 +263,12 @@ class CostModel:
             below.append(below[-1] + c)
         terms = []  # per kind: _work's terms that do not depend on the contexts
         for kind in kinds:
-            nbytes = self.params[kind] * self.model.dtype_bytes + n * self.act_bytes_per_token
+            nbytes = self.model.weight_bytes_per_layer(kind, n) + n * self.act_bytes_per_token
             if kind == "mamba":
                 nbytes += 2.0 * self.model.mamba_state_bytes * n
             terms.append((kind, 2.0 * n * self.params[kind], nbytes, self.kv_token[kind]))
         head = self.embed_time((), [0] * n) + self.in_situ["first_op_s"]
+        allreduce = self.allreduce_s(n)
         uniform = len(kinds) == 1
         flops_per_s, hbm, launch, per_pair = self.flops_per_s, self.hbm, self.launch, \
             self.attn_flops_per_pair
@@ -255,7 +284,7 @@ class CostModel:
                 if kind != "mamba":
                     flops += per_pair * float(pairs)
                     nbytes += (pairs + n) * kv
-                per_kind[kind] = max(flops / flops_per_s, nbytes / hbm) + launch
+                per_kind[kind] = max(flops / flops_per_s, nbytes / hbm) + launch + allreduce
             if uniform:
                 times = [per_kind[kinds[0]]] * len(layer_kinds)
             else:

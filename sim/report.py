@@ -27,7 +27,7 @@ import pandas as pd
 import yaml
 
 from hicache.report.frames import requests_frame, timeline_frame, write_timeline_parquet
-from hicache.report.metrics import hit_rate_by_round, summarize
+from hicache.report.metrics import cliff_round, hit_rate_by_round, summarize
 from hicache.report.plots import has_rounds
 from hicache.runtime.handles import Kind
 from sim.driver import SimResult
@@ -74,6 +74,8 @@ def summary_of(result: SimResult, req: pd.DataFrame, tl: pd.DataFrame,
               "n_unfinished": len(result.unfinished)})
     if result.stall:
         s["stall"] = result.stall
+    if has_rounds(req):
+        s["cliff_round"] = cliff_round(hit_rate_by_round(req))
     clients = [r.l3_client for r in rt if r.l3_client is not None]
     if clients:  # the torch runtime's counter names (hicache.tiers.l3_guard.COUNTERS)
         s["l3_faults"] = {k: sum(c.counts[k] for c in clients) for k in clients[0].counts}

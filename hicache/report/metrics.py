@@ -44,6 +44,7 @@ METRIC_UNITS: dict[str, str] = {
     "gpu_busy_fraction": "fraction", "gpu_bubble_fraction": "fraction",
     "h2d_bytes": "bytes", "d2h_bytes": "bytes", "h2d_busy_s": "s", "d2h_busy_s": "s",
     "h2d_gbps": "GB/s", "d2h_gbps": "GB/s", "load_time_s": "s", "load_hidden_fraction": "fraction",
+    "cliff_round": "round",
 }  # fmt: skip
 TIERS = ("device", "host", "l3")
 
@@ -199,3 +200,17 @@ def hit_rate_by_round(requests_df: pd.DataFrame) -> pd.DataFrame:
         df[f"{t}_hit_rate"] = df[f"{t}_hit"] / den
     df["round"] = df["round"].astype(np.int64)
     return df
+
+
+def cliff_round(rounds: pd.DataFrame, below: float = 0.1) -> int | None:
+    """The round from which the hit rate (a :func:`hit_rate_by_round` frame) stays below
+    ``below`` to the last round, after having been at or above it: where the cache stops
+    holding the working set for good. None when it never collapses (or never held)."""
+    if not len(rounds):
+        return None
+    rates = rounds.sort_values("round")
+    ok = (rates["hit_rate"].fillna(0.0) >= below).to_numpy()
+    if not ok.any() or ok[-1]:
+        return None
+    last_ok = int(np.flatnonzero(ok)[-1])
+    return int(rates["round"].iloc[last_ok + 1])

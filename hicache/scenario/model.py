@@ -108,10 +108,28 @@ def _default_model() -> ModelSpec:
     return build(ModelSpec, read_yaml(find_preset("models", DEFAULT_MODEL)).data)
 
 
+def _inline_defs(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with its own ``$defs`` references replaced by the definitions (it is
+    embedded in the Scenario's schema, where ``#/$defs/...`` would point elsewhere)."""
+    defs = schema.pop("$defs", {})
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, dict):
+            ref = v.get("$ref", "")
+            if ref.startswith("#/$defs/") and ref[8:] in defs:
+                return walk({**defs[ref[8:]], **{k: x for k, x in v.items() if k != "$ref"}})
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+
+    return walk(schema)
+
+
 def _model_schema() -> dict[str, Any]:
     return {"anyOf": [
         {"type": "string", "description": "a preset name (scenarios/models) or a YAML path"},
-        schema_of(ModelSpec)], "default": DEFAULT_MODEL}
+        _inline_defs(schema_of(ModelSpec))], "default": DEFAULT_MODEL}
 
 
 ModelField = Annotated[ModelSpec, Before(_model, with_info=True), JsonSchema(_model_schema)]

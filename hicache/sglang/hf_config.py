@@ -13,6 +13,14 @@ What is read (names as in transformers' configs):
   ``sliding_window_pattern``, or a ``sliding_window`` over every layer (Mistral);
   recurrent layers (Mamba, gated delta-net linear attention) become ``mamba`` layers with
   their per-request state size in ``mamba_state_bytes``;
+- routed experts (``n_routed_experts`` / ``num_experts``, ``num_experts_per_tok``,
+  ``moe_intermediate_size``; shared experts from ``n_shared_experts`` or
+  ``shared_expert_intermediate_size``; ``expert_dtype`` fp4/fp8): the preset's ``moe``;
+- DeepSeek-V4 (``compress_ratios``): every layer full with per-layer compression (0: window
+  only), entries of ``head_dim`` values at the config's dtype, the lightning indexer
+  (``index_topk``, ``index_n_heads``, ``index_head_dim``) on the least-compressed layers,
+  and the low-rank / grouped projections (``q_lora_rank``, ``o_lora_rank``, ``o_groups``)
+  as ``attention_params``;
 - MLA (DeepSeek-V2/V3, Kimi-K2: ``kv_lora_rank``): one compressed latent of
   ``kv_lora_rank + qk_rope_head_dim`` values per token and layer, shared by all heads and
   replicated on every TP rank. The preset schema has no MLA field, so it is written as one
@@ -94,7 +102,9 @@ _KIND = {"full_attention": "full", "attention": "full", "global": "full",
 
 def layer_kinds(r: _Reader, n: int) -> list[str]:
     """Per layer: ``full``, ``swa`` or ``mamba`` (see module docstring for the sources)."""
-    if isinstance(r.cfg.get("layer_types"), list):
+    if isinstance(r.cfg.get("compress_ratios"), list):
+        kinds = ["full"] * n  # DeepSeek-V4: every layer's window is its own branch
+    elif isinstance(r.cfg.get("layer_types"), list):
         types = r.cfg["layer_types"]
         unknown = sorted({t for t in types if t not in _KIND})
         if unknown:
@@ -164,8 +174,7 @@ def preset_from_hf(cfg: Mapping[str, Any], *, name: str, source: str = "config.j
         kv_heads = r.int("num_key_value_heads", "num_kv_heads", default=heads)
         head_dim = r.int("head_dim", default=hidden // heads)
     if r.cfg.get("moe_intermediate_size") and r.cfg.get("num_experts_per_tok"):
-        active = r.int("num_experts_per_tok") + r.int("n_shared_experts",
-                                                      "num_shared_experts", default=0)
+        active = r.int("num_experts_per_tok") + _shared_experts(r)
         ffn = r.int("moe_intermediate_size") * active
         notes.append(f"MoE: FFN of {active} active experts")
     else:
@@ -181,4 +190,58 @@ def preset_from_hf(cfg: Mapping[str, Any], *, name: str, source: str = "config.j
         "layers": kinds[0] if len(set(kinds)) == 1 else kinds,
         "sliding_window": int(window), "mamba_state_bytes": mamba,
     }
+    if (moe := _moe(r, dtype)) is not None:
+        preset["moe"] = moe
+    if (comp := _compression(r, n, int(head_dim), dtype)) is not None:
+        preset["compression"] = comp
+        preset["attention_params"] = _low_rank_attention(r, hidden, heads, int(head_dim))
+        notes.append("DeepSeek-V4 compressed KV: entries at the config's dtype (SGLang's "
+                     "pools; vLLM's FP8 layout is 584 B per entry)")
     return preset, notes
+
+
+def _shared_experts(r: _Reader) -> int:
+    n = r.int("n_shared_experts", "num_shared_experts", default=0)
+    width = r.int("shared_expert_intermediate_size", default=0)
+    return n or width // max(1, r.int("moe_intermediate_size", default=1))
+
+
+def _moe(r: _Reader, dtype: int) -> dict[str, Any] | None:
+    """The preset's ``moe`` (which expert weights a batch reads), when the config routes."""
+    experts = r.int("n_routed_experts", "num_experts", "num_local_experts", default=0)
+    if not (experts and r.cfg.get("moe_intermediate_size") and r.cfg.get("num_experts_per_tok")):
+        return None
+    weight = {"fp4": 0.5, "fp8": 1.0}.get(str(r.cfg.get("expert_dtype", "")).lower(), dtype)
+    return {"experts": experts, "top_k": r.int("num_experts_per_tok"),
+            "shared": _shared_experts(r), "expert_ffn": r.int("moe_intermediate_size"),
+            "expert_weight_bytes": float(weight)}
+
+
+def _compression(r: _Reader, n: int, head_dim: int, dtype: int) -> dict[str, Any] | None:
+    """DeepSeek-V4's ``compression`` from ``compress_ratios`` (one per layer; a trailing
+    extra entry is the MTP layer's and is dropped)."""
+    ratios = r.cfg.get("compress_ratios")
+    if not isinstance(ratios, list):
+        return None
+    if len(ratios) < n or not all(isinstance(x, int) and x >= 0 for x in ratios):
+        raise HFConfigError(f"{r.source}: 'compress_ratios' must hold {n} integers >= 0 "
+                            f"(one per layer), got {ratios!r}")
+    ratios = ratios[:n]
+    topk = r.int("index_topk", default=0)
+    compressed = sorted({x for x in ratios if x > 1})
+    index_dim = r.int("index_head_dim", default=0)
+    return {"ratios": ratios, "entry_bytes": head_dim * dtype,
+            "index_ratio": compressed[0] if topk and compressed else 0, "index_topk": topk,
+            "index_heads": r.int("index_n_heads", default=0), "index_head_dim": index_dim,
+            "index_entry_bytes": index_dim * dtype}
+
+
+def _low_rank_attention(r: _Reader, hidden: int, heads: int, head_dim: int) -> int:
+    """Weights of DeepSeek-V4's attention projections: low-rank Q (``q_lora_rank``), one
+    shared K/V projection, grouped low-rank O (``o_groups`` x ``o_lora_rank``); 0 when the
+    config lacks them (the spec then derives them from heads)."""
+    q, o, groups = (r.int(k, default=0) for k in ("q_lora_rank", "o_lora_rank", "o_groups"))
+    if not (q and o and groups):
+        return 0
+    return hidden * q + q * heads * head_dim + hidden * head_dim + heads * head_dim * o \
+        + groups * o * hidden

@@ -7,16 +7,22 @@ shared system prompt + ``task_length`` fresh tokens; step s+1's prompt = step s'
 + step s's output + ``tool_output_length`` tokens (the tool result) and becomes ready
 ``tool_time`` seconds after step s finishes. Every request carries
 ``session_id = "agent-<i>"``, ``client = i`` and ``round = step``; the last step has
-``close_session=True``.
+``close_session=True``. With ``repositories > 0`` (SWE-bench-like: many tasks per
+repository), session i works on repository ``i % repositories`` and its step 0 prompt is
+system prompt + that repository's shared context (``repository_length`` tokens, the same
+tokens for every session of the repository) + task.
 
 Determinism: arrivals from ``Random(seed)``; session i's draws from
-``Random(f"{seed}:session:{i}")``. Token namespaces: system prompt 0, session i -> i + 1.
+``Random(f"{seed}:session:{i}")``; repository j's context from
+``Random(f"{seed}:repository:{j}")``. Token namespaces: system prompt 0, session i ->
+i + 1, repository j -> num_sessions + 1 + j.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
+from array import array
 from dataclasses import dataclass
 from typing import Literal
 
@@ -33,6 +39,7 @@ from hicache.workload.params import (
     draw_length,
 )
 from hicache.workload.request import Request
+from hicache.workload.tokens import draw_tokens
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,15 @@ class AgentConfig(Plain):
     tool_output_length: Length() = (64, 1024)
     output_length: Length() = (32, 256)  # the model's tool call
     tool_time: FloatRange = 0.5  # seconds, number or [lo, hi]
+    repositories: NonNegInt = 0  # shared repository contexts (0: none)
+    repository_length: NonNegInt = 0  # tokens of one repository's context
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if bool(self.repositories) != bool(self.repository_length):
+            raise ValueError(f"repository_length: set both repositories and "
+                             f"repository_length (or neither), got {self.repositories} "
+                             f"and {self.repository_length}")
 
 
 @dataclasses.dataclass(slots=True)
@@ -65,6 +81,7 @@ class AgentWorkload(ClosedLoopWorkload):
     def __init__(self, config: AgentConfig, seed: int) -> None:
         super().__init__(config, seed, config.max_sessions)
         self._sessions: dict[int, _Session] = {}
+        self._repos: dict[int, array] = {}  # repository -> system prompt + its context
 
     def start(self) -> list[Request]:
         return self._start(self.config.num_sessions, self.config.session_rate)
@@ -82,11 +99,23 @@ class AgentWorkload(ClosedLoopWorkload):
     def _release(self, now: float) -> list[Request]:
         out = []
         for arrival, i in self._queue.release(now):
-            conv, rng = self._open("session", i)
+            conv, rng = self._open("session", i, self._repository_prefix(i))
             steps = draw_length(rng, self.config.steps)
             self._sessions[i] = _Session(conv, rng, steps)
             out.append(self._step(i, arrival, draw_length(rng, self.config.task_length)))
         return out
+
+    def _repository_prefix(self, i: int) -> array | None:
+        """System prompt + session i's repository context (None without repositories)."""
+        cfg = self.config
+        if not cfg.repositories:
+            return None
+        j = i % cfg.repositories
+        if j not in self._repos:
+            rng = random.Random(f"{self.seed}:repository:{j}")
+            ctx = draw_tokens(rng, cfg.num_sessions + 1 + j, cfg.repository_length)
+            self._repos[j] = self._system + ctx
+        return self._repos[j]
 
     def _step(self, i: int, arrival: float, new_tokens: int) -> Request:
         sess = self._sessions[i]

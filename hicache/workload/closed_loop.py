@@ -12,6 +12,7 @@ in issue order; ``_inflight`` maps each unfinished rid to its unit.
 from __future__ import annotations
 
 import random
+from array import array
 from typing import Any
 
 from hicache.workload.admission import AdmissionQueue
@@ -51,10 +52,12 @@ class ClosedLoopWorkload:
     def _release(self, now: float) -> list[Request]:
         raise NotImplementedError
 
-    def _open(self, label: str, unit: int) -> tuple[Conversation, random.Random]:
-        """Unit ``unit``'s conversation and its own random stream (see module invariant)."""
+    def _open(self, label: str, unit: int, prefix: array | None = None
+              ) -> tuple[Conversation, random.Random]:
+        """Unit ``unit``'s conversation (starting with ``prefix``, default the system
+        prompt) and its own random stream (see module invariant)."""
         rng = random.Random(f"{self.seed}:{label}:{unit}")
-        return Conversation(rng, unit + 1, self._system), rng
+        return Conversation(rng, unit + 1, self._system if prefix is None else prefix), rng
 
     def _turn(self, unit: int, conv: Conversation, rng: random.Random, arrival: float,
               new_tokens: int, *, session_id: str | None, round: int,

@@ -98,6 +98,15 @@ class HostSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class InterconnectSpec:
+    """GPU-to-GPU fabric of a tensor-parallel group (NVLink/NVSwitch): the bus bandwidth
+    of one all-reduce (NCCL busBw) and its fixed latency."""
+
+    allreduce_bytes_per_s: float
+    latency_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class MooncakeSpec:
     """A Mooncake store (docs/SOURCES.md §5). ``master_rpc_s``: one existence query (a
     round trip to the master); ``latency_s``: a transfer's fixed cost (placement lookup,
@@ -166,6 +175,7 @@ class HardwareProfile:
     source: str = "<mapping>"
     host_cpu: HostSpec = HostSpec()
     ablate: frozenset[str] = frozenset()  # modelled effects switched off (ablation studies)
+    interconnect: InterconnectSpec | None = None  # TP all-reduce fabric (multi-GPU nodes)
     # the RuntimeInterface across a process (run.runtime_process): seconds one crossing
     # adds with O(1) content (execute, poll), and a prepare_batch crossing by the plan's
     # requests ([[requests, seconds], ...]); absent = not measured for this host
@@ -283,6 +293,10 @@ def _host_spec(cpu: Section) -> HostSpec:
         "insert_step_s", "finish_step_s", "wakeup_s")}, interpreter=interp)
 
 
+def _interconnect(s: Section) -> InterconnectSpec:
+    return InterconnectSpec(s.num("allreduce_bytes_per_s", positive=True), s.num("latency_s"))
+
+
 def _shape(s: Section) -> tuple[tuple[str, Any], ...]:
     """``calibrated.shape``: a mapping with a string ``name``; other values are numbers,
     strings or lists of those (a model preset's keys)."""
@@ -352,6 +366,8 @@ def load_profile(source: str | Path | Mapping[str, Any]) -> HardwareProfile:
         source=origin,
         host_cpu=_host_spec(cpu),
         ablate=_ablate(top),
+        interconnect=_interconnect(top.sub("interconnect")) if top.has("interconnect")
+        else None,
     )
     # every hand-written key was asked for: a typo is an error, not a silent default
     # (calibration writes more measured tables than the cost model reads yet)

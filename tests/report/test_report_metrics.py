@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from hicache.report.frames import requests_frame, timeline_frame
-from hicache.report.metrics import hit_rate_by_round, summarize, timeline_metrics
+from hicache.report.metrics import cliff_round, hit_rate_by_round, summarize, timeline_metrics
 
 
 def tl(*rows) -> pd.DataFrame:
@@ -159,3 +159,14 @@ def test_gpu_busy_in_a_summary_is_over_the_run_not_the_compute_span() -> None:
     assert s["gpu_bubble_fraction"] == pytest.approx(0.8)
     two = tl.assign(replica=[0, 1])  # two GPUs, each busy 1 s of the 10 s run
     assert _sum(req, two)["gpu_busy_fraction"] == pytest.approx(0.1)
+
+
+def test_the_cliff_is_where_the_hit_rate_stays_low_for_good() -> None:
+    def frame(rates):
+        return pd.DataFrame({"round": range(len(rates)), "hit_rate": rates})
+
+    assert cliff_round(frame([0.0, 0.5, 0.9, 0.05, 0.3, 0.02, 0.0])) == 5  # dips do not count
+    assert cliff_round(frame([0.0, 0.5, 0.9, 0.95])) is None  # never collapses
+    assert cliff_round(frame([0.0, 0.01, 0.0])) is None  # never held anything
+    assert cliff_round(frame([0.0, 0.8, float("nan")])) == 2  # a round without prompts: 0
+    assert cliff_round(frame([])) is None

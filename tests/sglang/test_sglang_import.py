@@ -151,6 +151,38 @@ def test_sliding_window_pattern_and_hybrid_patterns_give_layer_kinds() -> None:
     assert typed["layers"] == ["swa", "full"]
 
 
+# DeepSeek-V4-Flash's config.json (the keys the import reads; huggingface.co/deepseek-ai)
+DEEPSEEK_V4_FLASH = {
+    "num_hidden_layers": 43, "hidden_size": 4096, "num_attention_heads": 64,
+    "num_key_value_heads": 1, "head_dim": 512, "q_lora_rank": 1024, "o_lora_rank": 1024,
+    "o_groups": 8, "sliding_window": 128, "index_topk": 512, "index_n_heads": 64,
+    "index_head_dim": 128, "n_routed_experts": 256, "n_shared_experts": 1,
+    "num_experts_per_tok": 6, "moe_intermediate_size": 2048, "vocab_size": 129280,
+    "torch_dtype": "bfloat16", "compress_ratios": [0, 0] + [4, 128] * 20 + [4, 0]}
+
+
+def test_deepseek_v4_config_gives_the_seed_studys_preset() -> None:
+    preset, notes = preset_from_hf(DEEPSEEK_V4_FLASH, name="deepseek-v4-flash-tp8",
+                                   tensor_parallel=8)
+    got, ours = load_model(preset).to_mapping(), load_model("deepseek-v4-flash-tp8").to_mapping()
+    assert got["moe"].pop("expert_weight_bytes") == 2.0  # the config says no FP4
+    ours["moe"].pop("expert_weight_bytes")
+    got.update(vocab_size=ours["vocab_size"])  # the import leaves the LM head out
+    assert got == ours
+    assert any("DeepSeek-V4" in n for n in notes)
+    with pytest.raises(HFConfigError, match="compress_ratios"):
+        preset_from_hf({**DEEPSEEK_V4_FLASH, "compress_ratios": [4] * 3}, name="x")
+
+
+def test_a_shared_expert_given_by_width_counts_as_active() -> None:
+    qwen = {**LLAMA3_8B, "num_experts": 512, "num_experts_per_tok": 10,
+            "moe_intermediate_size": 1024, "shared_expert_intermediate_size": 1024}
+    preset, _ = preset_from_hf(qwen, name="q")
+    assert preset["ffn_size"] == 11 * 1024
+    assert preset["moe"] == {"experts": 512, "top_k": 10, "shared": 1, "expert_ffn": 1024,
+                             "expert_weight_bytes": 2.0}
+
+
 def test_a_config_missing_a_shape_names_the_key() -> None:
     with pytest.raises(HFConfigError, match="cfg.json: missing key 'num_hidden_layers'"):
         preset_from_hf({"hidden_size": 8}, name="x", source="cfg.json")

@@ -125,11 +125,14 @@ def test_exact_delay_lands_on_the_time_asked(now: float, at: float) -> None:
     assert now + exact_delay(now, at) == at
 
 
-@pytest.mark.parametrize("model", ["llama-3-8b", "hybrid-swa-mamba", "llama-3-70b-tp8"])
-@pytest.mark.parametrize("hardware", ["h100-sxm", "l40s"])
+@pytest.mark.parametrize("model", ["llama-3-8b", "hybrid-swa-mamba", "llama-3-70b-tp8",
+                                   "qwen3-5-397b-a17b-tp8", "inkling-small-tp8",
+                                   "deepseek-v4-flash-tp8"])
+@pytest.mark.parametrize("hardware", ["h100-sxm", "l40s", "h200-hgx-8gpu"])
 def test_decode_works_equal_the_per_step_cost_bit_for_bit(model: str, hardware: str) -> None:
     """The fold's O(1)-per-step decode cost is the unfolded compute op's sum of layer
-    times, float for float, across the SWA window (the hybrid model's is 4096)."""
+    times, float for float, across the SWA window (the hybrid model's is 4096), with
+    routed experts, tensor-parallel all-reduces (h200-hgx-8gpu) and compressed KV."""
     cost = CostModel(load_profile(hardware), load_model(model))
     for contexts in ([0], [4090, 17, 4094, 63, 64, 100_000], list(range(1, 200, 7))):
         works = cost.decode_works(contexts, 12)

@@ -60,3 +60,27 @@ def test_system_prompt_shared_rest_disjoint():
         for t in r.tokens[32:]:
             owners[t].add(r.session_id)
     assert all(len(o) == 1 for o in owners.values())
+
+
+def test_sessions_of_one_repository_share_its_context_and_no_other_tokens():
+    recs = run(repositories=3, repository_length=40)
+    firsts = {r.client: r for r, _ in recs if r.round == 0}
+    ctx = {c: tuple(r.tokens[32:72]) for c, r in firsts.items()}
+    assert len(set(ctx.values())) == 3
+    for a, r in firsts.items():
+        assert tuple(r.tokens[:32]) == tuple(firsts[0].tokens[:32])  # the system prompt
+        assert r.prompt_len == 32 + 40 + 20  # system + repository + task
+        for b in firsts:
+            assert (ctx[a] == ctx[b]) == (a % 3 == b % 3)  # session i: repository i % 3
+    owners = defaultdict(set)
+    for r, _ in recs:
+        for t in r.tokens[72:]:
+            owners[t].add(r.client)
+    assert all(len(v) == 1 for v in owners.values())  # past the shared part, disjoint
+
+
+def test_repositories_without_their_length_are_refused():
+    import pytest
+
+    with pytest.raises(ValueError, match="repository_length"):
+        AgentConfig(repositories=3)

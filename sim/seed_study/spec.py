@@ -1,0 +1,190 @@
+"""What the seed study runs and what it compares against: the studies' scenarios, the
+figures seed 003 quotes from SGLang's posts, and the assumption sweeps.
+
+Published figures are as seed 003 (``shared/seeds/003_*``) quotes them from SGLang's HiCache
+and Unified Radix Cache posts (LMSYS, 2026-08-11; SGLang, 2026-09-23) and from the
+session-aware eviction work (https://github.com/sgl-project/sglang/pull/29173). The seed
+reads the multi-turn curves as "a rough reading of the figure"; so do we.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TIERS = ("L1", "L1+L2", "L1+L2+L3")
+WAIT = "L1+L2+L3 wait_complete"  # ours: L1+L2+L3 with prefetches that run to completion
+
+
+@dataclass(frozen=True)
+class MultiturnStudy:
+    key: str
+    title: str
+    scenario: str  # relative to the repository root
+    published: dict
+    moved_by: dict[str, tuple[str, ...]]  # published quantity -> keys of the sweeps moving it
+
+
+@dataclass(frozen=True)
+class SessionStudy:
+    key: str
+    title: str
+    scenario: str
+    batches: tuple[int, ...]
+    published: dict[int, dict[str, float]]  # batch -> figures
+    moved_by: tuple[str, ...] = ()  # keys of the sweeps that move its differences
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """``hicache-lab sweep`` of one assumption over one study's scenario, at the study's
+    full scale; ``sets`` are ``--set`` items applied before the grid."""
+
+    key: str
+    study: str
+    grid: tuple[tuple[str, tuple], ...]
+    variants: tuple[str, ...]
+    sets: tuple[str, ...] = ()
+    question: str = ""
+    label: str = ""  # a few words for the tables' "what moves it" column
+
+
+MULTITURN = (
+    MultiturnStudy(
+        "dsv4_flash", "DeepSeek-V4-Flash, 64 clients",
+        "scenarios/seed_study/multiturn_dsv4_flash.yaml",
+        {"cliff": (35, 40), "late_hit_l3": 0.98, "x_l3": 15.5, "x_l2": 1.5,
+         "ttft_l3_max_s": 9.0},
+        {"cliff": ("dsv4_growth", "dsv4_ratio"), "late_hit_l3": ("dsv4_prefetch",),
+         "x_l3": ("dsv4_prefetch", "dsv4_output"), "x_l2": ("dsv4_ratio",),
+         "ttft": ("dsv4_prefetch",)}),
+    MultiturnStudy(
+        "inkling_small", "Inkling-Small, 48 clients",
+        "scenarios/seed_study/multiturn_inkling_small.yaml",
+        {"cliff": (18, 19), "late_hit_l3": 0.968, "x_l3": 67.1 / 15.5, "x_l2": 1.4,
+         "ttft_l3_s": 1.23, "tps_l3": 67_100.0, "tps_l1": 15_500.0},
+        {"cliff": ("inkling_l1",), "late_hit_l3": ("inkling_prefetch",),
+         "x_l3": ("inkling_prefetch", "inkling_swa", "dsv4_output"), "x_l2": ("inkling_l1",),
+         "ttft": ("inkling_prefetch", "inkling_swa", "inkling_barrier"), "tps": ()}),
+)
+
+SESSIONS = (
+    SessionStudy(
+        "dsv4_pro", "DeepSeek-V4-Pro TP8", "scenarios/seed_study/agent_dsv4_pro.yaml",
+        (32, 64, 128, 256),
+        {128: {"ttft_change_pct": -11.0, "device_lru": 0.42, "device_session": 0.51},
+         256: {"ttft_change_pct": -2.9}}, ("pro_l1", "pro_tool_time")),
+    SessionStudy(
+        "qwen3_5", "Qwen3.5-397B-A17B TP8", "scenarios/seed_study/agent_qwen3_5.yaml",
+        (32, 64, 128, 256),
+        {32: {"ttft_change_pct": -13.5, "device_lru": 0.05, "device_session": 0.34},
+         64: {"ttft_change_pct": -16.6, "device_host_lru": 0.58,
+              "device_host_session": 0.67}}, ("qwen_l1", "qwen_mamba")),
+)
+
+MAMBA_STATE_BYTES = 24_145_920  # one Qwen3.5 checkpoint per rank (45 x 536,576 B)
+
+
+def session_sets(study: SessionStudy, batch: int) -> list[str]:
+    """``--set`` items that put a session study at ``batch`` sessions in flight: as many
+    running requests, twice as many sessions in all; for Qwen3.5 the MAMBA pool (3 slots per
+    running request) comes out of the 70 GB per-rank KV budget before the full pool."""
+    sets = [f"scheduler.max_running_requests={batch}", f"workload.max_sessions={batch}",
+            f"workload.num_sessions={2 * batch}"]
+    if study.key == "qwen3_5":
+        full = int((70e9 - 3 * batch * MAMBA_STATE_BYTES) // 15_360)
+        sets.append(f"cache.device_tokens={full}")
+    return sets
+
+
+SWEEPS = (
+    Sweep("dsv4_growth", "dsv4_flash",
+          (("workload.request_length", (4950, 9950, 14950)),), ("L1", "L1+L2"),
+          label="growth per round",
+          question="Per-round growth (question + 256-token answer): where do the L1 and "
+                   "L1+L2 cliffs fall?"),
+    Sweep("dsv4_ratio", "dsv4_flash",
+          (("cache.hicache_ratio", (1.25, 1.5, 2)),), ("L1+L2",),
+          label="L2 size",
+          question="L2 size (--hicache-ratio; the seed's is 2): the L1+L2 cliff and what L2 "
+                   "buys over L1."),
+    Sweep("dsv4_prefetch", "dsv4_flash",
+          (("cache.hicache_storage_prefetch_policy", ("timeout", "wait_complete",
+                                                      "best_effort")),),
+          ("L1+L2+L3",),
+          label="prefetch policy",
+          question="L3 prefetch stop policy (the seed's is timeout): how much of L3 reaches "
+                   "the requests?"),
+    Sweep("dsv4_output", "dsv4_flash",
+          (("workload.output_length", (64, 256, 1024)),), TIERS,
+          sets=("cache.hicache_storage_prefetch_policy=wait_complete",),
+          label="answer length",
+          question="Answer length (the decode work no cache removes; wait_complete): how do "
+                   "the multipliers move?"),
+    Sweep("inkling_l1", "inkling_small",
+          (("cache.device_tokens", (1420000, 2840000, 5680000)),), ("L1", "L1+L2"),
+          label="L1 size",
+          question="L1 size (our SWA-kept-per-token accounting vs SGLang's smaller SWA "
+                   "pool): where do the cliffs fall?"),
+    Sweep("inkling_prefetch", "inkling_small",
+          (("cache.hicache_storage_prefetch_policy", ("timeout", "wait_complete",
+                                                      "best_effort")),),
+          ("L1+L2+L3",),
+          label="prefetch policy",
+          question="L3 prefetch stop policy on Inkling-Small (the seed's is timeout)."),
+    Sweep("inkling_swa", "inkling_small",
+          (("model", ("inkling-small-tp8", "inkling-small-global-kv-tp8")),),
+          ("L1+L2+L3",), sets=("cache.hicache_storage_prefetch_policy=wait_complete",),
+          label="SWA KV in the tiers",
+          question="Do the local (sliding-window) layers' KV travel with every page (ours: "
+                   "21.5 KB per token) or stay in an SWA pool (3.6 KB)? (wait_complete)"),
+    Sweep("inkling_barrier", "inkling_small",
+          (("workload.round_barrier", ("true", "false")),), ("L1+L2+L3",),
+          sets=("cache.hicache_storage_prefetch_policy=wait_complete",),
+          label="round barrier",
+          question="Arrivals (wait_complete): every client's turn at once after a round "
+                   "barrier (ours), or each client on its own (think time 0)?"),
+    Sweep("pro_l1", "dsv4_pro",
+          (("cache.device_tokens", (880000, 2640000, 4400000)),), ("lru", "session"),
+          sets=("scheduler.max_running_requests=128", "workload.max_sessions=128",
+                "workload.num_sessions=256"),
+          label="L1 size",
+          question="L1 size at batch 128 (H200: 0.88M tokens; a 180 GB B200 would hold "
+                   "4.2M): device hit and the session-aware gain."),
+    Sweep("pro_tool_time", "dsv4_pro",
+          (("workload.tool_time", (2, 10, 30)),), ("lru", "session"),
+          sets=("scheduler.max_running_requests=128", "workload.max_sessions=128",
+                "workload.num_sessions=256", "cache.device_tokens=2640000"),
+          label="tool time",
+          question="Seconds between an agent's steps at batch 128 (L1 2.64M tokens, where "
+                   "LRU's device hit is near the published 42%): how long must live sessions "
+                   "sit idle for session-aware eviction to pay?"),
+    Sweep("qwen_l1", "qwen3_5",
+          (("cache.device_tokens", (4406379, 1100000, 275000)),), ("lru", "session"),
+          sets=("scheduler.max_running_requests=32", "workload.max_sessions=32",
+                "workload.num_sessions=64"),
+          label="L1 size",
+          question="L1 size at batch 32 (4.4M tokens, as the study; 1/4; 1/16): device "
+                   "hit and the session-aware gain when the sessions outgrow L1."),
+    Sweep("qwen_mamba", "qwen3_5",
+          (("run.mamba_slots", (48, 96, 192)),), ("lru", "session"),
+          sets=("scheduler.max_running_requests=32", "workload.max_sessions=32",
+                "workload.num_sessions=64"),
+          label="MAMBA slots",
+          question="MAMBA checkpoint slots at batch 32 (default 3 per running request): "
+                   "device hit and the session-aware gain."),
+)
+
+
+def scenario_of(sw: Sweep) -> str:
+    """The scenario file of the study a sweep varies."""
+    for st in (*MULTITURN, *SESSIONS):
+        if st.key == sw.study:
+            return st.scenario
+    raise KeyError(f"sweep {sw.key!r}: no study {sw.study!r}")
+
+
+def moved_by(keys: tuple[str, ...]) -> str:
+    """Section-3 references of the sweeps ``keys`` ("3.2 L2 size, 3.4 answer length")."""
+    index = {sw.key: i for i, sw in enumerate(SWEEPS, start=1)}
+    return ", ".join(f"3.{index[k]} {SWEEPS[index[k] - 1].label}" for k in keys) or (
+        "hardware and sizes not published (section 4)")

@@ -1,0 +1,103 @@
+"""The seed study's arithmetic and report on hand-made request frames (no simulation)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hicache.report.frames import requests_frame
+from sim.seed_study import discussion, report, text
+from sim.seed_study.analysis import (
+    multipliers,
+    onset_round,
+    relative_gap,
+    rounds_table,
+    run_metrics,
+    session_delta,
+)
+from sim.seed_study.spec import MULTITURN, SESSIONS, TIERS, WAIT, session_sets
+
+
+def _requests(hits: list[float], prompt: int = 1000, per_round: int = 2,
+              span: float = 10.0) -> pd.DataFrame:
+    """``per_round`` requests a round, round r in [r * span, (r + 1) * span), caching
+    ``hits[r]`` of their prompt on the device."""
+    recs = []
+    for r, h in enumerate(hits):
+        for c in range(per_round):
+            cached = int(h * prompt)
+            recs.append({"rid": len(recs), "replica": 0, "client": c, "round": r,
+                         "session_id": None, "arrival": r * span, "admitted": r * span,
+                         "first_token": r * span + 1 + c, "finish": (r + 1) * span - c,
+                         "prompt_tokens": prompt, "output_tokens": 8,
+                         "cached_tokens": cached, "device_hit": cached, "host_hit": 0,
+                         "l3_hit": 0, "ttft": 1.0 + c, "itl_mean": 0.1, "rejected": None})
+    return requests_frame(recs)
+
+
+def test_rounds_are_summed_and_their_throughput_is_prompt_tokens_over_the_span() -> None:
+    r = rounds_table(_requests([0.0, 0.5, 0.9]))
+    assert list(r["hit_rate"]) == [0.0, 0.5, 0.9]
+    assert list(r["input_tps"]) == [200.0, 200.0, 200.0]  # 2 x 1000 tokens in 10 s
+    assert list(r["ttft_mean_s"]) == [1.5, 1.5, 1.5]
+
+
+def test_cliff_and_onset_are_counted_from_one() -> None:
+    m = run_metrics(_requests([0.0, 0.5, 0.9, 0.95, 0.8, 0.05, 0.0]), late=2)
+    assert m["cliff_round"] == 6 and m["onset_round"] == 5  # rounds 5 and 4 from 0
+    assert m["late_hit_rate"] == pytest.approx(0.025)
+    assert m["rounds"] == 7
+    assert onset_round(rounds_table(_requests([0.5, 0.9, 0.95]))) is None
+
+
+def test_multipliers_and_session_deltas() -> None:
+    fast = run_metrics(_requests([0.9, 0.9], span=5.0))
+    slow = run_metrics(_requests([0.0, 0.0], span=20.0))
+    assert multipliers({"L1": slow, "L1+L2+L3": fast})["L1+L2+L3"] == pytest.approx(4.0)
+    d = session_delta({"ttft_mean_s": 2.0, "device_hit_rate": 0.4, "host_hit_rate": 0.1},
+                      {"ttft_mean_s": 1.5, "device_hit_rate": 0.5, "host_hit_rate": 0.2})
+    assert d["ttft_change_pct"] == pytest.approx(-25.0)
+    assert d["device_host_lru"] == pytest.approx(0.5)
+    assert relative_gap(12.0, 10.0) == pytest.approx(0.2) and relative_gap(1, None) is None
+
+
+def test_session_sets_put_a_study_at_its_batch_and_size_qwens_pools() -> None:
+    qwen = next(s for s in SESSIONS if s.key == "qwen3_5")
+    sets = dict(s.split("=") for s in session_sets(qwen, 64))
+    assert sets["scheduler.max_running_requests"] == sets["workload.max_sessions"] == "64"
+    assert sets["workload.num_sessions"] == "128"
+    full = int(sets["cache.device_tokens"])
+    assert full * 15_360 + 3 * 64 * 24_145_920 == pytest.approx(70e9, abs=15_360)
+
+
+def test_the_report_puts_each_published_figure_beside_ours(tmp_path: Path) -> None:
+    hits = [0.0] + [0.9] * 30 + [0.0] * 10
+    l3 = [0.0] + [0.9] * 40
+    mt = {}
+    for st in MULTITURN:
+        reqs = {"L1": _requests(hits, span=30.0), "L1+L2": _requests(hits, span=20.0),
+                "L1+L2+L3": _requests(l3, span=5.0), WAIT: _requests(l3, span=2.0)}
+        metrics = {v: run_metrics(r) for v, r in reqs.items()}
+        mt[st.key] = {"metrics": metrics, "x": multipliers(metrics),
+                      "rounds": {v: rounds_table(r) for v, r in reqs.items()}}
+    ses = pd.DataFrame([{"model": s.title, "batch": b, **session_delta(
+        {"ttft_mean_s": 2.0, "device_hit_rate": 0.4, "host_hit_rate": 0.1},
+        {"ttft_mean_s": 1.8, "device_hit_rate": 0.45, "host_hit_rate": 0.1})}
+        for s in SESSIONS for b in s.batches])
+    res = {"multiturn": mt, "session": ses, "sweeps": {}}
+    res["readings"] = text.readings(res)
+    path = report.render(res, tmp_path, text.intro({}), discussion.discussion(res))
+    body = path.read_text()
+    assert "| effective input throughput, L1+L2+L3 / L1 [x] | 15.5 | 6.0 | 61% **>20%** |" \
+        in body
+    assert "| DeepSeek-V4-Pro TP8 | 128 | -11.0% | -10.0% | 9% |" in body
+    assert ("| L1+L2+L3 hit rate, last 5 rounds | 98% | 90% | 8% | 90% | 8% | 3.3 prefetch "
+            "policy |") in body  # the seed's flags, then prefetches that run to completion
+    assert "| effective input throughput, L1+L2+L3 / L1 [x] | 15.5 | 6.0 | 61% **>20%** | " \
+        "15.0 | 3% |" in body
+    for name in ("multiturn_dsv4_flash.png", "multiturn_inkling_small.png",
+                 "session_aware.png"):
+        assert (tmp_path / name).stat().st_size > 1000
+    assert set(TIERS) <= set(mt["dsv4_flash"]["metrics"])
