@@ -132,7 +132,7 @@ def test_the_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
 # drives the cache manager, not the scheduler). Commands (command.py, cli*.py) are the top.
 HICACHE_LAYERS = (
     {"units", "schema", "timeline"},
-    {"presets", "runtime"},
+    {"presets", "runtime", "model_parts"},  # model_parts: MoE, compressed KV (modelspec)
     {"modelspec", "tree"},
     {"config"},
     {"tiers"},
