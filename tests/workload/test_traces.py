@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -26,11 +25,8 @@ needs_trace = pytest.mark.skipif(not CONVERSATION.exists(), reason="shared trace
 
 
 @needs_trace
-def test_real_conversation_trace_loads_fast_with_published_stats():
-    t0 = time.perf_counter()
-    reqs = load_trace(CONVERSATION)
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 5.0
+def test_real_conversation_trace_loads_with_published_stats():
+    reqs = load_trace(CONVERSATION)  # its speed: benchmarks/sim_speed.py (no wall clock here)
     assert len(reqs) == 12_031
     mean_in = sum(r.prompt_len for r in reqs) / len(reqs)
     mean_out = sum(r.output_len for r in reqs) / len(reqs)
