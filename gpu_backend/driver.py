@@ -80,12 +80,15 @@ def make_l3(cache: CacheConfig, directory: str) -> L3Store | None:
     if backend is None:
         return None
     if backend == "mooncake":
-        if not os.environ.get("MOONCAKE_MASTER", "").strip():
+        extra = cache.hicache_storage_backend_extra_config
+        if not (extra.get("master_server_address")
+                or os.environ.get("MOONCAKE_MASTER", "").strip()):
             raise ValueError("hicache_storage_backend mooncake needs a Mooncake master: set "
-                             "the environment variable MOONCAKE_MASTER (host:port)")
+                             "hicache_storage_backend_extra_config.master_server_address "
+                             "or the environment variable MOONCAKE_MASTER (host:port)")
         from gpu_backend.l3.mooncake import MooncakeL3
 
-        return MooncakeL3.from_env()
+        return MooncakeL3.from_extra_config(extra)
     from gpu_backend.l3.file import FileL3
 
     return FileL3(directory)

@@ -20,7 +20,16 @@ from hicache.schema.adapters import SchemaErrors, json_schema, validate
 from hicache.schema.constraints import JsonSchema, Parse
 from hicache.schema.errors import format_errors
 from hicache.schema.plain import Plain, build, field_types
-from hicache.schema.types import Bool, NonNegFloat, NonNegInt, PosInt, Str, float_, int_
+from hicache.schema.types import (
+    Bool,
+    NonNegFloat,
+    NonNegInt,
+    PosFloat,
+    PosInt,
+    Str,
+    float_,
+    int_,
+)
 from hicache.tree.options import TreeOptions
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
@@ -69,6 +78,7 @@ class StorageExtraConfig(Plain):
     device_name: Str | None = None
     global_segment_size: NonNegInt | None = None
     local_buffer_size: NonNegInt | None = None
+    setup_timeout: PosFloat | None = None  # hicache-lab's: seconds a Mooncake setup may take
 
     def as_dict(self) -> dict[str, Any]:
         """The keys that are set (None-valued Mooncake keys left out)."""

@@ -83,6 +83,19 @@ def parse_size(value: str | int) -> int:
     return size
 
 
+def _env_defaults(env: Mapping[str, str]) -> dict[str, Any]:
+    """MooncakeL3 keyword arguments (all but ``master``) from SGLang's MOONCAKE_* variables."""
+    return {
+        "metadata_server": env.get("MOONCAKE_TE_META_DATA_SERVER", "P2PHANDSHAKE"),
+        "global_segment_bytes": parse_size(env.get("MOONCAKE_GLOBAL_SEGMENT_SIZE", "0")),
+        "local_buffer_bytes": parse_size(env.get("MOONCAKE_LOCAL_BUFFER_SIZE", str(64 << 20))),
+        "protocol": env.get("MOONCAKE_PROTOCOL", "tcp"),
+        "device": env.get("MOONCAKE_DEVICE", ""),
+        "local_hostname": env.get("MOONCAKE_LOCAL_HOSTNAME", env.get("LOCAL_HOSTNAME",
+                                                                     "127.0.0.1")),
+    }
+
+
 def config_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """MooncakeL3 keyword arguments from SGLang's Mooncake environment variables.
 
@@ -96,16 +109,33 @@ def config_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     if not master:
         raise ValueError("The environment variable 'MOONCAKE_MASTER' is not set "
                          "(expected host:port of mooncake_master, e.g. 127.0.0.1:50051).")
-    return {
-        "master": master,
-        "metadata_server": env.get("MOONCAKE_TE_META_DATA_SERVER", "P2PHANDSHAKE"),
-        "global_segment_bytes": parse_size(env.get("MOONCAKE_GLOBAL_SEGMENT_SIZE", "0")),
-        "local_buffer_bytes": parse_size(env.get("MOONCAKE_LOCAL_BUFFER_SIZE", str(64 << 20))),
-        "protocol": env.get("MOONCAKE_PROTOCOL", "tcp"),
-        "device": env.get("MOONCAKE_DEVICE", ""),
-        "local_hostname": env.get("MOONCAKE_LOCAL_HOSTNAME", env.get("LOCAL_HOSTNAME",
-                                                                     "127.0.0.1")),
-    }
+    return {"master": master, **_env_defaults(env)}
+
+
+# extra-config key -> MooncakeL3 keyword (sizes in bytes)
+_EXTRA_KEYS = {"master_server_address": "master", "metadata_server": "metadata_server",
+               "global_segment_size": "global_segment_bytes",
+               "local_buffer_size": "local_buffer_bytes", "protocol": "protocol",
+               "device_name": "device", "local_hostname": "local_hostname",
+               "setup_timeout": "setup_timeout_s"}
+
+
+def config_from_extra(extra: Mapping[str, Any],
+                      env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """MooncakeL3 keyword arguments from a scenario's ``hicache_storage_backend_extra_config``.
+
+    As SGLang's ``MooncakeStoreConfig`` chooses: with ``master_server_address`` in the extra
+    config, its keys win and each absent one falls back to its environment variable;
+    without it, the environment alone (:func:`config_from_env`). ``setup_timeout``
+    (seconds) is hicache-lab's own key, read on both paths (SGLang ignores it)."""
+    env = os.environ if env is None else env
+    from_extra = bool(extra.get("master_server_address"))
+    kwargs = _env_defaults(env) if from_extra else config_from_env(env)
+    keys = _EXTRA_KEYS if from_extra else {"setup_timeout": "setup_timeout_s"}
+    for key, kw in keys.items():
+        if extra.get(key) is not None:
+            kwargs[kw] = extra[key]
+    return kwargs
 
 
 def check_master(master: str, setup: tuple[str, str, str, str], timeout_s: float) -> None:
@@ -186,6 +216,12 @@ class MooncakeL3:
     def from_env(cls, env: Mapping[str, str] | None = None) -> MooncakeL3:
         """A client configured by SGLang's MOONCAKE_* variables (see `config_from_env`)."""
         return cls(**config_from_env(env))
+
+    @classmethod
+    def from_extra_config(cls, extra: Mapping[str, Any],
+                          env: Mapping[str, str] | None = None) -> MooncakeL3:
+        """A client configured as SGLang configures one (see `config_from_extra`)."""
+        return cls(**config_from_extra(extra, env))
 
     def _check_open(self) -> None:
         if self._closed:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpu_backend.l3 import service
-from gpu_backend.l3.mooncake import MooncakeL3, config_from_env, parse_size
+from gpu_backend.l3.mooncake import MooncakeL3, config_from_env, config_from_extra, parse_size
 from gpu_backend.l3.service import MooncakeService, MooncakeUnavailable, find_binaries, free_port
 
 PAGE = 64 << 10
@@ -37,6 +37,62 @@ def test_env_sizes_accept_bytes_and_units() -> None:
     assert parse_size("512MB") == parse_size("512 MiB") == 512 << 20
     with pytest.raises(ValueError):
         parse_size("lots")
+
+
+def test_extra_config_with_a_master_wins_over_the_environment_key_by_key() -> None:
+    """SGLang's choice: master_server_address in the extra config selects it; each key it
+    leaves out falls back to its MOONCAKE_* variable."""
+    env = {"MOONCAKE_MASTER": "env:1", "MOONCAKE_PROTOCOL": "rdma", "MOONCAKE_DEVICE": "mlx5_0",
+           "MOONCAKE_LOCAL_BUFFER_SIZE": "128mb"}
+    cfg = config_from_extra({"master_server_address": "extra:2", "protocol": "tcp",
+                             "global_segment_size": 1 << 30, "setup_timeout": 3.0}, env)
+    assert cfg["master"] == "extra:2" and cfg["protocol"] == "tcp"
+    assert cfg["global_segment_bytes"] == 1 << 30 and cfg["setup_timeout_s"] == 3.0
+    assert cfg["device"] == "mlx5_0" and cfg["local_buffer_bytes"] == 128 << 20
+
+
+def test_extra_config_without_a_master_uses_the_environment_but_keeps_its_timeout() -> None:
+    env = {"MOONCAKE_MASTER": "env:1"}
+    cfg = config_from_extra({"protocol": "rdma", "setup_timeout": 2.5}, env)
+    assert cfg == {**config_from_env(env), "setup_timeout_s": 2.5}  # protocol: env's, as SGLang
+    with pytest.raises(ValueError, match="MOONCAKE_MASTER"):
+        config_from_extra({"protocol": "tcp"}, {})
+
+
+def test_a_scenario_names_its_master_and_setup_timeout_in_the_extra_config(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The torch runtime reaches the master the scenario names, with no MOONCAKE_MASTER,
+    and a down master fails with the probe's error naming that address."""
+    from gpu_backend.driver import make_l3
+    from gpu_backend.l3.mooncake import L3Unavailable
+    from hicache.config import CacheConfig
+
+    try:
+        find_binaries()
+    except MooncakeUnavailable as exc:
+        pytest.skip(f"Mooncake not installed: {exc}")
+    monkeypatch.delenv("MOONCAKE_MASTER", raising=False)
+    master = f"127.0.0.1:{free_port()}"
+    cache = CacheConfig(enable_hierarchical_cache=True, hicache_storage_backend="mooncake",
+                        hicache_storage_backend_extra_config={
+                            "master_server_address": master, "setup_timeout": 1.0})
+    with pytest.raises(L3Unavailable, match=f"master {master} is not reachable"):
+        make_l3(cache, "")
+    no_master = CacheConfig(enable_hierarchical_cache=True, hicache_storage_backend="mooncake")
+    with pytest.raises(ValueError, match="master_server_address or the environment"):
+        make_l3(no_master, "")
+
+
+@pytest.mark.mooncake
+def test_the_extra_config_master_serves_a_round_trip(
+        mooncake_service: MooncakeService, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.delenv("MOONCAKE_MASTER", raising=False)
+    client = MooncakeL3.from_extra_config(
+        {"master_server_address": mooncake_service.master_address, "setup_timeout": 5.0})
+    key = f"ab{os.getpid():08x}{0:054x}"
+    assert client.batch_set([key], [b"page"]) == [True]
+    assert client.batch_get([key]) == [b"page"]
+    client.close()
 
 
 @pytest.mark.mooncake
