@@ -202,7 +202,7 @@ class KVCacheManager:
     # -- admission -------------------------------------------------------------------
     def reuse(self, st: RequestState) -> Reuse:
         """Match ``st`` (touching the path): the L1 prefix and the L2 tail worth loading."""
-        m = self.tree.match(st.pages)
+        m = self.tree.match(st.pages, memo=True)
         tail = list(m.host_tail) if self.l2 else []
         host = m.host_tokens if tail else 0
         if host < self.cache.load_back_threshold:

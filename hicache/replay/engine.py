@@ -238,8 +238,7 @@ class ReplayCache:
         if self.kv.l3:
             st.hashes = page_hashes(req.tokens, page)
         if self.prefetcher is not None:
-            cached = self.tree.match(st.pages, touch=False).total_tokens
-            self.prefetcher.start(st, cached, at_head=True)
+            self.prefetcher.start(st, self.tree.match(st.pages, touch=False), at_head=True)
         if not self.kv.admit(st):  # L1 cannot hold the prompt: reuse what L1 has, cache none
             self.kv.release_prefetch_locks(st)
             m = self.tree.match(st.pages, touch=False)

@@ -229,6 +229,8 @@ class Scheduler:
         reason = self._never_servable(st)
         if reason is None:
             self.waiting.append(st)
+            if self.l3 is not None:
+                self.l3.queued(st)
             return
         st.status, st.rejected = Status.REJECTED, reason
         self.kv.log(Reject(st.rid, reason.split(":", 1)[0]))
@@ -244,7 +246,7 @@ class Scheduler:
 
     def _admit(self, now: float) -> None:
         if self.l3 is not None:
-            self.l3.on_arrivals(self.waiting, now)
+            self.l3.on_arrivals(now)
         while self.waiting and len(self.running) < self.cfg.max_running_requests:
             st = self.waiting[0]
             if st.req.arrival > now:
