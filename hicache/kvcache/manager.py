@@ -234,7 +234,7 @@ class KVCacheManager:
         step after step), admit refuses at once: the full attempt would refuse again, and
         its only effect, re-stamping the same path as the most recent, keeps every
         recency order as it is."""
-        if self._refused is not None and self._refused == self._admission_reads(st):
+        if self.refusal_stands(st):
             return False
         self._refused = None
         r = self.reuse(st)
@@ -264,6 +264,10 @@ class KVCacheManager:
             self.log(Load(st.rid, r.host_tokens))
         self.release_prefetch_locks(st)
         return True
+
+    def refusal_stands(self, st: RequestState) -> bool:
+        """:meth:`admit` of ``st`` would refuse at once, changing nothing (see there)."""
+        return self._refused is not None and self._refused == self._admission_reads(st)
 
     def _admission_reads(self, st: RequestState) -> tuple:
         """What :meth:`admit` of ``st`` reads that can change while it waits."""

@@ -92,6 +92,24 @@ class L3Prefetcher:
         st.status = Status.WAITING
         return True
 
+    def still(self, head: RequestState) -> bool:
+        """Until a completion or an arrival, :meth:`on_arrivals` and :meth:`ready` of the
+        queue's ``head`` change nothing: no arrived request may start a prefetch (none
+        undecided, or the L2 share is spent), no deadline passes by time alone (not the
+        ``timeout`` policy), and a prefetching head waits for its own completion
+        (``wait_complete``). A lost prefix (:meth:`_lost_prefix`) reads only the tree."""
+        policy = self.cache.hicache_storage_prefetch_policy
+        if policy == "timeout":
+            return False
+        undecided = self.undecided
+        while undecided and undecided[0].prefetch_job is not None:
+            undecided.popleft()
+        if undecided and self._share_left() >= self.threshold_pages:
+            return False
+        if head.status is Status.PREFETCHING:
+            return not head.prefetch_done and policy == "wait_complete"
+        return True
+
     def next_deadline(self, waiting: Iterable[RequestState], now: float) -> float | None:
         if self.cache.hicache_storage_prefetch_policy != "timeout":
             return None
