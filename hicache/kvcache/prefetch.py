@@ -83,7 +83,10 @@ class L3Prefetcher:
             self.start(st, self.tree.match(st.pages, touch=False, memo=True), at_head=True)
         if st.status is not Status.PREFETCHING:
             return True
-        d = stop_decision(self.cache.hicache_storage_prefetch_policy, now=now,
+        policy = self.cache.hicache_storage_prefetch_policy
+        if policy == "wait_complete" and not st.prefetch_done:
+            return False  # what stop_decision says, without building its answer
+        d = stop_decision(policy, now=now,
                           arrival=st.req.arrival, completed=st.prefetch_done,
                           hit_tokens=st.prefetch_pages * self.page, cfg=self.cache)
         if not d.proceed:

@@ -96,6 +96,7 @@ class Scheduler:
                            if cfg.track_components else None)
         self.waiting: deque[RequestState] = deque()
         self.running: list[RequestState] = []
+        self._prefilling: list[RequestState] = []  # running with prompt left to plan, in order
         self.requests: dict[int, RequestState] = {}
         self.finished: list[RequestState] = []
         self._rejected: list[int] = []
@@ -281,12 +282,14 @@ class Scheduler:
             self.waiting.popleft()
             st.status, st.admitted = Status.RUNNING, now
             self.running.append(st)
+            if st.prompt_len > st.prefix_tokens:
+                self._prefilling.append(st)
 
     # -- planning --------------------------------------------------------------------
     def _next_plan(self) -> BatchPlan | None:
         budget = self.cfg.chunked_prefill_size
         slices = []
-        for st in self.running:
+        for st in self._prefilling:  # the running requests a prefill pass may plan
             left = st.prompt_len - st.prefix_tokens - st.prefill_planned
             if left <= 0 or budget <= 0 or (st.prefill_planned and st.handle is None):
                 continue
@@ -306,7 +309,10 @@ class Scheduler:
                 if first else (),
                 finishes=last and st.req.output_len <= 1, checkpoint=ckpt))
             st.prefill_planned += chunk
-        if not slices:
+        if slices:
+            self._prefilling = [st for st in self._prefilling
+                                if st.prefill_planned < st.prompt_len - st.prefix_tokens]
+        else:
             decode = Phase.DECODE
             for st in self.running:
                 last = st.req.output_len - 1
