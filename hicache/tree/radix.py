@@ -88,7 +88,7 @@ class UnifiedRadixTree:
         # bumped only by what a read-only match reads (nodes in and out, splits, values in
         # and out): equal shapes, same walk and boundaries whatever was stamped or locked
         self.shape = 0
-        self._walks: dict[int, tuple[Sequence[PageKey], MatchResult]] = {}  # see match
+        self._walks: dict[int, tuple[Sequence[PageKey], int, MatchResult]] = {}  # see match
         self._walks_shape = 0
         self._next_id = 1
         self.root = Node(0, None, [], 0)
@@ -196,14 +196,14 @@ class UnifiedRadixTree:
                 self._walks.clear()
                 self._walks_shape = self.shape
             hit = self._walks.get(id(pages))
-            if hit is not None and hit[0] is pages:
-                result = hit[1]
+            if hit is not None and hit[0] is pages and hit[1] == len(pages):
+                result = hit[2]
             else:
                 result = self._read(pages)
                 if self._walks_shape != self.shape:  # the walk split a node
                     self._walks.clear()
                     self._walks_shape = self.shape
-                self._walks[id(pages)] = (pages, result)  # holds pages: its id stays its
+                self._walks[id(pages)] = (pages, len(pages), result)  # holds pages: id kept
         else:
             result = self._read(pages)
         path = result.path
