@@ -77,7 +77,8 @@ class SchedulerView:
 
     def match_tokens(self, request: Request) -> int:
         s = self.scheduler
-        return s.tree.match(page_keys(request.tokens, s.page), touch=False).total_tokens
+        keys = page_keys(request.tokens, s.page)  # a trace prompt's own list: memo=True
+        return s.tree.match(keys, touch=False, memo=True).total_tokens
 
 
 class Router:

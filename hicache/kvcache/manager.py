@@ -202,7 +202,7 @@ class KVCacheManager:
     # -- admission -------------------------------------------------------------------
     def reuse(self, st: RequestState) -> Reuse:
         """Match ``st`` (touching the path): the L1 prefix and the L2 tail worth loading."""
-        m = self.tree.match(st.pages)
+        m = self.tree.match(st.pages, memo=True)
         tail = list(m.host_tail) if self.l2 else []
         host = m.host_tokens if tail else 0
         if host < self.cache.load_back_threshold:
@@ -234,7 +234,7 @@ class KVCacheManager:
         step after step), admit refuses at once: the full attempt would refuse again, and
         its only effect, re-stamping the same path as the most recent, keeps every
         recency order as it is."""
-        if self._refused is not None and self._refused == self._admission_reads(st):
+        if self.refusal_stands(st):
             return False
         self._refused = None
         r = self.reuse(st)
@@ -264,6 +264,10 @@ class KVCacheManager:
             self.log(Load(st.rid, r.host_tokens))
         self.release_prefetch_locks(st)
         return True
+
+    def refusal_stands(self, st: RequestState) -> bool:
+        """:meth:`admit` of ``st`` would refuse at once, changing nothing (see there)."""
+        return self._refused is not None and self._refused == self._admission_reads(st)
 
     def _admission_reads(self, st: RequestState) -> tuple:
         """What :meth:`admit` of ``st`` reads that can change while it waits."""

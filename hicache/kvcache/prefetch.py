@@ -19,6 +19,7 @@ caches what it fetched, but nothing holds it for the request any more.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 
 from hicache.kvcache.decisions import Prefetch, PrefetchStop
@@ -28,6 +29,7 @@ from hicache.runtime.handles import CacheExtentRef, Tier
 from hicache.runtime.interface import PrefetchIntent, TransferCompletion
 from hicache.tiers.prefetch import should_query, stop_decision
 from hicache.tree.components import Kind
+from hicache.tree.radix import MatchResult
 
 PREFETCH_SHARE = 0.25  # at most this share of L2 is reserved for L3 prefetches in flight
 
@@ -38,6 +40,9 @@ class L3Prefetcher:
         self.budget, self.page = kv.budget, kv.page
         self.requery_lost_prefix = requery_lost_prefix
         self.jobs: dict[int, RequestState] = {}
+        # queued requests whose prefetch is undecided (prefetch_job None), in queue order:
+        # the queue's tail, as only its front is ever decided (see on_arrivals)
+        self.undecided: deque[RequestState] = deque()
         self.reserved = 0  # L2 pages reserved by prefetches in flight
         self.threshold_pages = self.cache.prefetch_threshold_pages
 
@@ -45,34 +50,67 @@ class L3Prefetcher:
         return int(self.budget.host_total * PREFETCH_SHARE) - self.reserved
 
     # -- called by the scheduler ----------------------------------------------------
-    def on_arrivals(self, waiting: Iterable[RequestState], now: float) -> None:
-        """Start prefetches for arrived requests, FIFO, while the L2 share has room."""
+    def queued(self, st: RequestState) -> None:
+        """``st`` joined the scheduler's waiting queue (its prefetch is undecided)."""
+        self.undecided.append(st)
+
+    def on_arrivals(self, now: float) -> None:
+        """Start prefetches for arrived requests, FIFO, while the L2 share has room.
+
+        The queue's undecided requests are its tail (arrivals append undecided ones; this
+        decides them front first and stops at the first it cannot; the queue head is
+        decided before it leaves), so walking :attr:`undecided` visits them in the order
+        a walk of the whole queue would, without re-reading the decided front."""
+        undecided = self.undecided
+        while undecided and undecided[0].prefetch_job is not None:
+            undecided.popleft()  # decided at the queue head (ready)
         threshold = self.threshold_pages
         if self._share_left() < threshold:
             return
-        for st in waiting:
+        while undecided:
+            st = undecided[0]
             if st.req.arrival > now:
                 break
-            if st.prefetch_job is None:
-                m = self.tree.match(st.pages, touch=False)
-                if not self.start(st, m.total_tokens):
-                    break  # no L2 room for it; later arrivals wait behind it
-                if self._share_left() < threshold:
-                    break
+            if not self.start(st, self.tree.match(st.pages, touch=False, memo=True)):
+                break  # no L2 room for it; later arrivals wait behind it
+            undecided.popleft()
+            if self._share_left() < threshold:
+                break
 
     def ready(self, st: RequestState, now: float) -> bool:
         """At the queue head: may ``st`` be admitted now (its stop policy says go)?"""
         if st.prefetch_job is None or self._lost_prefix(st):
-            self.start(st, self.tree.match(st.pages, touch=False).total_tokens, at_head=True)
+            self.start(st, self.tree.match(st.pages, touch=False, memo=True), at_head=True)
         if st.status is not Status.PREFETCHING:
             return True
-        d = stop_decision(self.cache.hicache_storage_prefetch_policy, now=now,
+        policy = self.cache.hicache_storage_prefetch_policy
+        if policy == "wait_complete" and not st.prefetch_done:
+            return False  # what stop_decision says, without building its answer
+        d = stop_decision(policy, now=now,
                           arrival=st.req.arrival, completed=st.prefetch_done,
                           hit_tokens=st.prefetch_pages * self.page, cfg=self.cache)
         if not d.proceed:
             return False
         self.kv.log(PrefetchStop(st.rid, d.reason))
         st.status = Status.WAITING
+        return True
+
+    def still(self, head: RequestState) -> bool:
+        """Until a completion or an arrival, :meth:`on_arrivals` and :meth:`ready` of the
+        queue's ``head`` change nothing: no arrived request may start a prefetch (none
+        undecided, or the L2 share is spent), no deadline passes by time alone (not the
+        ``timeout`` policy), and a prefetching head waits for its own completion
+        (``wait_complete``). A lost prefix (:meth:`_lost_prefix`) reads only the tree."""
+        policy = self.cache.hicache_storage_prefetch_policy
+        if policy == "timeout":
+            return False
+        undecided = self.undecided
+        while undecided and undecided[0].prefetch_job is not None:
+            undecided.popleft()
+        if undecided and self._share_left() >= self.threshold_pages:
+            return False
+        if head.status is Status.PREFETCHING:
+            return not head.prefetch_done and policy == "wait_complete"
         return True
 
     def next_deadline(self, waiting: Iterable[RequestState], now: float) -> float | None:
@@ -105,14 +143,16 @@ class L3Prefetcher:
         if (not self.requery_lost_prefix or st.requeried or not st.prefetch_done
                 or st.prefetch_pages):
             return False
-        if self.tree.match(st.pages, touch=False).total_tokens >= st.prefetch_from * self.page:
+        held = self.tree.match(st.pages, touch=False, memo=True).total_tokens
+        if held >= st.prefetch_from * self.page:
             return False
         st.requeried, st.prefetch_done, st.status = True, False, Status.WAITING
         return True
 
-    def start(self, st: RequestState, cached: int, at_head: bool = False) -> bool:
-        """Issue ``st``'s prefetch if worthwhile and there is room; False = no room yet."""
-        reused = cached // self.page
+    def start(self, st: RequestState, m: MatchResult, at_head: bool = False) -> bool:
+        """Issue ``st``'s prefetch if worthwhile and there is room; False = no room yet.
+        ``m``: the tree's match of ``st.pages`` just now (nothing changed since)."""
+        reused = m.total_tokens // self.page
         rest = len(st.pages) - reused
         if rest <= 0 or not should_query(rest * self.page, self.cache):
             st.prefetch_job = 0  # decided: nothing worth fetching
@@ -120,7 +160,8 @@ class L3Prefetcher:
         # protect the L1/L2 prefix the prefetch continues, before making L2 room for it:
         # if L2 evicted it (now, or while the request queues), the fetched pages would
         # hang on nothing (SGLang host-locks last_host_node first, too)
-        lock = self.tree.locks.lock_host(self.tree.match(st.pages[:reused], touch=False).path)
+        # m.path ends where the L1/L2 prefix does: what a match of st.pages[:reused] walks
+        lock = self.tree.locks.lock_host(m.path)
         budget = rest if at_head else self._share_left()
         if at_head and rest > self.budget.host_free():
             self.kv.make_room(Tier.HOST, rest)

@@ -46,6 +46,7 @@ from hicache.runtime.interface import (
     TransferCompletion,
     TransferKind,
 )
+from hicache.runtime.page_ids import runs_minus
 from hicache.runtime.state import host_state_pool_sizes
 from hicache.tiers.hashing import page_hashes
 from hicache.tree.allocator import PageAllocator
@@ -149,14 +150,15 @@ class ZeroTimeExecutor:
 
     def release(self, release: Release) -> None:
         """Free the row's pages the tree did not take (per pool)."""
-        keep: dict[Kind, set[int]] = {}
+        keep: dict[Kind, list[tuple[int, int]]] = {}
         for e in release.kept():
-            keep.setdefault(e.pool, set()).update(e.pages())
+            keep.setdefault(e.pool, []).extend((r.first_page, r.page_count)
+                                               for r in e.page_runs)
         for own in self._rows.pop(release.request.slot_id, ()):
-            kept = keep.get(own.pool, ())
-            rest = [p for p in own.pages() if p not in kept]
+            runs = [(r.first_page, r.page_count) for r in own.page_runs]
+            rest = runs_minus(runs, keep[own.pool]) if own.pool in keep else runs
             if rest:
-                self.free(own.with_pages(rest))
+                self.free(own.with_runs(rest))
 
     def backup(self, intent: BackupIntent) -> None:
         assert self.kv is not None
@@ -238,8 +240,7 @@ class ReplayCache:
         if self.kv.l3:
             st.hashes = page_hashes(req.tokens, page)
         if self.prefetcher is not None:
-            cached = self.tree.match(st.pages, touch=False).total_tokens
-            self.prefetcher.start(st, cached, at_head=True)
+            self.prefetcher.start(st, self.tree.match(st.pages, touch=False), at_head=True)
         if not self.kv.admit(st):  # L1 cannot hold the prompt: reuse what L1 has, cache none
             self.kv.release_prefetch_locks(st)
             m = self.tree.match(st.pages, touch=False)

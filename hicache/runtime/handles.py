@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import chain
 
-from hicache.runtime.page_ids import runs_of
+from hicache.runtime.page_ids import merged, runs_of
 
 
 class Tier(enum.Enum):
@@ -117,6 +117,10 @@ class CacheExtentRef:
     def with_pages(self, pages: Iterable[int]) -> CacheExtentRef:
         """An extent of the same runtime, generation, tier and pool over ``pages`` (in order)."""
         return self._with(coalesce(pages))
+
+    def with_runs(self, runs: Iterable[tuple[int, int]]) -> CacheExtentRef:
+        """:meth:`with_pages` of runs ``(start, count)`` (joined where they continue)."""
+        return self._with(tuple(PageRun(s, n) for s, n in merged(runs)))
 
     def slice(self, start: int, stop: int) -> CacheExtentRef:
         """Pages ``start:stop`` of this extent (non-empty; 0 <= start, negative stops not

@@ -21,6 +21,7 @@ cut into runs first). A run is ``(start, length)``.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -56,6 +57,33 @@ def merged(runs: Iterable[Run]) -> list[Run]:
         else:
             out.append((s, n))
     return out
+
+
+def runs_minus(runs: Iterable[Run], remove: Iterable[Run]) -> list[Run]:
+    """The pages of ``runs``, in their order, less those of ``remove`` (any order, may
+    overlap), as :func:`merged` runs: ``runs_of(p for p in pages(runs) if p not in
+    pages(remove))`` at a cost per run, not per page."""
+    spans: list[list[int]] = []  # the union of ``remove``: [start, end) ascending
+    for s, n in sorted(remove):
+        if spans and s <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], s + n)
+        elif n:
+            spans.append([s, s + n])
+    starts = [a for a, _ in spans]
+    out: list[Run] = []
+    for s, n in runs:
+        pos, end = s, s + n
+        i = max(bisect.bisect_right(starts, s) - 1, 0)
+        while pos < end:
+            while i < len(spans) and spans[i][1] <= pos:
+                i += 1
+            if i == len(spans) or spans[i][0] >= end:
+                out.append((pos, end - pos))
+                break
+            if spans[i][0] > pos:
+                out.append((pos, spans[i][0] - pos))
+            pos = spans[i][1]
+    return merged(out)
 
 
 class PageIds:
@@ -173,9 +201,10 @@ class PageIds:
         """Return ``pages`` (all checked first: see :meth:`bad`)."""
         self.give_runs(runs_of(pages))
 
-    def give_runs(self, runs: Sequence[Run]) -> None:
-        """Return the pages of ``runs``, in their order (all checked first)."""
-        p = self.bad_runs(runs)
+    def give_runs(self, runs: Sequence[Run], *, checked: bool = False) -> None:
+        """Return the pages of ``runs``, in their order (all checked first; ``checked``:
+        the caller's own :meth:`bad_runs` just found nothing, for its own message)."""
+        p = None if checked else self.bad_runs(runs)
         if p is not None:
             raise ValueError(f"page {p} is not handed out")
         used, stack = self._used, self._runs

@@ -96,9 +96,11 @@ class Scheduler:
                            if cfg.track_components else None)
         self.waiting: deque[RequestState] = deque()
         self.running: list[RequestState] = []
+        self._prefilling: list[RequestState] = []  # running with prompt left to plan, in order
         self.requests: dict[int, RequestState] = {}
         self.finished: list[RequestState] = []
         self._rejected: list[int] = []
+        self._now = float("-inf")  # the last step's time
 
     @property
     def tree(self) -> UnifiedRadixTree:
@@ -112,6 +114,7 @@ class Scheduler:
     def step(self, now: float, arrivals: Iterable[Request] = (),
              completions: Iterable[Completion] = ()) -> StepResult:
         """Apply arrivals and completions, admit, and return the next plan (at most one)."""
+        self._now = now
         for req in arrivals:
             self._arrive(req)
         finished: list[int] = []
@@ -164,15 +167,15 @@ class Scheduler:
     def steady_decode(self, plan: BatchPlan) -> int:
         """How many decode batches in a row, ``plan`` (just returned by :meth:`step`) first,
         will have ``plan``'s request set, counting the first one in which a request takes
-        its last token; 0 unless the pipeline is steady: overlap on, nothing waiting, no
-        intent pending, none in ``plan`` but frees and releases (a runtime applies them at
-        prepare), and the batch in flight before ``plan`` a decode step of the same
-        requests (its intents are the runtime's already). While it stays steady (no
-        arrival, no transfer completion), one step is one ``BatchCompletion`` in and one
-        decode plan out, and nothing else changes: what :meth:`fold_decode` applies at
-        once."""
+        its last token; 0 unless the pipeline is steady: overlap on, a still queue
+        (:meth:`_queue_still`), no intent pending, none in ``plan`` but frees and releases
+        (a runtime applies them at prepare), and the batch in flight before ``plan`` a
+        decode step of the same requests (its intents are the runtime's already). While it
+        stays steady (no arrival, no transfer completion), one step is one
+        ``BatchCompletion`` in and one decode plan out, and nothing else changes: what
+        :meth:`fold_decode` applies at once."""
         inflight = self.plans.inflight
-        if (not self.cfg.overlap or self.components is not None or self.waiting
+        if (not self.cfg.overlap or self.components is not None or not self._queue_still()
                 or self.plans.has_pending or len(inflight) != 2
                 or inflight.get(plan.batch_id) is not plan):
             return 0
@@ -184,6 +187,25 @@ class Scheduler:
             return 0
         reqs = self.requests
         return min(reqs[s.rid].req.output_len - reqs[s.rid].decode_planned for s in plan.slices)
+
+    def _queue_still(self) -> bool:
+        """Until an arrival or a completion, no step admits a waiting request or starts a
+        prefetch, and none changes anything: the queue is empty, or its head has arrived
+        and is held by ``max_running_requests``, by its own L3 prefetch
+        (:meth:`L3Prefetcher.still`), or by the cache manager's remembered refusal
+        (what that refusal read is unchanged: :meth:`KVCacheManager.refusal_stands`).
+        Decode steps change none of it: they finish no request, touch neither the tree
+        nor the budget; an arrival or a completion ends a fold."""
+        if not self.waiting:
+            return True
+        head = self.waiting[0]
+        if head.req.arrival > self._now or (self.l3 is not None and not self.l3.still(head)):
+            return False
+        if len(self.running) >= self.cfg.max_running_requests:
+            return True
+        if self.l3 is not None and head.status is Status.PREFETCHING:
+            return True  # ready() says wait until its completion (L3Prefetcher.still)
+        return self.kv.refusal_stands(head)
 
     def fold_decode(self, steps: int) -> tuple[BatchPlan, BatchPlan | None]:
         """Apply ``steps`` (>= 1) steps of a steady decode pipeline (:meth:`steady_decode`
@@ -229,6 +251,8 @@ class Scheduler:
         reason = self._never_servable(st)
         if reason is None:
             self.waiting.append(st)
+            if self.l3 is not None:
+                self.l3.queued(st)
             return
         st.status, st.rejected = Status.REJECTED, reason
         self.kv.log(Reject(st.rid, reason.split(":", 1)[0]))
@@ -244,7 +268,7 @@ class Scheduler:
 
     def _admit(self, now: float) -> None:
         if self.l3 is not None:
-            self.l3.on_arrivals(self.waiting, now)
+            self.l3.on_arrivals(now)
         while self.waiting and len(self.running) < self.cfg.max_running_requests:
             st = self.waiting[0]
             if st.req.arrival > now:
@@ -258,12 +282,14 @@ class Scheduler:
             self.waiting.popleft()
             st.status, st.admitted = Status.RUNNING, now
             self.running.append(st)
+            if st.prompt_len > st.prefix_tokens:
+                self._prefilling.append(st)
 
     # -- planning --------------------------------------------------------------------
     def _next_plan(self) -> BatchPlan | None:
         budget = self.cfg.chunked_prefill_size
         slices = []
-        for st in self.running:
+        for st in self._prefilling:  # the running requests a prefill pass may plan
             left = st.prompt_len - st.prefix_tokens - st.prefill_planned
             if left <= 0 or budget <= 0 or (st.prefill_planned and st.handle is None):
                 continue
@@ -283,7 +309,10 @@ class Scheduler:
                 if first else (),
                 finishes=last and st.req.output_len <= 1, checkpoint=ckpt))
             st.prefill_planned += chunk
-        if not slices:
+        if slices:
+            self._prefilling = [st for st in self._prefilling
+                                if st.prefill_planned < st.prompt_len - st.prefix_tokens]
+        else:
             decode = Phase.DECODE
             for st in self.running:
                 last = st.req.output_len - 1

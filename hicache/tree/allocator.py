@@ -55,4 +55,4 @@ class PageAllocator:
         p = self._ids.bad_runs(runs)
         if p is not None:
             raise ValueError(f"page {p} of {self.tier.value}/{self.pool} freed twice")
-        self._ids.give_runs(runs)
+        self._ids.give_runs(runs, checked=True)

@@ -85,6 +85,11 @@ class UnifiedRadixTree:
         # bumped by every change a match, a lock or an eviction could see (stamps, new and
         # removed nodes, values in and out, locks, backups, re-queues): equal counts, same tree
         self.changes = 0
+        # bumped only by what a read-only match reads (nodes in and out, splits, values in
+        # and out): equal shapes, same walk and boundaries whatever was stamped or locked
+        self.shape = 0
+        self._walks: dict[int, tuple[Sequence[PageKey], int, MatchResult]] = {}  # see match
+        self._walks_shape = 0
         self._next_id = 1
         self.root = Node(0, None, [], 0)
         self.nodes: dict[int, Node] = {}
@@ -109,6 +114,7 @@ class UnifiedRadixTree:
     def _new_node(self, parent: Node, key: list) -> Node:
         node = Node(self._next_id, parent, key, self._tick())
         self._next_id += 1
+        self.shape += 1
         parent.children[key[0]] = node
         self.nodes[node.id] = node
         return node
@@ -123,6 +129,7 @@ class UnifiedRadixTree:
         assert parent is not None
         head = Node(self._next_id, parent, node.key[:at], self._tick())
         self._next_id += 1
+        self.shape += 1
         self.nodes[head.id] = head
         head.created, head.hit_count, head.priority = node.created, node.hit_count, node.priority
         node.last_access = self._tick()
@@ -176,20 +183,46 @@ class UnifiedRadixTree:
             node = child
 
     # -- match -----------------------------------------------------------------------
-    def match(self, pages: Sequence[PageKey], *, touch: bool = True) -> MatchResult:
-        """Longest cached prefix of ``pages`` with the L1 and L1+L2 reuse boundaries."""
+    def match(self, pages: Sequence[PageKey], *, touch: bool = True,
+              memo: bool = False) -> MatchResult:
+        """Longest cached prefix of ``pages`` with the L1 and L1+L2 reuse boundaries.
+
+        ``memo``: ``pages`` is a list its owner never mutates (a request's page keys); a
+        repeat while :attr:`shape` is unchanged reuses the last walk of that very list.
+        That is exact: the first walk made every split the pages need (a repeat splits
+        nothing) and the result reads only what bumps ``shape``. ``touch`` still stamps."""
+        if memo:
+            if self._walks_shape != self.shape:
+                self._walks.clear()
+                self._walks_shape = self.shape
+            hit = self._walks.get(id(pages))
+            if hit is not None and hit[0] is pages and hit[1] == len(pages):
+                result = hit[2]
+            else:
+                result = self._read(pages)
+                if self._walks_shape != self.shape:  # the walk split a node
+                    self._walks.clear()
+                    self._walks_shape = self.shape
+                self._walks[id(pages)] = (pages, len(pages), result)  # holds pages: id kept
+        else:
+            result = self._read(pages)
+        path = result.path
+        if touch and path:
+            for node in path:  # the reused path, the deepest node the most recent
+                self._stamp(node)
+            self.residency.refresh_after_match(path[-1])
+        return result
+
+    def _read(self, pages: Sequence[PageKey]) -> MatchResult:
+        """The match of ``pages`` (splitting where it diverges inside a node), unstamped."""
         path = [node for node, _ in self._walk(pages)]
         matched = sum(n.num_pages for n in path)
         dev_tokens, dev_nodes = safe_boundary(path, self.spec, on_device)
         all_tokens, all_nodes = safe_boundary(path, self.spec, on_device_or_host)
         if all_tokens < dev_tokens:  # a host-tier hole cannot shorten the L1 boundary
             all_tokens, all_nodes = dev_tokens, dev_nodes
-        path = path[:all_nodes]
-        if touch and path:
-            for node in path:  # the reused path, the deepest node the most recent
-                self._stamp(node)
-            self.residency.refresh_after_match(path[-1])
-        return MatchResult(dev_tokens, all_tokens - dev_tokens, matched, tuple(path), dev_nodes)
+        return MatchResult(dev_tokens, all_tokens - dev_tokens, matched,
+                           tuple(path[:all_nodes]), dev_nodes)
 
     # -- insert ----------------------------------------------------------------------
     def insert(self, pages: Sequence[PageKey], values: dict[Kind, CacheExtentRef], *,
@@ -332,6 +365,7 @@ class UnifiedRadixTree:
         del parent.children[node.key[0]]
         del self.nodes[node.id]
         self.changes += 1
+        self.shape += 1
         for sid in node.sessions:
             self.sessions[sid].discard(node)
         node.parent = None

@@ -131,6 +131,7 @@ class Residency:
         device = tier is Tier.DEVICE
         (node.device if device else node.host)[kind] = ext
         self.tree.changes += 1
+        self.tree.shape += 1
         key = (tier, ext.pool)
         self.held[key] = self.held.get(key, 0) + ext.num_pages
         if device and kind in self.lru:
@@ -140,6 +141,7 @@ class Residency:
         device = tier is Tier.DEVICE
         ext: CacheExtentRef = (node.device if device else node.host).pop(kind)
         self.tree.changes += 1
+        self.tree.shape += 1
         self.held[(tier, ext.pool)] -= ext.num_pages
         if device and kind in self.lru:
             self.lru[kind].discard(node)

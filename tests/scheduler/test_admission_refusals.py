@@ -16,7 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(sc, name: str) -> tuple:
-    res = simulate(sc, name=name, progress=False)
+    # one timeline row per step: a remembered refusal also lets decode steps fold while
+    # the head waits (Scheduler._queue_still), which only merges rows
+    res = simulate(sc.with_overrides(["run.timeline_steps=true"]), name=name, progress=False)
     rows = [sorted(rep.timeline.as_tuples()) for rep in res.replicas]
     return res.decisions, res.records, res.sim_time, rows
 

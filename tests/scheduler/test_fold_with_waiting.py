@@ -1,0 +1,71 @@
+"""Decode steps fold while requests wait, when the queue is still (Scheduler._queue_still):
+its head held by max_running_requests or by a remembered refusal. Folded and unfolded
+runs give the same decisions, records, timeline rows, batch shapes and bytes, and folds
+do happen with a waiting queue (else the test would show nothing)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from hicache.scenario import load_scenario
+from hicache.scheduler.scheduler import Scheduler
+from sim.driver import SimResult, simulate
+
+ROOT = Path(__file__).resolve().parents[2]
+FULL_L1 = ["workload.num_rounds=10"]  # 64 clients outgrow L1: queue heads are refused
+FEW_SLOTS = ["workload.num_rounds=6", "workload.num_clients=32", "cache.device_tokens=60000",
+             "scheduler.max_running_requests=8"]  # heads wait for a running slot
+
+
+def _run(sc: object, name: str, fold: bool) -> SimResult:
+    sc = sc.with_overrides([f"run.fold_decode={str(fold).lower()}",  # type: ignore[attr-defined]
+                            "run.timeline_steps=true"])
+    return simulate(sc, name=name, progress=False)
+
+
+def _observed(res: SimResult) -> tuple:
+    rows = [sorted(rep.timeline.as_tuples()) for rep in res.replicas]
+    shapes = [(rep.runtime.batch_shapes, rep.runtime.bytes_moved) for rep in res.replicas]
+    return res.decisions, res.records, res.sim_time, rows, shapes
+
+
+@pytest.mark.parametrize("sets, variant, held", [
+    (FULL_L1, "L1", "refused"), (FULL_L1, "L1+L2+L3", "refused"),
+    (FEW_SLOTS, "L1+L2", "max_running")])
+def test_folds_with_a_still_queue_change_nothing(monkeypatch, sets, variant, held) -> None:
+    sc = dict(load_scenario(ROOT / "scenarios/multiturn_tiers.yaml", sets).expand())[variant]
+    plain = _observed(_run(sc, variant, False))
+    seen: Counter[str] = Counter()
+    fold_decode = Scheduler.fold_decode
+
+    def spying(self, steps):  # noqa: ANN001, ANN202
+        if self.waiting:
+            full = len(self.running) >= self.cfg.max_running_requests
+            seen["max_running" if full else "refused"] += 1
+        return fold_decode(self, steps)
+
+    monkeypatch.setattr(Scheduler, "fold_decode", spying)
+    assert _observed(_run(sc, variant, True)) == plain
+    assert seen[held] > 0, f"no fold with a queue head held by {held}: the test shows nothing"
+
+
+def test_a_queue_that_may_move_by_time_alone_is_not_still() -> None:
+    """Under the timeout prefetch policy a waiting head proceeds at its deadline with no
+    event: no fold while anything waits."""
+    sc = dict(load_scenario(ROOT / "scenarios/multiturn_tiers.yaml", FULL_L1).expand())[
+        "L1+L2+L3"].with_overrides(["cache.hicache_storage_prefetch_policy=timeout"])
+    calls: list[bool] = []
+    still = Scheduler._queue_still
+
+    def spying(self):  # noqa: ANN001, ANN202
+        out = still(self)
+        calls.append(out and bool(self.waiting))
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Scheduler, "_queue_still", spying)
+        _run(sc, "L1+L2+L3", True)
+    assert calls and not any(calls)
