@@ -54,6 +54,7 @@ from sim.interpreter import Interpreter
 from sim.l3 import L3Store
 from sim.l3_client import L3Client
 from sim.link import PcieLink
+from sim.load_chain import LoadChain, chain_possible
 from sim.pools import TierPools
 from sim.rows import RequestRow
 from sim.streams import Stream
@@ -121,6 +122,7 @@ class SimRuntime:
                            else 0)
         self.mamba = Kind.MAMBA in device_pages and m.count("mamba") > 0
         self.state_copy_s = m.mamba_state_bytes_per_request() / self.profile.gpu.hbm_bytes_per_s
+        self._chain_loads = chain_possible(self)
         self.generation = 0
         self.restart()
 
@@ -409,7 +411,11 @@ class SimRuntime:
     def _start_loads(self, st: BatchState) -> None:
         st.layer_events = [self.env.event() for _ in range(self.model.num_layers)]
         st.loads_done = st.layer_events[-1]  # the h2d stream completes layers in order
-        self.streams["h2d"].submit(lambda: ops.load_op(self, st))
+        if self._chain_loads:  # the same steps as load_op, without a process
+            done = self.env.event()
+            self.streams["h2d"].submit_chain(LoadChain(self, st, done).start, done)
+        else:
+            self.streams["h2d"].submit(lambda: ops.load_op(self, st))
 
     def _record_shape(self, st: BatchState, loads: list[tuple[Kind, list[int], list[int]]]
                       ) -> None:

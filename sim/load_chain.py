@@ -1,0 +1,95 @@
+"""A batch's layer-wise loads as a chain of callbacks, not a process (the common case).
+
+:func:`sim.ops.load_op` runs a batch's load groups one after another on the h2d stream,
+each a copy kernel (``call_overhead_s``, then its bytes as a fluid job) followed by its
+layers' events. With no host lane modelled and SGLang's copy kernel (``sm_zero_copy``)
+nothing can make a group wait but its own copy, so the same steps run here as callbacks
+on the very events the process would have waited on::
+
+    group g:  [overhead timeout] -> submit the fluid job -> [job done] -> rows, layer
+              events, group g + 1 (at once)          ...     last group: ``done``
+
+Invariant: the same events are scheduled in the same order, with the same float values,
+as the process would schedule them (each callback does what the process did on that
+event's resumption), so results are bit-identical; what is saved is the generators'
+resumptions (a load group is ~1/3 of a multi-turn L3 run's events).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import simpy
+
+from sim.batch import BatchState
+from sim.fluid import FluidJob
+
+if TYPE_CHECKING:
+    from sim.runtime import SimRuntime
+
+KERNEL = frozenset({"kernel"})
+
+
+def chain_possible(rt: SimRuntime) -> bool:
+    """No host lane (a group never waits for its issue) and loads as one copy kernel."""
+    return (not rt.host_lane.active and rt.copies.io_backend == "kernel"
+            and not rt.copies.gather)
+
+
+class LoadChain:
+    """Runs ``st``'s load groups; ``done`` (the h2d stream's tail) fires as the load
+    process would have ended. Start it with :meth:`start` once the stream lets it."""
+
+    __slots__ = ("rt", "st", "done", "g", "t0", "start_t")
+
+    def __init__(self, rt: SimRuntime, st: BatchState, done: simpy.Event) -> None:
+        self.rt, self.st, self.done = rt, st, done
+        self.g = 0
+        self.t0 = self.start_t = 0.0
+
+    def start(self, _ev: object = None) -> None:
+        self._next()
+
+    def _next(self) -> None:
+        """Groups without bytes release their layers at once; the first with bytes
+        starts its kernel's launch overhead; after the last, ``done``."""
+        rt, st = self.rt, self.st
+        groups = st.load_groups
+        events = st.layer_events
+        assert events is not None
+        while self.g < len(groups):
+            group = groups[self.g]
+            if group.nbytes:
+                self.t0 = rt.env.now
+                timer = rt.env.timeout(rt.copies.overhead)
+                timer.callbacks.append(self._launched)
+                return
+            for i in group.layers:
+                events[i].succeed()
+            self.g += 1
+        self.done.succeed()
+
+    def _launched(self, _ev: simpy.Event) -> None:
+        rt = self.rt
+        self.start_t = rt.env.now
+        group = self.st.load_groups[self.g]
+        done = rt.fluid.submit(FluidJob(group.nbytes, "h2d", None, KERNEL))
+        done.callbacks.append(self._moved)  # type: ignore[union-attr]
+
+    def _moved(self, _ev: simpy.Event) -> None:
+        rt, st = self.rt, self.st
+        group = st.load_groups[self.g]
+        rt.link.moved["h2d"] += group.nbytes
+        end = rt.env.now
+        bid = st.plan.batch_id
+        layer = group.layers.start if len(group.layers) == 1 else -1
+        rt.timeline.record("h2d", "load", self.t0, end, batch=bid, layer=layer,
+                           nbytes=group.nbytes)
+        rt.timeline.record("pcie:h2d", "load", self.start_t, end, batch=bid, layer=layer,
+                           nbytes=group.nbytes)
+        events = st.layer_events
+        assert events is not None
+        for i in group.layers:
+            events[i].succeed()
+        self.g += 1
+        self._next()
