@@ -86,8 +86,8 @@ class ComputeChain:
         self._job(sum(self.times), self._forward_done)
 
     def _job(self, seconds: float, then: Step, thread: str = "") -> None:
-        done = self.rt.fluid.submit(FluidJob(seconds, "compute", thread=thread))
-        done.callbacks.append(then)  # type: ignore[union-attr]
+        self.rt.fluid.then_submit(FluidJob(seconds, "compute", thread=thread),
+                                  lambda: then(None))
 
     def _forward_done(self, _ev: object) -> None:
         rt = self.rt

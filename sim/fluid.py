@@ -24,7 +24,7 @@ class FluidJob:
     lane whose thread runs it) steer :mod:`sim.interpreter`."""
 
     __slots__ = ("work", "remaining", "rate", "kind", "cap", "tags", "done", "token", "gil",
-                 "thread")
+                 "thread", "then")
 
     def __init__(self, work: float, kind: str, cap: float | None = None,
                  tags: frozenset[str] = frozenset(), gil: float = 0.0,
@@ -36,6 +36,7 @@ class FluidJob:
         self.kind, self.cap, self.tags = kind, cap, tags
         self.gil, self.thread = min(1.0, max(0.0, gil)), thread
         self.done: simpy.Event | None = None
+        self.then: Callable[[], None] | None = None  # called at the finish (then_submit)
         self.token = 0
 
 
@@ -90,6 +91,9 @@ class FluidServer:
         self.jobs.remove(job)
         if self._solo is None or self._solo(job, self.jobs) is None:
             self._replan()
+        if job.then is not None:
+            job.then()
+            return
         assert job.done is not None
         job.done.succeed()
 
@@ -107,6 +111,15 @@ class FluidServer:
             job.rate = rate
             self._schedule(job)
         return job.done
+
+    def then_submit(self, job: FluidJob, then: Callable[[], None]) -> None:
+        """:meth:`submit`, and call ``then()`` in the finish itself, not one event later
+        when ``done`` is processed (a chain of callbacks, sim.load_chain)."""
+        if job.work <= 0:
+            self.submit(job).callbacks.append(lambda _ev: then())  # type: ignore[union-attr]
+            return
+        job.then = then
+        self.submit(job)
 
     def adopt(self, job: FluidJob, since: float) -> simpy.Event:
         """Start ``job`` as if :meth:`submit` had started it at ``since`` (<= now) and its

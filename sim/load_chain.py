@@ -73,10 +73,9 @@ class LoadChain:
         rt = self.rt
         self.start_t = rt.env.now
         group = self.st.load_groups[self.g]
-        done = rt.fluid.submit(FluidJob(group.nbytes, "h2d", None, KERNEL))
-        done.callbacks.append(self._moved)  # type: ignore[union-attr]
+        rt.fluid.then_submit(FluidJob(group.nbytes, "h2d", None, KERNEL), self._moved)
 
-    def _moved(self, _ev: simpy.Event) -> None:
+    def _moved(self) -> None:
         rt, st = self.rt, self.st
         group = st.load_groups[self.g]
         rt.link.moved["h2d"] += group.nbytes
