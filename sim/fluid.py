@@ -5,11 +5,17 @@ job's ``remaining`` work is exact at every change (remaining -= rate * dt). When
 joins or leaves, all rates are recomputed and only jobs whose rate changed get a new
 finish time. Work is in arbitrary units (bytes for links, seconds-at-full-speed for
 compute). No process per job: a finish is a timeout callback guarded by a token, so a
-re-planned (or cancelled) job's stale timeout does nothing.
+re-planned (or cancelled) job's stale timeout does nothing. A compute job slowed by a copy
+kernel keeps its timer (it fires early and re-arms for the exact finish) instead of
+leaving one stale timer per rate change; other kinds (PCIe, L3) take a new timer at each
+change, so equal jobs sharing a link still finish in the order they were re-planned.
+Finishes are bit-identical either way; a kept timer only changes the order among events
+at exactly the same time, which ``benchmarks/sim_fingerprint.py`` checks stays the same.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -24,7 +30,7 @@ class FluidJob:
     lane whose thread runs it) steer :mod:`sim.interpreter`."""
 
     __slots__ = ("work", "remaining", "rate", "kind", "cap", "tags", "done", "token", "gil",
-                 "thread", "then")
+                 "thread", "then", "due", "timer_at")
 
     def __init__(self, work: float, kind: str, cap: float | None = None,
                  tags: frozenset[str] = frozenset(), gil: float = 0.0,
@@ -38,6 +44,7 @@ class FluidJob:
         self.done: simpy.Event | None = None
         self.then: Callable[[], None] | None = None  # called at the finish (then_submit)
         self.token = 0
+        self.due = self.timer_at = math.inf  # when it finishes; when its live timer fires
 
 
 Allocator = Callable[[list[FluidJob]], None]
@@ -76,16 +83,37 @@ class FluidServer:
                 self._schedule(job)
 
     def _schedule(self, job: FluidJob) -> None:
-        job.token += 1
+        """Set the job's finish time from its rate. A compute job's live timer that fires
+        no later is kept (it re-arms for the finish when it fires: :meth:`_fire`), so a
+        layer slowed and sped up again by a copy kernel leaves no stale timer per change
+        (module doc: why only compute)."""
         if job.rate <= 0:
-            return  # stalled until a later re-plan gives it a rate
+            job.token += 1  # stalled until a later re-plan gives it a rate
+            job.due = job.timer_at = math.inf
+            return
+        delay = max(0.0, job.remaining) / job.rate
+        job.due = due = self.env.now + delay  # the time simpy gives a timeout(delay)
+        if job.timer_at <= due and job.kind == "compute":
+            return
+        job.token += 1
+        job.timer_at = due
         token = job.token
-        timer = self.env.timeout(max(0.0, job.remaining) / job.rate)
-        timer.callbacks.append(lambda _ev: self._finish(job, token))
+        self.env.timeout(delay).callbacks.append(lambda _ev: self._fire(job, token))
 
-    def _finish(self, job: FluidJob, token: int) -> None:
+    def _fire(self, job: FluidJob, token: int) -> None:
         if token != job.token:
-            return  # re-planned since this timer was set
+            return  # re-planned earlier since this timer was set
+        now = self.env.now
+        if now < job.due:  # slowed since: wait on for the finish its rate gives now
+            job.timer_at = job.due
+            self.env.timeout(exact_delay(now, job.due)).callbacks.append(
+                lambda _ev: self._fire(job, token))
+            return
+        self._finish(job)
+
+    def _finish(self, job: FluidJob) -> None:
+        job.token += 1
+        job.due = job.timer_at = math.inf
         self._advance()
         job.remaining = 0.0
         self.jobs.remove(job)
@@ -148,7 +176,8 @@ class FluidServer:
         token = job.token
         finish = since + max(0.0, job.work) / job.rate
         timer = self.env.timeout(exact_delay(self.env.now, max(finish, self.env.now)))
-        timer.callbacks.append(lambda _ev: self._finish(job, token))
+        job.due = job.timer_at = max(finish, self.env.now)
+        timer.callbacks.append(lambda _ev: self._fire(job, token))
         return job.done
 
     def replan(self) -> None:
@@ -164,6 +193,7 @@ class FluidServer:
             return
         self._advance()
         job.token += 1
+        job.due = job.timer_at = math.inf
         self.jobs.remove(job)
         self._replan()
 
