@@ -62,6 +62,7 @@ class FluidServer:
                  solo: SoloRate | None = None) -> None:
         self.env = env
         self.jobs: list[FluidJob] = []
+        self.kinds: dict[str, int] = {}  # kind -> how many of ``jobs`` are of it
         self._allocate = allocate
         self._solo = solo
         self._last = env.now
@@ -117,6 +118,7 @@ class FluidServer:
         self._advance()
         job.remaining = 0.0
         self.jobs.remove(job)
+        self.kinds[job.kind] -= 1
         if self._solo is None or self._solo(job, self.jobs) is None:
             self._replan()
         if job.then is not None:
@@ -132,6 +134,7 @@ class FluidServer:
             return job.done.succeed()
         self._advance()
         self.jobs.append(job)
+        self.kinds[job.kind] = self.kinds.get(job.kind, 0) + 1
         rate = self._solo(job, self.jobs) if self._solo is not None else None
         if rate is None:
             self._replan(new=job)
@@ -164,6 +167,7 @@ class FluidServer:
             self._last = since  # charged from ``since`` at the next change, as submit's
         before = [j.rate for j in self.jobs]
         self.jobs.append(job)
+        self.kinds[job.kind] = self.kinds.get(job.kind, 0) + 1
         self._allocate(self.jobs)
         for other, rate in zip(self.jobs, before, strict=False):
             if other.rate != rate:
@@ -195,6 +199,7 @@ class FluidServer:
         job.token += 1
         job.due = job.timer_at = math.inf
         self.jobs.remove(job)
+        self.kinds[job.kind] -= 1
         self._replan()
 
     def run(self, job: FluidJob) -> Generator[simpy.Event, Any, None]:
