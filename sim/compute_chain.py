@@ -6,13 +6,15 @@ batch's completion. With no host lane (no launch events, no hand-off gaps, no
 interpreter lock) every wait is on an event the process would have waited on, so the
 same steps run here as callbacks on those events::
 
-    [loads_done, layerwise=False] -> layer 0: [load event] -> job -> row -> layer 1 ...
-      -> sample job -> row -> completion -> ``done`` (the compute stream's tail)
+    [loads landed, layerwise=False] -> layer 0: [layer landed] -> job -> row -> layer 1
+      ... -> sample job -> row -> completion -> ``done`` (the compute stream's tail)
 
-Invariant: the same events are scheduled in the same order with the same float values
-as the process schedules them (a callback does what the process did when that event
-resumed it; an event already processed is passed at once, as ``yield`` passes it), so
-results are bit-identical; the generators' resumptions are saved.
+Invariant: the same float operations at the same simulated times as the process, so
+every time is bit-identical. A layer waits for its loads' event (loads run by
+:func:`sim.ops.load_op`) or is started by the load chain itself (:class:`sim.load_chain.
+Landed`), and a job's continuation runs in its finish, not one ``done`` event later:
+that changes only the order among events at exactly the same simulated time
+(``benchmarks/sim_fingerprint.py`` checks every shipped scenario stays the same).
 """
 
 from __future__ import annotations
@@ -61,24 +63,32 @@ class ComputeChain:
         rt, st = self.rt, self.st
         self.start_t = rt.env.now
         if not (st.prefills or st.decodes):
-            if st.loads_done is not None:  # a plan without slices completes after its loads
-                _after(st.loads_done, self._complete)
-            else:
-                self._complete(None)
+            self._after_loads(self._complete)  # a plan without slices: after its loads
             return
         times = rt.cost.batch_layer_times(st.prefills, st.decodes)
         if st.extra_s:  # HBM copies of recurrent state, charged before the first layer
             times = (times[0] + st.extra_s, *times[1:])
         self.times = times
         self.op = "prefill" if st.prefills else "decode"
-        if st.loads_done is not None and not rt.layerwise:
-            _after(st.loads_done, self._forward)  # every load lands before layer 0
+        if not rt.layerwise:
+            self._after_loads(self._forward)  # every load lands before layer 0
         else:
             self._forward(None)
 
+    def _after_loads(self, step: Step) -> None:
+        """``step`` once all the batch's loads landed (now, if it loads nothing)."""
+        st = self.st
+        if st.landed is not None:
+            st.landed.wait(self.rt.model.num_layers - 1, lambda: step(None))
+        elif st.loads_done is not None:
+            _after(st.loads_done, step)
+        else:
+            step(None)
+
     def _forward(self, _ev: object) -> None:
         rt, st = self.rt, self.st
-        if rt.trace_layers or (st.layer_events is not None and rt.layerwise):
+        loads = st.layer_events is not None or st.landed is not None
+        if rt.trace_layers or (loads and rt.layerwise):
             self.layer = 0
             self._layer_ready(None)
             return
@@ -96,13 +106,19 @@ class ComputeChain:
         self._sample()
 
     def _layer_ready(self, _ev: object) -> None:
-        """Layer ``self.layer`` may start once its load event was processed."""
+        """Layer ``self.layer`` may start once its load landed (its event processed)."""
         st = self.st
+        if st.landed is not None and self.rt.layerwise:
+            st.landed.wait(self.layer, self._landed)
+            return
         if st.layer_events is not None and self.rt.layerwise:
             event = st.layer_events[self.layer]
             if event.callbacks is not None:
                 event.callbacks.append(self._layer_start)
                 return
+        self._layer_start(None)
+
+    def _landed(self) -> None:
         self._layer_start(None)
 
     def _layer_start(self, _ev: object) -> None:

@@ -6,17 +6,21 @@ layers' events. With no host lane modelled and SGLang's copy kernel (``sm_zero_c
 nothing can make a group wait but its own copy, so the same steps run here as callbacks
 on the very events the process would have waited on::
 
-    group g:  [overhead timeout] -> submit the fluid job -> [job done] -> rows, layer
-              events, group g + 1 (at once)          ...     last group: ``done``
+    group g:  [overhead timeout] -> submit the fluid job -> job finishes: rows, its
+              layers landed (:class:`Landed`: the waiting compute goes on at once),
+              group g + 1                            ...     last group: ``done``
 
-Invariant: the same events are scheduled in the same order, with the same float values,
-as the process would schedule them (each callback does what the process did on that
-event's resumption), so results are bit-identical; what is saved is the generators'
-resumptions (a load group is ~1/3 of a multi-turn L3 run's events).
+Invariant: the same float operations at the same simulated times as the process, so
+every time is bit-identical. Two steps run in the finish itself rather than one event
+later (the job's ``done`` event, then each layer's event): what is saved is two SimPy
+events and two generator resumptions per layer. That changes only the order among
+events at exactly the same simulated time; ``benchmarks/sim_fingerprint.py`` checks
+that every shipped scenario's results stay the same.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import simpy
@@ -34,6 +38,33 @@ def chain_possible(rt: SimRuntime) -> bool:
     """No host lane (a group never waits for its issue) and loads as one copy kernel."""
     return (not rt.host_lane.active and rt.copies.io_backend == "kernel"
             and not rt.copies.gather)
+
+
+class Landed:
+    """How many of a batch's layers its loads have put on the device (the chained form of
+    ``BatchState.layer_events``: groups land in layer order). One waiter at a time: the
+    batch's compute, waiting for the next layer it needs."""
+
+    __slots__ = ("count", "at", "waiter")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.at = -1
+        self.waiter: Callable[[], None] | None = None
+
+    def wait(self, layer: int, then: Callable[[], None]) -> None:
+        """Call ``then()`` once layer ``layer`` landed (now, if it has)."""
+        if layer < self.count:
+            then()
+        else:
+            self.at, self.waiter = layer, then
+
+    def land(self, upto: int) -> None:
+        """Layers below ``upto`` are on the device: wake the waiter if it waits for one."""
+        self.count = upto
+        if self.waiter is not None and self.at < upto:
+            then, self.waiter = self.waiter, None
+            then()
 
 
 class LoadChain:
@@ -55,8 +86,8 @@ class LoadChain:
         starts its kernel's launch overhead; after the last, ``done``."""
         rt, st = self.rt, self.st
         groups = st.load_groups
-        events = st.layer_events
-        assert events is not None
+        landed = st.landed
+        assert landed is not None
         while self.g < len(groups):
             group = groups[self.g]
             if group.nbytes:
@@ -64,8 +95,7 @@ class LoadChain:
                 timer = rt.env.timeout(rt.copies.overhead)
                 timer.callbacks.append(self._launched)
                 return
-            for i in group.layers:
-                events[i].succeed()
+            landed.land(group.layers.stop)
             self.g += 1
         self.done.succeed()
 
@@ -86,9 +116,7 @@ class LoadChain:
                            nbytes=group.nbytes)
         rt.timeline.record("pcie:h2d", "load", self.start_t, end, batch=bid, layer=layer,
                            nbytes=group.nbytes)
-        events = st.layer_events
-        assert events is not None
-        for i in group.layers:
-            events[i].succeed()
+        assert st.landed is not None
         self.g += 1
+        st.landed.land(group.layers.stop)  # the batch's compute may go on at once
         self._next()

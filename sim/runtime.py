@@ -55,7 +55,7 @@ from sim.interpreter import Interpreter
 from sim.l3 import L3Store
 from sim.l3_client import L3Client
 from sim.link import PcieLink
-from sim.load_chain import LoadChain, chain_possible
+from sim.load_chain import Landed, LoadChain, chain_possible
 from sim.pools import TierPools
 from sim.rows import RequestRow
 from sim.streams import Stream
@@ -417,13 +417,14 @@ class SimRuntime:
                    for pool, (src, dst) in pools.items())
 
     def _start_loads(self, st: BatchState) -> None:
-        st.layer_events = [self.env.event() for _ in range(self.model.num_layers)]
-        st.loads_done = st.layer_events[-1]  # the h2d stream completes layers in order
         if self._chain_loads:  # the same steps as load_op, without a process
+            st.landed = Landed()
             done = self.env.event()
             self.streams["h2d"].submit_chain(LoadChain(self, st, done).start, done)
-        else:
-            self.streams["h2d"].submit(lambda: ops.load_op(self, st))
+            return
+        st.layer_events = [self.env.event() for _ in range(self.model.num_layers)]
+        st.loads_done = st.layer_events[-1]  # the h2d stream completes layers in order
+        self.streams["h2d"].submit(lambda: ops.load_op(self, st))
 
     def _record_shape(self, st: BatchState, loads: list[tuple[Kind, list[int], list[int]]]
                       ) -> None:
