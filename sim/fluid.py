@@ -66,13 +66,50 @@ class FluidServer:
         self._allocate = allocate
         self._solo = solo
         self._last = env.now
+        self._expected: list[float] = []  # changes a folded run skips (sim.fold), in order
+        self._marks: list[float] | None = None  # change times while a fold records them
 
     def _advance(self) -> None:
-        dt = self.env.now - self._last
+        now = self.env.now
+        if self._expected:
+            self._catch_up(now)
+        dt = now - self._last
         if dt > 0:
             for job in self.jobs:
                 job.remaining -= job.rate * dt
-        self._last = self.env.now
+        self._last = now
+        if self._marks is not None:
+            self._marks.append(now)
+
+    def _catch_up(self, upto: float) -> None:
+        """Charge the jobs up to each expected change at or before ``upto``, as the
+        unfolded run's own changes there would have (``remaining -= rate * dt`` per
+        interval: the same floats)."""
+        expected = self._expected
+        while expected and expected[0] <= upto:
+            at = expected.pop(0)
+            dt = at - self._last
+            if dt > 0:
+                for job in self.jobs:
+                    job.remaining -= job.rate * dt
+            self._last = at
+            if self._marks is not None:
+                self._marks.append(at)
+
+    def expect(self, times: list[float]) -> None:
+        """A fold (sim.fold) skips compute jobs that would start and end at ``times``
+        (ascending, all >= now): they change no other job's rate (a solo rate), but each
+        start and end splits the others' progress; apply those splits as if they ran,
+        and record this server's change times until :meth:`unexpect`."""
+        self._expected = [t for t in times if t >= self._last]
+        self._marks = []
+
+    def unexpect(self, t: float) -> list[float]:
+        """The fold ended at ``t``: forget the expected changes after it; return the
+        change times recorded since :meth:`expect` (what :meth:`adopt` needs)."""
+        self._expected = [x for x in self._expected if x <= t]
+        marks, self._marks = self._marks or [], None
+        return marks
 
     def _replan(self, new: FluidJob | None = None) -> None:
         if not self.jobs:
@@ -152,15 +189,23 @@ class FluidServer:
         job.then = then
         self.submit(job)
 
-    def adopt(self, job: FluidJob, since: float) -> simpy.Event:
+    def adopt(self, job: FluidJob, since: float, marks: list[float] | None = None
+              ) -> simpy.Event:
         """Start ``job`` as if :meth:`submit` had started it at ``since`` (<= now) and its
         rate had held since: it finishes when that submit would have finished it. When the
         server was idle meanwhile, its remaining work at the next change is exactly what
         that run would have left, so later re-plans match too (a resumed folded decode
-        step, sim.fold)."""
+        step, sim.fold). With ``marks`` (the change times :meth:`unexpect` returned) a
+        job with a solo rate joins without a change: its remaining work is charged
+        interval by interval at the changes since ``since``, as the run that submitted
+        it then charged it, whatever else ran meanwhile."""
         job.done = self.env.event()
         if job.work <= 0:
             return job.done.succeed()
+        rate = (self._solo(job, self.jobs) if self._solo is not None and marks is not None
+                else None)
+        if rate is not None:
+            return self._adopt_solo(job, since, rate, marks or [])
         self._advance()
         idle = not self.jobs
         if idle:
@@ -182,6 +227,34 @@ class FluidServer:
         timer = self.env.timeout(exact_delay(self.env.now, max(finish, self.env.now)))
         job.due = job.timer_at = max(finish, self.env.now)
         timer.callbacks.append(lambda _ev: self._fire(job, token))
+        return job.done
+
+    def _adopt_solo(self, job: FluidJob, since: float, rate: float, marks: list[float]
+                    ) -> simpy.Event:
+        self._catch_up(since)  # the skipped changes before it began charge the others
+        if self._last < since:  # its submit's own change, which the fold skipped
+            for other in self.jobs:
+                other.remaining -= other.rate * (since - self._last)
+            self._last = since
+        last = self._last
+        points = [m for m in marks if since < m <= last]
+        if last > since and (not points or points[-1] != last):
+            points.append(last)
+        prev = since
+        job.rate = rate
+        for at in points:
+            job.remaining -= rate * (at - prev)
+            prev = at
+        self.jobs.append(job)
+        self.kinds[job.kind] = self.kinds.get(job.kind, 0) + 1
+        job.token += 1
+        token = job.token
+        now = self.env.now
+        finish = since + max(0.0, job.work) / rate
+        job.due = job.timer_at = max(finish, now)
+        self.env.timeout(exact_delay(now, job.due)).callbacks.append(
+            lambda _ev: self._fire(job, token))
+        assert job.done is not None
         return job.done
 
     def replan(self) -> None:

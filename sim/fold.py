@@ -116,6 +116,7 @@ class DecodeFolder:
             self._start(replace(plan, frees=(), releases=()) if freed else plan)
             return
         (older,) = self._take_completions()  # batch C - 1's: the fold's first step
+        rt.fluid.expect(self._changes(plan, steps))
         timer = env.timeout(exact_delay(env.now, steps[-1].taken))
         yield env.any_of([timer, kick(), rt.completion_event()])
         t = env.now
@@ -125,6 +126,19 @@ class DecodeFolder:
         yield from self._materialize(plan, steps, taken, t)
 
     # -- internals --------------------------------------------------------------------
+    def _changes(self, plan: BatchPlan, steps: list[FoldedStep]) -> list[float]:
+        """When the unfolded steps' compute jobs would start and end on the fluid server
+        (a job of no work is never submitted): the splits of other jobs' progress
+        (L3 transfers in flight) the fold must keep (:meth:`sim.fluid.FluidServer.expect`)."""
+        sampled = self.rt.cost.sample_time(len(plan.slices)) > 0
+        out: list[float] = []
+        for s in steps:
+            if s.work > 0:
+                out += (s.start, s.compute_end)
+            if sampled:
+                out += (s.compute_end, s.end)
+        return out
+
     def _take_completions(self) -> list:
         done = self.rt._completions
         out = done[:]
@@ -180,6 +194,7 @@ class DecodeFolder:
         once the driver's cpu yield for it ends."""
         sched, rt, env = self.sched, self.rt, self.env
         step = steps[j]
+        marks = rt.fluid.unexpect(t)  # the steps after t run as real ops, if at all
         arrived = self._take_completions()  # those that interrupted the fold: after
         # step j's own (the runtime's queue, not a poll: the driver polls once it is back)
         self._place_pages(plan, j + 1)
@@ -195,7 +210,7 @@ class DecodeFolder:
         else:
             bid, requests = running.batch_id, len(running.slices)
             rt.streams["compute"].submit(
-                lambda: self._resumed_op(step, bid, requests, finished, t))
+                lambda: self._resumed_op(step, bid, requests, finished, t, marks))
         for c in arrived:
             rt.complete(c)
         self.folds += 1
@@ -207,20 +222,21 @@ class DecodeFolder:
             self._start(nxt)
 
     def _resumed_op(self, step: FoldedStep, bid: int, requests: int,
-                    finished: tuple[int, ...], t: float) -> Proc:
+                    finished: tuple[int, ...], t: float, marks: list[float]) -> Proc:
         """The compute op of the batch a fold stopped in, from where it stands at ``t``
         (its fluid job adopted as if started when the unfolded run started it)."""
         rt, env = self.rt, self.env
         generation = rt.generation
         compute_end = step.compute_end
         if t < compute_end:
-            yield rt.fluid.adopt(FluidJob(step.work, "compute"), step.start)
+            yield rt.fluid.adopt(FluidJob(step.work, "compute"), step.start, marks)
             compute_end = env.now
         rt.timeline.record("compute", "decode", step.start, compute_end, batch=bid)
         sample = rt.cost.sample_time(requests)
         if sample > 0:
             job = FluidJob(sample, "compute")
-            yield rt.fluid.adopt(job, compute_end) if t > compute_end else rt.fluid.submit(job)
+            yield (rt.fluid.adopt(job, compute_end, marks) if t > compute_end
+                   else rt.fluid.submit(job))
             rt.timeline.record("compute", "sample", compute_end, env.now, batch=bid)
         if generation == rt.generation:
             rt.complete(BatchCompletion(bid, step.start, env.now, finished))
