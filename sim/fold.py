@@ -161,8 +161,11 @@ class DecodeFolder:
             return False
         if rt.writeback.policy.chunked and not rt.streams["d2h"].idle():
             return False  # its chunks ask the policy, which must have seen every step
+        # L3 transfers may run on: they never change a compute rate, and the fluid server
+        # charges them at the folded steps' changes (FluidServer.expect)
         return not self.copies_slow_compute or (
-            not rt.fluid.jobs and rt.streams["d2h"].idle() and rt.streams["h2d"].idle())
+            rt.streams["d2h"].idle() and rt.streams["h2d"].idle()
+            and rt.fluid.kinds.get("l3", 0) == len(rt.fluid.jobs))
 
     def _schedule(self, plan: BatchPlan, limit: int) -> list[FoldedStep]:
         """The fold's steps: at most ``limit``, the last taken before the horizon."""
