@@ -24,18 +24,20 @@ one issued meanwhile, by another replica's finish, interrupts it); completions o
 replica's backups, stores and prefetches (they interrupt it at their exact time, however
 their work was paced: copy calls pipelined on the copy engine, L3 calls on the NIC, the
 store's shared service and host memory, :mod:`sim.l3_client`); prefetch deadlines
-(nothing may wait);
-L3 traffic of other replicas (it re-plans this replica's fluid server, where only L3 and
-PCIe rates change: compute keeps rate 1); copies that slow compute (SGLang's copy kernel:
-none may be in flight, and a fold starts none); ``run.max_sim_time`` (a fold ends before
-it). Fault windows (:mod:`sim.faults`) need no stop: every kind scales or fails L3,
-NIC, PCIe or host-memory work, never a compute rate, and a steady pipeline takes no
-decision a fault could change; what the fault does to work in flight surfaces as a
-completion (above). Turned off for the whole run: the host lane modelled per op (a
-profile with op costs, wake-ups or the CPU runtime's interpreter lock,
-:mod:`sim.interpreter`: every compute op's speed then depends on the driver's and the
-lanes' python work), per-layer traces, tracked state components, a shared runtime and a
-runtime in its own process; the scheduler's own CPU time is in taken_k.
+(nothing may wait); L3 traffic of other replicas (it re-plans this replica's fluid
+server, where only L3 and PCIe rates change: compute keeps rate 1); copies that slow
+compute (SGLang's copy kernel: none may be in flight, and a fold starts none; this
+replica's L3 transfers may run on, and the fluid server charges them at the changes the
+folded compute jobs would have made, :meth:`sim.fluid.FluidServer.expect`, so their
+floats stay the unfolded run's); ``run.max_sim_time`` (a fold ends before it). Fault
+windows (:mod:`sim.faults`) need no stop: every kind scales or fails L3, NIC, PCIe or
+host-memory work, never a compute rate, and a steady pipeline takes no decision a fault
+could change; what the fault does to work in flight surfaces as a completion (above).
+Turned off for the whole run: the host lane modelled per op (a profile with op costs,
+wake-ups or the CPU runtime's interpreter lock, :mod:`sim.interpreter`: every compute
+op's speed then depends on the driver's and the lanes' python work), per-layer traces,
+tracked state components, a shared runtime and a runtime in its own process; the
+scheduler's own CPU time is in taken_k.
 
 Folded batches leave one timeline row per run of back-to-back steps, with
 ``steps`` set (``run.timeline_steps``: the rows each step would have had), and their
