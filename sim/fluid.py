@@ -15,6 +15,7 @@ at exactly the same time, which ``benchmarks/sim_fingerprint.py`` checks stays t
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Generator
 from typing import Any
@@ -67,11 +68,12 @@ class FluidServer:
         self._solo = solo
         self._last = env.now
         self._expected: list[float] = []  # changes a folded run skips (sim.fold), in order
+        self._ei = 0  # the first of them not yet charged
         self._marks: list[float] | None = None  # change times while a fold records them
 
     def _advance(self) -> None:
         now = self.env.now
-        if self._expected:
+        if self._ei < len(self._expected):
             self._catch_up(now)
         dt = now - self._last
         if dt > 0:
@@ -85,29 +87,37 @@ class FluidServer:
         """Charge the jobs up to each expected change at or before ``upto``, as the
         unfolded run's own changes there would have (``remaining -= rate * dt`` per
         interval: the same floats)."""
-        expected = self._expected
-        while expected and expected[0] <= upto:
-            at = expected.pop(0)
-            dt = at - self._last
-            if dt > 0:
-                for job in self.jobs:
-                    job.remaining -= job.rate * dt
-            self._last = at
-            if self._marks is not None:
-                self._marks.append(at)
+        expected, i = self._expected, self._ei
+        j = bisect.bisect_right(expected, upto, i)
+        if j == i:
+            return
+        if self.jobs:
+            last = self._last
+            for at in expected[i:j]:
+                dt = at - last
+                if dt > 0:
+                    for job in self.jobs:
+                        job.remaining -= job.rate * dt
+                last = at
+        self._last = expected[j - 1]  # with no job to charge, only the clock moves
+        if self._marks is not None:
+            self._marks.extend(expected[i:j])
+        self._ei = j
 
     def expect(self, times: list[float]) -> None:
         """A fold (sim.fold) skips compute jobs that would start and end at ``times``
         (ascending, all >= now): they change no other job's rate (a solo rate), but each
         start and end splits the others' progress; apply those splits as if they ran,
         and record this server's change times until :meth:`unexpect`."""
-        self._expected = [t for t in times if t >= self._last]
+        self._expected, self._ei = times, 0
         self._marks = []
 
     def unexpect(self, t: float) -> list[float]:
         """The fold ended at ``t``: forget the expected changes after it; return the
         change times recorded since :meth:`expect` (what :meth:`adopt` needs)."""
-        self._expected = [x for x in self._expected if x <= t]
+        i = self._ei
+        self._expected = self._expected[i:bisect.bisect_right(self._expected, t, i)]
+        self._ei = 0
         marks, self._marks = self._marks or [], None
         return marks
 
