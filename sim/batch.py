@@ -3,7 +3,8 @@
 Invariant: ``layer_events[i]`` fires when layer i of every load in the batch is on the
 device; ``loads_done`` fires when all of them are (None: the batch loads nothing);
 ``load_issued[g]`` when the host issued load op g's first copy call (None: at prepare,
-no host lane modelled), ``launched[i]`` when
+no host lane modelled), ``landed`` replaces ``layer_events`` and ``loads_done`` when the
+loads run chained (:mod:`sim.load_chain`), ``launched[i]`` when
 it launched compute op i (None: no host lane modelled).
 """
 
@@ -11,11 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import simpy
 
 from hicache.runtime.handles import CacheExtentRef
 from hicache.runtime.interface import BackupIntent, BatchPlan, PreparedBatchHandle
+
+if TYPE_CHECKING:
+    from sim.load_chain import Landed
 
 
 @dataclass(slots=True)
@@ -52,6 +57,7 @@ class BatchState:
     load_issued: list[simpy.Event | None] = field(default_factory=list)  # None: at once
     load_issue_end: list[float] = field(default_factory=list)
     launched: list[simpy.Event] | None = None
+    landed: Landed | None = None  # chained loads (sim.load_chain) instead of layer_events
 
 
 def paired_runs(src: list[int], dst: list[int]) -> int:

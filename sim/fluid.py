@@ -5,11 +5,18 @@ job's ``remaining`` work is exact at every change (remaining -= rate * dt). When
 joins or leaves, all rates are recomputed and only jobs whose rate changed get a new
 finish time. Work is in arbitrary units (bytes for links, seconds-at-full-speed for
 compute). No process per job: a finish is a timeout callback guarded by a token, so a
-re-planned (or cancelled) job's stale timeout does nothing.
+re-planned (or cancelled) job's stale timeout does nothing. A compute job slowed by a copy
+kernel keeps its timer (it fires early and re-arms for the exact finish) instead of
+leaving one stale timer per rate change; other kinds (PCIe, L3) take a new timer at each
+change, so equal jobs sharing a link still finish in the order they were re-planned.
+Finishes are bit-identical either way; a kept timer only changes the order among events
+at exactly the same time, which ``benchmarks/sim_fingerprint.py`` checks stays the same.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -24,7 +31,7 @@ class FluidJob:
     lane whose thread runs it) steer :mod:`sim.interpreter`."""
 
     __slots__ = ("work", "remaining", "rate", "kind", "cap", "tags", "done", "token", "gil",
-                 "thread")
+                 "thread", "then", "due", "timer_at")
 
     def __init__(self, work: float, kind: str, cap: float | None = None,
                  tags: frozenset[str] = frozenset(), gil: float = 0.0,
@@ -36,7 +43,9 @@ class FluidJob:
         self.kind, self.cap, self.tags = kind, cap, tags
         self.gil, self.thread = min(1.0, max(0.0, gil)), thread
         self.done: simpy.Event | None = None
+        self.then: Callable[[], None] | None = None  # called at the finish (then_submit)
         self.token = 0
+        self.due = self.timer_at = math.inf  # when it finishes; when its live timer fires
 
 
 Allocator = Callable[[list[FluidJob]], None]
@@ -54,16 +63,63 @@ class FluidServer:
                  solo: SoloRate | None = None) -> None:
         self.env = env
         self.jobs: list[FluidJob] = []
+        self.kinds: dict[str, int] = {}  # kind -> how many of ``jobs`` are of it
         self._allocate = allocate
         self._solo = solo
         self._last = env.now
+        self._expected: list[float] = []  # changes a folded run skips (sim.fold), in order
+        self._ei = 0  # the first of them not yet charged
+        self._marks: list[float] | None = None  # change times while a fold records them
 
     def _advance(self) -> None:
-        dt = self.env.now - self._last
+        now = self.env.now
+        if self._ei < len(self._expected):
+            self._catch_up(now)
+        dt = now - self._last
         if dt > 0:
             for job in self.jobs:
                 job.remaining -= job.rate * dt
-        self._last = self.env.now
+        self._last = now
+        if self._marks is not None:
+            self._marks.append(now)
+
+    def _catch_up(self, upto: float) -> None:
+        """Charge the jobs up to each expected change at or before ``upto``, as the
+        unfolded run's own changes there would have (``remaining -= rate * dt`` per
+        interval: the same floats)."""
+        expected, i = self._expected, self._ei
+        j = bisect.bisect_right(expected, upto, i)
+        if j == i:
+            return
+        if self.jobs:
+            last = self._last
+            for at in expected[i:j]:
+                dt = at - last
+                if dt > 0:
+                    for job in self.jobs:
+                        job.remaining -= job.rate * dt
+                last = at
+        self._last = expected[j - 1]  # with no job to charge, only the clock moves
+        if self._marks is not None:
+            self._marks.extend(expected[i:j])
+        self._ei = j
+
+    def expect(self, times: list[float]) -> None:
+        """A fold (sim.fold) skips compute jobs that would start and end at ``times``
+        (ascending, all >= now): they change no other job's rate (a solo rate), but each
+        start and end splits the others' progress; apply those splits as if they ran,
+        and record this server's change times until :meth:`unexpect`."""
+        self._expected, self._ei = times, 0
+        self._marks = []
+
+    def unexpect(self, t: float) -> list[float]:
+        """The fold ended at ``t``: forget the expected changes after it; return the
+        change times recorded since :meth:`expect` (what :meth:`adopt` needs)."""
+        i = self._ei
+        self._expected = self._expected[i:bisect.bisect_right(self._expected, t, i)]
+        self._ei = 0
+        marks, self._marks = self._marks or [], None
+        return marks
 
     def _replan(self, new: FluidJob | None = None) -> None:
         if not self.jobs:
@@ -75,21 +131,46 @@ class FluidServer:
                 self._schedule(job)
 
     def _schedule(self, job: FluidJob) -> None:
-        job.token += 1
+        """Set the job's finish time from its rate. A compute job's live timer that fires
+        no later is kept (it re-arms for the finish when it fires: :meth:`_fire`), so a
+        layer slowed and sped up again by a copy kernel leaves no stale timer per change
+        (module doc: why only compute)."""
         if job.rate <= 0:
-            return  # stalled until a later re-plan gives it a rate
+            job.token += 1  # stalled until a later re-plan gives it a rate
+            job.due = job.timer_at = math.inf
+            return
+        delay = max(0.0, job.remaining) / job.rate
+        job.due = due = self.env.now + delay  # the time simpy gives a timeout(delay)
+        if job.timer_at <= due and job.kind == "compute":
+            return
+        job.token += 1
+        job.timer_at = due
         token = job.token
-        timer = self.env.timeout(max(0.0, job.remaining) / job.rate)
-        timer.callbacks.append(lambda _ev: self._finish(job, token))
+        self.env.timeout(delay).callbacks.append(lambda _ev: self._fire(job, token))
 
-    def _finish(self, job: FluidJob, token: int) -> None:
+    def _fire(self, job: FluidJob, token: int) -> None:
         if token != job.token:
-            return  # re-planned since this timer was set
+            return  # re-planned earlier since this timer was set
+        now = self.env.now
+        if now < job.due:  # slowed since: wait on for the finish its rate gives now
+            job.timer_at = job.due
+            self.env.timeout(exact_delay(now, job.due)).callbacks.append(
+                lambda _ev: self._fire(job, token))
+            return
+        self._finish(job)
+
+    def _finish(self, job: FluidJob) -> None:
+        job.token += 1
+        job.due = job.timer_at = math.inf
         self._advance()
         job.remaining = 0.0
         self.jobs.remove(job)
+        self.kinds[job.kind] -= 1
         if self._solo is None or self._solo(job, self.jobs) is None:
             self._replan()
+        if job.then is not None:
+            job.then()
+            return
         assert job.done is not None
         job.done.succeed()
 
@@ -100,6 +181,7 @@ class FluidServer:
             return job.done.succeed()
         self._advance()
         self.jobs.append(job)
+        self.kinds[job.kind] = self.kinds.get(job.kind, 0) + 1
         rate = self._solo(job, self.jobs) if self._solo is not None else None
         if rate is None:
             self._replan(new=job)
@@ -108,21 +190,39 @@ class FluidServer:
             self._schedule(job)
         return job.done
 
-    def adopt(self, job: FluidJob, since: float) -> simpy.Event:
+    def then_submit(self, job: FluidJob, then: Callable[[], None]) -> None:
+        """:meth:`submit`, and call ``then()`` in the finish itself, not one event later
+        when ``done`` is processed (a chain of callbacks, sim.load_chain)."""
+        if job.work <= 0:
+            self.submit(job).callbacks.append(lambda _ev: then())  # type: ignore[union-attr]
+            return
+        job.then = then
+        self.submit(job)
+
+    def adopt(self, job: FluidJob, since: float, marks: list[float] | None = None
+              ) -> simpy.Event:
         """Start ``job`` as if :meth:`submit` had started it at ``since`` (<= now) and its
         rate had held since: it finishes when that submit would have finished it. When the
         server was idle meanwhile, its remaining work at the next change is exactly what
         that run would have left, so later re-plans match too (a resumed folded decode
-        step, sim.fold)."""
+        step, sim.fold). With ``marks`` (the change times :meth:`unexpect` returned) a
+        job with a solo rate joins without a change: its remaining work is charged
+        interval by interval at the changes since ``since``, as the run that submitted
+        it then charged it, whatever else ran meanwhile."""
         job.done = self.env.event()
         if job.work <= 0:
             return job.done.succeed()
+        rate = (self._solo(job, self.jobs) if self._solo is not None and marks is not None
+                else None)
+        if rate is not None:
+            return self._adopt_solo(job, since, rate, marks or [])
         self._advance()
         idle = not self.jobs
         if idle:
             self._last = since  # charged from ``since`` at the next change, as submit's
         before = [j.rate for j in self.jobs]
         self.jobs.append(job)
+        self.kinds[job.kind] = self.kinds.get(job.kind, 0) + 1
         self._allocate(self.jobs)
         for other, rate in zip(self.jobs, before, strict=False):
             if other.rate != rate:
@@ -135,7 +235,36 @@ class FluidServer:
         token = job.token
         finish = since + max(0.0, job.work) / job.rate
         timer = self.env.timeout(exact_delay(self.env.now, max(finish, self.env.now)))
-        timer.callbacks.append(lambda _ev: self._finish(job, token))
+        job.due = job.timer_at = max(finish, self.env.now)
+        timer.callbacks.append(lambda _ev: self._fire(job, token))
+        return job.done
+
+    def _adopt_solo(self, job: FluidJob, since: float, rate: float, marks: list[float]
+                    ) -> simpy.Event:
+        self._catch_up(since)  # the skipped changes before it began charge the others
+        if self._last < since:  # its submit's own change, which the fold skipped
+            for other in self.jobs:
+                other.remaining -= other.rate * (since - self._last)
+            self._last = since
+        last = self._last
+        points = [m for m in marks if since < m <= last]
+        if last > since and (not points or points[-1] != last):
+            points.append(last)
+        prev = since
+        job.rate = rate
+        for at in points:
+            job.remaining -= rate * (at - prev)
+            prev = at
+        self.jobs.append(job)
+        self.kinds[job.kind] = self.kinds.get(job.kind, 0) + 1
+        job.token += 1
+        token = job.token
+        now = self.env.now
+        finish = since + max(0.0, job.work) / rate
+        job.due = job.timer_at = max(finish, now)
+        self.env.timeout(exact_delay(now, job.due)).callbacks.append(
+            lambda _ev: self._fire(job, token))
+        assert job.done is not None
         return job.done
 
     def replan(self) -> None:
@@ -151,7 +280,9 @@ class FluidServer:
             return
         self._advance()
         job.token += 1
+        job.due = job.timer_at = math.inf
         self.jobs.remove(job)
+        self.kinds[job.kind] -= 1
         self._replan()
 
     def run(self, job: FluidJob) -> Generator[simpy.Event, Any, None]:

@@ -24,18 +24,20 @@ one issued meanwhile, by another replica's finish, interrupts it); completions o
 replica's backups, stores and prefetches (they interrupt it at their exact time, however
 their work was paced: copy calls pipelined on the copy engine, L3 calls on the NIC, the
 store's shared service and host memory, :mod:`sim.l3_client`); prefetch deadlines
-(nothing may wait);
-L3 traffic of other replicas (it re-plans this replica's fluid server, where only L3 and
-PCIe rates change: compute keeps rate 1); copies that slow compute (SGLang's copy kernel:
-none may be in flight, and a fold starts none); ``run.max_sim_time`` (a fold ends before
-it). Fault windows (:mod:`sim.faults`) need no stop: every kind scales or fails L3,
-NIC, PCIe or host-memory work, never a compute rate, and a steady pipeline takes no
-decision a fault could change; what the fault does to work in flight surfaces as a
-completion (above). Turned off for the whole run: the host lane modelled per op (a
-profile with op costs, wake-ups or the CPU runtime's interpreter lock,
-:mod:`sim.interpreter`: every compute op's speed then depends on the driver's and the
-lanes' python work), per-layer traces, tracked state components, a shared runtime and a
-runtime in its own process; the scheduler's own CPU time is in taken_k.
+(nothing may wait); L3 traffic of other replicas (it re-plans this replica's fluid
+server, where only L3 and PCIe rates change: compute keeps rate 1); copies that slow
+compute (SGLang's copy kernel: none may be in flight, and a fold starts none; an L3
+transfer that starts during the fold is charged at the changes the folded compute jobs
+would have made, :meth:`sim.fluid.FluidServer.expect`, so its floats stay the unfolded
+run's); ``run.max_sim_time`` (a fold ends before it). Fault
+windows (:mod:`sim.faults`) need no stop: every kind scales or fails L3, NIC, PCIe or
+host-memory work, never a compute rate, and a steady pipeline takes no decision a fault
+could change; what the fault does to work in flight surfaces as a completion (above).
+Turned off for the whole run: the host lane modelled per op (a profile with op costs,
+wake-ups or the CPU runtime's interpreter lock, :mod:`sim.interpreter`: every compute
+op's speed then depends on the driver's and the lanes' python work), per-layer traces,
+tracked state components, a shared runtime and a runtime in its own process; the
+scheduler's own CPU time is in taken_k.
 
 Folded batches leave one timeline row per run of back-to-back steps, with
 ``steps`` set (``run.timeline_steps``: the rows each step would have had), and their
@@ -116,6 +118,7 @@ class DecodeFolder:
             self._start(replace(plan, frees=(), releases=()) if freed else plan)
             return
         (older,) = self._take_completions()  # batch C - 1's: the fold's first step
+        rt.fluid.expect(self._changes(plan, steps))
         timer = env.timeout(exact_delay(env.now, steps[-1].taken))
         yield env.any_of([timer, kick(), rt.completion_event()])
         t = env.now
@@ -125,6 +128,19 @@ class DecodeFolder:
         yield from self._materialize(plan, steps, taken, t)
 
     # -- internals --------------------------------------------------------------------
+    def _changes(self, plan: BatchPlan, steps: list[FoldedStep]) -> list[float]:
+        """When the unfolded steps' compute jobs would start and end on the fluid server
+        (a job of no work is never submitted): the splits of other jobs' progress
+        (L3 transfers in flight) the fold must keep (:meth:`sim.fluid.FluidServer.expect`)."""
+        sampled = self.rt.cost.sample_time(len(plan.slices)) > 0
+        out: list[float] = []
+        for s in steps:
+            if s.work > 0:
+                out += (s.start, s.compute_end)
+            if sampled:
+                out += (s.compute_end, s.end)
+        return out
+
     def _take_completions(self) -> list:
         done = self.rt._completions
         out = done[:]
@@ -147,6 +163,9 @@ class DecodeFolder:
             return False
         if rt.writeback.policy.chunked and not rt.streams["d2h"].idle():
             return False  # its chunks ask the policy, which must have seen every step
+        # L3 transfers could run on (they change no compute rate, and the fluid server
+        # charges them at the folded steps' changes: FluidServer.expect), but the folds
+        # they cut short cost more CPU than the batches they save (trace, 2,000 requests)
         return not self.copies_slow_compute or (
             not rt.fluid.jobs and rt.streams["d2h"].idle() and rt.streams["h2d"].idle())
 
@@ -180,6 +199,7 @@ class DecodeFolder:
         once the driver's cpu yield for it ends."""
         sched, rt, env = self.sched, self.rt, self.env
         step = steps[j]
+        marks = rt.fluid.unexpect(t)  # the steps after t run as real ops, if at all
         arrived = self._take_completions()  # those that interrupted the fold: after
         # step j's own (the runtime's queue, not a poll: the driver polls once it is back)
         self._place_pages(plan, j + 1)
@@ -195,7 +215,7 @@ class DecodeFolder:
         else:
             bid, requests = running.batch_id, len(running.slices)
             rt.streams["compute"].submit(
-                lambda: self._resumed_op(step, bid, requests, finished, t))
+                lambda: self._resumed_op(step, bid, requests, finished, t, marks))
         for c in arrived:
             rt.complete(c)
         self.folds += 1
@@ -207,20 +227,21 @@ class DecodeFolder:
             self._start(nxt)
 
     def _resumed_op(self, step: FoldedStep, bid: int, requests: int,
-                    finished: tuple[int, ...], t: float) -> Proc:
+                    finished: tuple[int, ...], t: float, marks: list[float]) -> Proc:
         """The compute op of the batch a fold stopped in, from where it stands at ``t``
         (its fluid job adopted as if started when the unfolded run started it)."""
         rt, env = self.rt, self.env
         generation = rt.generation
         compute_end = step.compute_end
         if t < compute_end:
-            yield rt.fluid.adopt(FluidJob(step.work, "compute"), step.start)
+            yield rt.fluid.adopt(FluidJob(step.work, "compute"), step.start, marks)
             compute_end = env.now
         rt.timeline.record("compute", "decode", step.start, compute_end, batch=bid)
         sample = rt.cost.sample_time(requests)
         if sample > 0:
             job = FluidJob(sample, "compute")
-            yield rt.fluid.adopt(job, compute_end) if t > compute_end else rt.fluid.submit(job)
+            yield (rt.fluid.adopt(job, compute_end, marks) if t > compute_end
+                   else rt.fluid.submit(job))
             rt.timeline.record("compute", "sample", compute_end, env.now, batch=bid)
         if generation == rt.generation:
             rt.complete(BatchCompletion(bid, step.start, env.now, finished))

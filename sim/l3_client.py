@@ -60,6 +60,8 @@ class L3Client:
 
     def moving(self, group: str) -> bool:
         """Whether this replica has an L3 transfer in ``group`` under way."""
+        if self.store.duplex_shared:  # one group: any L3 job (all are this client's)
+            return self.fluid.kinds.get("l3", 0) > 0
         return any(isinstance(j, L3Job) and self.store.group(j.direction) == group
                    for j in self.fluid.jobs)
 

@@ -70,23 +70,27 @@ class PcieLink:
         return 1.0
 
     def allocate(self, jobs: list[FluidJob]) -> None:
-        groups: dict[str, list[FluidJob]] = {"h2d": [], "d2h": []}
+        h2d: list[FluidJob] = []
+        d2h: list[FluidJob] = []
         l3_jobs: list = []
+        compute: list[FluidJob] = []
         kernels_active = False
         for job in jobs:
-            if job.kind in groups:
-                groups[job.kind].append(job)
+            kind = job.kind
+            if kind == "compute":
+                compute.append(job)
+            elif kind == "h2d" or kind == "d2h":
+                (h2d if kind == "h2d" else d2h).append(job)
                 kernels_active = kernels_active or "kernel" in job.tags
-            elif job.kind == "l3":
+            elif kind == "l3":
                 l3_jobs.append(job)
-        if not (l3_jobs or groups["h2d"] or groups["d2h"]):  # compute alone: full speed
-            for job in jobs:
-                if job.kind == "compute":
-                    job.rate = 1.0
+        if not (l3_jobs or h2d or d2h):  # compute alone: full speed
+            for job in compute:
+                job.rate = 1.0
             return
-        totals = {}
         factor = self.factor
-        for direction, group in groups.items():
+        totals = []
+        for direction, group in (("h2d", h2d), ("d2h", d2h)):
             share = self.peak[direction] * factor / len(group) if group else 0.0
             for job in group:
                 rate = share
@@ -95,10 +99,10 @@ class PcieLink:
                 if job.cap is not None:
                     rate = min(rate, job.cap)
                 job.rate = rate
-            totals[direction] = sum(j.rate for j in group)
+            totals.append(sum(j.rate for j in group))
         scale = 1.0
-        both = totals["h2d"] > 0 and totals["d2h"] > 0
-        total = totals["h2d"] + totals["d2h"]
+        both = totals[0] > 0 and totals[1] > 0
+        total = totals[0] + totals[1]
         bidirectional = self.bidirectional * factor
         if both and total > bidirectional:
             scale = bidirectional / total
@@ -116,12 +120,11 @@ class PcieLink:
                 for job in l3_jobs:
                     job.rate *= squeeze
         if scale < 1.0:
-            for group in groups.values():
+            for group in (h2d, d2h):
                 for job in group:
                     job.rate *= scale
         if l3_jobs and self.l3 is not None:
             self.l3.watch(l3_jobs)
         compute_rate = 1.0 - self.slowdown if kernels_active else 1.0
-        for job in jobs:
-            if job.kind == "compute":
-                job.rate = compute_rate
+        for job in compute:
+            job.rate = compute_rate

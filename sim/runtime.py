@@ -41,9 +41,10 @@ from hicache.runtime.state import StateKeeper, state_loads
 from hicache.runtime.writeback import WritebackConfig
 from hicache.tiers.l3_guard import RetryPolicy
 from hicache.timeline import Timeline
-from sim import ops, validate
+from sim import compute_chain, ops, validate
 from sim.batch import BatchShapes, BatchState, LoadGroup, PendingBackup
 from sim.calibration import apply_copy_calibration
+from sim.compute_chain import ComputeChain
 from sim.copy_engine import CopyEngines
 from sim.cost import CostModel
 from sim.fluid import FluidServer
@@ -54,6 +55,7 @@ from sim.interpreter import Interpreter
 from sim.l3 import L3Store
 from sim.l3_client import L3Client
 from sim.link import PcieLink
+from sim.load_chain import Landed, LoadChain, chain_possible
 from sim.pools import TierPools
 from sim.rows import RequestRow
 from sim.streams import Stream
@@ -121,6 +123,8 @@ class SimRuntime:
                            else 0)
         self.mamba = Kind.MAMBA in device_pages and m.count("mamba") > 0
         self.state_copy_s = m.mamba_state_bytes_per_request() / self.profile.gpu.hbm_bytes_per_s
+        self._chain_loads = chain_possible(self)
+        self._chain_compute = compute_chain.chain_possible(self)
         self.generation = 0
         self.restart()
 
@@ -213,7 +217,13 @@ class SimRuntime:
         del self._prepared[handle.batch_id]
         ops_launched = self.model.num_layers + 1 if (st.prefills or st.decodes) else 1
         self.host_lane.execute(st, ops_launched, self.backup_calls(st))
-        compute = self.streams["compute"].submit(lambda: ops.compute_op(self, st))
+        compute: simpy.Event
+        if self._chain_compute:  # the same steps as compute_op, without a process
+            compute = self.env.event()
+            self.streams["compute"].submit_chain(ComputeChain(self, st, compute).start,
+                                                 compute)
+        else:
+            compute = self.streams["compute"].submit(lambda: ops.compute_op(self, st))
         self._decode[st.plan.batch_id] = 0 if st.prefills else len(st.decodes)
         if st.prefills:
             self._prefilled.add(st.plan.batch_id)
@@ -407,6 +417,11 @@ class SimRuntime:
                    for pool, (src, dst) in pools.items())
 
     def _start_loads(self, st: BatchState) -> None:
+        if self._chain_loads:  # the same steps as load_op, without a process
+            st.landed = Landed()
+            done = self.env.event()
+            self.streams["h2d"].submit_chain(LoadChain(self, st, done).start, done)
+            return
         st.layer_events = [self.env.event() for _ in range(self.model.num_layers)]
         st.loads_done = st.layer_events[-1]  # the h2d stream completes layers in order
         self.streams["h2d"].submit(lambda: ops.load_op(self, st))

@@ -11,6 +11,7 @@ from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
 import simpy
+from simpy.events import URGENT
 
 OpBody = Callable[[], Generator[simpy.Event, Any, Any]]
 
@@ -32,6 +33,26 @@ class Stream:
         if waits:
             yield self.env.all_of(waits)
         return (yield from body())
+
+    def submit_chain(self, start: Callable[[simpy.Event], None], done: simpy.Event
+                     ) -> simpy.Event:
+        """Enqueue an op run by callbacks: ``start`` is called when a process submitted
+        here would start its body (its initialization, then the op before it), and the
+        op ends when it fires ``done`` (the new tail). Same event order as :meth:`submit`
+        with no ``waits``."""
+        env, prev = self.env, self.tail
+        kick = env.event()  # what simpy's Initialize is: triggered, scheduled urgent
+        kick._ok, kick._value = True, None
+        env.schedule(kick, URGENT)
+
+        def after_prev(_ev: simpy.Event) -> None:
+            if prev.callbacks is not None:  # not processed yet: wait for it
+                prev.callbacks.append(start)
+            else:
+                start(prev)
+        kick.callbacks.append(after_prev)  # type: ignore[union-attr]
+        self.tail = done
+        return done
 
     def idle(self) -> bool:
         return self.tail.processed
