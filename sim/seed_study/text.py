@@ -164,7 +164,8 @@ def readings(res: dict) -> dict[str, str]:
             f"{r['ttft_mean_s']:.2f} s, {r['effective_input_throughput_tps'] / 1e3:,.0f}K tok/s"
             for _, r in df.iterrows()) + "."
     for key, label in (("pro_l1", "cache.device_tokens"), ("pro_tool_time", "workload.tool_time"),
-                       ("qwen_l1", "cache.device_tokens"), ("qwen_mamba", "run.mamba_slots")):
+                       ("qwen_l1", "cache.device_tokens"), ("qwen_mamba", "run.mamba_slots"),
+                       ("qwen_coverage", "cache.session_coverage")):
         if (df := sw.get(key)) is not None:
             out[key] = "Session-aware against LRU: " + "; ".join(
                 f"{label.split('.')[-1]} {r0[label]}: mean TTFT {_chg(r0, r1)}, device hit "
