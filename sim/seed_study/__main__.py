@@ -66,8 +66,20 @@ def collect_sessions(out: Path, reuse: bool) -> pd.DataFrame:
             for seed in SESSION_SEEDS:
                 name = f"{st.key}_b{b}" + (f"_s{seed}" if seed else "")
                 sets = [*session_sets(st, b), *([f"seed={seed}"] if seed else [])]
-                folder = runner.run(st.scenario, out / "runs" / name, root=ROOT, sets=sets,
-                                    reuse=reuse)
+                folder = out / "runs" / name
+                try:
+                    runner.run(st.scenario, folder, root=ROOT, sets=sets, reuse=reuse)
+                except RuntimeError:  # lost requests: the run exits 1 but writes its folder
+                    if not (folder / "run.json").exists():
+                        raise
+                lost = {v: runner.unfinished(folder, v) for v in ("lru", "session")}
+                if any(lost.values()):  # reported as such, never averaged in
+                    rows.append({"model": st.title, "batch": b, "seed": seed,
+                                 "stalled": ", ".join(f"{v}: {n} requests unfinished"
+                                                      for v, n in lost.items() if n)})
+                    print(f"session {st.key} batch {b} seed {seed}: STALLED {lost}",
+                          file=sys.stderr, flush=True)
+                    continue
                 m = {v: run_metrics(runner.requests(folder, v)) for v in ("lru", "session")}
                 rows.append({"model": st.title, "batch": b, "seed": seed,
                              **session_delta(m["lru"], m["session"])})
@@ -121,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
             spent[part] = (_children_cpu_s() - before) / 60
     ses = res["session"]
     if len(ses):  # the tables and plots read the study's own seed; the spread all of them
-        res["session_seeds"], res["session"] = ses, ses[ses["seed"] == 0].reset_index(drop=True)
+        ok = ses["stalled"].isna() if "stalled" in ses else ses["seed"] >= 0
+        res["session_seeds"] = ses
+        res["session"] = ses[(ses["seed"] == 0) & ok].reset_index(drop=True)
     out.mkdir(parents=True, exist_ok=True)
     cpu_file = out / "cpu.json"  # read now: another invocation may have run other parts
     cpu = json.loads(cpu_file.read_text()) if cpu_file.exists() else {}

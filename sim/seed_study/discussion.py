@@ -86,12 +86,8 @@ def l3_step(key: str, r: dict, policy: pd.DataFrame | None, nic: float) -> str:
         text += (f" From round {l3['onset_round']}, when L2 overflows, {ev['timeouts']} of "
                  f"the run's {ev['prefetches']} prefetches end by the timeout and the "
                  f"{nic / 1e9:.2f} GB/s NIC is {ev['nic_busy']:.0%} busy: with every client "
-                 "asking at once the queue outlasts the 30 s cap; a prefetch that could not "
-                 "start on arrival (arrival-time prefetches may hold 25% of L2 here; "
-                 "SGLang's limit is 0.8 x (L2 - L1), 40% of L2 at ratio 2, and SGLang skips "
-                 "a prefetch over it rather than retrying) starts at the queue head with its "
-                 "timeout already spent, so the request recomputes, which lengthens the "
-                 "queue.")
+                 "asking at once the queue outlasts the 30 s cap and a request whose "
+                 "prefetch timed out recomputes, which lengthens the queue.")
     if w is not None:
         text += (f" With prefetches that run to completion (`wait_complete`, the variant "
                  f"`{WAIT}`) the late rounds hit {_pct(w['late_hit_rate'])}, mean TTFT is "

@@ -55,24 +55,25 @@ def prefetch_share(df: pd.DataFrame | None, r: dict | None) -> str:
             + "; ".join(f"share {s:g} {o}: {x[(s, o)]:.1f}x L1, hit "
                         f"{_pct(v['hit_rate'])} (L3 {_pct(v['l3_hit_rate'])}), mean TTFT "
                         f"{v['ttft_mean_s']:.1f} s" for (s, o), v in pts.items()) + ". ")
-    sglang = pts.get((0.4, "skip"))
-    ours = pts.get((0.25, "wait"))
-    if sglang is not None and ours is not None:
+    if (0.4, "skip") in pts and (0.25, "wait") in pts:
         text += (f"SGLang's own limit and rule (share 0.4, skip) gives {x[(0.4, 'skip')]:.1f}x "
                  f"against our default's {x[(0.25, 'wait')]:.1f}x; the best point swept, "
                  f"share {float(best[SHARE]):g} {best[OVER]}, "
                  f"{best['effective_input_throughput_tps'] / l1:.1f}x (published "
                  f"{st.published['x_l3']:.1f}x; wait_complete "
                  f"{r['x'].get(WAIT, float('nan')):.1f}x). ")
-        moved = max(x.values()) - min(x.values())
-        text += ("The share and the skip rule move the timeout multiplier by "
-                 f"{moved:.1f}x at most: " + (
-                     "they are not what keeps it far from the published 15.5x; what does is "
-                     "the stop policy itself (section "
-                     f"{moved_by(('dsv4_prefetch',))}: prefetches that run to completion "
-                     "reach 13.0x)." if best["effective_input_throughput_tps"] / l1
+        waits = [v for (_, o), v in pts.items() if o == "wait"]
+        if len({round(float(v["effective_input_throughput_tps"]), 3) for v in waits}) == 1:
+            text += ("Under `wait` every share gives the same run: at this L2 size the share "
+                     "never binds, so it is not what holds the timeout run back. ")
+        text += ("`skip` changes the run (a prefetch reserves its whole rest, evicting L2 "
+                 "for it, and one over the share is never retried). " + (
+                     "No point swept comes within 20% of the published multiplier: the gap "
+                     "is the stop policy itself (section "
+                     f"{moved_by(('dsv4_prefetch',))}), not the share or the skip rule."
+                     if best["effective_input_throughput_tps"] / l1
                      < 0.8 * st.published["x_l3"] else
-                     "the share is what moves it toward the published figure."))
+                     "The share is what moves it toward the published figure."))
     return text
 
 
@@ -81,6 +82,8 @@ def session_spread(seeds: pd.DataFrame | None) -> str:
     if seeds is None or not len(seeds) or "seed" not in seeds:
         return ""
     n = seeds["seed"].nunique()
+    stalled = seeds[seeds["stalled"].notna()] if "stalled" in seeds else seeds.iloc[:0]
+    seeds = seeds.drop(stalled.index)
     parts, covered = [], []
     for st in SESSIONS:
         g = seeds[seeds["model"] == st.title]
@@ -95,9 +98,13 @@ def session_spread(seeds: pd.DataFrame | None) -> str:
                 inside = c.min() <= pub <= c.max()
                 covered.append(f"{st.title} batch {int(b)} ({pub:+.1f}%: "
                                f"{'inside' if inside else 'outside'})")
+    lost = "".join(f" {r['model']} batch {int(r['batch'])} seed {int(r['seed'])} did not "
+                   f"finish ({r['stalled']}: the scheduler stalled, a liveness bug this "
+                   "study found); it is left out of the range." for _, r in stalled.iterrows())
     return (f"**Session-aware eviction over {n} workload seeds** (mean TTFT change against "
             f"LRU, mean [min, max]; device hit change in points): " + "; ".join(parts)
-            + ". The published figure against our seeds' range: " + ", ".join(covered) + ".")
+            + ". The published figure against our seeds' range: " + ", ".join(covered) + "."
+            + lost)
 
 
 def _coverage_points(df: pd.DataFrame | None) -> list[str]:
@@ -144,7 +151,26 @@ def sglang_policy(sweeps: dict[str, pd.DataFrame]) -> str:
     if q:
         text += (f"Qwen3.5 at batch 64 (section {moved_by(('qwen_coverage',))}; published "
                  "-16.6%): " + "; ".join(q) + ".")
+        change = _changes(sweeps["qwen_coverage"])
+        if {"path", "component"} <= set(change):
+            pub, lo, hi = -16.6, *sorted((change["path"], change["component"]))
+            text += (f" The published {pub:+.1f}% lies between our two rules' "
+                     f"{change['path']:+.1f}% (ours) and {change['component']:+.1f}% "
+                     "(SGLang's): what a session protects of the MAMBA states moves this row "
+                     "across the published figure, a measured cause of its gap."
+                     if lo <= pub <= hi else
+                     " SGLang's MAMBA rule does not move that row across the published "
+                     "figure.")
     return text
+
+
+def _changes(df: pd.DataFrame) -> dict[str, float]:
+    """Session-aware mean TTFT change in percent by ``cache.session_coverage``."""
+    out = {}
+    for cov, g in df.groupby("cache.session_coverage", sort=False):
+        v = g.set_index("variant")["ttft_mean_s"]
+        out[str(cov)] = 100 * (v["session"] / v["lru"] - 1)
+    return out
 
 
 def inkling_ttft(sweeps: dict[str, pd.DataFrame], r: dict | None) -> str:
@@ -167,14 +193,19 @@ def inkling_ttft(sweeps: dict[str, pd.DataFrame], r: dict | None) -> str:
             f"{v:g} {unit} -> {t:.2f} s" for v, t in pts))
     if not lines:
         return ""
-    key, (lo, _) = min(span.items(), key=lambda kv: kv[1][0])
     target = st.published["ttft_l3_s"]
+    brackets = [k for k, (lo, hi) in span.items() if lo <= target <= hi]
     return (f"**{st.title}: mean TTFT** (published {target:.2f} s; ours {base:.2f} s with "
             "wait_complete), by each assumption not published: " + "; ".join(lines) + ". "
-            f"The one that moves it furthest toward the published figure is "
-            f"{moved_by((key,))} ({lo:.2f} s at its best point"
-            + (", within 20% of the published figure)." if abs(lo - target) <= 0.2 * target
-               else ", still more than 20% from the published figure).")
+            + (f"The published {target:.2f} s lies within the range of "
+               f"{moved_by(tuple(brackets))}: each of these, unpublished, can account for "
+               "the gap alone. " if brackets else "No assumption swept alone reaches the published "
+               "figure. ")
+            + ("The question size was chosen to put the L1+L2 cliff at rounds 18-19 "
+               "(setup); a smaller one that matches the TTFT moves the cliffs later (they "
+               f"move as 1 / growth, section {moved_by(('dsv4_growth',))}): with our L1 "
+               "and hardware no single growth per round gives both the published cliff and "
+               "the published TTFT. " if "inkling_growth" in brackets else "")
             + f" Of our {base:.2f} s, {r['metrics'][WAIT]['queue_mean_s']:.2f} s is the wait "
             "from arrival to admission (the queue behind the round's other prefills and, "
             "with wait_complete, the L3 prefetch) and the rest the request's own prefill.")
