@@ -171,6 +171,9 @@ class CacheConfig(Plain):
     )
     radix_eviction_policy: Literal[EVICTION_POLICIES] = "lru"
     enable_session_aware_eviction: Bool = False
+    # what a session references for SWA windows and MAMBA states: its whole path (ours) or,
+    # as SGLang's PR 29173, the window before its frontier / the frontier's state only
+    session_coverage: Literal["path", "component"] = "path"
     # host memory only stages GPU <-> L3 transfers, it is no cache tier (seed 000's
     # buffer_only); needs a storage backend and a write-through policy
     hicache_buffer_only: Bool = False

@@ -92,7 +92,8 @@ class KVCacheManager:
         self.tree = UnifiedRadixTree(spec or TreeSpec(self.page),
                                      eviction_policy=cache.radix_eviction_policy,
                                      session_aware=cache.enable_session_aware_eviction,
-                                     options=cache.tree_options)
+                                     options=cache.tree_options,
+                                     session_coverage=cache.session_coverage)
         self.l2 = cache.enable_hierarchical_cache and info.host_pages.get(Kind.FULL, 0) > 0
         self.l3 = l3 and self.l2  # L3 is reached through L2 (stores read it, fetches land there)
         self.write = WritePolicy.named(cache.hicache_write_policy)

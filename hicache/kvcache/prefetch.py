@@ -5,11 +5,23 @@
        continues protected (as SGLang protects last_host_node)
     queue head ── stop policy (best_effort / wait_complete / timeout) ── admit
 
-Prefetches started on arrival share at most ``PREFETCH_SHARE`` of L2 and never evict L2
-for themselves (a request that finds no room waits for it); the request at the head of
-the queue may take, and make, any L2 room. With ``requery_lost_prefix`` (a hicache-lab
-knob, off = SGLang) a request whose arrival-time prefetch found nothing, and whose L1/L2
-prefix was evicted while it queued, asks L3 once more from the shorter match.
+Prefetches started on arrival share at most ``share`` of L2 (``scheduler.prefetch_share``,
+default :data:`PREFETCH_SHARE`). What happens to a prefetch over the share is
+``scheduler.prefetch_over_share``:
+
+- ``wait`` (default): arrival prefetches never evict L2 and start only if all of the
+  request's rest fits the share; a request that finds no room waits for it (later
+  arrivals wait behind it), and the request at the head of the queue may take, and
+  make, any L2 room.
+- ``skip`` (SGLang's ``prefetch_from_storage`` / ``prefetch_rate_limited``): on arrival
+  only, a prefetch starts when the tokens held by prefetches in flight are below the
+  share (one may overshoot it), reserves all of the rest, evicting L2 for it; one over
+  the share, or without L2 room after eviction, is skipped for good (no retry at the
+  queue head).
+
+With ``requery_lost_prefix`` (a hicache-lab knob, off = SGLang) a request whose
+arrival-time prefetch found nothing, and whose L1/L2 prefix was evicted while it queued,
+asks L3 once more from the shorter match.
 
 Collaborators: the cache manager's tree, page budget (the L2 reservation), intent sink
 (the PrefetchIntent, frees of pages fetched for a prefix that left) and decision log.
@@ -32,13 +44,21 @@ from hicache.tree.components import Kind
 from hicache.tree.radix import MatchResult
 
 PREFETCH_SHARE = 0.25  # at most this share of L2 is reserved for L3 prefetches in flight
+OVER_SHARE_MODES = ("wait", "skip")  # what a prefetch over the share does (module doc)
 
 
 class L3Prefetcher:
-    def __init__(self, kv: KVCacheManager, *, requery_lost_prefix: bool = True) -> None:
+    def __init__(self, kv: KVCacheManager, *, requery_lost_prefix: bool = True,
+                 share: float = PREFETCH_SHARE, over_share: str = "wait") -> None:
+        if not 0.0 < share <= 1.0:
+            raise ValueError(f"prefetch_share: {share} is not in (0, 1]")
+        if over_share not in OVER_SHARE_MODES:
+            raise ValueError(f"prefetch_over_share: {over_share!r} is not one of "
+                             f"{', '.join(OVER_SHARE_MODES)}")
         self.kv, self.cache, self.tree = kv, kv.cache, kv.tree
         self.budget, self.page = kv.budget, kv.page
         self.requery_lost_prefix = requery_lost_prefix
+        self.share, self.skip_over_share = share, over_share == "skip"
         self.jobs: dict[int, RequestState] = {}
         # queued requests whose prefetch is undecided (prefetch_job None), in queue order:
         # the queue's tail, as only its front is ever decided (see on_arrivals)
@@ -47,7 +67,7 @@ class L3Prefetcher:
         self.threshold_pages = self.cache.prefetch_threshold_pages
 
     def _share_left(self) -> int:
-        return int(self.budget.host_total * PREFETCH_SHARE) - self.reserved
+        return int(self.budget.host_total * self.share) - self.reserved
 
     # -- called by the scheduler ----------------------------------------------------
     def queued(self, st: RequestState) -> None:
@@ -64,6 +84,10 @@ class L3Prefetcher:
         undecided = self.undecided
         while undecided and undecided[0].prefetch_job is not None:
             undecided.popleft()  # decided at the queue head (ready)
+        if self.skip_over_share:
+            while undecided and undecided[0].req.arrival <= now:
+                self._start_or_skip(undecided.popleft())
+            return
         threshold = self.threshold_pages
         if self._share_left() < threshold:
             return
@@ -77,8 +101,17 @@ class L3Prefetcher:
             if self._share_left() < threshold:
                 break
 
+    def _start_or_skip(self, st: RequestState) -> None:
+        """``skip``: decide ``st`` once: start its prefetch, or never."""
+        if self._share_left() <= 0:  # SGLang: occupied >= limit -> rate limited
+            st.prefetch_job = 0
+            return
+        self.start(st, self.tree.match(st.pages, touch=False, memo=True), whole=True)
+
     def ready(self, st: RequestState, now: float) -> bool:
         """At the queue head: may ``st`` be admitted now (its stop policy says go)?"""
+        if self.skip_over_share and st.prefetch_job is None:
+            self._start_or_skip(st)  # not seen on arrival: decided as one
         if st.prefetch_job is None or self._lost_prefix(st):
             self.start(st, self.tree.match(st.pages, touch=False, memo=True), at_head=True)
         if st.status is not Status.PREFETCHING:
@@ -107,7 +140,8 @@ class L3Prefetcher:
         undecided = self.undecided
         while undecided and undecided[0].prefetch_job is not None:
             undecided.popleft()
-        if undecided and self._share_left() >= self.threshold_pages:
+        if undecided and (self.skip_over_share  # skip decides every arrival at once
+                          or self._share_left() >= self.threshold_pages):
             return False
         if head.status is Status.PREFETCHING:
             return not head.prefetch_done and policy == "wait_complete"
@@ -149,9 +183,11 @@ class L3Prefetcher:
         st.requeried, st.prefetch_done, st.status = True, False, Status.WAITING
         return True
 
-    def start(self, st: RequestState, m: MatchResult, at_head: bool = False) -> bool:
+    def start(self, st: RequestState, m: MatchResult, at_head: bool = False,
+              whole: bool = False) -> bool:
         """Issue ``st``'s prefetch if worthwhile and there is room; False = no room yet.
-        ``m``: the tree's match of ``st.pages`` just now (nothing changed since)."""
+        ``m``: the tree's match of ``st.pages`` just now (nothing changed since).
+        ``whole`` (``skip``): all of the rest, making L2 room for it, or nothing, for good."""
         reused = m.total_tokens // self.page
         rest = len(st.pages) - reused
         if rest <= 0 or not should_query(rest * self.page, self.cache):
@@ -162,17 +198,18 @@ class L3Prefetcher:
         # hang on nothing (SGLang host-locks last_host_node first, too)
         # m.path ends where the L1/L2 prefix does: what a match of st.pages[:reused] walks
         lock = self.tree.locks.lock_host(m.path)
-        budget = rest if at_head else self._share_left()
-        if at_head and rest > self.budget.host_free():
+        budget = rest if at_head or whole else self._share_left()
+        if (at_head or whole) and rest > self.budget.host_free():
             self.kv.make_room(Tier.HOST, rest)
         max_pages = min(rest, budget, self.budget.host_free())
         if max_pages < self.threshold_pages or (max_pages < rest
                                                                  and not at_head):
             # no room: a partial prefetch would fetch a sliver; wait for room or the head
+            # (``whole``: skipped for good)
             self.tree.unlock(lock)
-            if at_head:
+            if at_head or whole:
                 st.prefetch_job = 0
-            return at_head
+            return at_head or whole
         job = self.kv.sink.next_job_id()
         self.reserved += max_pages
         self.budget.host_reserved += max_pages

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from hicache.runtime.writeback import WritebackConfig
 from hicache.scheduler.scheduler import SchedulerConfig
 from hicache.schema.plain import Plain, field_types
-from hicache.schema.types import Bool, NonEmptyStr, PosFloat, PosInt, Str
+from hicache.schema.types import Bool, NonEmptyStr, PosFloat, PosInt, Str, float_
 from hicache.tiers.l3_guard import RetryPolicy
 
 DEFAULT_HARDWARE = "h100-sxm"
@@ -31,6 +31,10 @@ class SchedulerSection(Plain):
     chunked_prefill_size: PosInt = _D.chunked_prefill_size  # prompt tokens per prefill batch
     overlap: Bool = _D.overlap  # plan batch N+1 while N executes
     requery_lost_prefix: Bool = _D.requery_lost_prefix  # re-ask L3 if L1/L2 lost the prefix
+    # share of L2 that arrival-time L3 prefetches may hold (SGLang: 0.8 x (L2 - L1) / L2),
+    # and what one over it does: wait for room / the queue head (ours), skip it (SGLang)
+    prefetch_share: float_(gt=0.0, le=1.0) = _D.prefetch_share
+    prefetch_over_share: Literal["wait", "skip"] = _D.prefetch_over_share
     track_components: Bool = _D.track_components  # SWA / MAMBA pools too (L1, simulator)
 
     def config(self, *, l3: bool) -> SchedulerConfig:

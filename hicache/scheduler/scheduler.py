@@ -27,7 +27,7 @@ from hicache.kvcache.components import ComponentTracker
 from hicache.kvcache.decisions import Decision, Reject
 from hicache.kvcache.manager import KVCacheManager
 from hicache.kvcache.plans import PlanBuilder
-from hicache.kvcache.prefetch import L3Prefetcher
+from hicache.kvcache.prefetch import PREFETCH_SHARE, L3Prefetcher
 from hicache.kvcache.state import RequestState, Status
 from hicache.runtime.interface import (
     BatchCompletion,
@@ -53,6 +53,8 @@ class SchedulerConfig:
     overlap: bool = True  # plan batch N+1 while N executes
     l3: bool = False  # an L3 tier is attached to the runtime
     requery_lost_prefix: bool = True  # re-ask L3 at the queue head if L1/L2 lost the prefix
+    prefetch_share: float = PREFETCH_SHARE  # share of L2 arrival-time L3 prefetches may hold
+    prefetch_over_share: str = "wait"  # a prefetch over the share: wait (ours) / skip (SGLang)
     track_components: bool = False  # track the runtime's SWA / MAMBA pools too (L1, L2)
 
 
@@ -90,7 +92,8 @@ class Scheduler:
                 if cfg.track_components else TreeSpec(self.page))
         self.plans = PlanBuilder()
         self.kv = KVCacheManager(cache, info, self.plans, l3=cfg.l3, spec=spec)
-        self.l3 = (L3Prefetcher(self.kv, requery_lost_prefix=cfg.requery_lost_prefix)
+        self.l3 = (L3Prefetcher(self.kv, requery_lost_prefix=cfg.requery_lost_prefix,
+                                share=cfg.prefetch_share, over_share=cfg.prefetch_over_share)
                    if self.kv.l3 else None)
         self.components = (ComponentTracker(self.kv, info, cfg.chunked_prefill_size)
                            if cfg.track_components else None)

@@ -78,7 +78,8 @@ class InsertResult:
 
 class UnifiedRadixTree:
     def __init__(self, spec: TreeSpec, *, eviction_policy: str = "lru",
-                 session_aware: bool = False, options: TreeOptions = SGLANG) -> None:
+                 session_aware: bool = False, options: TreeOptions = SGLANG,
+                 session_coverage: str = "path") -> None:
         self.spec = spec
         self.options = options
         self.clock = 0
@@ -95,10 +96,17 @@ class UnifiedRadixTree:
         self.nodes: dict[int, Node] = {}
         self.locks = LockTable(self)
         self.residency = Residency(self, strategy(eviction_policy, session_aware=session_aware),
-                                   session_aware=session_aware, options=options)
+                                   session_aware=session_aware, options=options,
+                                   session_coverage=session_coverage)
         self.sessions: dict[str, set[Node]] = {}
+        self.frontiers: dict[str, Node] = {}  # session -> its last finished request's node
         swa = spec.get(Kind.SWA)
         self._window_pages = -(-swa.window // spec.page_size) if swa is not None else 0
+
+    @property
+    def window_pages(self) -> int:
+        """The SWA window in pages (0 without an SWA component)."""
+        return self._window_pages
 
     # -- structure -------------------------------------------------------------------
     def _tick(self) -> int:
@@ -368,6 +376,11 @@ class UnifiedRadixTree:
         self.shape += 1
         for sid in node.sessions:
             self.sessions[sid].discard(node)
+            if self.frontiers.get(sid) is node:  # SGLang: the frontier falls back
+                if parent is self.root:
+                    del self.frontiers[sid]
+                else:
+                    self.frontiers[sid] = parent
         node.parent = None
         node.stamp += 1
 
@@ -375,6 +388,8 @@ class UnifiedRadixTree:
     def reference_session(self, session_id: str, node: Node | None) -> None:
         """A finished request of ``session_id`` references its path (``node`` to root)."""
         held = self.sessions.setdefault(session_id, set())
+        if node is not None and node is not self.root:
+            self.frontiers[session_id] = node
         for n in self.path_to_root(node) if node is not None else ():
             if session_id not in n.sessions:
                 n.sessions[session_id] = 1
@@ -384,6 +399,7 @@ class UnifiedRadixTree:
     def close_session(self, session_id: str) -> int:
         """Drop every reference of ``session_id``; return how many nodes it held."""
         nodes = self.sessions.pop(session_id, set())
+        self.frontiers.pop(session_id, None)
         # a set of nodes iterates in memory order: re-queue them in a reproducible order
         for n in sorted(nodes, key=lambda n: (n.last_access, n.id)):
             n.sessions.pop(session_id, None)

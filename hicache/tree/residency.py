@@ -37,6 +37,7 @@ from hicache.tree.eviction import KeyFn, LazyHeap
 from hicache.tree.lru import LruList
 from hicache.tree.node import HOST, Node
 from hicache.tree.options import SGLANG, TreeOptions
+from hicache.tree.session_coverage import COVERAGES, covered
 
 if TYPE_CHECKING:
     from hicache.tree.radix import UnifiedRadixTree
@@ -56,10 +57,14 @@ class EvictResult:
 
 class Residency:
     def __init__(self, tree: UnifiedRadixTree, key: KeyFn, *, session_aware: bool = False,
-                 options: TreeOptions = SGLANG) -> None:
+                 options: TreeOptions = SGLANG, session_coverage: str = "path") -> None:
+        if session_coverage not in COVERAGES:
+            raise ValueError(f"session_coverage: {session_coverage!r} is not one of "
+                             f"{', '.join(COVERAGES)}")
         self.tree = tree
         self.options = options
         self.session_aware = session_aware
+        self.component_coverage = session_aware and session_coverage == "component"
         self.device_heap = LazyHeap(key)
         self.host_heap = LazyHeap(key)
         self.lru: dict[Kind, LruList] = {
@@ -268,16 +273,24 @@ class Residency:
         the node, and restarts from the LRU end if that successor left the list."""
         lru = self.lru[kind]
         passes: tuple[bool | None, ...] = (False, True) if self.session_aware else (None,)
+        cover = covered(self.tree, kind) if self.component_coverage else None
         for referenced in passes:
             node = lru.lru()
             while node is not None:
                 nxt = lru.newer(node)
                 if self._aux_evictable(node, kind) and (
-                        referenced is None or bool(node.sessions) == referenced):
+                        referenced is None or self._referenced(node, cover) == referenced):
                     yield node
                     if nxt is not None and nxt not in lru:
                         nxt = lru.lru()
                 node = nxt
+
+    def _referenced(self, node: Node, cover: set[int] | None) -> bool:
+        """Does a live session reference ``node``'s component (``cover``: SGLang's rule,
+        :mod:`hicache.tree.session_coverage`; None: any reference on the node)?"""
+        if cover is None:
+            return bool(node.sessions)
+        return node.id in cover or (bool(node.sessions) and self._device_evictable(node))
 
     def _evict_component(self, node: Node, kind: Kind, res: EvictResult) -> None:
         if self._device_evictable(node):

@@ -28,7 +28,15 @@ from sim.seed_study.analysis import (
     session_delta,
 )
 from sim.seed_study.report import render
-from sim.seed_study.spec import MULTITURN, SESSIONS, SWEEPS, TIERS, WAIT, session_sets
+from sim.seed_study.spec import (
+    MULTITURN,
+    SESSION_SEEDS,
+    SESSIONS,
+    SWEEPS,
+    TIERS,
+    WAIT,
+    session_sets,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTS = ("multiturn", "session", "sweeps")
@@ -51,15 +59,32 @@ def collect_multiturn(out: Path, reuse: bool) -> dict:
 
 
 def collect_sessions(out: Path, reuse: bool) -> pd.DataFrame:
+    """One row per (model, batch, workload seed); seed 0 is the study's own run."""
     rows = []
     for st in SESSIONS:
         for b in st.batches:
-            folder = runner.run(st.scenario, out / "runs" / f"{st.key}_b{b}", root=ROOT,
-                                sets=session_sets(st, b), reuse=reuse)
-            m = {v: run_metrics(runner.requests(folder, v)) for v in ("lru", "session")}
-            rows.append({"model": st.title, "batch": b,
-                         **session_delta(m["lru"], m["session"])})
-            print(f"session {st.key} batch {b}: done", file=sys.stderr, flush=True)
+            for seed in SESSION_SEEDS:
+                name = f"{st.key}_b{b}" + (f"_s{seed}" if seed else "")
+                sets = [*session_sets(st, b), *([f"seed={seed}"] if seed else [])]
+                folder = out / "runs" / name
+                try:
+                    runner.run(st.scenario, folder, root=ROOT, sets=sets, reuse=reuse)
+                except RuntimeError:  # lost requests: the run exits 1 but writes its folder
+                    if not (folder / "run.json").exists():
+                        raise
+                lost = {v: runner.unfinished(folder, v) for v in ("lru", "session")}
+                if any(lost.values()):  # reported as such, never averaged in
+                    rows.append({"model": st.title, "batch": b, "seed": seed,
+                                 "stalled": ", ".join(f"{v}: {n} requests unfinished"
+                                                      for v, n in lost.items() if n)})
+                    print(f"session {st.key} batch {b} seed {seed}: STALLED {lost}",
+                          file=sys.stderr, flush=True)
+                    continue
+                m = {v: run_metrics(runner.requests(folder, v)) for v in ("lru", "session")}
+                rows.append({"model": st.title, "batch": b, "seed": seed,
+                             **session_delta(m["lru"], m["session"])})
+                print(f"session {st.key} batch {b} seed {seed}: done", file=sys.stderr,
+                      flush=True)
     return pd.DataFrame(rows)
 
 
@@ -82,7 +107,8 @@ def _children_cpu_s() -> float:
 def numbers(res: dict) -> dict:
     """The headline numbers as plain JSON."""
     mt = {k: {"metrics": v["metrics"], "x": v["x"]} for k, v in res["multiturn"].items()}
-    ses = res["session"].to_dict(orient="records") if len(res["session"]) else []
+    df = res.get("session_seeds", res["session"])
+    ses = df.to_dict(orient="records") if len(df) else []
     return {"multiturn": mt, "session": ses}
 
 
@@ -105,6 +131,11 @@ def main(argv: list[str] | None = None) -> int:
             before = _children_cpu_s()
             res[part] = collect(out, args.reuse)
             spent[part] = (_children_cpu_s() - before) / 60
+    ses = res["session"]
+    if len(ses):  # the tables and plots read the study's own seed; the spread all of them
+        ok = ses["stalled"].isna() if "stalled" in ses else ses["seed"] >= 0
+        res["session_seeds"] = ses
+        res["session"] = ses[(ses["seed"] == 0) & ok].reset_index(drop=True)
     out.mkdir(parents=True, exist_ok=True)
     cpu_file = out / "cpu.json"  # read now: another invocation may have run other parts
     cpu = json.loads(cpu_file.read_text()) if cpu_file.exists() else {}

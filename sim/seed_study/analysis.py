@@ -47,6 +47,8 @@ def run_metrics(req: pd.DataFrame, late: int = 5) -> dict:
     return {
         "input_tps": m["effective_input_throughput_tps"],
         "ttft_mean_s": m["ttft_mean_s"],
+        # of it, the mean wait from arrival to admission (prefetch waits and the queue)
+        "queue_mean_s": float((req["admitted"] - req["arrival"]).mean()),
         "hit_rate": m["hit_rate"],
         "device_hit_rate": m["device_hit_rate"],
         "host_hit_rate": m["host_hit_rate"],

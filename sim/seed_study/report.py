@@ -177,11 +177,13 @@ def sweep_section(res: dict, out: Path) -> str:
         df = res["sweeps"].get(sw.key)
         if df is None:
             continue
-        key = sw.grid[0][0]
+        key, *more = (k for k, _ in sw.grid)
         metrics = _sweep_metrics(sw)
-        plots.sweep_lines(df, key, metrics, sw.question, out / f"sweep_{sw.key}.png",
+        lines = df.assign(variant=df["variant"].str.cat(  # a line per variant and more keys
+            [f"{k}=" + df[k].astype(str) for k in more], sep=" ")) if more else df
+        plots.sweep_lines(lines, key, metrics, sw.question, out / f"sweep_{sw.key}.png",
                           xlabel=key)
-        cols = [key, "variant", *metrics]
+        cols = [key, *more, "variant", *metrics]
         rows = [[_f(r[c]) if isinstance(r[c], float) else str(r[c]) for c in cols]
                 for _, r in df.iterrows()]
         parts.append(f"### 3.{i} {sw.question}\n\n`hicache-lab {' '.join(sweep_args(sw))} "
@@ -193,7 +195,8 @@ def sweep_section(res: dict, out: Path) -> str:
 def _sweep_metrics(sw: Sweep) -> list[str]:
     if sw.key in ("dsv4_growth", "dsv4_ratio", "inkling_l1"):
         return ["cliff_round", "hit_rate", "effective_input_throughput_tps"]
-    if sw.key in ("pro_l1", "pro_tool_time", "qwen_l1", "qwen_mamba"):
+    if sw.key in ("pro_l1", "pro_tool_time", "pro_swa", "qwen_l1", "qwen_mamba",
+                  "qwen_coverage"):
         return ["ttft_mean_s", "device_hit_rate", "hit_rate"]
     return ["hit_rate", "l3_hit_rate", "ttft_mean_s", "effective_input_throughput_tps"]
 

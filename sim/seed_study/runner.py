@@ -67,3 +67,13 @@ def requests(folder: Path, variant: str) -> pd.DataFrame:
     from hicache.report.outputs import safe_name
 
     return pd.read_csv(folder / safe_name(variant) / "requests.csv")
+
+
+def unfinished(folder: Path, variant: str) -> int:
+    """Requests of one variant that did not finish (its ``summary.json``; 0 if absent)."""
+    import json
+
+    from hicache.report.outputs import safe_name
+
+    path = folder / safe_name(variant) / "summary.json"
+    return int(json.loads(path.read_text()).get("n_unfinished", 0)) if path.exists() else 0

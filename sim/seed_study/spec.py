@@ -54,9 +54,10 @@ MULTITURN = (
         "scenarios/seed_study/multiturn_dsv4_flash.yaml",
         {"cliff": (35, 40), "late_hit_l3": 0.98, "x_l3": 15.5, "x_l2": 1.5,
          "ttft_l3_max_s": 9.0},
-        {"cliff": ("dsv4_growth", "dsv4_ratio"), "late_hit_l3": ("dsv4_prefetch",),
-         "x_l3": ("dsv4_prefetch", "dsv4_output"), "x_l2": ("dsv4_ratio",),
-         "ttft": ("dsv4_prefetch",)}),
+        {"cliff": ("dsv4_growth", "dsv4_ratio"),
+         "late_hit_l3": ("dsv4_prefetch", "dsv4_prefetch_share"),
+         "x_l3": ("dsv4_prefetch", "dsv4_prefetch_share", "dsv4_output"),
+         "x_l2": ("dsv4_ratio",), "ttft": ("dsv4_prefetch", "dsv4_prefetch_share")}),
     MultiturnStudy(
         "inkling_small", "Inkling-Small, 48 clients",
         "scenarios/seed_study/multiturn_inkling_small.yaml",
@@ -64,7 +65,8 @@ MULTITURN = (
          "ttft_l3_s": 1.23, "tps_l3": 67_100.0, "tps_l1": 15_500.0},
         {"cliff": ("inkling_l1",), "late_hit_l3": ("inkling_prefetch",),
          "x_l3": ("inkling_prefetch", "inkling_swa", "dsv4_output"), "x_l2": ("inkling_l1",),
-         "ttft": ("inkling_prefetch", "inkling_swa", "inkling_barrier"), "tps": ()}),
+         "ttft": ("inkling_prefetch", "inkling_swa", "inkling_barrier", "inkling_growth",
+                  "inkling_output", "inkling_think", "inkling_parallel"), "tps": ()}),
 )
 
 SESSIONS = (
@@ -72,15 +74,16 @@ SESSIONS = (
         "dsv4_pro", "DeepSeek-V4-Pro TP8", "scenarios/seed_study/agent_dsv4_pro.yaml",
         (32, 64, 128, 256),
         {128: {"ttft_change_pct": -11.0, "device_lru": 0.42, "device_session": 0.51},
-         256: {"ttft_change_pct": -2.9}}, ("pro_l1", "pro_tool_time")),
+         256: {"ttft_change_pct": -2.9}}, ("pro_l1", "pro_tool_time", "pro_swa")),
     SessionStudy(
         "qwen3_5", "Qwen3.5-397B-A17B TP8", "scenarios/seed_study/agent_qwen3_5.yaml",
         (32, 64, 128, 256),
         {32: {"ttft_change_pct": -13.5, "device_lru": 0.05, "device_session": 0.34},
          64: {"ttft_change_pct": -16.6, "device_host_lru": 0.58,
-              "device_host_session": 0.67}}, ("qwen_l1", "qwen_mamba")),
+              "device_host_session": 0.67}}, ("qwen_l1", "qwen_mamba", "qwen_coverage")),
 )
 
+SESSION_SEEDS = (0, 1, 2)  # each session row runs with these workload seeds
 MAMBA_STATE_BYTES = 24_145_920  # one Qwen3.5 checkpoint per rank (45 x 536,576 B)
 
 
@@ -114,6 +117,14 @@ SWEEPS = (
           label="prefetch policy",
           question="L3 prefetch stop policy (the seed's is timeout): how much of L3 reaches "
                    "the requests?"),
+    Sweep("dsv4_prefetch_share", "dsv4_flash",
+          (("scheduler.prefetch_share", (0.25, 0.4, 0.8)),
+           ("scheduler.prefetch_over_share", ("wait", "skip"))), ("L1+L2+L3",),
+          label="prefetch share of L2",
+          question="Share of L2 that arrival-time L3 prefetches may hold (ours 0.25; "
+                   "SGLang's 0.8 x (L2 - L1) is 0.4 of L2 at ratio 2), and a prefetch over "
+                   "it waiting for the queue head (ours) or skipped (SGLang); seed's "
+                   "timeout policy."),
     Sweep("dsv4_output", "dsv4_flash",
           (("workload.output_length", (64, 256, 1024)),), TIERS,
           sets=("cache.hicache_storage_prefetch_policy=wait_complete",),
@@ -143,6 +154,28 @@ SWEEPS = (
           label="round barrier",
           question="Arrivals (wait_complete): every client's turn at once after a round "
                    "barrier (ours), or each client on its own (think time 0)?"),
+    Sweep("inkling_growth", "inkling_small",
+          (("workload.request_length", (1536, 3072, 6144)),), (WAIT,),
+          label="growth per round",
+          question="Inkling-Small's question per round (ours 6,144 tokens + a 256-token "
+                   "answer; not published), wait_complete: what does it do to mean TTFT?"),
+    Sweep("inkling_output", "inkling_small",
+          (("workload.output_length", (64, 256, 1024)),), (WAIT,),
+          label="answer length",
+          question="Inkling-Small's answer length (ours 256; not published), "
+                   "wait_complete: mean TTFT."),
+    Sweep("inkling_think", "inkling_small",
+          (("workload.think_time", (0, 10, 60)),), (WAIT,),
+          sets=("workload.round_barrier=false",),
+          label="think time",
+          question="Inkling-Small without the round barrier, by seconds between a "
+                   "client's answer and its next question (not published), wait_complete: "
+                   "mean TTFT."),
+    Sweep("inkling_parallel", "inkling_small",
+          (("workload.max_parallel", (12, 24, 48)),), (WAIT,),
+          label="clients in flight",
+          question="Inkling-Small by how many of the 48 clients may have a request in "
+                   "flight (ours 48: all), wait_complete: mean TTFT."),
     Sweep("pro_l1", "dsv4_pro",
           (("cache.device_tokens", (880000, 2640000, 4400000)),), ("lru", "session"),
           sets=("scheduler.max_running_requests=128", "workload.max_sessions=128",
@@ -158,6 +191,18 @@ SWEEPS = (
           question="Seconds between an agent's steps at batch 128 (L1 2.64M tokens, where "
                    "LRU's device hit is near the published 42%): how long must live sessions "
                    "sit idle for session-aware eviction to pay?"),
+    Sweep("pro_swa", "dsv4_pro",
+          (("run.swa_tokens", (60000, 600000)),
+           ("cache.session_coverage", ("path", "component"))), ("lru", "session"),
+          sets=("model=inkling-small-tp8", "scheduler.track_components=true",
+                "scheduler.max_running_requests=32", "workload.max_sessions=32",
+                "workload.num_sessions=64"),
+          label="SWA windows protected (proxy)",
+          question="Proxy for DeepSeek-V4's cached SWA windows, which our V4 presets lack: "
+                   "the same agent sessions on a model with an SWA pool (Inkling-Small, "
+                   "its SWA windows tracked), batch 32, by SWA pool size and by what a "
+                   "session protects (path: ours; component: SGLang's window before the "
+                   "frontier). Does protecting live sessions' windows move the device hit?"),
     Sweep("qwen_l1", "qwen3_5",
           (("cache.device_tokens", (4406379, 1100000, 275000)),), ("lru", "session"),
           sets=("scheduler.max_running_requests=32", "workload.max_sessions=32",
@@ -165,6 +210,13 @@ SWEEPS = (
           label="L1 size",
           question="L1 size at batch 32 (4.4M tokens, as the study; 1/4; 1/16): device "
                    "hit and the session-aware gain when the sessions outgrow L1."),
+    Sweep("qwen_coverage", "qwen3_5",
+          (("cache.session_coverage", ("path", "component")),), ("lru", "session"),
+          sets=("scheduler.max_running_requests=64", "workload.max_sessions=64",
+                "workload.num_sessions=128", "cache.device_tokens=4255467"),
+          label="MAMBA states protected",
+          question="Qwen3.5 at batch 64 (published -16.6%): a session protecting every "
+                   "MAMBA checkpoint on its path (ours) or its frontier's only (SGLang)."),
     Sweep("qwen_mamba", "qwen3_5",
           (("run.mamba_slots", (48, 96, 192)),), ("lru", "session"),
           sets=("scheduler.max_running_requests=32", "workload.max_sessions=32",

@@ -102,12 +102,17 @@ that matter):
   prefetches that run to completion.
 - **The seed's launch flags**: page 64 (256 for DeepSeek-V4: a page holds whole C128
   entries), `--hicache-ratio 2`, `write_through_selective`, Mooncake, prefetch policy
-  `timeout` with base 2 s, 0.1 s per Ki-token, max 30 s; chunked prefill 16K (ours).
+  `timeout` with base 2 s, 0.1 s per Ki-token, max 30 s; chunked prefill 16K (ours);
+  arrival-time L3 prefetches may hold 25% of L2 and one over it waits for the queue head
+  (ours; SGLang's limit is 40% of L2 at ratio 2 and it skips one over it: section 3 sweeps
+  both).
 - **SWE-bench-shaped sessions** (no recorded trace): a 6K system prompt, one of 12
   repositories' 12K shared context, a 1-3K issue, 10-40 steps of a 64-512 token tool call
   and a 256-3,072 token tool result, 1-6 s of tool time; batch = sessions in flight =
   running requests; twice as many sessions in all. DeepSeek-V4-Pro with HiCache (L1+L2);
   Qwen3.5 with its MAMBA component tracked, in L1 and L2 (HiCache for hybrid trees).
+  Each batch runs with workload seeds 0, 1 and 2: the table shows seed 0, section 4 the
+  mean and range over the three.
 """
 
 
@@ -164,7 +169,8 @@ def readings(res: dict) -> dict[str, str]:
             f"{r['ttft_mean_s']:.2f} s, {r['effective_input_throughput_tps'] / 1e3:,.0f}K tok/s"
             for _, r in df.iterrows()) + "."
     for key, label in (("pro_l1", "cache.device_tokens"), ("pro_tool_time", "workload.tool_time"),
-                       ("qwen_l1", "cache.device_tokens"), ("qwen_mamba", "run.mamba_slots")):
+                       ("qwen_l1", "cache.device_tokens"), ("qwen_mamba", "run.mamba_slots"),
+                       ("qwen_coverage", "cache.session_coverage")):
         if (df := sw.get(key)) is not None:
             out[key] = "Session-aware against LRU: " + "; ".join(
                 f"{label.split('.')[-1]} {r0[label]}: mean TTFT {_chg(r0, r1)}, device hit "

@@ -93,8 +93,9 @@ def test_the_report_puts_each_published_figure_beside_ours(tmp_path: Path) -> No
     assert "| effective input throughput, L1+L2+L3 / L1 [x] | 15.5 | 6.0 | 61% **>20%** |" \
         in body
     assert "| DeepSeek-V4-Pro TP8 | 128 | -11.0% | -10.0% | 9% |" in body
+    # the seed's flags, then prefetches that run to completion
     assert ("| L1+L2+L3 hit rate, last 5 rounds | 98% | 90% | 8% | 90% | 8% | 3.3 prefetch "
-            "policy |") in body  # the seed's flags, then prefetches that run to completion
+            "policy, 3.4 prefetch share of L2 |") in body
     assert "| effective input throughput, L1+L2+L3 / L1 [x] | 15.5 | 6.0 | 61% **>20%** | " \
         "15.0 | 3% |" in body
     for name in ("multiturn_dsv4_flash.png", "multiturn_inkling_small.png",

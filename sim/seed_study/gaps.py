@@ -1,0 +1,211 @@
+"""Section 4's readings of the three gaps the first report left without a measured cause
+(issue 13): the L2 share of arrival-time L3 prefetches under the seed's ``timeout`` policy,
+session-aware eviction over several workload seeds and against SGLang's policy line by
+line, and what moves Inkling-Small's mean TTFT. Every number is read off the runs."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from sim.seed_study.spec import MULTITURN, SESSIONS, WAIT, moved_by
+
+SHARE, OVER = "scheduler.prefetch_share", "scheduler.prefetch_over_share"
+PR = "https://github.com/sgl-project/sglang/pull/29173"
+
+# SGLang's session-aware eviction (PR 29173 as merged: UnifiedRadixCache's session reference
+# tracker and its Full / SWA / Mamba components) against ours (hicache/tree/eviction.py,
+# radix.py reference_session / close_session, residency.py), one line per rule.
+SGLANG_VS_OURS = (
+    ("Full KV: what a finished request references",
+     "its path root -> last node, once per session", "the same", "same"),
+    ("Full KV: eviction order, L1 and L2",
+     "(referenced, references, base policy key)", "the same key, L1 and L2", "same"),
+    ("close_session", "drops the references, frees nothing", "the same", "same"),
+    ("a referenced leaf evicted", "the session's frontier falls back to its parent",
+     "the rest of the path stays referenced", "same effect"),
+    ("SWA windows", "only the window + one page before each session's frontier is "
+     "referenced; the SWA pool's LRU evicts unreferenced windows first",
+     "the whole path counts as referenced (tracked models); DeepSeek-V4 has no SWA pool "
+     "here: its 128-token window is per-request state, never cached", "differs"),
+    ("Mamba states", "only the frontier's state is referenced",
+     "every state on the path counts as referenced", "differs"),
+    ("a referenced component on an unreferenced leaf",
+     "an unreferenced trigger may not evict it", "references are per node, so the leaf "
+     "is referenced", "same effect"),
+    ("aborted requests, reopened ids", "not registered (generation fencing)",
+     "every finished request registers; ids are never reused", "not exercised"),
+)
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None or v != v else f"{v:.0%}"
+
+
+def prefetch_share(df: pd.DataFrame | None, r: dict | None) -> str:
+    """V4-Flash L3 under ``timeout`` by the prefetch share and wait / skip."""
+    if df is None or r is None:
+        return ""
+    st = next(s for s in MULTITURN if s.key == "dsv4_flash")
+    l1 = r["metrics"]["L1"]["input_tps"]
+    pts = {(float(row[SHARE]), str(row[OVER])): row for _, row in df.iterrows()}
+    best = max(pts.values(), key=lambda x: x["effective_input_throughput_tps"])
+    x = {k: v["effective_input_throughput_tps"] / l1 for k, v in pts.items()}
+    text = (f"**{st.title}: the arrival-time prefetch share** (section "
+            f"{moved_by(('dsv4_prefetch_share',))}, the seed's `timeout` policy). "
+            + "; ".join(f"share {s:g} {o}: {x[(s, o)]:.1f}x L1, hit "
+                        f"{_pct(v['hit_rate'])} (L3 {_pct(v['l3_hit_rate'])}), mean TTFT "
+                        f"{v['ttft_mean_s']:.1f} s" for (s, o), v in pts.items()) + ". ")
+    if (0.4, "skip") in pts and (0.25, "wait") in pts:
+        text += (f"SGLang's own limit and rule (share 0.4, skip) gives {x[(0.4, 'skip')]:.1f}x "
+                 f"against our default's {x[(0.25, 'wait')]:.1f}x; the best point swept, "
+                 f"share {float(best[SHARE]):g} {best[OVER]}, "
+                 f"{best['effective_input_throughput_tps'] / l1:.1f}x (published "
+                 f"{st.published['x_l3']:.1f}x; wait_complete "
+                 f"{r['x'].get(WAIT, float('nan')):.1f}x). ")
+        waits = [v for (_, o), v in pts.items() if o == "wait"]
+        if len({round(float(v["effective_input_throughput_tps"]), 3) for v in waits}) == 1:
+            text += ("Under `wait` every share gives the same run: at this L2 size the share "
+                     "never binds, so it is not what holds the timeout run back. ")
+        text += ("`skip` changes the run (a prefetch reserves its whole rest, evicting L2 "
+                 "for it, and one over the share is never retried). " + (
+                     "No point swept comes within 20% of the published multiplier: the gap "
+                     "is the stop policy itself (section "
+                     f"{moved_by(('dsv4_prefetch',))}), not the share or the skip rule."
+                     if best["effective_input_throughput_tps"] / l1
+                     < 0.8 * st.published["x_l3"] else
+                     "The share is what moves it toward the published figure."))
+    return text
+
+
+def session_spread(seeds: pd.DataFrame | None) -> str:
+    """Mean and range over the workload seeds of each session row's TTFT change."""
+    if seeds is None or not len(seeds) or "seed" not in seeds:
+        return ""
+    n = seeds["seed"].nunique()
+    stalled = seeds[seeds["stalled"].notna()] if "stalled" in seeds else seeds.iloc[:0]
+    seeds = seeds.drop(stalled.index)
+    parts, covered = [], []
+    for st in SESSIONS:
+        g = seeds[seeds["model"] == st.title]
+        for b, rows in g.groupby("batch"):
+            c, dv = rows["ttft_change_pct"], rows["device_session"] - rows["device_lru"]
+            parts.append(f"{st.title} batch {int(b)}: {c.mean():+.1f}% "
+                         f"[{c.min():+.1f}%, {c.max():+.1f}%], device hit "
+                         f"{100 * dv.mean():+.1f} points [{100 * dv.min():+.1f}, "
+                         f"{100 * dv.max():+.1f}]")
+            pub = st.published.get(int(b), {}).get("ttft_change_pct")
+            if pub is not None:
+                inside = c.min() <= pub <= c.max()
+                covered.append(f"{st.title} batch {int(b)} ({pub:+.1f}%: "
+                               f"{'inside' if inside else 'outside'})")
+    lost = "".join(f" {r['model']} batch {int(r['batch'])} seed {int(r['seed'])} did not "
+                   f"finish ({r['stalled']}: the scheduler stalled, a liveness bug this "
+                   "study found); it is left out of the range." for _, r in stalled.iterrows())
+    return (f"**Session-aware eviction over {n} workload seeds** (mean TTFT change against "
+            f"LRU, mean [min, max]; device hit change in points): " + "; ".join(parts)
+            + ". The published figure against our seeds' range: " + ", ".join(covered) + "."
+            + lost)
+
+
+def _coverage_points(df: pd.DataFrame | None) -> list[str]:
+    """'SWA 60K tokens, component: device hit 38% -> 44%, TTFT -5.1%' per point."""
+    if df is None:
+        return []
+    out = []
+    keys = [k for k in ("run.swa_tokens", "cache.session_coverage") if k in df]
+    for values, g in df.groupby(keys, sort=False):
+        v = g.set_index("variant")
+        if not {"lru", "session"} <= set(v.index):
+            continue
+        lru, ses = v.loc["lru"], v.loc["session"]
+        values = values if isinstance(values, tuple) else (values,)
+        what = ", ".join(f"SWA pool {x / 1e3:,.0f}K tokens" if k == "run.swa_tokens"
+                         else str(x) for k, x in zip(keys, values, strict=True))
+        out.append(f"{what}: device hit {_pct(lru['device_hit_rate'])} -> "
+                   f"{_pct(ses['device_hit_rate'])}, TTFT "
+                   f"{100 * (ses['ttft_mean_s'] / lru['ttft_mean_s'] - 1):+.1f}%")
+    return out
+
+
+def sglang_policy(sweeps: dict[str, pd.DataFrame]) -> str:
+    """The line-by-line comparison as a table, and what the coverage sweeps measured."""
+    rows = "\n".join(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in SGLANG_VS_OURS)
+    text = (f"**SGLang's session-aware eviction against ours, line by line** ({PR}, as "
+            "merged: session references per cache component):\n\n"
+            "| rule | SGLang | ours | |\n|---|---|---|---|\n" + rows + "\n\n"
+            "For full-attention KV, which is all our DeepSeek-V4-Pro preset caches, the two "
+            "policies decide alike, so no option of the policy moves that row. The rules "
+            "that differ are the SWA and MAMBA ones; `cache.session_coverage: component` "
+            "adds SGLang's (hicache/tree/session_coverage.py). In SGLang, DeepSeek-V4's "
+            "sliding-window KV is a device-only component of the unified tree "
+            "(https://github.com/sgl-project/sglang/issues/23639): a device hit ends at the "
+            "last node whose window is still in the SWA pool, and session references keep "
+            "live sessions' windows there while LRU lets a session idle in a tool call lose "
+            "its window. Our V4 presets keep the window as per-request state, so the V4-Pro "
+            "rows cannot show it; section "
+            f"{moved_by(('pro_swa',))} runs the same sessions on a model with an SWA pool. ")
+    pts = _coverage_points(sweeps.get("pro_swa"))
+    if pts:
+        text += "Measured there: " + "; ".join(pts) + ". "
+    q = _coverage_points(sweeps.get("qwen_coverage"))
+    if q:
+        text += (f"Qwen3.5 at batch 64 (section {moved_by(('qwen_coverage',))}; published "
+                 "-16.6%): " + "; ".join(q) + ".")
+        change = _changes(sweeps["qwen_coverage"])
+        if {"path", "component"} <= set(change):
+            pub, lo, hi = -16.6, *sorted((change["path"], change["component"]))
+            text += (f" The published {pub:+.1f}% lies between our two rules' "
+                     f"{change['path']:+.1f}% (ours) and {change['component']:+.1f}% "
+                     "(SGLang's): what a session protects of the MAMBA states moves this row "
+                     "across the published figure, a measured cause of its gap."
+                     if lo <= pub <= hi else
+                     " SGLang's MAMBA rule does not move that row across the published "
+                     "figure.")
+    return text
+
+
+def _changes(df: pd.DataFrame) -> dict[str, float]:
+    """Session-aware mean TTFT change in percent by ``cache.session_coverage``."""
+    out = {}
+    for cov, g in df.groupby("cache.session_coverage", sort=False):
+        v = g.set_index("variant")["ttft_mean_s"]
+        out[str(cov)] = 100 * (v["session"] / v["lru"] - 1)
+    return out
+
+
+def inkling_ttft(sweeps: dict[str, pd.DataFrame], r: dict | None) -> str:
+    """What moves Inkling-Small's mean TTFT (wait_complete), sweep by sweep."""
+    if r is None:
+        return ""
+    st = next(s for s in MULTITURN if s.key == "inkling_small")
+    base = r["metrics"][WAIT]["ttft_mean_s"]
+    lines, span = [], {}
+    for key, col, unit in (("inkling_growth", "workload.request_length", "tokens"),
+                           ("inkling_output", "workload.output_length", "tokens"),
+                           ("inkling_think", "workload.think_time", "s"),
+                           ("inkling_parallel", "workload.max_parallel", "clients")):
+        df = sweeps.get(key)
+        if df is None:
+            continue
+        pts = [(row[col], row["ttft_mean_s"]) for _, row in df.iterrows()]
+        span[key] = (min(t for _, t in pts), max(t for _, t in pts))
+        lines.append(f"section {moved_by((key,))}: " + ", ".join(
+            f"{v:g} {unit} -> {t:.2f} s" for v, t in pts))
+    if not lines:
+        return ""
+    target = st.published["ttft_l3_s"]
+    brackets = [k for k, (lo, hi) in span.items() if lo <= target <= hi]
+    return (f"**{st.title}: mean TTFT** (published {target:.2f} s; ours {base:.2f} s with "
+            "wait_complete), by each assumption not published: " + "; ".join(lines) + ". "
+            + (f"The published {target:.2f} s lies within the range of "
+               f"{moved_by(tuple(brackets))}: each of these, unpublished, can account for "
+               "the gap alone. " if brackets else "No assumption swept alone reaches the published "
+               "figure. ")
+            + ("The question size was chosen to put the L1+L2 cliff at rounds 18-19 "
+               "(setup); a smaller one that matches the TTFT moves the cliffs later (they "
+               f"move as 1 / growth, section {moved_by(('dsv4_growth',))}): with our L1 "
+               "and hardware no single growth per round gives both the published cliff and "
+               "the published TTFT. " if "inkling_growth" in brackets else "")
+            + f" Of our {base:.2f} s, {r['metrics'][WAIT]['queue_mean_s']:.2f} s is the wait "
+            "from arrival to admission (the queue behind the round's other prefills and, "
+            "with wait_complete, the L3 prefetch) and the rest the request's own prefill.")
