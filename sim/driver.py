@@ -40,6 +40,7 @@ from hicache.timeline import Timeline
 from hicache.workload.factory import make_workload
 from hicache.workload.request import Request
 from sim.boundary import CrossingCost
+from sim.collector import run_collector
 from sim.faults import FaultInjector, FaultLedger, check_faults
 from sim.fold import DecodeFolder
 from sim.hardware.model import ModelPreset
@@ -201,11 +202,12 @@ def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<sc
                                       rep.runtime.profile.scheduler_step_s, feed.horizon,
                                       per_step_rows=sc.run.timeline_steps)
         env.process(_replica(env, i, rep, feed, ledger, observe))
-    if injector is None:
-        env.run(until=sc.run.max_sim_time)
-    else:
-        _run_until_idle(env, feed, replicas, sc.run.max_sim_time)
-        injector.finish(env.now)
+    with run_collector():  # fewer collections of a growing heap (sim.collector)
+        if injector is None:
+            env.run(until=sc.run.max_sim_time)
+        else:
+            _run_until_idle(env, feed, replicas, sc.run.max_sim_time)
+            injector.finish(env.now)
     records = [r for rep in replicas for r in rep.scheduler.records()]
     records.sort(key=lambda r: r["rid"])
     decisions = [(i, *dec.row()) for i, rep in enumerate(replicas)
