@@ -30,6 +30,7 @@ from typing import Any
 
 import simpy
 
+from hicache.collector import run_collector
 from hicache.config import CacheConfig
 from hicache.routing import Router, SchedulerView
 from hicache.runtime.handles import Kind
@@ -40,7 +41,6 @@ from hicache.timeline import Timeline
 from hicache.workload.factory import make_workload
 from hicache.workload.request import Request
 from sim.boundary import CrossingCost
-from sim.collector import run_collector
 from sim.faults import FaultInjector, FaultLedger, check_faults
 from sim.fold import DecodeFolder
 from sim.hardware.model import ModelPreset
@@ -202,7 +202,7 @@ def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<sc
                                       rep.runtime.profile.scheduler_step_s, feed.horizon,
                                       per_step_rows=sc.run.timeline_steps)
         env.process(_replica(env, i, rep, feed, ledger, observe))
-    with run_collector():  # fewer collections of a growing heap (sim.collector)
+    with run_collector():  # fewer collections of a growing heap (hicache.collector)
         if injector is None:
             env.run(until=sc.run.max_sim_time)
         else:

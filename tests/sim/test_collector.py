@@ -1,4 +1,4 @@
-"""The run's collector thresholds (sim.collector): set for the run, restored after it,
+"""The run's collector thresholds (hicache.collector): set for the run, restored after it,
 also when the run raises; a run changes no global collector setting."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from hicache.collector import RUN_THRESHOLDS, run_collector
 from hicache.scenario import load_scenario
-from sim.collector import RUN_THRESHOLDS, run_collector
 from sim.driver import simulate
 
 ROOT = Path(__file__).resolve().parents[2]
