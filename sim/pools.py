@@ -58,7 +58,7 @@ class PagePool:
         if p is not None:
             raise ValueError(f"{self.tier.value} pool '{self.pool}': page {p} is not "
                              "allocated")
-        self._ids.give_runs(runs)
+        self._ids.give_runs(runs, checked=True)  # bad_runs just found nothing
 
     def unallocated_in(self, start: int, n: int) -> int | None:
         """The first page of ``start .. start + n - 1`` that is not allocated, else None."""

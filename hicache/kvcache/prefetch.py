@@ -131,12 +131,13 @@ class L3Prefetcher:
     def still(self, head: RequestState) -> bool:
         """Until a completion or an arrival, :meth:`on_arrivals` and :meth:`ready` of the
         queue's ``head`` change nothing: no arrived request may start a prefetch (none
-        undecided, or the L2 share is spent), no deadline passes by time alone (not the
-        ``timeout`` policy), and a prefetching head waits for its own completion
-        (``wait_complete``). A lost prefix (:meth:`_lost_prefix`) reads only the tree."""
+        undecided, or the L2 share is spent), and the head is not prefetching or waits for
+        its own completion (``wait_complete``). Under ``timeout`` only the head's deadline
+        moves the queue by time alone (:meth:`ready` reads no other request's), and a head
+        not prefetching has none; a prefetching head is never still (its deadline may pass,
+        and ``best_effort`` goes at once). A lost prefix (:meth:`_lost_prefix`) reads only
+        the tree."""
         policy = self.cache.hicache_storage_prefetch_policy
-        if policy == "timeout":
-            return False
         undecided = self.undecided
         while undecided and undecided[0].prefetch_job is not None:
             undecided.popleft()

@@ -116,6 +116,7 @@ def _cache(args: argparse.Namespace, capacity: int):  # noqa: ANN202 - ReplayCac
 def run(args: argparse.Namespace) -> int:
     from contextlib import nullcontext
 
+    from hicache.collector import run_collector
     from hicache.replay.engine import in_arrival_order
     from hicache.report.outputs import RunFolder
     from hicache.workload.traces import load_trace
@@ -123,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     capacities = list(dict.fromkeys(args.capacity_tokens))
     # --out is checked (not a previous run unless --overwrite, writable) before any work
     folder = RunFolder(args.out, overwrite=args.overwrite) if args.out else None
-    with folder or nullcontext():
+    with folder or nullcontext(), run_collector():  # few collections of a growing heap
         requests = in_arrival_order(load_trace(args.trace, args.format, args.max_requests))
         for capacity in capacities:
             out = None if folder is None else (folder.path if len(capacities) == 1 else

@@ -52,20 +52,25 @@ def test_folds_with_a_still_queue_change_nothing(monkeypatch, sets, variant, hel
     assert seen[held] > 0, f"no fold with a queue head held by {held}: the test shows nothing"
 
 
-def test_a_queue_that_may_move_by_time_alone_is_not_still() -> None:
-    """Under the timeout prefetch policy a waiting head proceeds at its deadline with no
-    event: no fold while anything waits."""
+def test_timeout_policy_folds_while_the_head_is_not_prefetching(monkeypatch) -> None:
+    """Under the timeout prefetch policy only the head's own deadline moves the queue by
+    time alone: folds happen while a head that is not prefetching waits, never while a
+    prefetching head does, and change nothing."""
     sc = dict(load_scenario(ROOT / "scenarios/multiturn_tiers.yaml", FULL_L1).expand())[
         "L1+L2+L3"].with_overrides(["cache.hicache_storage_prefetch_policy=timeout"])
-    calls: list[bool] = []
+    plain = _observed(_run(sc, "L1+L2+L3", False))
+    seen: Counter[str] = Counter()
     still = Scheduler._queue_still
 
     def spying(self):  # noqa: ANN001, ANN202
         out = still(self)
-        calls.append(out and bool(self.waiting))
+        if self.waiting:
+            head = self.waiting[0].status.name.lower()
+            seen[f"{head} {'still' if out else 'moving'}"] += 1
         return out
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(Scheduler, "_queue_still", spying)
-        _run(sc, "L1+L2+L3", True)
-    assert calls and not any(calls)
+    monkeypatch.setattr(Scheduler, "_queue_still", spying)
+    assert _observed(_run(sc, "L1+L2+L3", True)) == plain
+    assert seen["prefetching still"] == 0, seen
+    assert seen["waiting still"] > 0, f"no still queue with a waiting head: {seen}"
+    assert seen["prefetching moving"] > 0, f"no prefetching head: the test shows less: {seen}"
