@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from hicache.kvcache.decisions import Load
 from hicache.kvcache.state import RequestState
-from hicache.runtime.handles import CacheExtentRef, Tier
+from hicache.runtime.handles import CacheExtentRef
 from hicache.runtime.interface import RuntimeInfo
 from hicache.tree.components import Kind
 from hicache.tree.loadback import ComponentLoads, plan_loads
@@ -54,7 +54,6 @@ class HybridTiers:
                                      for k in STATE if k in kinds}
         self.pending = dict.fromkeys(STATE, 0)  # device pages (slots) loads will take
         self._landing: dict[int, tuple[list[Node], list[tuple[Node, Kind]]]] = {}
-        self._orphans: dict[int, list[CacheExtentRef]] = {}  # rid -> loads to free at finish
 
     def plan(self, m: MatchResult) -> ComponentLoads | None:
         """The loads worth doing for ``m`` (None: reuse the L1 boundary alone)."""
@@ -84,29 +83,18 @@ class HybridTiers:
         if len(targets) != len(extents):
             raise ValueError(f"request {st.rid}: {len(extents)} loaded extents for "
                              f"{len(targets)} loads")
-        residency = self.tree.residency
         for (node, kind), ext in zip(targets, extents, strict=True):
             if kind is Kind.FULL:
                 self.kv.budget.loads_pending -= ext.num_pages
             else:
                 self.pending[kind] -= ext.num_pages
-            if kind in node.device:  # filled meanwhile: this copy is the request's
-                self._orphans.setdefault(st.rid, []).append(ext)
-                if kind is Kind.FULL:
-                    self.kv.budget.own += ext.num_pages
-                else:
-                    self.tracker.own[kind] += ext.num_pages
-                    st.reserved[kind] = st.reserved.get(kind, 0) + ext.num_pages
-                continue
-            residency.put_value(node, Tier.DEVICE, kind, ext)
-            residency.touched(node)
+            if not self.kv.land(st, node, kind, ext) and kind is not Kind.FULL:
+                self.tracker.own[kind] += ext.num_pages  # filled meanwhile: st's own
+                st.reserved[kind] = st.reserved.get(kind, 0) + ext.num_pages
 
     def finish(self, st: RequestState) -> None:
         """Free the request's orphaned loads (its row is released in the same plan)."""
-        for ext in self._orphans.pop(st.rid, ()):
-            if ext.pool is Kind.FULL:
-                self.kv.budget.own -= ext.num_pages
-            self.kv.sink.free(ext)
+        self.kv.free_orphans(st)
 
     def write_through(self, st: RequestState, node: Node | None) -> None:
         """The write policy over the path the prompt's insert ended at (every component

@@ -112,6 +112,7 @@ class KVCacheManager:
         self._backups_refused = 0  # backups that found no L2 room
         self._keys = NodeKeys(self.page)
         self._refused: tuple | None = None  # what admit read when it last refused (admit)
+        self._orphans: dict[int, list[CacheExtentRef]] = {}  # rid -> loads it owns (land)
 
     def log(self, decision: Decision) -> None:
         self.decisions.append(decision)
@@ -298,9 +299,31 @@ class KVCacheManager:
     def loaded(self, st: RequestState, extents: Iterable[CacheExtentRef]) -> None:
         """The runtime placed ``st``'s loads on L1 (``extents``, one per load node)."""
         for node, ext in zip(st.load_nodes, extents, strict=True):
-            self.tree.residency.put_value(node, Tier.DEVICE, Kind.FULL, ext)
-            self.tree.residency.touched(node)
             self.budget.loads_pending -= ext.num_pages
+            self.land(st, node, Kind.FULL, ext)
+
+    def land(self, st: RequestState, node: Node, kind: Kind, ext: CacheExtentRef) -> bool:
+        """A load of ``st`` placed ``node``'s ``kind`` on L1 at ``ext``: it joins the node.
+        Two requests can load the same L2 node (both admitted before either load lands),
+        or one computes and inserts it meanwhile; a node that holds ``kind`` on L1
+        already keeps its copy, and this one is ``st``'s own until it finishes
+        (:meth:`free_orphans`): returns False. Replacing the node's copy instead would
+        leak those pages and the tree's page count (an L1 that looks full forever)."""
+        if kind in node.device:
+            self._orphans.setdefault(st.rid, []).append(ext)
+            if kind is Kind.FULL:
+                self.budget.own += ext.num_pages
+            return False
+        self.tree.residency.put_value(node, Tier.DEVICE, kind, ext)
+        self.tree.residency.touched(node)
+        return True
+
+    def free_orphans(self, st: RequestState) -> None:
+        """Free the copies :meth:`land` left to ``st`` (it finished)."""
+        for ext in self._orphans.pop(st.rid, ()):
+            if ext.pool is Kind.FULL:
+                self.budget.own -= ext.num_pages
+            self.sink.free(ext)
 
     def loads_read(self, st: RequestState) -> None:
         """The loads' source L2 pages were read: unpin them (buffer_only: drop them)."""
@@ -396,6 +419,7 @@ class KVCacheManager:
             keep = component_keep or None
         else:
             keep = CacheExtentRef.concat(st.donated) if st.donated else None
+        self.free_orphans(st)
         if st.handle is not None:
             self.sink.release(Release(st.handle, keep))
         node = tail or (st.lock.entries[0][0] if st.lock and st.lock.entries else None)

@@ -42,6 +42,7 @@ from hicache.runtime.interface import (
 )
 from hicache.tiers.hashing import page_hashes
 from hicache.tree.components import Kind, TreeSpec
+from hicache.tree.invariants import TreeInvariantError, check_tree
 from hicache.tree.radix import UnifiedRadixTree, page_keys
 from hicache.workload.request import Request
 
@@ -243,6 +244,10 @@ class Scheduler:
             lines.append(f"queue head: request {st.rid} ({st.status.value}) needs "
                          f"{self.kv.footprint(st)} L1 pages beyond its cached prefix")
         lines.append(self.kv.describe_l1())
+        try:  # a stall is often a leak in the tree's accounting: name it
+            check_tree(self.tree)
+        except TreeInvariantError as e:
+            lines.append(f"tree invariant broken (a bug, not a capacity limit): {e}")
         return "; ".join(lines)
 
     # -- arrivals and admission ------------------------------------------------------

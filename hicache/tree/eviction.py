@@ -88,6 +88,11 @@ class LazyHeap:
     def __len__(self) -> int:
         return len(self._heap)
 
+    def live(self) -> set[int]:
+        """Ids of the nodes with a live (not stale) entry: what :meth:`pop_valid` can
+        still yield. O(entries), for invariant checks."""
+        return {node.id for *_, stamp, node in self._heap if stamp == node.stamp}
+
     def pop_valid(self, ok: Callable[[Node], bool]) -> Iterator[Node]:
         """Pop entries in order; yield live ones that satisfy ``ok``. Entries that are
         stale are dropped; live ones failing ``ok`` are dropped too (their owner pushes

@@ -10,7 +10,9 @@ Rules (O(nodes + pages held); call it every N steps, not on every operation):
 - ``residency.held`` equals the pages the nodes hold, per tier and pool;
 - lock counts equal the live handles' entries (no count <= 0 is kept), and
   ``node.lock_handles`` names exactly the live handles with an entry on the node;
-- every session's node set is exactly the nodes that carry its reference.
+- every session's node set is exactly the nodes that carry its reference;
+- every FULL leaf eviction could take now (an unlocked L1 leaf, an unlocked L2-only
+  leaf) has a live entry in its eviction heap: the evictor can reach it.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ def check_tree(tree: UnifiedRadixTree) -> None:
         _fail(f"residency.held {counters} != pages the nodes hold {dict(held)}")
     _check_locks(tree, seen)
     _check_sessions(tree, seen)
+    _check_heaps(tree, seen)
 
 
 def _check_structure(tree: UnifiedRadixTree) -> list[Node]:
@@ -119,3 +122,14 @@ def _check_sessions(tree: UnifiedRadixTree, nodes: list[Node]) -> None:
     missing = set(carried) - set(tree.sessions)
     if missing:
         _fail(f"nodes carry references of closed sessions {sorted(missing)}")
+
+
+def _check_heaps(tree: UnifiedRadixTree, nodes: list[Node]) -> None:
+    res = tree.residency
+    for name, heap, evictable in (("L1", res.device_heap, res.device_evictable),
+                                  ("L2", res.host_heap, res.host_evictable)):
+        live = heap.live()
+        lost = [n for n in nodes if evictable(n) and n.id not in live]
+        if lost:
+            _fail(f"{len(lost)} evictable {name} leaves have no live eviction-heap entry "
+                  f"(the evictor cannot reach them), first {lost[0]}")

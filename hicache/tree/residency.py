@@ -134,7 +134,10 @@ class Residency:
     def put_value(self, node: Node, tier: Tier, kind: Kind, ext: CacheExtentRef) -> None:
         """Store data (a new SWA/MAMBA holder on L1 becomes its list's most recent)."""
         device = tier is Tier.DEVICE
-        (node.device if device else node.host)[kind] = ext
+        values = node.device if device else node.host
+        if kind in values:  # replacing a copy would leak its pages and ``held``
+            raise ValueError(f"{node} holds {kind.value} on {tier.value} already")
+        values[kind] = ext
         self.tree.changes += 1
         self.tree.shape += 1
         key = (tier, ext.pool)
@@ -240,7 +243,7 @@ class Residency:
         self.tree.changes += 1
 
     # -- eviction --------------------------------------------------------------------
-    def _device_evictable(self, n: Node) -> bool:
+    def device_evictable(self, n: Node) -> bool:
         return (n.parent is not None and n.is_device_leaf() and not n.any_device_lock()
                 and not n.backing_up)
 
@@ -252,10 +255,15 @@ class Residency:
         if pages <= 0:
             return res
         if kind is Kind.FULL:
-            for node in self.device_heap.pop_valid(self._device_evictable):
+            skipped = []  # popped but kept (an L2 child is pinned): they stay candidates
+            for node in self.device_heap.pop_valid(self.device_evictable):
                 self._evict_leaf(node, res)
+                if self.device_evictable(node):
+                    skipped.append(node)
                 if res.freed.get(pool, 0) + res.backing_up >= pages:
                     break
+            for node in skipped:
+                self.device_heap.push(node)
             return res
         for node in self._lru_walk(kind):
             self._evict_component(node, kind, res)
@@ -290,10 +298,10 @@ class Residency:
         :mod:`hicache.tree.session_coverage`; None: any reference on the node)?"""
         if cover is None:
             return bool(node.sessions)
-        return node.id in cover or (bool(node.sessions) and self._device_evictable(node))
+        return node.id in cover or (bool(node.sessions) and self.device_evictable(node))
 
     def _evict_component(self, node: Node, kind: Kind, res: EvictResult) -> None:
-        if self._device_evictable(node):
+        if self.device_evictable(node):
             self._evict_leaf(node, res)
         else:
             self._tombstone(node, kind, res)
@@ -319,7 +327,7 @@ class Residency:
 
     def _swa_tombstone_leaf(self, n: Node) -> bool:
         return (self.options.free_swa_tombstone_leaves and Kind.SWA in self.lru
-                and Kind.SWA not in n.device and self._device_evictable(n))
+                and Kind.SWA not in n.device and self.device_evictable(n))
 
     def _evict_one_leaf(self, node: Node, res: EvictResult) -> Node | None:
         tokens = node.num_pages * self.tree.spec.page_size
@@ -356,7 +364,7 @@ class Residency:
             stack.extend(n.children.values())
         return out
 
-    def _host_evictable(self, n: Node) -> bool:
+    def host_evictable(self, n: Node) -> bool:
         return (n.parent is not None and not n.on_device and n.on_host and not n.children
                 and not n.locked(HOST) and not n.backing_up)
 
@@ -385,7 +393,7 @@ class Residency:
     def evict_host(self, pages: int) -> EvictResult:
         """Free at least ``pages`` L2 FULL pages by deleting host-only leaves."""
         res = EvictResult()
-        for node in self.host_heap.pop_valid(self._host_evictable):
+        for node in self.host_heap.pop_valid(self.host_evictable):
             parent = node.parent
             for kind in list(node.host):
                 res.add_free(FreeHost(node.id, kind, self.pop_value(node, Tier.HOST, kind)))

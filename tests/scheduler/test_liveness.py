@@ -15,7 +15,7 @@ import yaml
 from hicache.cli import main
 from hicache.config import CacheConfig
 from hicache.kvcache.manager import KVCacheManager
-from hicache.runtime.handles import Kind
+from hicache.runtime.handles import Kind, Tier
 from hicache.runtime.interface import RuntimeInfo
 from hicache.scheduler.scheduler import Scheduler, SchedulerConfig
 from hicache.workload.request import Request
@@ -131,6 +131,19 @@ def test_a_stalled_run_exits_non_zero_naming_the_requests(tmp_path: Path, capsys
     assert "ERROR: 2 request(s) did not finish (rid 0, 1): stalled" in err
     summary = json.loads((tmp_path / "o" / "live" / "summary.json").read_text())
     assert summary["n_unfinished"] == 2 and "queue head" in summary["stall"]
+
+
+def test_a_stall_diagnosis_names_a_broken_tree_invariant() -> None:
+    """The seed study's stall looked like a full L1 (the tree's page count had leaked):
+    the diagnosis checks the tree and says when its accounting is broken."""
+    info = RuntimeInfo("r", 0, 64, {Kind.FULL: 625}, {Kind.FULL: 0})
+    sched = Scheduler(CacheConfig(page_size=64, device_tokens=40000), info,
+                      SchedulerConfig(max_running_requests=4))
+    sched.step(0.0, [Request(0, 0.0, list(range(100)), 4)])
+    assert "tree invariant broken" not in sched.diagnose()
+    sched.tree.residency.held[(Tier.DEVICE, Kind.FULL)] = 7
+    assert "tree invariant broken (a bug, not a capacity limit): residency.held" in \
+        sched.diagnose()
 
 
 def test_a_run_cut_by_max_sim_time_says_so_and_exits_non_zero(tmp_path: Path, capsys) -> None:  # noqa: ANN001

@@ -127,3 +127,22 @@ def test_swa_eviction_drains_unreferenced_nodes_first() -> None:
     res = h.evict_device(1, Kind.SWA)  # then the LRU among referenced ones: a tombstone
     assert [(a.node_id, a.kind) for a in res.actions] == [(first.id, Kind.SWA)]
     h.check_accounting()
+
+
+def test_a_leaf_eviction_skips_stays_reachable_by_the_evictor() -> None:
+    """An L1-only leaf whose L2-only child is pinned (a load or store reads it) cannot be
+    deleted now; it must stay in the eviction heap and go once the pin is released."""
+    h = Harness(TreeSpec(page_size=4), host_enabled=True)
+    p = h.pages([1, 2, 3])
+    h.insert(p[:2])  # L1 only (its write-through backup found no L2 room)
+    h.tree.insert(p, {Kind.FULL: h.take(Tier.HOST, Kind.FULL, 1)}, tier=Tier.HOST)
+    child = h.tree.match(p, touch=False).last_node
+    assert child is not None and child.on_host and not child.on_device
+    pin = h.tree.locks.lock_host([child])
+    assert not h.evict_device(2).actions  # the pinned child keeps its parent
+    h.check_accounting()  # the parent is still reachable by the evictor
+    h.tree.unlock(pin)
+    res = h.evict_device(2)
+    assert sum(a.extent.num_pages for a in res.actions if isinstance(a, FreeDevice)) == 2
+    assert not h.tree.nodes
+    h.check_accounting()
