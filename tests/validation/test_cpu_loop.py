@@ -97,10 +97,12 @@ def test_prediction_errors_are_within_two_sided_bounds(loop):
 
 
 def test_the_bounds_reject_a_zero_or_a_2x_predictor(loop):
-    """The same bounds on the measured data, with predictions scaled by 0 and by 2."""
+    """The same bounds on the measured data, with predictions scaled by 0 and by 2. Scored
+    against the run they scale (errors exactly -1 and +1): the other repeats ran at another
+    moment, and on a loaded machine one repeat can take twice as long as another."""
     _, tmp = loop
     ms = load_measured(tmp / "measured").scenarios[0]
-    runs = [r.run() for r in ms.runs]
+    runs = [ms.runs[0].run()]
     for factor in (0.0, 2.0):
         tl = read_timeline_parquet(tmp / "measured" / "cpu_loop" / "run0" / "timeline.parquet")
         tl[["start", "end", "duration"]] *= factor
