@@ -219,7 +219,10 @@ def test_a_real_sigint_exits_130_and_leaves_no_output(tmp_path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "hicache.cli", "run", str(ROOT / "scenarios/multiturn_tiers.yaml"),
          "--out", str(out), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, cwd=tmp_path)
+        text=True, cwd=tmp_path,
+        # a shell runs background jobs with SIGINT ignored, and Python keeps an ignored
+        # SIGINT ignored: give the child the default, as a terminal's Ctrl-C would find it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout is not None
     line = proc.stdout.readline()  # "[L1] simulating ..." (the run has begun)
     assert "simulating" in line
