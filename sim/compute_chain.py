@@ -27,6 +27,7 @@ import simpy
 from hicache.runtime.interface import BatchCompletion
 from sim.batch import BatchState
 from sim.fluid import FluidJob
+from sim.streams import after
 
 if TYPE_CHECKING:
     from sim.runtime import SimRuntime
@@ -37,14 +38,6 @@ Step = Callable[[simpy.Event], None]
 def chain_possible(rt: SimRuntime) -> bool:
     """Compute ops wait for nothing the host lane or the interpreter lock decides."""
     return not rt.host_lane.active and not rt.interpreter
-
-
-def _after(event: simpy.Event, step: Step) -> None:
-    """Run ``step`` when ``event`` is processed (now, if it already is), as ``yield``."""
-    if event.callbacks is not None:
-        event.callbacks.append(step)
-    else:
-        step(event)
 
 
 class ComputeChain:
@@ -81,7 +74,7 @@ class ComputeChain:
         if st.landed is not None:
             st.landed.wait(self.rt.model.num_layers - 1, lambda: step(None))
         elif st.loads_done is not None:
-            _after(st.loads_done, step)
+            after(st.loads_done, step)
         else:
             step(None)
 
@@ -112,10 +105,8 @@ class ComputeChain:
             st.landed.wait(self.layer, self._landed)
             return
         if st.layer_events is not None and self.rt.layerwise:
-            event = st.layer_events[self.layer]
-            if event.callbacks is not None:
-                event.callbacks.append(self._layer_start)
-                return
+            after(st.layer_events[self.layer], self._layer_start)
+            return
         self._layer_start(None)
 
     def _landed(self) -> None:

@@ -16,6 +16,15 @@ from simpy.events import URGENT
 OpBody = Callable[[], Generator[simpy.Event, Any, Any]]
 
 
+def after(event: simpy.Event, step: Callable[[simpy.Event], None]) -> None:
+    """Run ``step(event)`` when ``event`` is processed (now, if it already is): what a
+    process's ``yield event`` does, for an op run by callbacks."""
+    if event.callbacks is not None:
+        event.callbacks.append(step)
+    else:
+        step(event)
+
+
 class Stream:
     def __init__(self, env: simpy.Environment, name: str) -> None:
         self.env, self.name = env, name
@@ -44,13 +53,7 @@ class Stream:
         kick = env.event()  # what simpy's Initialize is: triggered, scheduled urgent
         kick._ok, kick._value = True, None
         env.schedule(kick, URGENT)
-
-        def after_prev(_ev: simpy.Event) -> None:
-            if prev.callbacks is not None:  # not processed yet: wait for it
-                prev.callbacks.append(start)
-            else:
-                start(prev)
-        kick.callbacks.append(after_prev)  # type: ignore[union-attr]
+        kick.callbacks.append(lambda _ev: after(prev, start))  # type: ignore[union-attr]
         self.tail = done
         return done
 

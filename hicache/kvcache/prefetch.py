@@ -74,6 +74,14 @@ class L3Prefetcher:
         """``st`` joined the scheduler's waiting queue (its prefetch is undecided)."""
         self.undecided.append(st)
 
+    def _undecided(self) -> deque[RequestState]:
+        """:attr:`undecided` without its front requests decided meanwhile at the queue
+        head (:meth:`ready`)."""
+        undecided = self.undecided
+        while undecided and undecided[0].prefetch_job is not None:
+            undecided.popleft()
+        return undecided
+
     def on_arrivals(self, now: float) -> None:
         """Start prefetches for arrived requests, FIFO, while the L2 share has room.
 
@@ -81,9 +89,7 @@ class L3Prefetcher:
         decides them front first and stops at the first it cannot; the queue head is
         decided before it leaves), so walking :attr:`undecided` visits them in the order
         a walk of the whole queue would, without re-reading the decided front."""
-        undecided = self.undecided
-        while undecided and undecided[0].prefetch_job is not None:
-            undecided.popleft()  # decided at the queue head (ready)
+        undecided = self._undecided()
         if self.skip_over_share:
             while undecided and undecided[0].req.arrival <= now:
                 self._start_or_skip(undecided.popleft())
@@ -138,9 +144,7 @@ class L3Prefetcher:
         and ``best_effort`` goes at once). A lost prefix (:meth:`_lost_prefix`) reads only
         the tree."""
         policy = self.cache.hicache_storage_prefetch_policy
-        undecided = self.undecided
-        while undecided and undecided[0].prefetch_job is not None:
-            undecided.popleft()
+        undecided = self._undecided()
         if undecided and (self.skip_over_share  # skip decides every arrival at once
                           or self._share_left() >= self.threshold_pages):
             return False
