@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-import os
 import tempfile
 import time
 from collections import deque
@@ -80,15 +79,9 @@ def make_l3(cache: CacheConfig, directory: str) -> L3Store | None:
     if backend is None:
         return None
     if backend == "mooncake":
-        extra = cache.hicache_storage_backend_extra_config
-        if not (extra.get("master_server_address")
-                or os.environ.get("MOONCAKE_MASTER", "").strip()):
-            raise ValueError("hicache_storage_backend mooncake needs a Mooncake master: set "
-                             "hicache_storage_backend_extra_config.master_server_address "
-                             "or the environment variable MOONCAKE_MASTER (host:port)")
         from gpu_backend.l3.mooncake import MooncakeL3
 
-        return MooncakeL3.from_extra_config(extra)
+        return MooncakeL3.from_extra_config(cache.hicache_storage_backend_extra_config)
     from gpu_backend.l3.file import FileL3
 
     return FileL3(directory)

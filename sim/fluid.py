@@ -71,6 +71,15 @@ class FluidServer:
         self._ei = 0  # the first of them not yet charged
         self._marks: list[float] | None = None  # change times while a fold records them
 
+    def _add(self, job: FluidJob) -> None:
+        """``job`` joins :attr:`jobs`; :attr:`kinds` counts it."""
+        self.jobs.append(job)
+        self.kinds[job.kind] = self.kinds.get(job.kind, 0) + 1
+
+    def _remove(self, job: FluidJob) -> None:
+        self.jobs.remove(job)
+        self.kinds[job.kind] -= 1
+
     def _advance(self) -> None:
         now = self.env.now
         if self._ei < len(self._expected):
@@ -164,8 +173,7 @@ class FluidServer:
         job.due = job.timer_at = math.inf
         self._advance()
         job.remaining = 0.0
-        self.jobs.remove(job)
-        self.kinds[job.kind] -= 1
+        self._remove(job)
         if self._solo is None or self._solo(job, self.jobs) is None:
             self._replan()
         if job.then is not None:
@@ -180,8 +188,7 @@ class FluidServer:
         if job.work <= 0:
             return job.done.succeed()
         self._advance()
-        self.jobs.append(job)
-        self.kinds[job.kind] = self.kinds.get(job.kind, 0) + 1
+        self._add(job)
         rate = self._solo(job, self.jobs) if self._solo is not None else None
         if rate is None:
             self._replan(new=job)
@@ -221,8 +228,7 @@ class FluidServer:
         if idle:
             self._last = since  # charged from ``since`` at the next change, as submit's
         before = [j.rate for j in self.jobs]
-        self.jobs.append(job)
-        self.kinds[job.kind] = self.kinds.get(job.kind, 0) + 1
+        self._add(job)
         self._allocate(self.jobs)
         for other, rate in zip(self.jobs, before, strict=False):
             if other.rate != rate:
@@ -255,8 +261,7 @@ class FluidServer:
         for at in points:
             job.remaining -= rate * (at - prev)
             prev = at
-        self.jobs.append(job)
-        self.kinds[job.kind] = self.kinds.get(job.kind, 0) + 1
+        self._add(job)
         job.token += 1
         token = job.token
         now = self.env.now
@@ -281,8 +286,7 @@ class FluidServer:
         self._advance()
         job.token += 1
         job.due = job.timer_at = math.inf
-        self.jobs.remove(job)
-        self.kinds[job.kind] -= 1
+        self._remove(job)
         self._replan()
 
     def run(self, job: FluidJob) -> Generator[simpy.Event, Any, None]:

@@ -130,6 +130,10 @@ def config_from_extra(extra: Mapping[str, Any],
     (seconds) is hicache-lab's own key, read on both paths (SGLang ignores it)."""
     env = os.environ if env is None else env
     from_extra = bool(extra.get("master_server_address"))
+    if not (from_extra or env.get("MOONCAKE_MASTER", "").strip()):
+        raise ValueError("hicache_storage_backend mooncake needs a Mooncake master: set "
+                         "hicache_storage_backend_extra_config.master_server_address "
+                         "or the environment variable MOONCAKE_MASTER (host:port)")
     kwargs = _env_defaults(env) if from_extra else config_from_env(env)
     keys = _EXTRA_KEYS if from_extra else {"setup_timeout": "setup_timeout_s"}
     for key, kw in keys.items():
