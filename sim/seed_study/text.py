@@ -8,6 +8,7 @@ import pandas as pd
 
 from hicache.modelspec import load_model_spec
 from sim.seed_study.analysis import lru_session_pairs
+from sim.seed_study.gaps import coverage_points
 from sim.seed_study.runner import run_args, sweep_args
 from sim.seed_study.spec import MULTITURN, SESSIONS, SWEEPS, session_sets
 
@@ -168,6 +169,8 @@ def readings(res: dict) -> dict[str, str]:
             f"{r['hit_rate']:.0%} (L3 {r['l3_hit_rate']:.0%}), mean TTFT "
             f"{r['ttft_mean_s']:.2f} s, {r['effective_input_throughput_tps'] / 1e3:,.0f}K tok/s"
             for _, r in df.iterrows()) + "."
+    if (df := sw.get("pro_swa")) is not None:
+        out["pro_swa"] = "Session-aware against LRU: " + "; ".join(coverage_points(df)) + "."
     for key, label in (("pro_l1", "cache.device_tokens"), ("pro_tool_time", "workload.tool_time"),
                        ("qwen_l1", "cache.device_tokens"), ("qwen_mamba", "run.mamba_slots"),
                        ("qwen_coverage", "cache.session_coverage")):
