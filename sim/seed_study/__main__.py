@@ -31,6 +31,7 @@ from sim.seed_study.report import render
 from sim.seed_study.spec import (
     MULTITURN,
     SESSION_SEEDS,
+    SESSION_VARIANTS,
     SESSIONS,
     SWEEPS,
     TIERS,
@@ -40,7 +41,6 @@ from sim.seed_study.spec import (
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTS = ("multiturn", "session", "sweeps")
-COMPONENT = "session_component"  # SGLang's session coverage rule, where a scenario has it
 NIC = load_profile("h200-hgx-8gpu").mooncake.nic_bytes_per_s  # the studies' node, per rank
 
 
@@ -69,7 +69,8 @@ def collect_sessions(out: Path, reuse: bool) -> pd.DataFrame:
                 sets = [*session_sets(st, b), *([f"seed={seed}"] if seed else [])]
                 folder = out / "runs" / name
                 try:
-                    runner.run(st.scenario, folder, root=ROOT, sets=sets, reuse=reuse)
+                    runner.run(st.scenario, folder, root=ROOT, sets=sets, reuse=reuse,
+                               variants=SESSION_VARIANTS)
                 except RuntimeError:  # lost requests: the run exits 1 but writes its folder
                     if not (folder / "run.json").exists():
                         raise
@@ -83,21 +84,10 @@ def collect_sessions(out: Path, reuse: bool) -> pd.DataFrame:
                     continue
                 m = {v: run_metrics(runner.requests(folder, v)) for v in ("lru", "session")}
                 rows.append({"model": st.title, "batch": b, "seed": seed,
-                             **session_delta(m["lru"], m["session"]),
-                             **component_delta(folder, m["lru"])})
+                             **session_delta(m["lru"], m["session"])})
                 print(f"session {st.key} batch {b} seed {seed}: done", file=sys.stderr,
                       flush=True)
     return pd.DataFrame(rows)
-
-
-def component_delta(folder: Path, lru: dict) -> dict:
-    """SGLang's coverage rule against LRU (``component_*`` columns), where the scenario has
-    a ``session_component`` variant (DeepSeek-V4-Pro's cached windows)."""
-    if not (folder / safe_name(COMPONENT) / "requests.csv").exists():
-        return {}
-    d = session_delta(lru, run_metrics(runner.requests(folder, COMPONENT)))
-    return {"component_ttft_change_pct": d["ttft_change_pct"],
-            "device_component": d["device_session"]}
 
 
 def collect_sweeps(out: Path, reuse: bool) -> dict[str, pd.DataFrame]:

@@ -84,6 +84,7 @@ SESSIONS = (
 )
 
 SESSION_SEEDS = (0, 1, 2)  # each session row runs with these workload seeds
+SESSION_VARIANTS = ("lru", "session")  # the rows' variants (a scenario may define more)
 MAMBA_STATE_BYTES = 24_145_920  # one Qwen3.5 checkpoint per rank (45 x 536,576 B)
 
 
@@ -194,11 +195,12 @@ SWEEPS = (
     Sweep("pro_swa", "dsv4_pro",
           (("run.swa_tokens", (88000, 264000, 880000)),),
           ("lru", "session", "session_component"),
-          sets=("scheduler.max_running_requests=128", "workload.max_sessions=128",
-                "workload.num_sessions=256"),
-          label="SWA pool size",
-          question="DeepSeek-V4's cached windows at batch 128: the SWA pool's size (SGLang's "
-                   "V4 default 0.1 x the full pool: 88K tokens; 0.3; 1.0) and what a live "
+          sets=("scheduler.track_components=true", "scheduler.max_running_requests=128",
+                "workload.max_sessions=128", "workload.num_sessions=256"),
+          label="SWA windows cached",
+          question="DeepSeek-V4's windows cached as SGLang caches them (ours: per-request "
+                   "state), batch 128, by the SWA pool's size (SGLang's V4 default 0.1 x "
+                   "the full pool: 88K tokens; 0.3; 1.0) and what a live "
                    "session protects (session: its whole path, ours; session_component: "
                    "the window before its frontier, SGLang's). Does protecting live "
                    "sessions' windows move the device hit?"),

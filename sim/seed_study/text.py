@@ -10,7 +10,7 @@ from hicache.modelspec import load_model_spec
 from sim.seed_study.analysis import lru_session_pairs
 from sim.seed_study.gaps import coverage_points
 from sim.seed_study.runner import run_args, sweep_args
-from sim.seed_study.spec import MULTITURN, SESSIONS, SWEEPS, session_sets
+from sim.seed_study.spec import MULTITURN, SESSION_VARIANTS, SESSIONS, SWEEPS, session_sets
 
 COMMAND = ".venv/bin/python -m sim.seed_study --out results/seed_study"
 
@@ -205,7 +205,8 @@ def commands() -> str:
              "--no-trace --no-plots --no-progress`; each sweep `--out "
              "results/seed_study/sweeps/KEY --overwrite --no-plots`):", "", "```sh"]
     lines += [f"hicache-lab {' '.join(run_args(st.scenario))}" for st in MULTITURN]
-    lines += [f"hicache-lab {' '.join(run_args(st.scenario, session_sets(st, b)))}"
+    lines += [f"hicache-lab "
+              f"{' '.join(run_args(st.scenario, session_sets(st, b), SESSION_VARIANTS))}"
               for st in SESSIONS for b in st.batches]
     lines += [f"hicache-lab {' '.join(sweep_args(sw))}" for sw in SWEEPS]
     return "\n".join([*lines, "```", ""])
