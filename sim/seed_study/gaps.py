@@ -199,7 +199,12 @@ def _window_verdict(df: pd.DataFrame) -> str:
             f"{pub['ttft_change_pct']:+.1f}%, {100 * want_hit:+.0f} points): "
             + ("the cached windows reproduce the published gain, a measured cause of the "
                "gap. " if near else
-               "the cached windows do not reproduce the published gain on our sessions. "))
+               "the cached windows do not reproduce the published gain on our sessions. ")
+            + "Where the windows are tracked our running requests reserve SWA pages for all "
+            "their new tokens (up to window + chunk + window) for their whole run, where "
+            "SGLang frees the out-of-window pages as a request proceeds, and a window exists "
+            "only where a request's prompt ended (as in SGLang), so a request that misses "
+            "reserves a whole chunk's pages and evicts more windows. ")
 
 
 def _changes(df: pd.DataFrame) -> dict[str, float]:
