@@ -200,11 +200,11 @@ def _window_verdict(df: pd.DataFrame) -> str:
             + ("the cached windows reproduce the published gain, a measured cause of the "
                "gap. " if near else
                "the cached windows do not reproduce the published gain on our sessions. ")
-            + "Where the windows are tracked our running requests reserve SWA pages for all "
-            "their new tokens (up to window + chunk + window) for their whole run, where "
-            "SGLang frees the out-of-window pages as a request proceeds, and a window exists "
-            "only where a request's prompt ended (as in SGLang), so a request that misses "
-            "reserves a whole chunk's pages and evicts more windows. ")
+            + "Not yet isolated, where tracked windows lower the hits: our running requests "
+            "reserve SWA pages for all their new tokens (up to window + chunk + window) for "
+            "their whole run, where SGLang frees the out-of-window pages as a request "
+            "proceeds; a window exists only where a request's prompt ended (as in SGLang); "
+            "and a host hit needs the window on L2 (SGLang recomputes it). ")
 
 
 def _changes(df: pd.DataFrame) -> dict[str, float]:
