@@ -12,16 +12,25 @@ A plain decoder needs neither. The seed's models do (``scenarios/models/*.yaml``
   ``ModelSpec.head_dim``, replicated on every TP rank); layer i keeps one entry per
   ``ratios[i]`` tokens (1: every token, plain attention; 0: none, the layer has only its
   sliding-window branch); every layer whose ratio is not 1 also attends the last
-  ``sliding_window`` tokens uncompressed. That window is per-request state (the SWA
-  component and the compressors' tails in SGLang), not per-token cache, so page bytes
-  count only the kept entries::
+  ``sliding_window`` tokens uncompressed (one ``entry_bytes`` entry per token). Page
+  bytes count only the kept entries::
 
       per token, layer i:  entry_bytes / ratios[i]  (+ index_entry_bytes / ratios[i]
                            when ratios[i] == index_ratio: the lightning indexer's keys)
 
   Layers whose ratio is ``index_ratio`` are sparse (CSA): each query scores all their
   entries with ``index_heads x index_head_dim`` and attends the ``index_topk`` best; the
-  other compressed layers (HCA) attend all their entries. The same form states a
+  other compressed layers (HCA) attend all their entries.
+
+  The window: without ``scheduler.track_components`` it is per-request state (never
+  cached). With it, it is the tree's SWA component in its own L1 pool, as SGLang's unified
+  radix tree keeps DeepSeek-V4's SWA KV (https://github.com/sgl-project/sglang/issues/23639):
+  a page's window bytes are ``entry_bytes`` per token in every windowed layer
+  (:meth:`CompressedKV.window_page_bytes`), and the pool holds ``swa_full_tokens_ratio``
+  of the full pool's tokens (SGLang's DeepSeek-V4 override: 0.1,
+  https://github.com/sgl-project/sglang/pull/37610) unless ``run.swa_tokens`` says.
+
+  The same form states a
   sliding-window model whose local layers' KV stays out of the tiers (ratio 0 for them,
   1 for the global layers, ``entry_bytes`` = K and V of one layer's heads on a rank).
 """
@@ -77,6 +86,9 @@ class CompressedKV(Plain):
     index_heads: NonNegInt = 0
     index_head_dim: NonNegInt = 0
     index_entry_bytes: NonNegInt = 0  # indexer key of one entry, as stored
+    # SWA pool tokens per full-pool token when the window is tracked (SGLang's
+    # --swa-full-tokens-ratio; its DeepSeek-V4 default is 0.1)
+    swa_full_tokens_ratio: float_(gt=0.0, le=1.0) = 1.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -99,6 +111,14 @@ class CompressedKV(Plain):
             return 0
         per_entry = self.entry_bytes + (self.index_entry_bytes if self.indexed(layer) else 0)
         return page_size * per_entry // r
+
+    def windowed(self, layer: int) -> bool:
+        """Whether ``layer`` has a sliding-window branch (every layer not plain, ratio 1)."""
+        return self.ratios[layer] != 1
+
+    def window_page_bytes(self, layer: int, page_size: int) -> int:
+        """Bytes of ``page_size`` tokens' uncompressed window entries in ``layer``."""
+        return page_size * self.entry_bytes if self.windowed(layer) else 0
 
     def entries(self, layer: int, tokens: int) -> float:
         """Entries ``layer`` keeps for a context of ``tokens`` tokens."""

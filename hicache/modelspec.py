@@ -127,6 +127,33 @@ class ModelSpec(Plain):
     def count(self, kind: str) -> int:
         return sum(1 for k in self.layers if k == kind)
 
+    @property
+    def windowed(self) -> bool:
+        """Whether some layer keeps a sliding window beside its kept KV (a compressed
+        model's window branch): the SWA component when components are tracked."""
+        c = self.compression
+        return c is not None and any(c.windowed(i) for i in range(self.num_layers))
+
+    @property
+    def component_kinds(self) -> tuple[str, ...]:
+        """The layer kinds whose pools a tracked tree keeps: ``layer_kinds``, plus "swa"
+        for a compressed model's windows (:mod:`hicache.model_parts`)."""
+        return self.layers + (("swa",) if self.windowed else ())
+
+    def swa_page_bytes(self, page_size: int) -> tuple[int, ...]:
+        """Bytes of one SWA-pool page in each layer: the KV of "swa" layers, or a
+        compressed model's uncompressed window entries."""
+        c = self.compression
+        if c is not None:
+            return tuple(c.window_page_bytes(i, page_size) for i in range(self.num_layers))
+        return self.layer_page_bytes(("swa",), page_size)
+
+    def swa_pool_tokens(self, device_tokens: int) -> int:
+        """The SWA pool's default size in tokens: the full pool's, times a compressed
+        model's ``swa_full_tokens_ratio``."""
+        c = self.compression
+        return int(device_tokens * c.swa_full_tokens_ratio) if c is not None else device_tokens
+
     # ---- bytes ---------------------------------------------------------------------
     def kv_bytes_per_token_per_layer(self, kind: str, dtype_bytes: int | None = None) -> int:
         if kind not in KINDS:

@@ -161,8 +161,10 @@ def _shared_replicas(env: simpy.Environment, sc: Scenario, hw: HardwareProfile,
 
 
 def _state_pools(model: ModelPreset, sc: Scenario) -> dict[Kind, int]:
-    return state_pool_sizes(model.layer_kinds, sc.cache.page_size, sc.cache.device_tokens,
-                            sc.run.swa_tokens, sc.run.mamba_slots,
+    device = sc.cache.device_tokens
+    return state_pool_sizes(model.component_kinds, sc.cache.page_size, device,
+                            sc.run.swa_tokens or model.swa_pool_tokens(device),
+                            sc.run.mamba_slots,
                             sc.scheduler.max_running_requests)
 
 

@@ -119,8 +119,8 @@ class SimRuntime:
             self.l3_client = L3Client(env, l3, self.fluid, self.timeline, policy=l3_retry)
             self.link.l3 = self.l3_client
         m = self.model
-        self.swa_window = (m.sliding_window if Kind.SWA in device_pages and m.count("swa")
-                           else 0)
+        self.swa_window = (m.sliding_window if Kind.SWA in device_pages
+                           and (m.count("swa") or m.windowed) else 0)
         self.mamba = Kind.MAMBA in device_pages and m.count("mamba") > 0
         self.state_copy_s = m.mamba_state_bytes_per_request() / self.profile.gpu.hbm_bytes_per_s
         self._chain_loads = chain_possible(self)
@@ -136,7 +136,7 @@ class SimRuntime:
         out = {Kind.FULL: m.layer_page_bytes(("full",) if Kind.SWA in pools
                                              else ("full", "swa"), ps)}
         if Kind.SWA in pools:
-            out[Kind.SWA] = m.layer_page_bytes(("swa",), ps)
+            out[Kind.SWA] = m.swa_page_bytes(ps)
         if Kind.MAMBA in pools:
             out[Kind.MAMBA] = tuple(m.mamba_state_bytes if k == "mamba" else 0
                                     for k in m.layer_kinds)

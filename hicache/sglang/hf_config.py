@@ -217,6 +217,11 @@ def _moe(r: _Reader, dtype: int) -> dict[str, Any] | None:
             "expert_weight_bytes": float(weight)}
 
 
+# SGLang's DeepSeek-V4 override of --swa-full-tokens-ratio: the window pool's share of the
+# full pool's tokens (https://github.com/sgl-project/sglang/pull/37610)
+DSV4_SWA_FULL_TOKENS_RATIO = 0.1
+
+
 def _compression(r: _Reader, n: int, head_dim: int, dtype: int) -> dict[str, Any] | None:
     """DeepSeek-V4's ``compression`` from ``compress_ratios`` (one per layer; a trailing
     extra entry is the MTP layer's and is dropped)."""
@@ -233,7 +238,8 @@ def _compression(r: _Reader, n: int, head_dim: int, dtype: int) -> dict[str, Any
     return {"ratios": ratios, "entry_bytes": head_dim * dtype,
             "index_ratio": compressed[0] if topk and compressed else 0, "index_topk": topk,
             "index_heads": r.int("index_n_heads", default=0), "index_head_dim": index_dim,
-            "index_entry_bytes": index_dim * dtype}
+            "index_entry_bytes": index_dim * dtype,
+            "swa_full_tokens_ratio": DSV4_SWA_FULL_TOKENS_RATIO}
 
 
 def _low_rank_attention(r: _Reader, hidden: int, heads: int, head_dim: int) -> int:

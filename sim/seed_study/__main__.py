@@ -31,6 +31,7 @@ from sim.seed_study.report import render
 from sim.seed_study.spec import (
     MULTITURN,
     SESSION_SEEDS,
+    SESSION_VARIANTS,
     SESSIONS,
     SWEEPS,
     TIERS,
@@ -68,7 +69,8 @@ def collect_sessions(out: Path, reuse: bool) -> pd.DataFrame:
                 sets = [*session_sets(st, b), *([f"seed={seed}"] if seed else [])]
                 folder = out / "runs" / name
                 try:
-                    runner.run(st.scenario, folder, root=ROOT, sets=sets, reuse=reuse)
+                    runner.run(st.scenario, folder, root=ROOT, sets=sets, reuse=reuse,
+                               variants=SESSION_VARIANTS)
                 except RuntimeError:  # lost requests: the run exits 1 but writes its folder
                     if not (folder / "run.json").exists():
                         raise

@@ -205,8 +205,7 @@ def sessions(ses: pd.DataFrame | None, sweeps: dict[str, pd.DataFrame]) -> str:
             f"-{max(d.max() for d in swept):.0%}; published: 5%-51%)" if swept else "")
     text.append("Our SWE-bench-shaped sessions are synthetic (sizes in the setup). L1 "
                 "against the sessions' working set is the assumption that moves these rows"
-                f"{span}. Not modelled: DeepSeek-V4's SWA windows as cache (per-request "
-                "state here).")
+                f"{span}.")
     return " ".join(text)
 
 

@@ -84,6 +84,7 @@ SESSIONS = (
 )
 
 SESSION_SEEDS = (0, 1, 2)  # each session row runs with these workload seeds
+SESSION_VARIANTS = ("lru", "session")  # the rows' variants (a scenario may define more)
 MAMBA_STATE_BYTES = 24_145_920  # one Qwen3.5 checkpoint per rank (45 x 536,576 B)
 
 
@@ -192,17 +193,17 @@ SWEEPS = (
                    "LRU's device hit is near the published 42%): how long must live sessions "
                    "sit idle for session-aware eviction to pay?"),
     Sweep("pro_swa", "dsv4_pro",
-          (("run.swa_tokens", (60000, 600000)),
-           ("cache.session_coverage", ("path", "component"))), ("lru", "session"),
-          sets=("model=inkling-small-tp8", "scheduler.track_components=true",
-                "scheduler.max_running_requests=32", "workload.max_sessions=32",
-                "workload.num_sessions=64"),
-          label="SWA windows protected (proxy)",
-          question="Proxy for DeepSeek-V4's cached SWA windows, which our V4 presets lack: "
-                   "the same agent sessions on a model with an SWA pool (Inkling-Small, "
-                   "its SWA windows tracked), batch 32, by SWA pool size and by what a "
-                   "session protects (path: ours; component: SGLang's window before the "
-                   "frontier). Does protecting live sessions' windows move the device hit?"),
+          (("run.swa_tokens", (88000, 264000, 880000)),),
+          ("lru", "session", "session_component"),
+          sets=("scheduler.track_components=true", "scheduler.max_running_requests=128",
+                "workload.max_sessions=128", "workload.num_sessions=256"),
+          label="SWA windows cached",
+          question="DeepSeek-V4's windows cached as SGLang caches them (ours: per-request "
+                   "state), batch 128, by the SWA pool's size (SGLang's V4 default 0.1 x "
+                   "the full pool: 88K tokens; 0.3; 1.0) and what a live "
+                   "session protects (session: its whole path, ours; session_component: "
+                   "the window before its frontier, SGLang's). Does protecting live "
+                   "sessions' windows move the device hit?"),
     Sweep("qwen_l1", "qwen3_5",
           (("cache.device_tokens", (4406379, 1100000, 275000)),), ("lru", "session"),
           sets=("scheduler.max_running_requests=32", "workload.max_sessions=32",

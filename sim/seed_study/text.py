@@ -8,8 +8,9 @@ import pandas as pd
 
 from hicache.modelspec import load_model_spec
 from sim.seed_study.analysis import lru_session_pairs
+from sim.seed_study.gaps import coverage_points
 from sim.seed_study.runner import run_args, sweep_args
-from sim.seed_study.spec import MULTITURN, SESSIONS, SWEEPS, session_sets
+from sim.seed_study.spec import MULTITURN, SESSION_VARIANTS, SESSIONS, SWEEPS, session_sets
 
 COMMAND = ".venv/bin/python -m sim.seed_study --out results/seed_study"
 
@@ -168,6 +169,8 @@ def readings(res: dict) -> dict[str, str]:
             f"{r['hit_rate']:.0%} (L3 {r['l3_hit_rate']:.0%}), mean TTFT "
             f"{r['ttft_mean_s']:.2f} s, {r['effective_input_throughput_tps'] / 1e3:,.0f}K tok/s"
             for _, r in df.iterrows()) + "."
+    if (df := sw.get("pro_swa")) is not None:
+        out["pro_swa"] = "Session-aware against LRU: " + "; ".join(coverage_points(df)) + "."
     for key, label in (("pro_l1", "cache.device_tokens"), ("pro_tool_time", "workload.tool_time"),
                        ("qwen_l1", "cache.device_tokens"), ("qwen_mamba", "run.mamba_slots"),
                        ("qwen_coverage", "cache.session_coverage")):
@@ -202,7 +205,8 @@ def commands() -> str:
              "--no-trace --no-plots --no-progress`; each sweep `--out "
              "results/seed_study/sweeps/KEY --overwrite --no-plots`):", "", "```sh"]
     lines += [f"hicache-lab {' '.join(run_args(st.scenario))}" for st in MULTITURN]
-    lines += [f"hicache-lab {' '.join(run_args(st.scenario, session_sets(st, b)))}"
+    lines += [f"hicache-lab "
+              f"{' '.join(run_args(st.scenario, session_sets(st, b), SESSION_VARIANTS))}"
               for st in SESSIONS for b in st.batches]
     lines += [f"hicache-lab {' '.join(sweep_args(sw))}" for sw in SWEEPS]
     return "\n".join([*lines, "```", ""])

@@ -34,7 +34,7 @@ def tiny_system(model: ModelPreset, *, full: int = 256, swa: int = 256, mamba: i
                 **cache: Any) -> tuple[simpy.Environment, SimRuntime, Scheduler]:
     env = simpy.Environment()
     pools = {Kind.FULL: full}
-    if track and "swa" in model.layer_kinds:
+    if track and "swa" in model.component_kinds:
         pools[Kind.SWA] = swa
     if track and "mamba" in model.layer_kinds:
         pools[Kind.MAMBA] = mamba
