@@ -340,12 +340,13 @@ class KVCacheManager:
         request's own pages the tree takes become tree-owned (kept at release)."""
         n = len(pages)
         first = st.prefix_tokens // self.page
+        inserted, st.inserted_pages = st.inserted_pages, max(st.inserted_pages, n)
         if 0 < n <= first:  # all reused: the walk still counts the hits (as SGLang's does)
-            self.tree.insert(pages, {})
+            self.tree.insert(pages, {}, inserted=inserted)
         if n <= first or st.kv is None or st.kv.num_pages < n:
             return None
         ext = st.kv.slice(first, n)
-        res = self.tree.insert(pages, {Kind.FULL: ext})
+        res = self.tree.insert(pages, {Kind.FULL: ext}, inserted=inserted)
         if res.actions or st.donated:  # skip duplicates, and pages handed over before
             gone: set[int] = set()
             for extent in [a.extent for a in res.actions] + st.donated:

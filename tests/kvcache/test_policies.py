@@ -74,6 +74,22 @@ def test_write_through_selective_backs_up_on_the_second_hit_only() -> None:
     assert all(n.on_host for n in cache.tree.nodes.values())
 
 
+def test_a_requests_own_output_insert_is_not_a_second_hit_on_its_prompt() -> None:
+    """SGLang counts each node once per request (``inserted_len``): the insert of a
+    request's output walks its own prompt again, and that is no second hit, so under
+    write_through_selective nothing is backed up before the second turn walks the first."""
+    from sim.driver import simulate
+
+    sc = dict(load_scenario(ROOT / "scenarios/multiturn_tiers.yaml", [
+        "workload.num_clients=1", "workload.num_rounds=2", "workload.output_length=256",
+        "cache.hicache_write_policy=write_through_selective"]).expand())["L1+L2"]
+    kinds = [d[1] for d in simulate(sc, progress=False).decisions]
+    admits = [i for i, k in enumerate(kinds) if k == "admit"]
+    backups = [i for i, k in enumerate(kinds) if k == "backup"]
+    assert len(admits) == 2 and backups, kinds
+    assert min(backups) > admits[1]  # the first turn's finish backed nothing up
+
+
 def test_write_back_with_l3_puts_bytes_into_l3_in_a_simulated_run(tmp_path: Path) -> None:
     """quick.yaml's L1+L2+L3 under write_back: it wrote 0 bytes to L3 before."""
     out = tmp_path / "o"
