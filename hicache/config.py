@@ -174,6 +174,11 @@ class CacheConfig(Plain):
     # what a session references for SWA windows and MAMBA states: its whole path (ours) or,
     # as SGLang's PR 29173, the window before its frontier / the frontier's state only
     session_coverage: Literal["path", "component"] = "path"
+    # which inserts count a tree hit (write-through thresholds, LFU/SLRU read them): every
+    # L1 insert walking a node (SGLang's HiRadixCache, including a request's own output
+    # insert over its prompt) or each request once per node (SGLang 0.5.23's unified tree,
+    # ``inserted_len``)
+    hit_count: Literal["every_insert", "once_per_request"] = "every_insert"
     # host memory only stages GPU <-> L3 transfers, it is no cache tier (seed 000's
     # buffer_only); needs a storage backend and a write-through policy
     hicache_buffer_only: Bool = False

@@ -229,7 +229,7 @@ class ComponentTracker:
                 values[Kind.SWA] = ext.slice(ext.num_pages - take, ext.num_pages)
             elif ext.pool is Kind.MAMBA:
                 values[Kind.MAMBA] = ext
-        res = self.tree.insert(st.pages, values)
+        res = self.tree.insert(st.pages, values, inserted=self.kv.inserted(st, n))
         skip: dict[Kind, set[int]] = {}  # duplicates the tree did not take, pages given before
         for a in res.actions:
             if isinstance(a, FreeDevice):

@@ -97,6 +97,7 @@ class KVCacheManager:
         self.l2 = cache.enable_hierarchical_cache and info.host_pages.get(Kind.FULL, 0) > 0
         self.l3 = l3 and self.l2  # L3 is reached through L2 (stores read it, fetches land there)
         self.write = WritePolicy.named(cache.hicache_write_policy)
+        self.hits_once = cache.hit_count == "once_per_request"
         # buffer_only: an L1 eviction deletes (the KV is in L3), it never demotes to L2
         self.tree.residency.host_enabled = self.l2 and not cache.hicache_buffer_only
         self.tree.residency.write_back = self.l2 and self.write.backup_on_eviction
@@ -340,12 +341,13 @@ class KVCacheManager:
         request's own pages the tree takes become tree-owned (kept at release)."""
         n = len(pages)
         first = st.prefix_tokens // self.page
+        inserted = self.inserted(st, n)
         if 0 < n <= first:  # all reused: the walk still counts the hits (as SGLang's does)
-            self.tree.insert(pages, {})
+            self.tree.insert(pages, {}, inserted=inserted)
         if n <= first or st.kv is None or st.kv.num_pages < n:
             return None
         ext = st.kv.slice(first, n)
-        res = self.tree.insert(pages, {Kind.FULL: ext})
+        res = self.tree.insert(pages, {Kind.FULL: ext}, inserted=inserted)
         if res.actions or st.donated:  # skip duplicates, and pages handed over before
             gone: set[int] = set()
             for extent in [a.extent for a in res.actions] + st.donated:
@@ -359,6 +361,12 @@ class KVCacheManager:
             st.donated_pages += count
             self.budget.own -= count
         return res.node
+
+    def inserted(self, st: RequestState, n: int) -> int:
+        """Pages of its prefix an insert of ``n`` pages by ``st`` counts no hit on (those
+        it inserted before, with ``cache.hit_count: once_per_request``); notes the insert."""
+        before, st.inserted_pages = st.inserted_pages, max(st.inserted_pages, n)
+        return before if self.hits_once else 0
 
     def relock(self, st: RequestState, node: Node | None) -> None:
         """``st`` now holds its path down to ``node`` (the pages it just cached)."""

@@ -52,6 +52,7 @@ class RequestState:
     host_lock: LockHandle | None = None
     donated: list[CacheExtentRef] = field(default_factory=list)
     donated_pages: int = 0
+    inserted_pages: int = 0  # pages it inserted into the tree so far (cache.hit_count)
     prefetch_job: int | None = None  # None: undecided, 0: no prefetch, else the job id
     requeried: bool = False  # asked L3 a second time at the queue head
     prefetch_from: int = 0  # first page the prefetch asked L3 for

@@ -234,7 +234,7 @@ class UnifiedRadixTree:
 
     # -- insert ----------------------------------------------------------------------
     def insert(self, pages: Sequence[PageKey], values: dict[Kind, CacheExtentRef], *,
-               tier: Tier = Tier.DEVICE) -> InsertResult:
+               tier: Tier = Tier.DEVICE, inserted: int = 0) -> InsertResult:
         """Cache ``pages`` with their data in ``tier``.
 
         Each paged extent covers the *last* ``num_pages`` pages. ``values[FULL]`` may skip
@@ -246,7 +246,9 @@ class UnifiedRadixTree:
         duplicates: their caller-side copies are returned as free actions (unless they
         are the very same pages, as when a request re-inserts a prefix it borrowed).
 
-        An L1 insert counts a hit on every L1 node it walks and on its new leaf
+        An L1 insert counts a hit on every L1 node it walks and on its new leaf that ends
+        past ``inserted``, the pages the inserting request inserted before: a request
+        counts each node once, as SGLang's insert does with ``inserted_len``
         (``Node.hit_count``: what LFU/SLRU and write-through thresholds read; SGLang
         counts none under write_back); a match counts none.
         """
@@ -275,7 +277,7 @@ class UnifiedRadixTree:
             if Kind.FULL in getattr(node, attr):
                 existing = i
             self._fill(node, attr, values, starts, start, i, actions)
-            if hits and node.on_device:
+            if hits and node.on_device and i > inserted:
                 node.hit_count += 1
             self._stamp(node)
         if i < starts.get(Kind.FULL, n):
@@ -285,7 +287,7 @@ class UnifiedRadixTree:
         for a, b in self._new_spans(i, n, starts):
             node = self._new_node(node, list(pages[a:b]))
             self._fill(node, attr, values, starts, a, b, actions)
-            if hits and b == n:  # the new leaf (not the parts cut off above it)
+            if hits and b == n and b > inserted:  # the new leaf (not the parts cut above)
                 node.hit_count = 1
             self.residency.added(node)
         mamba = values.get(Kind.MAMBA)

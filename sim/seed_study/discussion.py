@@ -246,6 +246,7 @@ def discussion(res: dict) -> str:
                   l3_step("inkling_small", r, sw.get("inkling_prefetch"), res.get("nic", 0.0)),
                   inkling(r, sw.get("inkling_swa"), sw.get("inkling_barrier")),
                   gaps.inkling_ttft(sw, r)]
+    paras.append(gaps.hit_counting(sw.get("dsv4_hits"), sw.get("inkling_hits")))
     paras += [sessions(res.get("session"), sw), gaps.session_spread(res.get("session_seeds")),
               gaps.sglang_policy(sw)]
     body = "\n\n".join(p for p in paras if p)

@@ -28,7 +28,7 @@ SGLANG_VS_OURS = (
      "the whole path counts as referenced (`session_coverage: path`, ours) or SGLang's "
      "rule (`component`); DeepSeek-V4's 128-token windows: per-request state in the "
      "study's rows, an SWA pool of 0.1 x the full pool's tokens (SGLang's size) with "
-     "`track_components` (section 3.16)", "differs (path) / same (component)"),
+     f"`track_components` (section {moved_by(('pro_swa',))})", "differs (path) / same (component)"),
     ("Mamba states", "only the frontier's state is referenced",
      "every state on the path counts as referenced", "differs"),
     ("a referenced component on an unreferenced leaf",
@@ -252,3 +252,48 @@ def inkling_ttft(sweeps: dict[str, pd.DataFrame], r: dict | None) -> str:
             + f" Of our {base:.2f} s, {r['metrics'][WAIT]['queue_mean_s']:.2f} s is the wait "
             "from arrival to admission (the queue behind the round's other prefills and, "
             "with wait_complete, the L3 prefetch) and the rest the request's own prefill.")
+
+
+HITS = "cache.hit_count"
+
+
+def hit_counting(dsv4: pd.DataFrame | None, ink: pd.DataFrame | None) -> str:
+    """What the hit-counting rule does to write_through_selective's backups: V4-Flash's
+    tiers under both rules, and Inkling-Small's 64- against 256-token answers."""
+    if dsv4 is None:
+        return ""
+    t = {(str(r[HITS]), str(r["variant"])): r for _, r in dsv4.iterrows()}
+    tps = "effective_input_throughput_tps"
+
+    def x(rule: str, v: str) -> float:
+        return float(t[(rule, v)][tps] / t[(rule, "L1")][tps])
+
+    def l3(rule: str) -> str:
+        return _pct(t[(rule, "L1+L2+L3")]["l3_hit_rate"])
+
+    rules = ("every_insert", "once_per_request")
+    text = (f"**Which inserts count a tree hit** (sections "
+            f"{moved_by(('dsv4_hits', 'inkling_hits'))}; the seed's write_through_selective "
+            "backs a node up on its second hit). DeepSeek-V4-Flash: "
+            + "; ".join(f"{rule}: L1+L2 {x(rule, 'L1+L2'):.1f}x L1, L1+L2+L3 "
+                        f"{x(rule, 'L1+L2+L3'):.1f}x (L3 {l3(rule)}), "
+                        f"wait_complete {x(rule, WAIT):.1f}x" for rule in rules)
+            + " (published: 1.5x and 15.5x). With `once_per_request` (SGLang 0.5.23's unified "
+            "tree) a turn's new nodes reach their second hit only when the client's next turn "
+            "walks them; a tail L1 evicts before that is deleted, never backed up, so once the "
+            "conversations outgrow L1 what reaches L2 and L3 stops growing. With "
+            "`every_insert` (ours, SGLang's HiRadixCache) a request's output insert walks its "
+            "own prompt again: the second hit, at its own finish, backs the prompt up at once. ")
+    if ink is not None:
+        k = {(str(r[HITS]), int(r["workload.output_length"]), str(r["variant"])): r
+             for _, r in ink.iterrows()}
+        text += ("Inkling-Small (wait_complete; hit, L3 part): " + "; ".join(
+            f"{rule}, {n}-token answers: {_pct(k[(rule, n, WAIT)]['hit_rate'])}, L3 "
+            f"{_pct(k[(rule, n, WAIT)]['l3_hit_rate'])}" for rule in rules for n in (64, 256))
+            + ". A 64-token answer adds no full page after a page-aligned prompt (page 64), "
+            "so no output insert walks the prompt again and `every_insert` then backs up as "
+            "`once_per_request` does: the cause of the 64-token row of the answer-length "
+            "sweep. Which rule the published runs had is not stated; the two rules bracket "
+            "the published L2 step (1.5x), and only `every_insert` reaches the published L3 "
+            "multipliers at these sizes.")
+    return text

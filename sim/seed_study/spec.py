@@ -57,16 +57,19 @@ MULTITURN = (
         {"cliff": ("dsv4_growth", "dsv4_ratio"),
          "late_hit_l3": ("dsv4_prefetch", "dsv4_prefetch_share"),
          "x_l3": ("dsv4_prefetch", "dsv4_prefetch_share", "dsv4_output"),
-         "x_l2": ("dsv4_ratio",), "ttft": ("dsv4_prefetch", "dsv4_prefetch_share")}),
+         "x_l2": ("dsv4_ratio", "dsv4_hits"),
+         "ttft": ("dsv4_prefetch", "dsv4_prefetch_share")}),
     MultiturnStudy(
         "inkling_small", "Inkling-Small, 48 clients",
         "scenarios/seed_study/multiturn_inkling_small.yaml",
         {"cliff": (18, 19), "late_hit_l3": 0.968, "x_l3": 67.1 / 15.5, "x_l2": 1.4,
          "ttft_l3_s": 1.23, "tps_l3": 67_100.0, "tps_l1": 15_500.0},
         {"cliff": ("inkling_l1",), "late_hit_l3": ("inkling_prefetch",),
-         "x_l3": ("inkling_prefetch", "inkling_swa", "dsv4_output"), "x_l2": ("inkling_l1",),
+         "x_l3": ("inkling_prefetch", "inkling_swa", "dsv4_output", "inkling_hits"),
+         "x_l2": ("inkling_l1", "inkling_hits"),
          "ttft": ("inkling_prefetch", "inkling_swa", "inkling_barrier", "inkling_growth",
-                  "inkling_output", "inkling_think", "inkling_parallel"), "tps": ()}),
+                  "inkling_output", "inkling_think", "inkling_parallel", "inkling_hits"),
+         "tps": ()}),
 )
 
 SESSIONS = (
@@ -132,6 +135,13 @@ SWEEPS = (
           label="answer length",
           question="Answer length (the decode work no cache removes; wait_complete): how do "
                    "the multipliers move?"),
+    Sweep("dsv4_hits", "dsv4_flash",
+          (("cache.hit_count", ("every_insert", "once_per_request")),), (*TIERS, WAIT),
+          label="hit counting",
+          question="Which inserts count a tree hit, which write_through_selective backs up "
+                   "on the second of: every insert walking a node, a request's own output "
+                   "insert over its prompt included (ours, SGLang's HiRadixCache), or each "
+                   "request once per node (SGLang 0.5.23's unified tree, inserted_len)?"),
     Sweep("inkling_l1", "inkling_small",
           (("cache.device_tokens", (1420000, 2840000, 5680000)),), ("L1", "L1+L2"),
           label="L1 size",
@@ -177,6 +187,15 @@ SWEEPS = (
           label="clients in flight",
           question="Inkling-Small by how many of the 48 clients may have a request in "
                    "flight (ours 48: all), wait_complete: mean TTFT."),
+    Sweep("inkling_hits", "inkling_small",
+          (("cache.hit_count", ("every_insert", "once_per_request")),
+           ("workload.output_length", (64, 256))), ("L1+L2", WAIT),
+          label="hit counting",
+          question="Which inserts count a tree hit, which write_through_selective backs up "
+                   "on the second of (ours: every insert walking a node, a request's own "
+                   "output insert over its prompt included, as SGLang's HiRadixCache; "
+                   "SGLang 0.5.23's unified tree: each request once per node), by answer "
+                   "length: a 64-token answer adds no full page to insert after its prompt."),
     Sweep("pro_l1", "dsv4_pro",
           (("cache.device_tokens", (880000, 2640000, 4400000)),), ("lru", "session"),
           sets=("scheduler.max_running_requests=128", "workload.max_sessions=128",

@@ -8,8 +8,10 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pytest
+
 from hicache.cli import main
-from hicache.config import CacheConfig
+from hicache.config import CacheConfig, ConfigError
 from hicache.kvcache.decisions import Admit, Backup, Evict
 from hicache.kvcache.manager import KVCacheManager
 from hicache.kvcache.plans import PlanBuilder
@@ -72,6 +74,36 @@ def test_write_through_selective_backs_up_on_the_second_hit_only() -> None:
     assert not any(n.on_host for n in cache.tree.nodes.values())
     replay([req(1, a)], cache)  # the second hit
     assert all(n.on_host for n in cache.tree.nodes.values())
+
+
+def _first_backup_after_admits(hit_count: str) -> tuple[int, list[int]]:
+    from sim.driver import simulate
+
+    sc = dict(load_scenario(ROOT / "scenarios/multiturn_tiers.yaml", [
+        "workload.num_clients=1", "workload.num_rounds=2", "workload.output_length=256",
+        "cache.hicache_write_policy=write_through_selective",
+        f"cache.hit_count={hit_count}"]).expand())["L1+L2"]
+    kinds = [d[1] for d in simulate(sc, progress=False).decisions]
+    backups = [i for i, k in enumerate(kinds) if k == "backup"]
+    assert backups, kinds
+    return min(backups), [i for i, k in enumerate(kinds) if k == "admit"]
+
+
+def test_hit_count_once_per_request_backs_up_a_turn_when_the_next_walks_it() -> None:
+    """SGLang 0.5.23 counts each node once per request (``inserted_len``): the insert of a
+    request's output walks its own prompt again without a second hit, so under
+    write_through_selective nothing is backed up before the second turn walks the first.
+    SGLang's HiRadixCache (``every_insert``, the default) counts that walk: the prompt is
+    backed up when its own request finishes."""
+    first, admits = _first_backup_after_admits("once_per_request")
+    assert len(admits) == 2 and first > admits[1]
+    first, admits = _first_backup_after_admits("every_insert")
+    assert first < admits[1]
+
+
+def test_a_bad_hit_count_rule_is_refused_naming_the_key() -> None:
+    with pytest.raises(ConfigError, match="hit_count"):
+        CacheConfig.from_mapping({"hit_count": "twice"})
 
 
 def test_write_back_with_l3_puts_bytes_into_l3_in_a_simulated_run(tmp_path: Path) -> None:

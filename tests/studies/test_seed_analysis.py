@@ -124,3 +124,24 @@ def test_the_window_sweep_names_both_rules_and_says_whether_the_gain_comes_out()
         {"pro_swa": _pro_swa(0.5, 8.8)})  # +10 points, -12%: the published +9, -11%
     assert "do not reproduce the published gain" in sglang_policy(
         {"pro_swa": _pro_swa(0.41, 9.9)})
+
+
+def test_the_hit_counting_paragraph_reads_both_rules_off_the_sweeps() -> None:
+    from sim.seed_study.gaps import hit_counting
+    tps = {("every_insert", "L1"): 100.0, ("every_insert", "L1+L2"): 550.0,
+           ("every_insert", "L1+L2+L3"): 290.0, ("every_insert", WAIT): 1300.0,
+           ("once_per_request", "L1"): 100.0, ("once_per_request", "L1+L2"): 180.0,
+           ("once_per_request", "L1+L2+L3"): 180.0, ("once_per_request", WAIT): 181.0}
+    dsv4 = pd.DataFrame([{"cache.hit_count": r, "variant": v, "l3_hit_rate": 0.0,
+                          "effective_input_throughput_tps": x} for (r, v), x in tps.items()])
+    ink = pd.DataFrame([{"cache.hit_count": r, "workload.output_length": n, "variant": v,
+                         "hit_rate": 0.95 if (r, n) == ("every_insert", 256) else 0.36,
+                         "l3_hit_rate": 0.74 if (r, n) == ("every_insert", 256) else 0.0}
+                        for r in ("every_insert", "once_per_request") for n in (64, 256)
+                        for v in ("L1+L2", WAIT)])
+    text = hit_counting(dsv4, ink)
+    assert "every_insert: L1+L2 5.5x L1, L1+L2+L3 2.9x (L3 0%), wait_complete 13.0x" in text
+    assert "once_per_request: L1+L2 1.8x L1, L1+L2+L3 1.8x (L3 0%), wait_complete 1.8x" in text
+    assert "every_insert, 256-token answers: 95%, L3 74%" in text
+    assert "once_per_request, 256-token answers: 36%, L3 0%" in text
+    assert hit_counting(None, ink) == ""

@@ -110,6 +110,19 @@ def test_hits_are_counted_by_inserts_not_matches() -> None:
     assert wb.insert(p).node.hit_count == 0  # SGLang counts none under write_back
 
 
+def test_a_request_counts_each_node_once_over_its_inserts() -> None:
+    """SGLang's ``inserted_len``: a request's later insert (its output after its prompt)
+    counts no hit on the nodes it inserted before; another request's insert does."""
+    h = Harness(TreeSpec(page_size=4))
+    p = h.pages([1, 2, 3])
+    prompt = h.insert(p[:2]).node
+    res = h.tree.insert(p, h.fresh_values(1), inserted=2)  # the same request's output
+    h.execute(res.actions)
+    assert (prompt.hit_count, res.node.hit_count) == (1, 1)
+    h.tree.insert(p, {})  # another request through both
+    assert (prompt.hit_count, res.node.hit_count) == (2, 2)
+
+
 def test_an_insert_of_a_cached_key_without_new_pages_counts_its_hits() -> None:
     """A request that reused its whole prompt still inserts it in SGLang (a walk): the
     hit reaches the write-through threshold of its nodes."""
