@@ -8,8 +8,10 @@
     cache     at prefill end insert FULL (new pages), SWA (the checkpoint's held window,
               within the new pages) and MAMBA (the checkpoint); donate what the tree took
     account   per pool: full as before; swa: a bound on the pages a running request holds
-              (window + chunk + pinned window); mamba: private slot + checkpoint; the tree's
-              pages are counted by the tree. A short pool evicts its own component.
+              between slices (window + pinned window), plus one slice's pages held back
+              for the whole pool (the runtime frees a slice's out-of-window pages as it
+              allocates them, one slice at a time); mamba: private slot + checkpoint; the
+              tree's pages are counted by the tree. A short pool evicts its own component.
 
 With L2 (hybrid_tiers.py) admission reuses up to the L1+L2 boundary, loading FULL, the
 SWA window and the MAMBA checkpoint in the first slice, and backups copy every component.
@@ -26,6 +28,7 @@ checkpoint, no running state beside them.
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 from hicache.kvcache.decisions import Admit
 from hicache.kvcache.hybrid_tiers import HybridTiers
@@ -58,6 +61,7 @@ class ComponentTracker:
         self.chunk_pages = math.ceil(chunk_tokens / self.page)
         self.total = {k: info.device_pages.get(k, 0) for k in STATE}
         self.own = dict.fromkeys(STATE, 0)
+        self.slices: Counter[int] = Counter()  # per running request: its largest slice
         self.tiers = HybridTiers(self, info) if kv.l2 else None
 
     # -- accounting ------------------------------------------------------------------
@@ -65,8 +69,28 @@ class ComponentTracker:
         if pool is Kind.FULL:
             return self.kv.budget.device_free()
         pending = self.tiers.pending[pool] if self.tiers is not None else 0
+        transient = self.transient() if pool is Kind.SWA else 0
         return (self.total[pool] - self.tree.held_pages(Tier.DEVICE, pool)
-                - self.own[pool] - pending)
+                - self.own[pool] - pending - transient)
+
+    def transient(self) -> int:
+        """SWA pages held back for the slice being allocated: the most any running request
+        holds during a slice beyond its between-slice bound (a slice allocates before its
+        out-of-window pages are freed, and slices allocate one at a time)."""
+        return max(self.slices) if self.slices else 0
+
+    def slice_pages(self, st: RequestState) -> int:
+        """SWA pages ``st`` may hold during a slice beyond what it holds between slices:
+        at most ``2w + chunk + 2`` pages while a slice allocates, ``2w + 2`` otherwise
+        (each bounded by its new pages)."""
+        if not self.swa or self.zero_time:
+            return 0
+        new, w = self.new_pages(st), self.window_pages
+        return min(new, 2 * w + self.chunk_pages + 2) - min(new, 2 * w + 2)
+
+    def new_pages(self, st: RequestState) -> int:
+        return (math.ceil((st.prompt_len + st.req.output_len) / self.page)
+                - st.prefix_tokens // self.page)
 
     def reserve(self, st: RequestState) -> dict[Kind, int]:
         """Pages (slots) of each state pool the request may hold at once, at most."""
@@ -79,9 +103,9 @@ class ComponentTracker:
             if self.mamba:
                 out[Kind.MAMBA] = int(new > 0)
             return out
-        new = math.ceil((st.prompt_len + st.req.output_len) / page) - st.prefix_tokens // page
-        if self.swa:
-            out[Kind.SWA] = min(new, 2 * self.window_pages + self.chunk_pages + 2)
+        new = self.new_pages(st)
+        if self.swa:  # the window (w + 1 pages unaligned) and the pinned window
+            out[Kind.SWA] = min(new, 2 * self.window_pages + 2)
         if self.mamba:
             out[Kind.MAMBA] = 1 + self.checkpoints(st)
         return out
@@ -118,6 +142,8 @@ class ComponentTracker:
         prefix = st.prefix_tokens
         st.prefix_tokens = 0  # the most it can need: nothing reused
         needs = self.reserve(st)
+        if self.swa:
+            needs[Kind.SWA] += self.slice_pages(st)
         st.prefix_tokens = prefix
         for pool, n in needs.items():
             if n > self.total[pool]:
@@ -150,6 +176,9 @@ class ComponentTracker:
         st.prefix_tokens = tokens
         reserve = {Kind.FULL: self.kv.footprint(st), **self.reserve(st)}
         needs = dict(reserve)
+        slice_pages = self.slice_pages(st)
+        if slice_pages > self.transient():
+            needs[Kind.SWA] += slice_pages - self.transient()
         if loads is not None:
             for kind in needs:
                 needs[kind] += loads.pages(kind)
@@ -168,6 +197,9 @@ class ComponentTracker:
         self.kv.budget.own += reserve[Kind.FULL]
         for p, n in st.reserved.items():
             self.own[p] += n
+        if slice_pages:
+            st.slice_pages = slice_pages
+            self.slices[slice_pages] += 1
         self.kv.log(Admit(st.rid, dev, tokens - dev, 0))
         if loads is not None:
             assert self.tiers is not None
@@ -260,6 +292,11 @@ class ComponentTracker:
         for p, n in st.reserved.items():
             self.own[p] -= n
         st.reserved = {}
+        if st.slice_pages:
+            self.slices[st.slice_pages] -= 1
+            if not self.slices[st.slice_pages]:
+                del self.slices[st.slice_pages]
+            st.slice_pages = 0
         if self.tiers is not None:
             self.tiers.finish(st)
         return tuple(CacheExtentRef.concat(st.state_donated[p]) for p in POOLS
