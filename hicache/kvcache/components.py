@@ -62,6 +62,7 @@ class ComponentTracker:
         self.total = {k: info.device_pages.get(k, 0) for k in STATE}
         self.own = dict.fromkeys(STATE, 0)
         self.slices: Counter[int] = Counter()  # per running request: its largest slice
+        self._chunks: dict[tuple[int, int], tuple[CacheExtentRef, ...]] = {}  # (rid, end)
         self.tiers = HybridTiers(self, info) if kv.l2 else None
 
     # -- accounting ------------------------------------------------------------------
@@ -235,33 +236,65 @@ class ComponentTracker:
 
     # -- planning and runtime answers --------------------------------------------------
     def cut(self, st: RequestState, pos: int, chunk: int) -> tuple[int, bool]:
-        """Shorten a prefill chunk to end at the checkpoint; say whether it ends there."""
+        """Shorten a prefill chunk to end at the checkpoint; say whether it ends at one.
+        Without MAMBA every chunk that ends before the prompt's last full page ends on a
+        page and checkpoints too (SGLang's ``cache_unfinished_req``: the tree gets the
+        live window at each chunk end, so a prefix shared up to inside a later chunk is
+        reusable up to the chunk end before it)."""
         if not self.checkpoints(st):
             return chunk, False
         at = len(st.pages) * self.page
         if pos < at < pos + chunk:
             chunk = at - pos
-        return chunk, pos + chunk == at
+        end = pos + chunk
+        if end < at and not self.mamba:
+            if end % self.page and chunk > end % self.page:
+                chunk -= end % self.page
+            return chunk, (pos + chunk) % self.page == 0
+        return chunk, end == at
+
+    def chunk_cached(self, st: RequestState, sl: RequestSlice) -> Node | None:
+        """A checkpoint slice before the prompt's last full page completed: insert the
+        prompt up to its end with the window held there (the request keeps its reserve:
+        it pins one more window at its next checkpoint)."""
+        end = sl.context_tokens + sl.new_tokens
+        state = self._chunks.pop((st.rid, end), None)
+        if state is None:  # the prompt's checkpoint: cached at prefill end
+            return None
+        node = self._insert(st, end // self.page, state, final=False)
+        if node is not None:  # its pinned window stays the request's until the Release
+            st.chunk_locks.append(self.tree.lock(node, (Kind.SWA,)))
+        return node
 
     def prepared(self, st: RequestState, sl: RequestSlice, ps: PreparedSlice) -> None:
         if sl.checkpoint:
-            st.checkpoint = ps.state
+            end = sl.context_tokens + sl.new_tokens
+            if end < len(st.pages) * self.page:  # a chunk end: cached on completion
+                self._chunks[(st.rid, end)] = ps.state
+            else:
+                st.checkpoint = ps.state
         if self.tiers is not None and ps.loaded:
             self.tiers.loaded(st, ps.loaded)
 
     # -- caching and release ---------------------------------------------------------
     def cache_prompt(self, st: RequestState) -> Node | None:
-        n, first = len(st.pages), st.prefix_tokens // self.page
+        return self._insert(st, len(st.pages), st.checkpoint, final=True)
+
+    def _insert(self, st: RequestState, n: int, checkpoint: tuple[CacheExtentRef, ...],
+                *, final: bool) -> Node | None:
+        """Insert the prompt's first ``n`` pages with the state held at page ``n``; the
+        request donates what the tree took (``final``: its state reserve shrinks by it)."""
+        first = st.prefix_tokens // self.page
         if n <= first or st.kv is None or st.kv.num_pages < n:
             return None
         values = {Kind.FULL: st.kv.slice(first, n)}
-        for ext in st.checkpoint:
+        for ext in checkpoint:
             if ext.pool is Kind.SWA:  # the run ends at the checkpoint's last page
                 take = min(ext.num_pages, n - first)
                 values[Kind.SWA] = ext.slice(ext.num_pages - take, ext.num_pages)
             elif ext.pool is Kind.MAMBA:
                 values[Kind.MAMBA] = ext
-        res = self.tree.insert(st.pages, values)
+        res = self.tree.insert(st.pages[:n], values)
         skip: dict[Kind, set[int]] = {}  # duplicates the tree did not take, pages given before
         for a in res.actions:
             if isinstance(a, FreeDevice):
@@ -282,7 +315,7 @@ class ComponentTracker:
                 st.donated.append(taken)
                 st.donated_pages += count
                 self.kv.budget.own -= count
-            else:
+            elif final:
                 self.own[kind] -= count
                 st.reserved[kind] -= count
         return res.node
@@ -297,6 +330,11 @@ class ComponentTracker:
             if not self.slices[st.slice_pages]:
                 del self.slices[st.slice_pages]
             st.slice_pages = 0
+        for key in [k for k in self._chunks if k[0] == st.rid]:
+            del self._chunks[key]
+        for lock in st.chunk_locks:
+            self.tree.unlock(lock)
+        st.chunk_locks = []
         if self.tiers is not None:
             self.tiers.finish(st)
         return tuple(CacheExtentRef.concat(st.state_donated[p]) for p in POOLS
