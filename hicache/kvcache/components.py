@@ -6,7 +6,11 @@
     plan      the prefill slice that ends at the prompt's last full page asks for a
               checkpoint (a chunk is cut there if needed)
     cache     at prefill end insert FULL (new pages), SWA (the checkpoint's held window,
-              within the new pages) and MAMBA (the checkpoint); donate what the tree took
+              within the new pages) and MAMBA (the checkpoint); donate what the tree took.
+              Without MAMBA each earlier chunk end is a checkpoint too, inserted (and its
+              window SWA-locked until the Release) when its slice completes, as SGLang's
+              cache_unfinished_req does: a prefix shared into a later chunk reuses up to
+              the chunk end before it
     account   per pool: full as before; swa: a bound on the pages a running request holds
               between slices (window + pinned window), plus one slice's pages held back
               for the whole pool (the runtime frees a slice's out-of-window pages as it
