@@ -6,10 +6,16 @@
     plan      the prefill slice that ends at the prompt's last full page asks for a
               checkpoint (a chunk is cut there if needed)
     cache     at prefill end insert FULL (new pages), SWA (the checkpoint's held window,
-              within the new pages) and MAMBA (the checkpoint); donate what the tree took
+              within the new pages) and MAMBA (the checkpoint); donate what the tree took.
+              Without MAMBA each earlier chunk end is a checkpoint too, inserted (and its
+              window SWA-locked until the Release) when its slice completes, as SGLang's
+              cache_unfinished_req does: a prefix shared into a later chunk reuses up to
+              the chunk end before it
     account   per pool: full as before; swa: a bound on the pages a running request holds
-              (window + chunk + pinned window); mamba: private slot + checkpoint; the tree's
-              pages are counted by the tree. A short pool evicts its own component.
+              between slices (window + pinned window), plus one slice's pages held back
+              for the whole pool (the runtime frees a slice's out-of-window pages as it
+              allocates them, one slice at a time); mamba: private slot + checkpoint; the
+              tree's pages are counted by the tree. A short pool evicts its own component.
 
 With L2 (hybrid_tiers.py) admission reuses up to the L1+L2 boundary, loading FULL, the
 SWA window and the MAMBA checkpoint in the first slice, and backups copy every component.
@@ -26,6 +32,7 @@ checkpoint, no running state beside them.
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 from hicache.kvcache.decisions import Admit
 from hicache.kvcache.hybrid_tiers import HybridTiers
@@ -58,6 +65,8 @@ class ComponentTracker:
         self.chunk_pages = math.ceil(chunk_tokens / self.page)
         self.total = {k: info.device_pages.get(k, 0) for k in STATE}
         self.own = dict.fromkeys(STATE, 0)
+        self.slices: Counter[int] = Counter()  # per running request: its largest slice
+        self._chunks: dict[tuple[int, int], tuple[CacheExtentRef, ...]] = {}  # (rid, end)
         self.tiers = HybridTiers(self, info) if kv.l2 else None
 
     # -- accounting ------------------------------------------------------------------
@@ -65,8 +74,28 @@ class ComponentTracker:
         if pool is Kind.FULL:
             return self.kv.budget.device_free()
         pending = self.tiers.pending[pool] if self.tiers is not None else 0
+        transient = self.transient() if pool is Kind.SWA else 0
         return (self.total[pool] - self.tree.held_pages(Tier.DEVICE, pool)
-                - self.own[pool] - pending)
+                - self.own[pool] - pending - transient)
+
+    def transient(self) -> int:
+        """SWA pages held back for the slice being allocated: the most any running request
+        holds during a slice beyond its between-slice bound (a slice allocates before its
+        out-of-window pages are freed, and slices allocate one at a time)."""
+        return max(self.slices) if self.slices else 0
+
+    def slice_pages(self, st: RequestState) -> int:
+        """SWA pages ``st`` may hold during a slice beyond what it holds between slices:
+        at most ``2w + chunk + 2`` pages while a slice allocates, ``2w + 2`` otherwise
+        (each bounded by its new pages)."""
+        if not self.swa or self.zero_time:
+            return 0
+        new, w = self.new_pages(st), self.window_pages
+        return min(new, 2 * w + self.chunk_pages + 2) - min(new, 2 * w + 2)
+
+    def new_pages(self, st: RequestState) -> int:
+        return (math.ceil((st.prompt_len + st.req.output_len) / self.page)
+                - st.prefix_tokens // self.page)
 
     def reserve(self, st: RequestState) -> dict[Kind, int]:
         """Pages (slots) of each state pool the request may hold at once, at most."""
@@ -79,9 +108,9 @@ class ComponentTracker:
             if self.mamba:
                 out[Kind.MAMBA] = int(new > 0)
             return out
-        new = math.ceil((st.prompt_len + st.req.output_len) / page) - st.prefix_tokens // page
-        if self.swa:
-            out[Kind.SWA] = min(new, 2 * self.window_pages + self.chunk_pages + 2)
+        new = self.new_pages(st)
+        if self.swa:  # the window (w + 1 pages unaligned) and the pinned window
+            out[Kind.SWA] = min(new, 2 * self.window_pages + 2)
         if self.mamba:
             out[Kind.MAMBA] = 1 + self.checkpoints(st)
         return out
@@ -118,6 +147,8 @@ class ComponentTracker:
         prefix = st.prefix_tokens
         st.prefix_tokens = 0  # the most it can need: nothing reused
         needs = self.reserve(st)
+        if self.swa:
+            needs[Kind.SWA] += self.slice_pages(st)
         st.prefix_tokens = prefix
         for pool, n in needs.items():
             if n > self.total[pool]:
@@ -150,6 +181,9 @@ class ComponentTracker:
         st.prefix_tokens = tokens
         reserve = {Kind.FULL: self.kv.footprint(st), **self.reserve(st)}
         needs = dict(reserve)
+        slice_pages = self.slice_pages(st)
+        if slice_pages > self.transient():
+            needs[Kind.SWA] += slice_pages - self.transient()
         if loads is not None:
             for kind in needs:
                 needs[kind] += loads.pages(kind)
@@ -168,6 +202,9 @@ class ComponentTracker:
         self.kv.budget.own += reserve[Kind.FULL]
         for p, n in st.reserved.items():
             self.own[p] += n
+        if slice_pages:
+            st.slice_pages = slice_pages
+            self.slices[slice_pages] += 1
         self.kv.log(Admit(st.rid, dev, tokens - dev, 0))
         if loads is not None:
             assert self.tiers is not None
@@ -203,33 +240,65 @@ class ComponentTracker:
 
     # -- planning and runtime answers --------------------------------------------------
     def cut(self, st: RequestState, pos: int, chunk: int) -> tuple[int, bool]:
-        """Shorten a prefill chunk to end at the checkpoint; say whether it ends there."""
+        """Shorten a prefill chunk to end at the checkpoint; say whether it ends at one.
+        Without MAMBA every chunk that ends before the prompt's last full page ends on a
+        page and checkpoints too (SGLang's ``cache_unfinished_req``: the tree gets the
+        live window at each chunk end, so a prefix shared up to inside a later chunk is
+        reusable up to the chunk end before it)."""
         if not self.checkpoints(st):
             return chunk, False
         at = len(st.pages) * self.page
         if pos < at < pos + chunk:
             chunk = at - pos
-        return chunk, pos + chunk == at
+        end = pos + chunk
+        if end < at and not self.mamba:
+            if end % self.page and chunk > end % self.page:
+                chunk -= end % self.page
+            return chunk, (pos + chunk) % self.page == 0
+        return chunk, end == at
+
+    def chunk_cached(self, st: RequestState, sl: RequestSlice) -> Node | None:
+        """A checkpoint slice before the prompt's last full page completed: insert the
+        prompt up to its end with the window held there (the request keeps its reserve:
+        it pins one more window at its next checkpoint)."""
+        end = sl.context_tokens + sl.new_tokens
+        state = self._chunks.pop((st.rid, end), None)
+        if state is None:  # the prompt's checkpoint: cached at prefill end
+            return None
+        node = self._insert(st, end // self.page, state, final=False)
+        if node is not None:  # its pinned window stays the request's until the Release
+            st.chunk_locks.append(self.tree.lock(node, (Kind.SWA,)))
+        return node
 
     def prepared(self, st: RequestState, sl: RequestSlice, ps: PreparedSlice) -> None:
         if sl.checkpoint:
-            st.checkpoint = ps.state
+            end = sl.context_tokens + sl.new_tokens
+            if end < len(st.pages) * self.page:  # a chunk end: cached on completion
+                self._chunks[(st.rid, end)] = ps.state
+            else:
+                st.checkpoint = ps.state
         if self.tiers is not None and ps.loaded:
             self.tiers.loaded(st, ps.loaded)
 
     # -- caching and release ---------------------------------------------------------
     def cache_prompt(self, st: RequestState) -> Node | None:
-        n, first = len(st.pages), st.prefix_tokens // self.page
+        return self._insert(st, len(st.pages), st.checkpoint, final=True)
+
+    def _insert(self, st: RequestState, n: int, checkpoint: tuple[CacheExtentRef, ...],
+                *, final: bool) -> Node | None:
+        """Insert the prompt's first ``n`` pages with the state held at page ``n``; the
+        request donates what the tree took (``final``: its state reserve shrinks by it)."""
+        first = st.prefix_tokens // self.page
         if n <= first or st.kv is None or st.kv.num_pages < n:
             return None
         values = {Kind.FULL: st.kv.slice(first, n)}
-        for ext in st.checkpoint:
+        for ext in checkpoint:
             if ext.pool is Kind.SWA:  # the run ends at the checkpoint's last page
                 take = min(ext.num_pages, n - first)
                 values[Kind.SWA] = ext.slice(ext.num_pages - take, ext.num_pages)
             elif ext.pool is Kind.MAMBA:
                 values[Kind.MAMBA] = ext
-        res = self.tree.insert(st.pages, values, inserted=self.kv.inserted(st, n))
+        res = self.tree.insert(st.pages[:n], values, inserted=self.kv.inserted(st, n))
         skip: dict[Kind, set[int]] = {}  # duplicates the tree did not take, pages given before
         for a in res.actions:
             if isinstance(a, FreeDevice):
@@ -250,7 +319,7 @@ class ComponentTracker:
                 st.donated.append(taken)
                 st.donated_pages += count
                 self.kv.budget.own -= count
-            else:
+            elif final:
                 self.own[kind] -= count
                 st.reserved[kind] -= count
         return res.node
@@ -260,6 +329,16 @@ class ComponentTracker:
         for p, n in st.reserved.items():
             self.own[p] -= n
         st.reserved = {}
+        if st.slice_pages:
+            self.slices[st.slice_pages] -= 1
+            if not self.slices[st.slice_pages]:
+                del self.slices[st.slice_pages]
+            st.slice_pages = 0
+        for key in [k for k in self._chunks if k[0] == st.rid]:
+            del self._chunks[key]
+        for lock in st.chunk_locks:
+            self.tree.unlock(lock)
+        st.chunk_locks = []
         if self.tiers is not None:
             self.tiers.finish(st)
         return tuple(CacheExtentRef.concat(st.state_donated[p]) for p in POOLS

@@ -70,6 +70,8 @@ class RequestState:
     # track_components only: state-pool reservations, the last checkpoint's extents
     # (PreparedSlice.state), and the extents donated to the tree, per pool
     reserved: dict[Kind, int] = field(default_factory=dict)
+    slice_pages: int = 0  # SWA pages its largest slice allocates at once (components)
+    chunk_locks: list[LockHandle] = field(default_factory=list)  # SWA locks of its chunk ends
     checkpoint: tuple[CacheExtentRef, ...] = ()
     state_donated: dict[Kind, list[CacheExtentRef]] = field(default_factory=dict)
     device_hit: int = 0

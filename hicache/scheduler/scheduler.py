@@ -345,6 +345,11 @@ class Scheduler:
                 st.prefill_done += sl.new_tokens
                 if sl.loads or sl.attach:  # hybrid state loads sit in attach
                     self.kv.loads_read(st)
+                if sl.checkpoint and self.components is not None:  # a chunk end's window
+                    node = self.components.chunk_cached(st, sl)
+                    self.kv.relock(st, node)
+                    if self.components.tiers is not None:
+                        self.components.tiers.write_through(st, node)
                 if st.prefill_done == st.to_prefill:
                     st.first_token = c.end
                     if self.components is not None:

@@ -74,3 +74,19 @@ def test_the_swa_pool_share_follows_swa_full_tokens_ratio():
 def test_a_bad_swa_ratio_is_refused_naming_the_field(ratio):
     with pytest.raises(InputError, match="swa_full_tokens_ratio"):
         tiny_v4(swa_full_tokens_ratio=ratio)
+
+
+def test_a_prefix_shared_into_a_later_chunk_reuses_up_to_the_chunk_end_before_it():
+    """SGLang caches each prefill chunk's end with its live window
+    (``cache_unfinished_req``), so two prompts that share 80 tokens and diverge inside
+    the second 64-token chunk reuse the first chunk (64 tokens). Caching the window at the
+    prompt's end alone leaves no window on the shared path: the second would reuse 0."""
+    env, rt, sched = tiny_system(tiny_v4(), full=256, swa=64)
+    shared = list(range(80))
+    reqs = [Request(0, 0.0, shared + list(range(900, 920)), 3),
+            Request(1, 10.0, shared + list(range(700, 720)), 3),
+            Request(2, 20.0, list(range(64)) + list(range(500, 536)), 3)]
+    drive(env, rt, sched, reqs)
+    assert hits(sched) == [0, 64, 64]
+    assert sched.components.own[Kind.SWA] == 0  # every reservation returned
+    assert not any(n.locks for n in sched.tree.nodes.values())  # chunk locks released
