@@ -200,11 +200,11 @@ def _window_verdict(df: pd.DataFrame) -> str:
             + ("the cached windows reproduce the published gain, a measured cause of the "
                "gap. " if near else
                "the cached windows do not reproduce the published gain on our sessions. ")
-            + "Not yet isolated, where tracked windows lower the hits: our running requests "
-            "reserve SWA pages for all their new tokens (up to window + chunk + window) for "
-            "their whole run, where SGLang frees the out-of-window pages as a request "
-            "proceeds; a window exists only where a request's prompt ended (as in SGLang); "
-            "and a host hit needs the window on L2 (SGLang recomputes it). ")
+            + "A window is cached where a prefill chunk or a prompt ends (SGLang's "
+            "cache_unfinished_req and cache_finished_req), so a device hit ends at the last "
+            "such point before a session diverges. What keeps an idle session's chain off the "
+            "device under either policy is the FULL L1 (LRU at batch 128, SWA pool 880K: "
+            "about 20 running contexts of ~40K tokens lock most of its 0.88M tokens). ")
 
 
 def _changes(df: pd.DataFrame) -> dict[str, float]:
