@@ -144,4 +144,6 @@ def test_the_hit_counting_paragraph_reads_both_rules_off_the_sweeps() -> None:
     assert "once_per_request: L1+L2 1.8x L1, L1+L2+L3 1.8x (L3 0%), wait_complete 1.8x" in text
     assert "every_insert, 256-token answers: 95%, L3 74%" in text
     assert "once_per_request, 256-token answers: 36%, L3 0%" in text
+    assert ("L2 step (1.5x): once_per_request; within a factor of 2 of the published L3 "
+            "multiplier (15.5x): every_insert. No one rule" in text)
     assert hit_counting(None, ink) == ""
