@@ -41,7 +41,8 @@ class FluidJob:
         self.work = self.remaining = float(work)
         self.rate = 0.0
         self.kind, self.cap, self.tags = kind, cap, tags
-        self.gil, self.thread = min(1.0, max(0.0, gil)), thread
+        self.gil = 0.0 if gil == 0.0 else min(1.0, max(0.0, gil))  # clamped to [0, 1]
+        self.thread = thread
         self.done: simpy.Event | None = None
         self.then: Callable[[], None] | None = None  # called at the finish (then_submit)
         self.token = 0
@@ -148,7 +149,8 @@ class FluidServer:
             job.token += 1  # stalled until a later re-plan gives it a rate
             job.due = job.timer_at = math.inf
             return
-        delay = max(0.0, job.remaining) / job.rate
+        remaining = job.remaining
+        delay = (remaining if remaining > 0.0 else 0.0) / job.rate  # max(0.0, remaining)
         job.due = due = self.env.now + delay  # the time simpy gives a timeout(delay)
         if job.timer_at <= due and job.kind == "compute":
             return
@@ -187,6 +189,11 @@ class FluidServer:
         job.done = self.env.event()
         if job.work <= 0:
             return job.done.succeed()
+        self._start(job)
+        return job.done
+
+    def _start(self, job: FluidJob) -> None:
+        """Put ``job`` (work > 0) on the server now."""
         self._advance()
         self._add(job)
         rate = self._solo(job, self.jobs) if self._solo is not None else None
@@ -195,7 +202,6 @@ class FluidServer:
         else:
             job.rate = rate
             self._schedule(job)
-        return job.done
 
     def then_submit(self, job: FluidJob, then: Callable[[], None]) -> None:
         """:meth:`submit`, and call ``then()`` in the finish itself, not one event later
@@ -204,7 +210,7 @@ class FluidServer:
             self.submit(job).callbacks.append(lambda _ev: then())  # type: ignore[union-attr]
             return
         job.then = then
-        self.submit(job)
+        self._start(job)  # no ``done`` event: the finish calls ``then`` instead
 
     def adopt(self, job: FluidJob, since: float, marks: list[float] | None = None
               ) -> simpy.Event:

@@ -67,6 +67,15 @@ class L3Client:
 
     def allocate(self, jobs: list[L3Job]) -> None:
         """Set the rates of this replica's L3 jobs (module doc)."""
+        store = self.store
+        if store.duplex_shared:  # one group: the same steps as the loop below, once
+            budget = store.share("io")
+            if store.nic is not None:
+                budget = min(budget, store.nic * self.nic_factor)
+            each = budget / len(jobs)
+            for job in jobs:
+                job.rate = each if job.cap is None else min(each, job.cap)
+            return
         groups: dict[str, list[L3Job]] = {}
         for job in jobs:
             groups.setdefault(self.store.group(job.direction), []).append(job)
