@@ -102,6 +102,7 @@ class LoadChain:
     def _launched(self, _ev: simpy.Event) -> None:
         rt = self.rt
         self.start_t = rt.env.now
+        rt.fluid.kept()
         group = self.st.load_groups[self.g]
         rt.fluid.then_submit(FluidJob(group.nbytes, "h2d", None, KERNEL), self._moved)
 
@@ -118,5 +119,7 @@ class LoadChain:
                            nbytes=group.nbytes)
         assert st.landed is not None
         self.g += 1
+        if any(g.nbytes for g in st.load_groups[self.g:]):  # the next kernel's launch
+            rt.fluid.promise(end + rt.copies.overhead, 1.0 - rt.link.slowdown)
         st.landed.land(group.layers.stop)  # the batch's compute may go on at once
         self._next()
