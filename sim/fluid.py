@@ -235,8 +235,10 @@ class FluidServer:
         prev = -math.inf
         for other in others:
             at = other.due
-            if at >= finish or at == prev:
-                return due if at == finish or at == prev else finish
+            if at == finish or at == prev:
+                return due  # a tie: which goes first is the event order's
+            if at > finish:
+                break  # it finishes before the next change
             prev = at
             if at > t:
                 rem -= rate * (at - t)
