@@ -88,11 +88,11 @@ class ComputeChain:
         self.t0 = rt.env.now
         self._job(sum(self.times), self._forward_done)
 
-    def _job(self, seconds: float, then: Step, thread: str = "") -> None:
-        self.rt.fluid.then_submit(FluidJob(seconds, "compute", thread=thread),
-                                  lambda: then(None))
+    def _job(self, seconds: float, then: Callable[[], None], thread: str = "") -> None:
+        """A compute job of ``seconds``; ``then()`` runs in its finish."""
+        self.rt.fluid.then_submit(FluidJob(seconds, "compute", thread=thread), then)
 
-    def _forward_done(self, _ev: object) -> None:
+    def _forward_done(self, _ev: object = None) -> None:
         rt = self.rt
         rt.timeline.record("compute", self.op, self.t0, rt.env.now, batch=self.st.plan.batch_id)
         self.start_t = self.t0
@@ -102,23 +102,20 @@ class ComputeChain:
         """Layer ``self.layer`` may start once its load landed (its event processed)."""
         st = self.st
         if st.landed is not None and self.rt.layerwise:
-            st.landed.wait(self.layer, self._landed)
+            st.landed.wait(self.layer, self._layer_start)
             return
         if st.layer_events is not None and self.rt.layerwise:
             after(st.layer_events[self.layer], self._layer_start)
             return
         self._layer_start(None)
 
-    def _landed(self) -> None:
-        self._layer_start(None)
-
-    def _layer_start(self, _ev: object) -> None:
+    def _layer_start(self, _ev: object = None) -> None:
         self.t0 = self.rt.env.now
         if self.layer == 0:
             self.start_t = self.t0
         self._job(self.times[self.layer], self._layer_done, "compute")
 
-    def _layer_done(self, _ev: object) -> None:
+    def _layer_done(self, _ev: object = None) -> None:
         rt = self.rt
         rt.timeline.record("compute", self.op, self.t0, rt.env.now,
                            batch=self.st.plan.batch_id, layer=self.layer)
@@ -138,7 +135,7 @@ class ComputeChain:
         else:
             self._complete(None)
 
-    def _sampled(self, _ev: object) -> None:
+    def _sampled(self, _ev: object = None) -> None:
         rt = self.rt
         rt.timeline.record("compute", "sample", self.t0, rt.env.now,
                            batch=self.st.plan.batch_id, layer=-1)

@@ -11,6 +11,20 @@ leaving one stale timer per rate change; other kinds (PCIe, L3) take a new timer
 change, so equal jobs sharing a link still finish in the order they were re-planned.
 Finishes are bit-identical either way; a kept timer only changes the order among events
 at exactly the same time, which ``benchmarks/sim_fingerprint.py`` checks stays the same.
+
+Compute timers are planned ahead (``PLAN_AHEAD``), so a layer that a copy kernel slows
+and then releases needs one timer, not one it re-arms or leaves stale:
+- a compute job at a rate a promised join will change (:meth:`FluidServer.promise`: the
+  load chain's next copy kernel, launched a known overhead after the last one landed)
+  and that cannot finish before that join gets no timer: the join re-plans it;
+- otherwise its timer is set where it would finish if every other job left at its
+  present due and none joined, its remaining work split at each of those changes as
+  :meth:`FluidServer._advance` splits it (:meth:`FluidServer._settled`), never later
+  than its due at its present rate.
+Invariant: a compute job's live timer fires no later than its due, or a change of its
+rate (which re-plans it) comes first. A prediction that turns out wrong costs a re-arm
+(the timer fired early) or a stale timer (its rate changed, a new timer), never a late
+finish: every finish is at the due its last re-plan computed, as without planning.
 """
 
 from __future__ import annotations
@@ -18,6 +32,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Generator
+from operator import attrgetter
 from typing import Any
 
 import simpy
@@ -41,13 +56,18 @@ class FluidJob:
         self.work = self.remaining = float(work)
         self.rate = 0.0
         self.kind, self.cap, self.tags = kind, cap, tags
-        self.gil, self.thread = min(1.0, max(0.0, gil)), thread
+        self.gil = 0.0 if gil == 0.0 else min(1.0, max(0.0, gil))  # clamped to [0, 1]
+        self.thread = thread
         self.done: simpy.Event | None = None
         self.then: Callable[[], None] | None = None  # called at the finish (then_submit)
         self.token = 0
         self.due = self.timer_at = math.inf  # when it finishes; when its live timer fires
 
 
+# Timers of compute jobs planned ahead (:meth:`FluidServer._schedule`); False: one at each
+# finish its rate gives when it changes, as before (tests compare the two, bit for bit)
+PLAN_AHEAD = True
+_due = attrgetter("due")
 Allocator = Callable[[list[FluidJob]], None]
 # (job, jobs) -> the rate of ``job`` when it joining or leaving ``jobs`` changes no other
 # job's rate (a compute job on a PCIe link), else None: re-allocate them all
@@ -70,6 +90,20 @@ class FluidServer:
         self._expected: list[float] = []  # changes a folded run skips (sim.fold), in order
         self._ei = 0  # the first of them not yet charged
         self._marks: list[float] | None = None  # change times while a fold records them
+        # a job certainly joins at ``_promised`` that sets every compute job's rate to
+        # ``_promised_rate`` (:meth:`promise`)
+        self._promised, self._promised_rate = math.inf, 0.0
+
+    def promise(self, at: float, rate: float) -> None:
+        """A job will join at ``at`` (>= now) after which every compute job runs at
+        ``rate`` (sim.load_chain: a copy kernel launched then); :meth:`kept` when it
+        joined. A compute job whose rate that join changes and that cannot finish before
+        it needs no timer until then: the join re-plans it."""
+        self._promised, self._promised_rate = at, rate
+
+    def kept(self) -> None:
+        """The promised job joins now (or the promise is withdrawn)."""
+        self._promised = math.inf
 
     def _add(self, job: FluidJob) -> None:
         """``job`` joins :attr:`jobs`; :attr:`kinds` counts it."""
@@ -148,14 +182,75 @@ class FluidServer:
             job.token += 1  # stalled until a later re-plan gives it a rate
             job.due = job.timer_at = math.inf
             return
-        delay = max(0.0, job.remaining) / job.rate
-        job.due = due = self.env.now + delay  # the time simpy gives a timeout(delay)
-        if job.timer_at <= due and job.kind == "compute":
+        remaining = job.remaining
+        delay = (remaining if remaining > 0.0 else 0.0) / job.rate  # max(0.0, remaining)
+        now = self.env.now
+        job.due = due = now + delay  # the time simpy gives a timeout(delay)
+        if job.kind == "compute" and (
+                job.timer_at <= due or (PLAN_AHEAD and self._planned(job, now, due))):
             return
         job.token += 1
         job.timer_at = due
         token = job.token
         self.env.timeout(delay).callbacks.append(lambda _ev: self._fire(job, token))
+
+    def _planned(self, job: FluidJob, now: float, due: float) -> bool:
+        """Plan the timer of a compute job (due at ``due``, its live timer later) ahead:
+        none while a promised join (:meth:`promise`) will re-plan it before ``due``; else
+        one at :meth:`_settled` when that is earlier than ``due``. False: a timer at
+        ``due``. Either way a timer fires no later than the job's due, or its rate
+        changes first (module doc)."""
+        if self._solo is None:
+            return False
+        if self._promised < due and job.rate != self._promised_rate:
+            job.token += 1  # the promised join re-plans it before it can finish
+            job.timer_at = math.inf
+            return True
+        if len(self.jobs) < 2:
+            return False
+        at = self._settled(job, due)
+        if at >= due:
+            return False
+        job.token += 1
+        job.timer_at = at
+        token = job.token
+        self.env.timeout(exact_delay(now, at)).callbacks.append(
+            lambda _ev: self._fire(job, token))
+        return True
+
+    def _settled(self, job: FluidJob, due: float) -> float:
+        """The finish ``job`` (a compute job with a solo rate) would be given if every
+        other job left at its present due and none joined: its due at the last change
+        of its rate before it finishes, with the splits the server would make (the same
+        floats). Never later than ``due``; ``due`` when that is unsure (a tie)."""
+        solo = self._solo
+        assert solo is not None
+        left = [j for j in self.jobs if j is not job]
+        others = [j for j in left if j.due < due]
+        if not others:
+            return due
+        if len(others) > 1:
+            others.sort(key=_due)
+        t, rem, rate, finish = self.env.now, job.remaining, job.rate, due
+        prev = -math.inf
+        for other in others:
+            at = other.due
+            if at == finish or at == prev:
+                return due  # a tie: which goes first is the event order's
+            if at > finish:
+                break  # it finishes before the next change
+            prev = at
+            if at > t:
+                rem -= rate * (at - t)
+                t = at
+            left.remove(other)
+            new = solo(job, left)
+            if new is None or new <= 0:
+                return due
+            if new != rate:
+                rate = new
+                finish = t + (rem if rem > 0.0 else 0.0) / rate
+        return finish if finish <= due else due
 
     def _fire(self, job: FluidJob, token: int) -> None:
         if token != job.token:
@@ -187,6 +282,11 @@ class FluidServer:
         job.done = self.env.event()
         if job.work <= 0:
             return job.done.succeed()
+        self._start(job)
+        return job.done
+
+    def _start(self, job: FluidJob) -> None:
+        """Put ``job`` (work > 0) on the server now."""
         self._advance()
         self._add(job)
         rate = self._solo(job, self.jobs) if self._solo is not None else None
@@ -195,7 +295,6 @@ class FluidServer:
         else:
             job.rate = rate
             self._schedule(job)
-        return job.done
 
     def then_submit(self, job: FluidJob, then: Callable[[], None]) -> None:
         """:meth:`submit`, and call ``then()`` in the finish itself, not one event later
@@ -204,7 +303,7 @@ class FluidServer:
             self.submit(job).callbacks.append(lambda _ev: then())  # type: ignore[union-attr]
             return
         job.then = then
-        self.submit(job)
+        self._start(job)  # no ``done`` event: the finish calls ``then`` instead
 
     def adopt(self, job: FluidJob, since: float, marks: list[float] | None = None
               ) -> simpy.Event:

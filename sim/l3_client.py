@@ -67,16 +67,24 @@ class L3Client:
 
     def allocate(self, jobs: list[L3Job]) -> None:
         """Set the rates of this replica's L3 jobs (module doc)."""
+        store = self.store
+        if store.duplex_shared:  # one group, no need to sort the jobs into groups
+            self._split("io", jobs)
+            return
         groups: dict[str, list[L3Job]] = {}
         for job in jobs:
-            groups.setdefault(self.store.group(job.direction), []).append(job)
+            groups.setdefault(store.group(job.direction), []).append(job)
         for group, members in groups.items():
-            budget = self.store.share(group)
-            if self.store.nic is not None:
-                budget = min(budget, self.store.nic * self.nic_factor)
-            each = budget / len(members)
-            for job in members:
-                job.rate = each if job.cap is None else min(each, job.cap)
+            self._split(group, members)
+
+    def _split(self, group: str, members: list[L3Job]) -> None:
+        """``group``'s budget split equally among ``members`` (each within its cap)."""
+        budget = self.store.share(group)
+        if self.store.nic is not None:
+            budget = min(budget, self.store.nic * self.nic_factor)
+        each = budget / len(members)
+        for job in members:
+            job.rate = each if job.cap is None else min(each, job.cap)
 
     def watch(self, jobs: list[L3Job]) -> None:
         """After the final rates are set: a job that cannot finish by its deadline at its

@@ -70,6 +70,9 @@ class PcieLink:
         return 1.0
 
     def allocate(self, jobs: list[FluidJob]) -> None:
+        """Set every job's rate (module doc). One pass sorts the jobs; each direction's
+        total is summed left to right as ``sum`` would, so the floats are those of the
+        plain form (a list per direction, ``sum`` over it)."""
         h2d: list[FluidJob] = []
         d2h: list[FluidJob] = []
         l3_jobs: list = []
@@ -79,38 +82,37 @@ class PcieLink:
             kind = job.kind
             if kind == "compute":
                 compute.append(job)
-            elif kind == "h2d" or kind == "d2h":
-                (h2d if kind == "h2d" else d2h).append(job)
-                kernels_active = kernels_active or "kernel" in job.tags
+            elif kind == "h2d":
+                h2d.append(job)
+                if not kernels_active and "kernel" in job.tags:
+                    kernels_active = True
+            elif kind == "d2h":
+                d2h.append(job)
+                if not kernels_active and "kernel" in job.tags:
+                    kernels_active = True
             elif kind == "l3":
                 l3_jobs.append(job)
         if not (l3_jobs or h2d or d2h):  # compute alone: full speed
             for job in compute:
                 job.rate = 1.0
             return
-        factor = self.factor
-        totals = []
-        for direction, group in (("h2d", h2d), ("d2h", d2h)):
-            share = self.peak[direction] * factor / len(group) if group else 0.0
-            for job in group:
-                rate = share
-                if "kernel" in job.tags:
-                    rate = min(rate, self.kernel_rate)
-                if job.cap is not None:
-                    rate = min(rate, job.cap)
-                job.rate = rate
-            totals.append(sum(j.rate for j in group))
+        factor = math.prod(self.slowed.values()) if self.slowed else 1
+        total_h2d = self._share(h2d, self.peak["h2d"] * factor) if h2d else 0
+        total_d2h = self._share(d2h, self.peak["d2h"] * factor) if d2h else 0
         scale = 1.0
-        both = totals[0] > 0 and totals[1] > 0
-        total = totals[0] + totals[1]
-        bidirectional = self.bidirectional * factor
-        if both and total > bidirectional:
-            scale = bidirectional / total
+        total = total_h2d + total_d2h
+        if total_h2d > 0 and total_d2h > 0:
+            bidirectional = self.bidirectional * factor
+            if total > bidirectional:
+                scale = bidirectional / total
         l3_total = 0.0
-        if l3_jobs and self.l3 is not None:
-            self.l3.allocate(l3_jobs)
-            l3_total = sum(j.rate for j in l3_jobs)
-        host = self.host * self.host_factor
+        l3 = self.l3
+        if l3_jobs and l3 is not None:
+            l3.allocate(l3_jobs)
+            l3_total = 0
+            for job in l3_jobs:
+                l3_total += job.rate
+        host = self.host * (math.prod(self.pressed.values()) if self.pressed else 1)
         if total * scale + l3_total > host:
             if not l3_total:
                 scale = host / total  # PCIe alone (the form before L3 joined: bit-exact)
@@ -120,11 +122,29 @@ class PcieLink:
                 for job in l3_jobs:
                     job.rate *= squeeze
         if scale < 1.0:
-            for group in (h2d, d2h):
-                for job in group:
-                    job.rate *= scale
-        if l3_jobs and self.l3 is not None:
-            self.l3.watch(l3_jobs)
-        compute_rate = 1.0 - self.slowdown if kernels_active else 1.0
-        for job in compute:
-            job.rate = compute_rate
+            for job in h2d:
+                job.rate *= scale
+            for job in d2h:
+                job.rate *= scale
+        if l3_jobs and l3 is not None:
+            l3.watch(l3_jobs)
+        if compute:
+            compute_rate = 1.0 - self.slowdown if kernels_active else 1.0
+            for job in compute:
+                job.rate = compute_rate
+
+    def _share(self, group: list[FluidJob], peak: float) -> float:
+        """Split ``peak`` equally among ``group`` (a copy kernel capped at the kernel
+        rate, a throttled copy at its cap); their total, summed as ``sum`` sums."""
+        share = peak / len(group)
+        kernel_rate = self.kernel_rate
+        total = 0
+        for job in group:
+            rate = share
+            if "kernel" in job.tags:
+                rate = min(rate, kernel_rate)
+            if job.cap is not None:
+                rate = min(rate, job.cap)
+            job.rate = rate
+            total += rate
+        return total

@@ -16,11 +16,17 @@ later (the job's ``done`` event, then each layer's event): what is saved is two 
 events and two generator resumptions per layer. That changes only the order among
 events at exactly the same simulated time; ``benchmarks/sim_fingerprint.py`` checks
 that every shipped scenario's results stay the same.
+
+Before a group's layers land, the next kernel's launch (now + the overhead, the very
+time its timer gets) is promised to the fluid server (:meth:`sim.fluid.FluidServer.
+promise`): the compute layer the landing starts needs no timer of its own until that
+launch slows it (:mod:`sim.fluid`, planned compute timers).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import islice
 from typing import TYPE_CHECKING
 
 import simpy
@@ -102,6 +108,7 @@ class LoadChain:
     def _launched(self, _ev: simpy.Event) -> None:
         rt = self.rt
         self.start_t = rt.env.now
+        rt.fluid.kept()
         group = self.st.load_groups[self.g]
         rt.fluid.then_submit(FluidJob(group.nbytes, "h2d", None, KERNEL), self._moved)
 
@@ -118,5 +125,7 @@ class LoadChain:
                            nbytes=group.nbytes)
         assert st.landed is not None
         self.g += 1
+        if any(g.nbytes for g in islice(st.load_groups, self.g, None)):  # next launch
+            rt.fluid.promise(end + rt.copies.overhead, 1.0 - rt.link.slowdown)
         st.landed.land(group.layers.stop)  # the batch's compute may go on at once
         self._next()
