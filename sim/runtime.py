@@ -316,7 +316,7 @@ class SimRuntime:
             row = self.rows[handle.slot_id] = RequestRow(handle, s.rid)
             for ext in s.attach:
                 if ext.pool is Kind.FULL:
-                    row.append(ext.pages(), own=False)
+                    row.append_extent(ext)
             landed: list[CacheExtentRef] = []
             if self.state.active:  # hybrid: the attach's L2 state pieces are loaded back
                 attach, copies, landed = state_loads(
@@ -335,9 +335,10 @@ class SimRuntime:
             src = list(ld.src.pages())
             dst = self.device[ld.src.pool].allocate(len(src))
             loads.append((ld.src.pool, src, dst))
-            loaded.append(self._extent(Tier.DEVICE, dst, ld.src.pool))
+            ext = self._extent(Tier.DEVICE, dst, ld.src.pool)
+            loaded.append(ext)
             if ld.src.pool is Kind.FULL:
-                row.append(dst, own=False)
+                row.append_extent(ext)
             self.bytes_accounted["h2d"] += len(src) * self.bytes_per_page[ld.src.pool]
         own = validate.new_pages(self, s, len(row.pages))
         new = self.device[Kind.FULL].allocate(own)
