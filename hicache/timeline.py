@@ -21,6 +21,7 @@ measured runs compare row for row.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 COLUMNS = ("lane", "op", "batch", "request", "layer", "start", "end", "bytes", "steps")
@@ -49,11 +50,13 @@ class Timeline:
     Rows are kept as tuples in :data:`COLUMNS` order (recording is on a simulation's hot
     path: hundreds of thousands of rows a run); :attr:`rows` builds their
     :class:`TimelineRow` values on first read, and keeps them (one list, extended in place
-    as rows arrive). Either view holds the same rows in the same order."""
+    as rows arrive; under a lock, as threads that record may read too). Either view
+    holds the same rows in the same order."""
 
     def __init__(self) -> None:
         self._tuples: list[tuple] = []
         self._rows: list[TimelineRow] = []
+        self._building = threading.Lock()  # two readers never build the same rows twice
 
     def record(
         self,
@@ -77,7 +80,8 @@ class Timeline:
         """The rows recorded so far, as values (read-only: record to add one)."""
         rows, tuples = self._rows, self._tuples
         if len(rows) < len(tuples):
-            rows.extend([TimelineRow(*t) for t in tuples[len(rows):]])
+            with self._building:
+                rows.extend([TimelineRow(*t) for t in tuples[len(rows):]])
         return rows
 
     def __len__(self) -> int:
@@ -92,3 +96,4 @@ class Timeline:
 
     def __setstate__(self, state: dict) -> None:
         self._tuples, self._rows = state["_tuples"], []
+        self._building = threading.Lock()
