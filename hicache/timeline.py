@@ -21,7 +21,8 @@ measured runs compare row for row.
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass
+import threading
+from dataclasses import dataclass
 
 COLUMNS = ("lane", "op", "batch", "request", "layer", "start", "end", "bytes", "steps")
 
@@ -44,10 +45,18 @@ class TimelineRow:
 
 
 class Timeline:
-    """An append-only list of rows; a runtime records into it, reports read it."""
+    """An append-only list of rows; a runtime records into it, reports read it.
+
+    Rows are kept as tuples in :data:`COLUMNS` order (recording is on a simulation's hot
+    path: hundreds of thousands of rows a run); :attr:`rows` builds their
+    :class:`TimelineRow` values on first read, and keeps them (one list, extended in place
+    as rows arrive; under a lock, as threads that record may read too). Either view
+    holds the same rows in the same order."""
 
     def __init__(self) -> None:
-        self.rows: list[TimelineRow] = []
+        self._tuples: list[tuple] = []
+        self._rows: list[TimelineRow] = []
+        self._building = threading.Lock()  # two readers never build the same rows twice
 
     def record(
         self,
@@ -64,11 +73,27 @@ class Timeline:
     ) -> None:
         if end < start:
             raise ValueError(f"timeline row on {lane!r} ends ({end}) before it starts ({start})")
-        self.rows.append(TimelineRow(lane, op, batch, request, layer, start, end, int(nbytes),
-                                     steps))
+        self._tuples.append((lane, op, batch, request, layer, start, end, int(nbytes), steps))
+
+    @property
+    def rows(self) -> list[TimelineRow]:
+        """The rows recorded so far, as values (read-only: record to add one)."""
+        rows, tuples = self._rows, self._tuples
+        if len(rows) < len(tuples):
+            with self._building:
+                rows.extend([TimelineRow(*t) for t in tuples[len(rows):]])
+        return rows
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self._tuples)
 
     def as_tuples(self) -> list[tuple]:
-        return [astuple(r) for r in self.rows]
+        """The rows as tuples in :data:`COLUMNS` order."""
+        return list(self._tuples)
+
+    def __getstate__(self) -> dict:  # a timeline crossing a process sends its tuples once
+        return {"_tuples": self._tuples}
+
+    def __setstate__(self, state: dict) -> None:
+        self._tuples, self._rows = state["_tuples"], []
+        self._building = threading.Lock()

@@ -47,6 +47,21 @@ class RequestRow:
                 runs.append(PageRun(s, n))
         self._extent = None
 
+    def append_extent(self, ext: CacheExtentRef) -> None:
+        """:meth:`append` of ``ext``'s pages, borrowed (not own), run by run: the same
+        rows, without re-deriving the runs ``ext`` already has page by page."""
+        if not ext.page_runs:
+            return
+        pages, runs = self.pages, self.runs
+        for r in ext.page_runs:
+            pages.extend(r.pages())
+            last = runs[-1] if runs else None
+            if last is not None and last.first_page + last.page_count == r.first_page:
+                runs[-1] = PageRun(last.first_page, last.page_count + r.page_count)
+            else:
+                runs.append(r)
+        self._extent = None
+
     def runs_tuples(self) -> list[tuple[int, int]]:
         """``runs`` as ``(start, length)`` pairs."""
         return [(r.first_page, r.page_count) for r in self.runs]

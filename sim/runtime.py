@@ -172,8 +172,12 @@ class SimRuntime:
         self.apply_frees(plan)
         st = BatchState(plan, None, self.generation)  # type: ignore[arg-type]
         loads: list[tuple[Kind, list[int], list[int]]] = []  # (pool, src, dst)
-        slices = tuple(self._prepare_slice(s, st, loads) for s in plan.slices)
-        st.finished = tuple(s.rid for s in plan.slices if s.finishes)
+        # a later slice that loads nothing (most slices: decode steps) takes the short path
+        short = not self.state.active
+        cont, first = self._continue_slice, self._prepare_slice
+        slices = tuple([cont(s, st) if short and s.request is not None and not s.loads
+                        else first(s, st, loads) for s in plan.slices])
+        st.finished = tuple([s.rid for s in plan.slices if s.finishes])
         st.load_groups = self._load_groups(loads)
         self.host_lane.prepare(st, len(plan.slices),
                                [g.calls if g.nbytes else 0 for g in st.load_groups],
@@ -203,9 +207,9 @@ class SimRuntime:
         whose compute it folds."""
         released = validate.check_plan(self, plan)  # nothing changes before both pass
         validate.check_capacity(self, plan, released)
-        for ext in plan.frees:
+        for ext in plan.frees:  # check_plan proved each page allocated and freed once
             self.tier(ext.tier)[ext.pool].free_runs(
-                [(r.first_page, r.page_count) for r in ext.page_runs])
+                [(r.first_page, r.page_count) for r in ext.page_runs], checked=True)
         for rel in plan.releases:
             self._release(rel, released[rel.request.slot_id])
 
@@ -304,15 +308,15 @@ class SimRuntime:
 
     def _prepare_slice(self, s: RequestSlice, st: BatchState,
                        loads: list[tuple[Kind, list[int], list[int]]]) -> PreparedSlice:
-        if s.request is not None and not s.loads and not self.state.active:
-            return self._continue_slice(s, st)
+        """A slice's pages, loads and shape (:meth:`_continue_slice`: the short path that
+        prepare_batch takes when it may)."""
         if s.request is None:
             handle = RequestRuntimeHandle(self.runtime_id, self._next_slot, self.generation)
             self._next_slot += 1
             row = self.rows[handle.slot_id] = RequestRow(handle, s.rid)
             for ext in s.attach:
                 if ext.pool is Kind.FULL:
-                    row.append(ext.pages(), own=False)
+                    row.append_extent(ext)
             landed: list[CacheExtentRef] = []
             if self.state.active:  # hybrid: the attach's L2 state pieces are loaded back
                 attach, copies, landed = state_loads(
@@ -331,9 +335,10 @@ class SimRuntime:
             src = list(ld.src.pages())
             dst = self.device[ld.src.pool].allocate(len(src))
             loads.append((ld.src.pool, src, dst))
-            loaded.append(self._extent(Tier.DEVICE, dst, ld.src.pool))
+            ext = self._extent(Tier.DEVICE, dst, ld.src.pool)
+            loaded.append(ext)
             if ld.src.pool is Kind.FULL:
-                row.append(dst, own=False)
+                row.append_extent(ext)
             self.bytes_accounted["h2d"] += len(src) * self.bytes_per_page[ld.src.pool]
         own = validate.new_pages(self, s, len(row.pages))
         new = self.device[Kind.FULL].allocate(own)
@@ -437,7 +442,7 @@ class SimRuntime:
     def _release(self, rel: Release, freed: list[tuple[int, int]]) -> None:
         """Close the row; ``freed``: the runs of its own pages the tree did not keep."""
         self.rows.pop(rel.request.slot_id)
-        self.device[Kind.FULL].free_runs(freed)
+        self.device[Kind.FULL].free_runs(freed, checked=True)  # check_plan's runs
         if self.state.active:
             self.state.release(rel.request.slot_id, rel.kept())
 

@@ -73,6 +73,7 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Released:
                 row_of(rt, h, f"request {s.rid}")  # the full check (raises if stale)
             if s.attach or s.loads:
                 raise ValueError(f"request {s.rid}: attach/loads only on its first slice")
+            continue  # a later slice: nothing more to check
         for ext in s.attach:  # state pieces may come from L2 (hybrid load-back)
             tier = Tier.HOST if ext.tier is Tier.HOST and ext.pool is not Kind.FULL else Tier.DEVICE
             if not _current(rt, ext, tier):
@@ -204,18 +205,21 @@ def check_capacity(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
     rows, page = rt.rows, rt.page_size
     full = 0
     for s in plan.slices:
-        if s.request is not None:
-            existing = len(rows[s.request.slot_id].pages)
+        h, ctx = s.request, s.context_tokens
+        if h is not None:
+            existing = len(rows[h.slot_id].pages)
         else:
             existing = sum(e.num_pages for e in s.attach if e.pool is Kind.FULL) + sum(
                 ld.src.num_pages for ld in s.loads if ld.src.pool is Kind.FULL)
-        if s.context_tokens > existing * page:
+        if ctx > existing * page:
             new_pages(rt, s, existing)  # raises
-        new = max(0, -(-(s.context_tokens + s.new_tokens) // page) - existing)
+        new = max(0, -(-(ctx + s.new_tokens) // page) - existing)
         full += new
         if state:
             for pool, n in rt.state.needs(s, new).items():
                 need_device[pool] = need_device.get(pool, 0) + n
+        if h is not None:
+            continue  # a later slice loads and attaches nothing (check_plan)
         for ld in s.loads:
             need_device[ld.src.pool] = need_device.get(ld.src.pool, 0) + ld.src.num_pages
         for ext in s.attach:

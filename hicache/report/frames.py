@@ -48,7 +48,7 @@ def timeline_frame(timeline_or_rows) -> pd.DataFrame:
     the canonical timeline DataFrame. ``duration`` is recomputed as ``end - start``."""
     src = timeline_or_rows
     if isinstance(src, Timeline):
-        src = src.rows
+        src = src.as_tuples()  # the same rows, without building a TimelineRow each
     if isinstance(src, pd.DataFrame):
         df = src.copy()
     else:
