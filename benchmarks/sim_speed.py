@@ -16,8 +16,10 @@ case, so figures compare across machines. Cases (targets from issue 9, CPU time)
 - ``long_context``: 32k-token prompts with per-layer loads (no target; watched).
 
 ``--scaling`` adds cost per request (CPU ms) at 10/20/40 rounds and 500/2,000/12,031 trace
-requests (target: flat within 20%), and ``--replay`` the CLI replay of the trace at one
-capacity, start-up included (target: under 2 s), measured as a child process.
+requests (target: flat within 20%), split into events per request (the model's work: a
+request that loads its prefix layer by layer from L2 or L3 takes more events than one that
+hits L1) and CPU per event (the simulator's cost), and ``--replay`` the CLI replay of the
+trace at one capacity, start-up included (target: under 2 s), measured as a child process.
 
 The trace resolves as the bundled ``mooncake_trace`` scenario resolves it (beside the
 repository: ``shared/traces/mooncake/``); ``--trace FILE`` names it elsewhere. Without
@@ -112,8 +114,10 @@ def scaling_rows(trace: Path | None) -> list[dict]:
                               [f"workload.path={trace}", f"workload.max_requests={n}",
                                "run.layerwise=true"], ["L1+L2+L3"]):
                 out.append({**r, "scenario": f"mooncake_trace requests={n}"})
-    for r in out:
+    for r in out:  # what grows: the model's work per request, or the CPU per event
         r["cpu_ms_per_request"] = round(1000 * r["cpu_s"] / r["requests"], 3)
+        r["events_per_request"] = round(r["events"] / r["requests"], 1)
+        r["cpu_us_per_event"] = round(1e6 * r["cpu_s"] / r["events"], 2)
     return out
 
 
@@ -150,6 +154,16 @@ def verdicts(rows: list[dict]) -> list[str]:
         slowest = min(r["req_per_cpu_s"] for r in mine)
         lines.append(f"{case}: {total:.1f} CPU s for {len(mine)} variants (target < {limit:g}); "
                      f"slowest variant {slowest:.0f} req/CPU-s (target >= {MIN_RATE:g})")
+    for family in ("multiturn_tiers rounds=", "mooncake_trace requests="):
+        mine = [r for r in rows if r["scenario"].startswith(family)]
+        if len(mine) < 2:
+            continue
+        grow = {k: mine[-1][k] / mine[0][k]
+                for k in ("cpu_ms_per_request", "events_per_request", "cpu_us_per_event")}
+        sizes = "/".join(r["scenario"][len(family):] for r in mine)
+        lines.append(f"{family[:-1]} {sizes}: cost per request x{grow['cpu_ms_per_request']:.2f} "
+                     f"(target within 1.2), events per request x{grow['events_per_request']:.2f}, "
+                     f"CPU per event x{grow['cpu_us_per_event']:.2f}")
     return lines
 
 
