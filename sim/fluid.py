@@ -189,8 +189,13 @@ class FluidServer:
         if job.kind == "compute" and (
                 job.timer_at <= due or (PLAN_AHEAD and self._planned(job, now, due))):
             return
+        self._arm(job, due, delay)
+
+    def _arm(self, job: FluidJob, at: float, delay: float) -> None:
+        """A new live timer for ``job`` firing at ``at`` (= now + ``delay``, as simpy
+        computes it); any earlier timer of the job goes stale (its token)."""
         job.token += 1
-        job.timer_at = due
+        job.timer_at = at
         token = job.token
         self.env.timeout(delay).callbacks.append(lambda _ev: self._fire(job, token))
 
@@ -211,11 +216,7 @@ class FluidServer:
         at = self._settled(job, due)
         if at >= due:
             return False
-        job.token += 1
-        job.timer_at = at
-        token = job.token
-        self.env.timeout(exact_delay(now, at)).callbacks.append(
-            lambda _ev: self._fire(job, token))
+        self._arm(job, at, exact_delay(now, at))
         return True
 
     def _settled(self, job: FluidJob, due: float) -> float:

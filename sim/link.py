@@ -82,21 +82,16 @@ class PcieLink:
             kind = job.kind
             if kind == "compute":
                 compute.append(job)
-            elif kind == "h2d":
-                h2d.append(job)
-                if not kernels_active and "kernel" in job.tags:
-                    kernels_active = True
-            elif kind == "d2h":
-                d2h.append(job)
-                if not kernels_active and "kernel" in job.tags:
-                    kernels_active = True
+            elif kind == "h2d" or kind == "d2h":
+                (h2d if kind == "h2d" else d2h).append(job)
+                kernels_active = kernels_active or "kernel" in job.tags
             elif kind == "l3":
                 l3_jobs.append(job)
         if not (l3_jobs or h2d or d2h):  # compute alone: full speed
             for job in compute:
                 job.rate = 1.0
             return
-        factor = math.prod(self.slowed.values()) if self.slowed else 1
+        factor = self.factor
         total_h2d = self._share(h2d, self.peak["h2d"] * factor) if h2d else 0
         total_d2h = self._share(d2h, self.peak["d2h"] * factor) if d2h else 0
         scale = 1.0
@@ -109,10 +104,8 @@ class PcieLink:
         l3 = self.l3
         if l3_jobs and l3 is not None:
             l3.allocate(l3_jobs)
-            l3_total = 0
-            for job in l3_jobs:
-                l3_total += job.rate
-        host = self.host * (math.prod(self.pressed.values()) if self.pressed else 1)
+            l3_total = sum(job.rate for job in l3_jobs)
+        host = self.host * self.host_factor
         if total * scale + l3_total > host:
             if not l3_total:
                 scale = host / total  # PCIe alone (the form before L3 joined: bit-exact)
