@@ -174,13 +174,15 @@ def sessions(ses: pd.DataFrame | None, sweeps: dict[str, pd.DataFrame]) -> str:
                         f"{_pct(ours['device_lru'])} -> {_pct(ours['device_session'])}.")
     for key, col, unit in (("pro_l1", "cache.device_tokens", 1e6),
                            ("pro_tool_time", "workload.tool_time", 1),
+                           ("pro_reasoning", "workload.reasoning_length", 0),
                            ("qwen_l1", "cache.device_tokens", 1e6)):
         df = sweeps.get(key)
         if df is None:
             continue
         parts = []
         for value, lru, s in lru_session_pairs(df, col):
-            what = f"{float(value) / unit:.2f}M tokens" if unit > 1 else f"{value} s"
+            what = (f"{float(value) / unit:.2f}M tokens" if unit > 1 else f"{value} s"
+                    if unit else f"{value} reasoning tokens")
             parts.append(f"{what}: device hit {_pct(lru['device_hit_rate'])} -> "
                          f"{_pct(s['device_hit_rate'])}, TTFT "
                          f"{100 * (s['ttft_mean_s'] / lru['ttft_mean_s'] - 1):+.1f}%")
@@ -189,11 +191,13 @@ def sessions(ses: pd.DataFrame | None, sweeps: dict[str, pd.DataFrame]) -> str:
              if any("device_host_lru" in f for f in st.published.values())]
     gains = [(s["device_hit_rate"] - lru["device_hit_rate"],
               100 * (s["ttft_mean_s"] / lru["ttft_mean_s"] - 1))
-             for k in ("pro_l1", "pro_tool_time") if (df := sweeps.get(k)) is not None
+             for k in ("pro_l1", "pro_tool_time", "pro_reasoning")
+             if (df := sweeps.get(k)) is not None
              for _, lru, s in lru_session_pairs(df, _grid_key(df))]
     if gains:
         text.append(f"DeepSeek-V4-Pro: over every point of sections "
-                    f"{moved_by(('pro_l1', 'pro_tool_time'))} session-aware eviction moves "
+                    f"{moved_by(('pro_l1', 'pro_tool_time', 'pro_reasoning'))} session-aware "
+                    "eviction moves "
                     f"the device hit by at most {100 * max(g for g, _ in gains):+.1f} points and "
                     f"mean TTFT "
                     f"by {min(t for _, t in gains):+.1f}% at best (published at batch 128: "
