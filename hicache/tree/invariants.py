@@ -122,6 +122,19 @@ def _check_sessions(tree: UnifiedRadixTree, nodes: list[Node]) -> None:
     missing = set(carried) - set(tree.sessions)
     if missing:
         _fail(f"nodes carry references of closed sessions {sorted(missing)}")
+    # SGLang's count: one reference per end of the session's paths at or below the node
+    expected: dict[tuple[str, int], int] = {}
+    for sid, ends in tree.session_leaves.items():
+        for end in ends:
+            for n in tree.path_to_root(end):
+                expected[sid, n.id] = expected.get((sid, n.id), 0) + 1
+    counts = {(sid, node.id): c for node in nodes for sid, c in node.sessions.items()}
+    if counts != expected:
+        wrong = sorted(k for k in counts.keys() | expected.keys()
+                       if counts.get(k) != expected.get(k))
+        sid, nid = wrong[0]
+        _fail(f"node {nid}: session {sid!r} count {counts.get((sid, nid), 0)}, "
+              f"{expected.get((sid, nid), 0)} ends of its paths at or below it")
 
 
 def _check_heaps(tree: UnifiedRadixTree, nodes: list[Node]) -> None:

@@ -100,6 +100,7 @@ class UnifiedRadixTree:
                                    session_coverage=session_coverage)
         self.sessions: dict[str, set[Node]] = {}
         self.frontiers: dict[str, Node] = {}  # session -> its last finished request's node
+        self.session_leaves: dict[str, set[Node]] = {}  # session -> the ends of its paths
         swa = spec.get(Kind.SWA)
         self._window_pages = -(-swa.window // spec.page_size) if swa is not None else 0
 
@@ -383,25 +384,63 @@ class UnifiedRadixTree:
                     del self.frontiers[sid]
                 else:
                     self.frontiers[sid] = parent
+            self._recede(sid, node, parent)
         node.parent = None
         node.stamp += 1
 
     # -- sessions --------------------------------------------------------------------
     def reference_session(self, session_id: str, node: Node | None) -> None:
-        """A finished request of ``session_id`` references its path (``node`` to root)."""
+        """A finished request of ``session_id`` references its path (``node`` to root).
+
+        Counted as SGLang's FULL component counts (PR 29173): a node holds one reference
+        per end of the session's paths below it. A path that continues the session's
+        last one moves that end forward (the nodes it adds get 1); a path that forks off
+        (the next prompt does not carry the last output) is one more end, so the shared
+        trunk gains a reference and the abandoned branch keeps its 1 until close::
+
+            root ── trunk(2) ─┬─ old branch(1)     ends: {old branch, new}
+                              └─ new(1)
+        """
         held = self.sessions.setdefault(session_id, set())
-        if node is not None and node is not self.root:
-            self.frontiers[session_id] = node
-        for n in self.path_to_root(node) if node is not None else ():
-            if session_id not in n.sessions:
-                n.sessions[session_id] = 1
-                held.add(n)
-                self.residency.touched(n)
+        if node is None or node is self.root:
+            return
+        self.frontiers[session_id] = node
+        ends = self.session_leaves.setdefault(session_id, set())
+        if node in ends:
+            return
+        stop = next((a for a in self.path_to_root(node.parent) if a in ends), None)
+        for n in self.path_to_root(node):
+            if n is stop:
+                break
+            n.sessions[session_id] = n.sessions.get(session_id, 0) + 1
+            held.add(n)
+            self.residency.touched(n)
+        ends.add(node)
+        ends.discard(stop)  # type: ignore[arg-type]
+
+    def _recede(self, session_id: str, node: Node, parent: Node) -> None:
+        """``node``, an end of ``session_id``'s paths, is gone: its parent becomes the end
+        (SGLang's fallback), or, if the parent is the root or already an end, the
+        reference that end carried up to the root goes."""
+        ends = self.session_leaves.get(session_id)
+        if ends is None or node not in ends:
+            return
+        ends.discard(node)
+        if parent is not self.root and parent not in ends:
+            ends.add(parent)
+            return
+        for n in self.path_to_root(parent):
+            n.sessions[session_id] -= 1
+            if not n.sessions[session_id]:
+                del n.sessions[session_id]
+                self.sessions[session_id].discard(n)
+            self.residency.touched(n)
 
     def close_session(self, session_id: str) -> int:
         """Drop every reference of ``session_id``; return how many nodes it held."""
         nodes = self.sessions.pop(session_id, set())
         self.frontiers.pop(session_id, None)
+        self.session_leaves.pop(session_id, None)
         # a set of nodes iterates in memory order: re-queue them in a reproducible order
         for n in sorted(nodes, key=lambda n: (n.last_access, n.id)):
             n.sessions.pop(session_id, None)

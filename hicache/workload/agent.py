@@ -7,7 +7,13 @@ shared system prompt + ``task_length`` fresh tokens; step s+1's prompt = step s'
 + step s's output + ``tool_output_length`` tokens (the tool result) and becomes ready
 ``tool_time`` seconds after step s finishes. Every request carries
 ``session_id = "agent-<i>"``, ``client = i`` and ``round = step``; the last step has
-``close_session=True``. With ``repositories > 0`` (SWE-bench-like: many tasks per
+``close_session=True``. With ``reasoning_length`` (a thinking model), each step's output
+is that many reasoning tokens and then the tool call; the next prompt carries the call, not
+the reasoning (an assumption: DeepSeek's and Qwen3's chat templates drop the reasoning of
+turns before the last user message, and mini-swe-agent, which SGLang's SWE-bench runs use,
+returns each tool result as a user message), so each step's KV forks from the next prompt
+at the end of its own prompt and its generated tokens are never reused. With
+``repositories > 0`` (SWE-bench-like: many tasks per
 repository), session i works on repository ``i % repositories`` and its step 0 prompt is
 system prompt + that repository's shared context (``repository_length`` tokens, the same
 tokens for every session of the repository) + task.
@@ -55,6 +61,9 @@ class AgentConfig(Plain):
     task_length: Length() = 512
     tool_output_length: Length() = (64, 1024)
     output_length: Length() = (32, 256)  # the model's tool call
+    # a thinking model's reasoning before each tool call, not carried into the next prompt
+    # (module doc); 0: the whole output is carried
+    reasoning_length: Length(0) = 0
     tool_time: FloatRange = 0.5  # seconds, number or [lo, hi]
     repositories: NonNegInt = 0  # shared repository contexts (0: none)
     repository_length: NonNegInt = 0  # tokens of one repository's context
@@ -122,4 +131,5 @@ class AgentWorkload(ClosedLoopWorkload):
         sess.step += 1
         return self._turn(i, sess.conv, sess.rng, arrival, new_tokens,
                           session_id=f"agent-{i}", round=sess.step - 1,
-                          close_session=sess.step == sess.steps)
+                          close_session=sess.step == sess.steps,
+                          dropped=draw_length(sess.rng, self.config.reasoning_length))

@@ -61,11 +61,12 @@ class ClosedLoopWorkload:
 
     def _turn(self, unit: int, conv: Conversation, rng: random.Random, arrival: float,
               new_tokens: int, *, session_id: str | None, round: int,
-              close_session: bool) -> Request:
-        """The next turn of ``conv``: ``new_tokens`` fresh input tokens, then an output
-        of a length drawn from ``config.output_length``; registers a new rid."""
-        output = draw_length(rng, self.config.output_length)
-        prompt = conv.turn(new_tokens, output)
+              close_session: bool, dropped: int = 0) -> Request:
+        """The next turn of ``conv``: ``new_tokens`` fresh input tokens, then
+        ``dropped`` tokens the next prompt does not carry (reasoning) and an output of a
+        length drawn from ``config.output_length``; registers a new rid."""
+        output = draw_length(rng, self.config.output_length) + dropped
+        prompt = conv.turn(new_tokens, output, dropped)
         rid = self._next_rid
         self._next_rid += 1
         self._inflight[rid] = unit

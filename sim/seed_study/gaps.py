@@ -20,9 +20,14 @@ SGLANG_VS_OURS = (
      "its path root -> last node, once per session", "the same", "same"),
     ("Full KV: eviction order, L1 and L2",
      "(referenced, references, base policy key)", "the same key, L1 and L2", "same"),
+    ("Full KV: a path that forks off the last one (the next prompt does not carry the "
+     "last output: reasoning dropped)", "one more end: every node counts one reference per "
+     "end of the session's paths below it, so the shared trunk outranks the branches",
+     f"the same count (section {moved_by(('pro_reasoning',))})", "same"),
     ("close_session", "drops the references, frees nothing", "the same", "same"),
     ("a referenced leaf evicted", "the session's frontier falls back to its parent",
-     "the rest of the path stays referenced", "same effect"),
+     "the same (an end falls back to its parent; one whose parent is an end already takes "
+     "its reference with it)", "same"),
     ("SWA windows", "only the window + one page before each session's frontier is "
      "referenced; the SWA pool's LRU evicts unreferenced windows first",
      "the whole path counts as referenced (`session_coverage: path`, ours) or SGLang's "

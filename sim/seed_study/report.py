@@ -195,8 +195,8 @@ def sweep_section(res: dict, out: Path) -> str:
 def _sweep_metrics(sw: Sweep) -> list[str]:
     if sw.key in ("dsv4_growth", "dsv4_ratio", "inkling_l1"):
         return ["cliff_round", "hit_rate", "effective_input_throughput_tps"]
-    if sw.key in ("pro_l1", "pro_tool_time", "pro_swa", "qwen_l1", "qwen_mamba",
-                  "qwen_coverage"):
+    if sw.key in ("pro_l1", "pro_tool_time", "pro_swa", "pro_reasoning", "qwen_l1",
+                  "qwen_mamba", "qwen_coverage"):
         return ["ttft_mean_s", "device_hit_rate", "hit_rate"]
     return ["hit_rate", "l3_hit_rate", "ttft_mean_s", "effective_input_throughput_tps"]
 

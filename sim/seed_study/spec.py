@@ -77,7 +77,8 @@ SESSIONS = (
         "dsv4_pro", "DeepSeek-V4-Pro TP8", "scenarios/seed_study/agent_dsv4_pro.yaml",
         (32, 64, 128, 256),
         {128: {"ttft_change_pct": -11.0, "device_lru": 0.42, "device_session": 0.51},
-         256: {"ttft_change_pct": -2.9}}, ("pro_l1", "pro_tool_time", "pro_swa")),
+         256: {"ttft_change_pct": -2.9}},
+        ("pro_l1", "pro_tool_time", "pro_swa", "pro_reasoning")),
     SessionStudy(
         "qwen3_5", "Qwen3.5-397B-A17B TP8", "scenarios/seed_study/agent_qwen3_5.yaml",
         (32, 64, 128, 256),
@@ -244,6 +245,17 @@ SWEEPS = (
           label="MAMBA slots",
           question="MAMBA checkpoint slots at batch 32 (default 3 per running request): "
                    "device hit and the session-aware gain."),
+    Sweep("pro_reasoning", "dsv4_pro",
+          (("workload.reasoning_length", (0, 1024, 3072)),), ("lru", "session"),
+          sets=("scheduler.max_running_requests=128", "workload.max_sessions=128",
+                "workload.num_sessions=256", "cache.device_tokens=2640000"),
+          label="reasoning dropped",
+          question="A thinking model's reasoning before each tool call, not carried into "
+                   "the next prompt (ours 0: the whole output is), batch 128, L1 2.64M "
+                   "tokens: every step's KV forks off the next prompt, so LRU keeps each "
+                   "session's newest abandoned branch while SGLang's session references "
+                   "count once per branch end (a forked trunk holds more than a branch). "
+                   "Does session-aware eviction then pay?"),
 )
 
 

@@ -172,6 +172,7 @@ def readings(res: dict) -> dict[str, str]:
     if (df := sw.get("pro_swa")) is not None:
         out["pro_swa"] = "Session-aware against LRU: " + "; ".join(coverage_points(df)) + "."
     for key, label in (("pro_l1", "cache.device_tokens"), ("pro_tool_time", "workload.tool_time"),
+                       ("pro_reasoning", "workload.reasoning_length"),
                        ("qwen_l1", "cache.device_tokens"), ("qwen_mamba", "run.mamba_slots"),
                        ("qwen_coverage", "cache.session_coverage")):
         if (df := sw.get(key)) is not None:

@@ -84,3 +84,31 @@ def test_repositories_without_their_length_are_refused():
 
     with pytest.raises(ValueError, match="repository_length"):
         AgentConfig(repositories=3)
+
+
+def test_reasoning_is_generated_and_forks_off_the_next_prompt():
+    """A thinking model's reasoning is part of the step's output (decode work and KV) but
+    the next prompt carries only the tool call: it forks right after the step's prompt."""
+    ss = sessions(run(reasoning_length=[8, 12], output_length=3))
+    for steps in ss.values():
+        for (prev, _), (nxt, _) in zip(steps, steps[1:], strict=False):
+            reasoning = prev.output_len - 3
+            assert 8 <= reasoning <= 12
+            kv = prev.full_tokens
+            assert len(kv) == prev.prompt_len + prev.output_len
+            assert list(kv[: prev.prompt_len]) == list(prev.tokens)
+            assert list(nxt.tokens[: prev.prompt_len]) == list(prev.tokens)  # still a prefix
+            # the call comes back, the reasoning does not: the growth is the call + result
+            assert 5 <= nxt.prompt_len - prev.prompt_len - 3 <= 15
+            # so the next prompt leaves the step's KV at the step's prompt end
+            assert nxt.tokens[prev.prompt_len] != kv[prev.prompt_len]
+
+
+def test_without_reasoning_every_draw_is_the_same_as_before():
+    """reasoning_length 0 (the default) draws nothing: runs are unchanged."""
+    key = lambda recs: [(r.rid, r.arrival, tuple(r.tokens), r.output_len,  # noqa: E731
+                         tuple(r.full_tokens)) for r, _ in recs]
+    assert key(run(reasoning_length=0)) == key(run())
+    assert all(list(r.full_tokens[r.prompt_len:]) == list(n.tokens[r.prompt_len:][:r.output_len])
+               for steps in sessions(run()).values()
+               for (r, _), (n, _) in zip(steps, steps[1:], strict=False))

@@ -72,3 +72,27 @@ def test_concat_tokens_match_list_concatenation(p, q, sl, i):
     else:
         with pytest.raises(IndexError):
             toks[i]
+
+
+def test_a_forked_view_keys_and_hashes_its_pages_as_the_plain_tokens_would() -> None:
+    """ForkedView: the base's full pages come from the buffer's cache, the rest are packed
+    and hashed from the fork's own tokens; both match a plain sequence of the same ids."""
+    from array import array
+
+    from hicache.tiers.hashing import page_hashes
+    from hicache.tree.pagekeys import page_keys
+    from hicache.workload.request import BufferPages, ForkedView, TokenView
+
+    buf = array("q", range(1, 22))
+    pages = BufferPages(buf)
+    base = TokenView(buf, 10, pages)
+    fork = ForkedView(base, array("q", range(100, 107)))
+    plain = list(range(1, 11)) + list(range(100, 107))
+    assert list(fork) == plain and len(fork) == 17
+    assert list(fork[3:14]) == plain[3:14] and fork[-1] == 106 and fork[12] == 102
+    for ps in (1, 3, 4, 16):
+        assert fork.page_keys(ps) == page_keys(plain, ps)
+        assert fork.page_hashes(ps) == page_hashes(plain, ps)
+    assert list(fork.prefix(12)) == plain[:12]
+    assert fork.prefix(12).page_keys(4) == page_keys(plain[:12], 4)
+    assert isinstance(fork.prefix(8), TokenView)  # within the base: the base's own view
