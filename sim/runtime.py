@@ -169,14 +169,16 @@ class SimRuntime:
     def prepare_batch(self, plan: BatchPlan) -> PreparedBatchHandle:
         if plan.batch_id in self._prepared:
             raise ValueError(f"batch {plan.batch_id} is already prepared")
-        self.apply_frees(plan)
+        checked = self.apply_frees(plan)
         st = BatchState(plan, None, self.generation)  # type: ignore[arg-type]
         loads: list[tuple[Kind, list[int], list[int]]] = []  # (pool, src, dst)
-        # a later slice that loads nothing (most slices: decode steps) takes the short path
+        # a later slice (it loads nothing; most slices: decode steps) takes the short path
         short = not self.state.active
         cont, first = self._continue_slice, self._prepare_slice
-        slices = tuple([cont(s, st) if short and s.request is not None and not s.loads
-                        else first(s, st, loads) for s in plan.slices])
+        slices = tuple([cont(s, row, new, st) if short and row is not None
+                        else first(s, st, loads)
+                        for s, row, new in zip(plan.slices, checked.rows, checked.new,
+                                               strict=True)])
         st.finished = tuple([s.rid for s in plan.slices if s.finishes])
         st.load_groups = self._load_groups(loads)
         self.host_lane.prepare(st, len(plan.slices),
@@ -201,17 +203,19 @@ class SimRuntime:
         self._prepared[plan.batch_id] = st
         return st.handle
 
-    def apply_frees(self, plan: BatchPlan) -> None:
+    def apply_frees(self, plan: BatchPlan) -> validate.Checked:
         """A prepare's first half: check the whole plan (nothing changes unless it
-        passes), then apply its frees and releases. sim.fold calls it alone for a plan
-        whose compute it folds."""
-        released = validate.check_plan(self, plan)  # nothing changes before both pass
-        validate.check_capacity(self, plan, released)
+        passes), then apply its frees and releases; return what the checks found.
+        sim.fold calls it alone for a plan whose compute it folds."""
+        checked = validate.check_plan(self, plan)  # nothing changes before both pass
+        validate.check_capacity(self, plan, checked)
+        released = checked.released
         for ext in plan.frees:  # check_plan proved each page allocated and freed once
             self.tier(ext.tier)[ext.pool].free_runs(
                 [(r.first_page, r.page_count) for r in ext.page_runs], checked=True)
         for rel in plan.releases:
             self._release(rel, released[rel.request.slot_id])
+        return checked
 
     def execute_batch(self, handle: PreparedBatchHandle) -> None:
         check_generation(handle, self.runtime_id, self.generation, "prepared batch")
@@ -353,22 +357,18 @@ class SimRuntime:
             st.decodes.extend([s.context_tokens] * s.new_tokens)
         return PreparedSlice(s.rid, row.handle, row.extent(), (*loaded, *landed), state)
 
-    def _continue_slice(self, s: RequestSlice, st: BatchState) -> PreparedSlice:
+    def _continue_slice(self, s: RequestSlice, row: RequestRow, new: int, st: BatchState
+                        ) -> PreparedSlice:
         """:meth:`_prepare_slice` for a request's later slice (most slices of a run: decode
-        steps): new pages if its tokens need them, and the same handle as last time
-        when they do not (nothing of it changed)."""
-        row = self.rows[s.request.slot_id]  # type: ignore[union-attr]
-        held = len(row.pages)
-        ctx = s.context_tokens
-        if ctx > held * self.page_size:
-            validate.new_pages(self, s, held)  # raises: its pages do not hold its context
-        need = -(-(ctx + s.new_tokens) // self.page_size) - held
-        if need > 0:
-            row.append(self.device[Kind.FULL].allocate(need), own=True)
+        steps), with the row and new page count the plan's check found: new pages if its
+        tokens need them, and the same handle as last time when they do not (nothing of
+        it changed)."""
+        if new:
+            row.append(self.device[Kind.FULL].allocate(new), own=True)
         if s.phase is Phase.PREFILL:
-            st.prefills.append((s.new_tokens, ctx))
+            st.prefills.append((s.new_tokens, s.context_tokens))
         else:
-            st.decodes.extend([ctx] * s.new_tokens)
+            st.decodes.extend([s.context_tokens] * s.new_tokens)
         return row.prepared_slice()
 
     def _calls(self, pool: Kind, src: list[int], dst: list[int], layers: range,
