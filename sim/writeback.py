@@ -45,9 +45,9 @@ class Writeback:
             for k, (start, end) in enumerate(spans):
                 self.step_done(first + k, start, end, decode_batch)
             return
-        self.steps.extend((start, end, decode_batch) for start, end in spans)
+        self.steps.extend([(start, end, decode_batch) for start, end in spans])
         ids = range(first, first + len(spans))
-        self.ends.update(zip(ids, (end for _, end in spans), strict=True))
+        self.ends.update(zip(ids, [end for _, end in spans], strict=True))
 
 
 def chunked_backup_op(rt: SimRuntime, st: BatchState, ready: dict[str, float]) -> Proc:

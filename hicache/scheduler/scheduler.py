@@ -39,6 +39,7 @@ from hicache.runtime.interface import (
     RequestSlice,
     RuntimeInfo,
     TransferKind,
+    decode_slice,
 )
 from hicache.tiers.hashing import page_hashes
 from hicache.tree.components import Kind, TreeSpec
@@ -321,16 +322,15 @@ class Scheduler:
             self._prefilling = [st for st in self._prefilling
                                 if st.prefill_planned < st.prompt_len - st.prefix_tokens]
         else:
-            decode = Phase.DECODE
             for st in self.running:
                 last = st.req.output_len - 1
-                if (st.decode_planned >= last or st.handle is None
+                planned = st.decode_planned
+                if (planned >= last or st.handle is None
                         or st.prefill_planned < st.prompt_len - st.prefix_tokens):
                     continue
-                st.decode_planned += 1
-                slices.append(RequestSlice(
-                    st.rid, decode, st.prompt_len + st.decode_planned - 1, 1,
-                    request=st.handle, finishes=st.decode_planned >= last))
+                st.decode_planned = planned = planned + 1
+                slices.append(decode_slice(st.rid, st.prompt_len + planned - 1, st.handle,
+                                           planned >= last))
         if not slices:
             return None
         return self.plans.build(tuple(slices))
