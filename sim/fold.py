@@ -46,8 +46,10 @@ Folded batches leave one timeline row per run of back-to-back steps, with
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Generator
 from dataclasses import replace
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import simpy
@@ -75,6 +77,9 @@ class FoldedStep(NamedTuple):
     compute_end: float
     end: float
     taken: float
+
+
+_taken = attrgetter("taken")
 
 
 class DecodeFolder:
@@ -124,7 +129,7 @@ class DecodeFolder:
         t = env.now
         if t < steps[-1].taken:
             self.interrupted += 1
-        taken = sum(1 for s in steps if s.taken < t)
+        taken = bisect.bisect_left(steps, t, key=_taken)  # how many < t: they never decrease
         yield from self._materialize(plan, steps, taken, t)
 
     # -- internals --------------------------------------------------------------------
@@ -290,11 +295,10 @@ class DecodeFolder:
         n_req, ctx0 = len(contexts), sum(contexts)
         rt.batch_shapes.add_decode_run(bid0, batches, n_req, ctx0)
         if not steps:
-            rt.writeback.steps_done(bid0, [], n_req)
+            rt.writeback.steps_done(bid0, (), (), n_req)
             return
         _, starts, _, ends, _ = zip(*steps, strict=True)  # the steps' fields, column-wise
-        rt.writeback.steps_done(bid0, list(zip(starts[:observed], ends[:observed], strict=True)),
-                                n_req)
+        rt.writeback.steps_done(bid0, starts[:observed], ends[:observed], n_req)
         if self.per_step_rows:  # the rows compute_op writes for each batch
             sampled = rt.cost.sample_time(n_req) > 0
             for k, st in enumerate(steps):
