@@ -1,8 +1,9 @@
 """A request's row: its device KV pages in token order and which of them it owns.
 
-Invariant: ``pages`` = attached pages + loaded pages + own pages, in token order;
-``runs`` always equals coalesce(pages) (maintained incrementally, O(1) per appended page);
-only ``own`` pages (allocated for the request's new tokens) may be freed by a Release.
+Invariant: ``pages`` = attached pages + loaded pages + own pages, in token order (no
+borrowed page after an own one: checked); ``runs`` always equals coalesce(pages)
+(maintained incrementally, O(1) per appended page); only ``own`` pages (allocated for the
+request's new tokens) may be freed by a Release: they are the last ``len(own)`` pages.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from hicache.runtime.handles import (
     Tier,
 )
 from hicache.runtime.interface import PreparedSlice
-from hicache.runtime.page_ids import runs_of
+from hicache.runtime.page_ids import Run, runs_of
 
 
 class RequestRow:
@@ -35,6 +36,8 @@ class RequestRow:
         pages = pages if isinstance(pages, list) else list(pages)
         if not pages:
             return
+        if not own:
+            self._borrow()
         self.pages.extend(pages)
         if own:
             self.own.update(pages)
@@ -52,6 +55,7 @@ class RequestRow:
         rows, without re-deriving the runs ``ext`` already has page by page."""
         if not ext.page_runs:
             return
+        self._borrow()
         pages, runs = self.pages, self.runs
         for r in ext.page_runs:
             pages.extend(r.pages())
@@ -62,9 +66,22 @@ class RequestRow:
                 runs.append(r)
         self._extent = None
 
-    def runs_tuples(self) -> list[tuple[int, int]]:
-        """``runs`` as ``(start, length)`` pairs."""
-        return [(r.first_page, r.page_count) for r in self.runs]
+    def _borrow(self) -> None:
+        if self.own:
+            raise ValueError(f"request {self.rid}: borrowed pages after its own ones")
+
+    def own_runs(self) -> list[Run]:
+        """``runs_of`` the own pages in token order: ``runs`` less the borrowed pages
+        before them, at a cost per run (not per page)."""
+        skip = len(self.pages) - len(self.own)
+        out: list[Run] = []
+        for r in self.runs:
+            if skip >= r.page_count:
+                skip -= r.page_count
+                continue
+            out.append((r.first_page + skip, r.page_count - skip))
+            skip = 0
+        return out
 
     def extent(self) -> CacheExtentRef:
         if self._extent is None:

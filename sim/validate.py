@@ -23,7 +23,7 @@ from hicache.runtime.handles import (
     check_generation,
 )
 from hicache.runtime.interface import BatchPlan, CapacityError, Release, RequestSlice
-from hicache.runtime.page_ids import Run, runs_of
+from hicache.runtime.page_ids import Run, runs_minus
 from sim.rows import RequestRow
 
 if TYPE_CHECKING:
@@ -139,23 +139,19 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Checked:
 def _check_release(rt: SimRuntime, rel: Release) -> list[Run]:
     """Check what ``rel`` keeps; return the runs of the request's own pages it frees."""
     row = _open_row(rt, rel.request, "release")
-    keep: set[int] = set()
+    keep: list[Run] = []  # the FULL pages kept, as runs
     for ext in rel.kept():
         if not _current(rt, ext, Tier.DEVICE):
             check_ext(rt, ext, Tier.DEVICE, "release keep")
         if ext.pool is Kind.FULL:
-            pages = set(ext.pages())
-            ok = pages <= row.own
-            keep |= pages
+            ok = row.own.issuperset(ext.pages())
+            keep.extend((r.first_page, r.page_count) for r in ext.page_runs)
         else:
             ok = rt.state.check_keep(rel.request.slot_id, ext)
         if not ok:
             raise ValueError(f"release of request {row.rid}: keep holds pages the "
                              "request did not allocate")
-    own = row.own
-    if not keep and len(own) == len(row.pages):
-        return list(row.runs_tuples())
-    return runs_of([p for p in row.pages if p in own and p not in keep])
+    return runs_minus(row.own_runs(), keep) if keep else row.own_runs()
 
 
 def _check_frees(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
