@@ -32,7 +32,10 @@ class RequestRow:
         self._extent: CacheExtentRef | None = None
         self._slice: PreparedSlice | None = None  # for this row's current extent
 
-    def append(self, pages: Iterable[int], own: bool) -> None:
+    def append(self, pages: Iterable[int], own: bool, runs: Iterable[Run] | None = None
+               ) -> None:
+        """Append ``pages`` (``runs``: their runs in order, adjacent ones possibly apart,
+        when the caller has them: an allocation's)."""
         pages = pages if isinstance(pages, list) else list(pages)
         if not pages:
             return
@@ -41,13 +44,13 @@ class RequestRow:
         self.pages.extend(pages)
         if own:
             self.own.update(pages)
-        runs = self.runs
-        for s, n in runs_of(pages):
-            last = runs[-1] if runs else None
+        mine = self.runs
+        for s, n in runs_of(pages) if runs is None else runs:
+            last = mine[-1] if mine else None
             if last is not None and last.first_page + last.page_count == s:
-                runs[-1] = PageRun(last.first_page, last.page_count + n)
+                mine[-1] = PageRun(last.first_page, last.page_count + n)
             else:
-                runs.append(PageRun(s, n))
+                mine.append(PageRun(s, n))
         self._extent = None
 
     def append_extent(self, ext: CacheExtentRef) -> None:

@@ -20,10 +20,10 @@ import simpy
 from hicache.runtime.handles import (
     CacheExtentRef,
     Kind,
+    PageRun,
     RequestRuntimeHandle,
     Tier,
     check_generation,
-    coalesce,
     pools_of,
 )
 from hicache.runtime.interface import (
@@ -37,6 +37,7 @@ from hicache.runtime.interface import (
     RequestSlice,
     RuntimeInfo,
 )
+from hicache.runtime.page_ids import Run, merged, pages_of
 from hicache.runtime.state import StateKeeper, state_loads
 from hicache.runtime.writeback import WritebackConfig
 from hicache.tiers.l3_guard import RetryPolicy
@@ -188,8 +189,9 @@ class SimRuntime:
             self._start_loads(st)
         for b in plan.backups:
             src = list(b.src.pages())
-            dst = self.host[b.src.pool].allocate(len(src))
-            ext = self._extent(Tier.HOST, dst, b.src.pool)
+            runs = self.host[b.src.pool].allocate_runs(len(src))
+            dst = pages_of(runs)
+            ext = self._extent(Tier.HOST, runs, b.src.pool)
             pending = PendingBackup(b, ext, src, dst, self.env.event())
             st.backups.append(pending)
             self._pending.setdefault(b.src.pool, {}).update(dict.fromkeys(dst, pending.done))
@@ -307,8 +309,11 @@ class SimRuntime:
             return self.host
         raise ValueError(f"the runtime places no pages on tier {tier}")
 
-    def _extent(self, tier: Tier, pages: list[int], pool: Kind) -> CacheExtentRef:
-        return CacheExtentRef(self.runtime_id, self.generation, tier, coalesce(pages), pool)
+    def _extent(self, tier: Tier, runs: list[Run], pool: Kind) -> CacheExtentRef:
+        """The extent of the pages of ``runs`` (an allocation's: :func:`merged` gives
+        ``coalesce`` of its pages, per run)."""
+        return CacheExtentRef(self.runtime_id, self.generation, tier,
+                              tuple([PageRun(s, n) for s, n in merged(runs)]), pool)
 
     def _prepare_slice(self, s: RequestSlice, st: BatchState,
                        loads: list[tuple[Kind, list[int], list[int]]]) -> PreparedSlice:
@@ -337,16 +342,18 @@ class SimRuntime:
         loaded = []
         for ld in s.loads:
             src = list(ld.src.pages())
-            dst = self.device[ld.src.pool].allocate(len(src))
+            runs = self.device[ld.src.pool].allocate_runs(len(src))
+            dst = pages_of(runs)
             loads.append((ld.src.pool, src, dst))
-            ext = self._extent(Tier.DEVICE, dst, ld.src.pool)
+            ext = self._extent(Tier.DEVICE, runs, ld.src.pool)
             loaded.append(ext)
             if ld.src.pool is Kind.FULL:
                 row.append_extent(ext)
             self.bytes_accounted["h2d"] += len(src) * self.bytes_per_page[ld.src.pool]
-        own = validate.new_pages(self, s, len(row.pages))
-        new = self.device[Kind.FULL].allocate(own)
-        row.append(new, own=True)
+        runs = self.device[Kind.FULL].allocate_runs(
+            validate.new_pages(self, s, len(row.pages)))
+        new = pages_of(runs)
+        row.append(new, own=True, runs=runs)
         state: tuple[CacheExtentRef, ...] = ()
         if self.state.active:
             state, seconds = self.state.advance(row.handle.slot_id, s, len(row.pages), new)
