@@ -222,7 +222,8 @@ class SimRuntime:
     def execute_batch(self, handle: PreparedBatchHandle) -> None:
         check_generation(handle, self.runtime_id, self.generation, "prepared batch")
         st = self._prepared.get(handle.batch_id)
-        if st is None or st.handle != handle:  # by value: a handle may cross a process
+        # by value (a handle may cross a process); the very one prepare returned is equal
+        if st is None or (st.handle is not handle and st.handle != handle):
             raise ValueError(f"batch {handle.batch_id} was not prepared (or already executed)")
         del self._prepared[handle.batch_id]
         ops_launched = self.model.num_layers + 1 if (st.prefills or st.decodes) else 1
@@ -290,8 +291,9 @@ class SimRuntime:
 
     def host_ready(self, extent: CacheExtentRef, done: simpy.Event) -> None:
         pending = self._pending.get(extent.pool, {})
+        get = pending.get
         for p in extent.pages():
-            if pending.get(p) is done:
+            if get(p) is done:
                 del pending[p]
 
     @property
@@ -420,6 +422,8 @@ class SimRuntime:
         """Copy calls of the batch's one all-layer backup op."""
         # the torch runtime copies every backup of a pool in one op over their pages
         # concatenated, so runs continue across backups
+        if not st.backups:
+            return 0
         pools: dict[str, tuple[list[int], list[int]]] = {}
         for b in st.backups:
             src, dst = pools.setdefault(b.intent.src.pool, ([], []))

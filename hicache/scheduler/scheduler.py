@@ -185,13 +185,11 @@ class Scheduler:
                 or inflight.get(plan.batch_id) is not plan):
             return 0
         prev = inflight.get(plan.batch_id - 1)
-        if (prev is None or not _decode_only(plan) or plan.backups or plan.stores
-                or plan.prefetches or not _decode_only(prev)
-                or len(plan.slices) != len(self.running)
-                or [s.rid for s in prev.slices] != [s.rid for s in plan.slices]):
+        if (prev is None or not plan.slices or plan.backups or plan.stores or plan.prefetches
+                or len(plan.slices) != len(self.running) or not _same_decode(prev, plan)):
             return 0
-        reqs = self.requests
-        return min(reqs[s.rid].req.output_len - reqs[s.rid].decode_planned for s in plan.slices)
+        # plan's requests are the running ones: as many, each planned from one of them
+        return min(st.req.output_len - st.decode_planned for st in self.running)
 
     def _queue_still(self) -> bool:
         """Until an arrival or a completion, no step admits a waiting request or starts a
@@ -379,7 +377,10 @@ class Scheduler:
 
 
 
-def _decode_only(plan: BatchPlan) -> bool:
-    """A plan whose slices are all decode steps."""
-    return bool(plan.slices) and all(s.phase is Phase.DECODE for s in plan.slices)
+def _same_decode(a: BatchPlan, b: BatchPlan) -> bool:
+    """Both plans are decode steps of the same requests, in the same order."""
+    decode = Phase.DECODE
+    return len(a.slices) == len(b.slices) and all(
+        x.rid == y.rid and x.phase is decode and y.phase is decode
+        for x, y in zip(a.slices, b.slices, strict=True))
 
