@@ -144,12 +144,13 @@ class Scheduler:
     def prepared(self, handle: PreparedBatchHandle) -> None:
         """The runtime prepared a plan: learn request handles, KV and L2 extents."""
         plan = self.plans.inflight[handle.batch_id]
+        requests, components = self.requests, self.components
         for ps, sl in zip(handle.slices, plan.slices, strict=True):
-            st = self.requests[ps.rid]
+            st = requests[ps.rid]
             st.handle, st.kv = ps.request, ps.kv
-            if self.components is not None:
-                self.components.prepared(st, sl, ps)
-            if sl.loads and self.components is None:
+            if components is not None:
+                components.prepared(st, sl, ps)
+            elif sl.loads:
                 self.kv.loaded(st, ps.loaded)
         for intent, host in zip(plan.backups, handle.backups, strict=True):
             self.kv.backup_placed(intent.job_id, host)
