@@ -196,9 +196,14 @@ class CostModel:
         for n, c in prefills:
             pairs += attended_pairs(n, c, window)
             keys += (c + n if window is None else min(c + n, window)) + n
-        for c in decodes:
-            pairs += c + 1 if window is None else min(c + 1, window)
-            keys += (c + 1 if window is None else min(c + 1, window)) + 1
+        if window is None:  # the loop below: sums of integers, exact in floats in any order
+            total = sum(decodes)
+            pairs += total + len(decodes)
+            keys += total + 2 * len(decodes)
+        else:
+            for c in decodes:
+                pairs += min(c + 1, window)
+                keys += min(c + 1, window) + 1
         return flops + self.attn_flops_per_pair * pairs, nbytes + keys * kv
 
     def layer_time(self, kind: str, prefills: Sequence[tuple[int, int]] = (),
