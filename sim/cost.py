@@ -146,7 +146,9 @@ class CostModel:
         self.kv_token = {k: model.kv_bytes_per_token_per_layer(k) for k in KINDS}
         self.attn_flops_per_pair = 4.0 * model.heads_per_rank * model.head_dim
         self.act_bytes_per_token = 2.0 * model.hidden_size * model.dtype_bytes
-        self._class_layer = {c: i for i, c in reversed(list(enumerate(model.layer_classes)))}
+        self._classes = model.layer_classes  # per layer (the model is frozen)
+        self._distinct = tuple(dict.fromkeys(self._classes))  # each class once
+        self._class_layer = {c: i for i, c in reversed(list(enumerate(self._classes)))}
         cal = profile.calibrated
         self.tables = (cal.prefill_layer, cal.decode_layer) if (
             cal is not None and cal.prefill_layer and cal.decode_layer) else None
@@ -194,9 +196,14 @@ class CostModel:
         for n, c in prefills:
             pairs += attended_pairs(n, c, window)
             keys += (c + n if window is None else min(c + n, window)) + n
-        for c in decodes:
-            pairs += c + 1 if window is None else min(c + 1, window)
-            keys += (c + 1 if window is None else min(c + 1, window)) + 1
+        if window is None:  # the loop below: sums of integers, exact in floats in any order
+            total = sum(decodes)
+            pairs += total + len(decodes)
+            keys += total + 2 * len(decodes)
+        else:
+            for c in decodes:
+                pairs += min(c + 1, window)
+                keys += min(c + 1, window) + 1
         return flops + self.attn_flops_per_pair * pairs, nbytes + keys * kv
 
     def layer_time(self, kind: str, prefills: Sequence[tuple[int, int]] = (),
@@ -235,9 +242,14 @@ class CostModel:
                           decodes: Sequence[int]) -> tuple[float, ...]:
         """Per-layer times of a batch in layer order (each layer class computed once);
         the embedding is charged to layer 0."""
-        classes = self.model.layer_classes
-        per_class = {c: self.layer_time(c[0], prefills, decodes, c[1]) for c in set(classes)}
-        times = [per_class[c] for c in classes]
+        classes = self._classes
+        if len(self._distinct) == 1:  # one class: every layer costs the same
+            kind, ratio = self._distinct[0]
+            times = [self.layer_time(kind, prefills, decodes, ratio)] * len(classes)
+        else:
+            per_class = {c: self.layer_time(c[0], prefills, decodes, c[1])
+                         for c in self._distinct}
+            times = [per_class[c] for c in classes]
         times[0] += self.embed_time(prefills, decodes) + self.in_situ["first_op_s"]
         return tuple(times)
 
@@ -273,6 +285,15 @@ class CostModel:
         flops_per_s, hbm, launch, per_pair = self.flops_per_s, self.hbm, self.launch, \
             self.attn_flops_per_pair
         out = []
+        if kinds == ["full"]:  # the loop below for its common case, one kind: the same floats
+            _, flops, nbytes, kv = terms[0]
+            total, rest = below[-1], len(layer_kinds) - 1
+            for k in range(first, first + steps):
+                pairs = total + k * n + n  # sum of (c + k + 1)
+                t = max((flops + per_pair * float(pairs)) / flops_per_s,
+                        (nbytes + (pairs + n) * kv) / hbm) + launch + allreduce
+                out.append(sum([t] * rest, t + head))  # sum adds in order from its start
+            return out
         for k in range(first, first + steps):
             per_kind = {}
             for kind, flops, nbytes, kv in terms:

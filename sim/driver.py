@@ -204,16 +204,18 @@ def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<sc
                                       rep.runtime.profile.scheduler_step_s, feed.horizon,
                                       per_step_rows=sc.run.timeline_steps)
         env.process(_replica(env, i, rep, feed, ledger, observe))
-    with run_collector():  # fewer collections of a growing heap (hicache.collector)
+    # fewer collections of a growing heap (hicache.collector), also while the records are
+    # built: with the default thresholds back, that rescans the whole heap twice (trace)
+    with run_collector():
         if injector is None:
             env.run(until=sc.run.max_sim_time)
         else:
             _run_until_idle(env, feed, replicas, sc.run.max_sim_time)
             injector.finish(env.now)
-    records = [r for rep in replicas for r in rep.scheduler.records()]
-    records.sort(key=lambda r: r["rid"])
-    decisions = [(i, *dec.row()) for i, rep in enumerate(replicas)
-                 for dec in rep.scheduler.decisions]
+        records = [r for rep in replicas for r in rep.scheduler.records()]
+        records.sort(key=lambda r: r["rid"])
+        decisions = [(i, *dec.row()) for i, rep in enumerate(replicas)
+                     for dec in rep.scheduler.decisions]
     if bar is not None:
         bar.close()
     res = SimResult(name, replicas, records, decisions, env.now, feed.issued, faults=ledger,

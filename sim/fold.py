@@ -46,8 +46,10 @@ Folded batches leave one timeline row per run of back-to-back steps, with
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Generator
 from dataclasses import replace
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import simpy
@@ -75,6 +77,9 @@ class FoldedStep(NamedTuple):
     compute_end: float
     end: float
     taken: float
+
+
+_taken = attrgetter("taken")
 
 
 class DecodeFolder:
@@ -124,7 +129,7 @@ class DecodeFolder:
         t = env.now
         if t < steps[-1].taken:
             self.interrupted += 1
-        taken = sum(1 for s in steps if s.taken < t)
+        taken = bisect.bisect_left(steps, t, key=_taken)  # how many < t: they never decrease
         yield from self._materialize(plan, steps, taken, t)
 
     # -- internals --------------------------------------------------------------------
@@ -262,9 +267,14 @@ class DecodeFolder:
         if not need:
             return
         need.sort()
-        pool = rt.device[Kind.FULL]
-        for _, i in need:
-            rows[i].append(pool.allocate(1), own=True)
+        # one allocation of them all hands out the pages that one-page allocations in
+        # this order would (no page is freed between them); each row takes its own in order
+        pages = rt.device[Kind.FULL].allocate(len(need))
+        per_row: dict[int, list[int]] = {}
+        for (_, i), p in zip(need, pages, strict=True):
+            per_row.setdefault(i, []).append(p)
+        for i, got in per_row.items():
+            rows[i].append(got, own=True)
 
     def _handle(self, plan: BatchPlan) -> PreparedBatchHandle:
         """The handle the unfolded prepare of ``plan`` would have returned."""
@@ -284,9 +294,11 @@ class DecodeFolder:
         contexts = [s.context_tokens for s in plan.slices]
         n_req, ctx0 = len(contexts), sum(contexts)
         rt.batch_shapes.add_decode_run(bid0, batches, n_req, ctx0)
-        rt.writeback.steps_done(bid0, [(s.start, s.end) for s in steps[:observed]], n_req)
         if not steps:
+            rt.writeback.steps_done(bid0, (), (), n_req)
             return
+        _, starts, _, ends, _ = zip(*steps, strict=True)  # the steps' fields, column-wise
+        rt.writeback.steps_done(bid0, starts[:observed], ends[:observed], n_req)
         if self.per_step_rows:  # the rows compute_op writes for each batch
             sampled = rt.cost.sample_time(n_req) > 0
             for k, st in enumerate(steps):
@@ -294,9 +306,9 @@ class DecodeFolder:
                 if sampled:
                     tl.record("compute", "sample", st.compute_end, st.end, batch=bid0 + k)
             return
+        n = len(steps)  # one row per run of back-to-back steps
         first = 0
-        for k in range(1, len(steps) + 1):  # one row per run of back-to-back steps
-            if k == len(steps) or steps[k].start != steps[k - 1].end:
-                tl.record("compute", "decode", steps[first].start, steps[k - 1].end,
-                          batch=bid0 + first, steps=k - first)
-                first = k
+        for k in [k for k in range(1, n) if starts[k] != ends[k - 1]] + [n]:
+            tl.record("compute", "decode", starts[first], ends[k - 1], batch=bid0 + first,
+                      steps=k - first)
+            first = k

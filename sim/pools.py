@@ -20,7 +20,7 @@ from typing import Literal
 
 from hicache.runtime.handles import Kind, Tier
 from hicache.runtime.interface import CapacityError  # one type for every runtime
-from hicache.runtime.page_ids import PageIds, Run, runs_of
+from hicache.runtime.page_ids import PageIds, Run, pages_of, runs_of
 
 __all__ = ["CapacityError", "PagePool", "TierPools"]
 
@@ -42,11 +42,16 @@ class PagePool:
         return self.size - self._ids.free
 
     def allocate(self, n: int) -> list[int]:
+        return pages_of(self.allocate_runs(n))
+
+    def allocate_runs(self, n: int) -> list[Run]:
+        """:meth:`allocate`'s pages as runs ``(start, length)`` in hand-out order (runs
+        that continue each other may stay apart: :func:`merged` joins them)."""
         if n > self.free_count:
             raise CapacityError(
                 f"{self.tier.value} pool '{self.pool}': {n} pages requested, "
                 f"{self.free_count} of {self.size} free (allocation not accounted for)")
-        return self._ids.take(n) if n > 0 else []
+        return self._ids.take_runs(n) if n > 0 else []
 
     def free(self, pages: Iterable[int]) -> None:
         """Free ``pages``, all or none: each must be allocated and listed once."""

@@ -1,8 +1,9 @@
 """A request's row: its device KV pages in token order and which of them it owns.
 
-Invariant: ``pages`` = attached pages + loaded pages + own pages, in token order;
-``runs`` always equals coalesce(pages) (maintained incrementally, O(1) per appended page);
-only ``own`` pages (allocated for the request's new tokens) may be freed by a Release.
+Invariant: ``pages`` = attached pages + loaded pages + own pages, in token order (no
+borrowed page after an own one: checked); ``runs`` always equals coalesce(pages)
+(maintained incrementally, O(1) per appended page); only ``own`` pages (allocated for the
+request's new tokens) may be freed by a Release: they are the last ``len(own)`` pages.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from hicache.runtime.handles import (
     Tier,
 )
 from hicache.runtime.interface import PreparedSlice
-from hicache.runtime.page_ids import runs_of
+from hicache.runtime.page_ids import Run, runs_of
 
 
 class RequestRow:
@@ -31,20 +32,25 @@ class RequestRow:
         self._extent: CacheExtentRef | None = None
         self._slice: PreparedSlice | None = None  # for this row's current extent
 
-    def append(self, pages: Iterable[int], own: bool) -> None:
+    def append(self, pages: Iterable[int], own: bool, runs: Iterable[Run] | None = None
+               ) -> None:
+        """Append ``pages`` (``runs``: their runs in order, adjacent ones possibly apart,
+        when the caller has them: an allocation's)."""
         pages = pages if isinstance(pages, list) else list(pages)
         if not pages:
             return
+        if not own:
+            self._borrow()
         self.pages.extend(pages)
         if own:
             self.own.update(pages)
-        runs = self.runs
-        for s, n in runs_of(pages):
-            last = runs[-1] if runs else None
+        mine = self.runs
+        for s, n in runs_of(pages) if runs is None else runs:
+            last = mine[-1] if mine else None
             if last is not None and last.first_page + last.page_count == s:
-                runs[-1] = PageRun(last.first_page, last.page_count + n)
+                mine[-1] = PageRun(last.first_page, last.page_count + n)
             else:
-                runs.append(PageRun(s, n))
+                mine.append(PageRun(s, n))
         self._extent = None
 
     def append_extent(self, ext: CacheExtentRef) -> None:
@@ -52,6 +58,7 @@ class RequestRow:
         rows, without re-deriving the runs ``ext`` already has page by page."""
         if not ext.page_runs:
             return
+        self._borrow()
         pages, runs = self.pages, self.runs
         for r in ext.page_runs:
             pages.extend(r.pages())
@@ -62,9 +69,22 @@ class RequestRow:
                 runs.append(r)
         self._extent = None
 
-    def runs_tuples(self) -> list[tuple[int, int]]:
-        """``runs`` as ``(start, length)`` pairs."""
-        return [(r.first_page, r.page_count) for r in self.runs]
+    def _borrow(self) -> None:
+        if self.own:
+            raise ValueError(f"request {self.rid}: borrowed pages after its own ones")
+
+    def own_runs(self) -> list[Run]:
+        """``runs_of`` the own pages in token order: ``runs`` less the borrowed pages
+        before them, at a cost per run (not per page)."""
+        skip = len(self.pages) - len(self.own)
+        out: list[Run] = []
+        for r in self.runs:
+            if skip >= r.page_count:
+                skip -= r.page_count
+                continue
+            out.append((r.first_page + skip, r.page_count - skip))
+            skip = 0
+        return out
 
     def extent(self) -> CacheExtentRef:
         if self._extent is None:

@@ -20,10 +20,10 @@ import simpy
 from hicache.runtime.handles import (
     CacheExtentRef,
     Kind,
+    PageRun,
     RequestRuntimeHandle,
     Tier,
     check_generation,
-    coalesce,
     pools_of,
 )
 from hicache.runtime.interface import (
@@ -37,6 +37,7 @@ from hicache.runtime.interface import (
     RequestSlice,
     RuntimeInfo,
 )
+from hicache.runtime.page_ids import Run, merged, pages_of
 from hicache.runtime.state import StateKeeper, state_loads
 from hicache.runtime.writeback import WritebackConfig
 from hicache.tiers.l3_guard import RetryPolicy
@@ -169,14 +170,16 @@ class SimRuntime:
     def prepare_batch(self, plan: BatchPlan) -> PreparedBatchHandle:
         if plan.batch_id in self._prepared:
             raise ValueError(f"batch {plan.batch_id} is already prepared")
-        self.apply_frees(plan)
+        checked = self.apply_frees(plan)
         st = BatchState(plan, None, self.generation)  # type: ignore[arg-type]
         loads: list[tuple[Kind, list[int], list[int]]] = []  # (pool, src, dst)
-        # a later slice that loads nothing (most slices: decode steps) takes the short path
+        # a later slice (it loads nothing; most slices: decode steps) takes the short path
         short = not self.state.active
         cont, first = self._continue_slice, self._prepare_slice
-        slices = tuple([cont(s, st) if short and s.request is not None and not s.loads
-                        else first(s, st, loads) for s in plan.slices])
+        slices = tuple([cont(s, row, new, st) if short and row is not None
+                        else first(s, st, loads)
+                        for s, row, new in zip(plan.slices, checked.rows, checked.new,
+                                               strict=True)])
         st.finished = tuple([s.rid for s in plan.slices if s.finishes])
         st.load_groups = self._load_groups(loads)
         self.host_lane.prepare(st, len(plan.slices),
@@ -186,8 +189,9 @@ class SimRuntime:
             self._start_loads(st)
         for b in plan.backups:
             src = list(b.src.pages())
-            dst = self.host[b.src.pool].allocate(len(src))
-            ext = self._extent(Tier.HOST, dst, b.src.pool)
+            runs = self.host[b.src.pool].allocate_runs(len(src))
+            dst = pages_of(runs)
+            ext = self._extent(Tier.HOST, runs, b.src.pool)
             pending = PendingBackup(b, ext, src, dst, self.env.event())
             st.backups.append(pending)
             self._pending.setdefault(b.src.pool, {}).update(dict.fromkeys(dst, pending.done))
@@ -201,22 +205,25 @@ class SimRuntime:
         self._prepared[plan.batch_id] = st
         return st.handle
 
-    def apply_frees(self, plan: BatchPlan) -> None:
+    def apply_frees(self, plan: BatchPlan) -> validate.Checked:
         """A prepare's first half: check the whole plan (nothing changes unless it
-        passes), then apply its frees and releases. sim.fold calls it alone for a plan
-        whose compute it folds."""
-        released = validate.check_plan(self, plan)  # nothing changes before both pass
-        validate.check_capacity(self, plan, released)
+        passes), then apply its frees and releases; return what the checks found.
+        sim.fold calls it alone for a plan whose compute it folds."""
+        checked = validate.check_plan(self, plan)  # nothing changes before both pass
+        validate.check_capacity(self, plan, checked)
+        released = checked.released
         for ext in plan.frees:  # check_plan proved each page allocated and freed once
             self.tier(ext.tier)[ext.pool].free_runs(
                 [(r.first_page, r.page_count) for r in ext.page_runs], checked=True)
         for rel in plan.releases:
             self._release(rel, released[rel.request.slot_id])
+        return checked
 
     def execute_batch(self, handle: PreparedBatchHandle) -> None:
         check_generation(handle, self.runtime_id, self.generation, "prepared batch")
         st = self._prepared.get(handle.batch_id)
-        if st is None or st.handle != handle:  # by value: a handle may cross a process
+        # by value (a handle may cross a process); the very one prepare returned is equal
+        if st is None or (st.handle is not handle and st.handle != handle):
             raise ValueError(f"batch {handle.batch_id} was not prepared (or already executed)")
         del self._prepared[handle.batch_id]
         ops_launched = self.model.num_layers + 1 if (st.prefills or st.decodes) else 1
@@ -284,8 +291,9 @@ class SimRuntime:
 
     def host_ready(self, extent: CacheExtentRef, done: simpy.Event) -> None:
         pending = self._pending.get(extent.pool, {})
+        get = pending.get
         for p in extent.pages():
-            if pending.get(p) is done:
+            if get(p) is done:
                 del pending[p]
 
     @property
@@ -303,8 +311,11 @@ class SimRuntime:
             return self.host
         raise ValueError(f"the runtime places no pages on tier {tier}")
 
-    def _extent(self, tier: Tier, pages: list[int], pool: Kind) -> CacheExtentRef:
-        return CacheExtentRef(self.runtime_id, self.generation, tier, coalesce(pages), pool)
+    def _extent(self, tier: Tier, runs: list[Run], pool: Kind) -> CacheExtentRef:
+        """The extent of the pages of ``runs`` (an allocation's: :func:`merged` gives
+        ``coalesce`` of its pages, per run)."""
+        return CacheExtentRef(self.runtime_id, self.generation, tier,
+                              tuple([PageRun(s, n) for s, n in merged(runs)]), pool)
 
     def _prepare_slice(self, s: RequestSlice, st: BatchState,
                        loads: list[tuple[Kind, list[int], list[int]]]) -> PreparedSlice:
@@ -333,16 +344,18 @@ class SimRuntime:
         loaded = []
         for ld in s.loads:
             src = list(ld.src.pages())
-            dst = self.device[ld.src.pool].allocate(len(src))
+            runs = self.device[ld.src.pool].allocate_runs(len(src))
+            dst = pages_of(runs)
             loads.append((ld.src.pool, src, dst))
-            ext = self._extent(Tier.DEVICE, dst, ld.src.pool)
+            ext = self._extent(Tier.DEVICE, runs, ld.src.pool)
             loaded.append(ext)
             if ld.src.pool is Kind.FULL:
                 row.append_extent(ext)
             self.bytes_accounted["h2d"] += len(src) * self.bytes_per_page[ld.src.pool]
-        own = validate.new_pages(self, s, len(row.pages))
-        new = self.device[Kind.FULL].allocate(own)
-        row.append(new, own=True)
+        runs = self.device[Kind.FULL].allocate_runs(
+            validate.new_pages(self, s, len(row.pages)))
+        new = pages_of(runs)
+        row.append(new, own=True, runs=runs)
         state: tuple[CacheExtentRef, ...] = ()
         if self.state.active:
             state, seconds = self.state.advance(row.handle.slot_id, s, len(row.pages), new)
@@ -353,22 +366,18 @@ class SimRuntime:
             st.decodes.extend([s.context_tokens] * s.new_tokens)
         return PreparedSlice(s.rid, row.handle, row.extent(), (*loaded, *landed), state)
 
-    def _continue_slice(self, s: RequestSlice, st: BatchState) -> PreparedSlice:
+    def _continue_slice(self, s: RequestSlice, row: RequestRow, new: int, st: BatchState
+                        ) -> PreparedSlice:
         """:meth:`_prepare_slice` for a request's later slice (most slices of a run: decode
-        steps): new pages if its tokens need them, and the same handle as last time
-        when they do not (nothing of it changed)."""
-        row = self.rows[s.request.slot_id]  # type: ignore[union-attr]
-        held = len(row.pages)
-        ctx = s.context_tokens
-        if ctx > held * self.page_size:
-            validate.new_pages(self, s, held)  # raises: its pages do not hold its context
-        need = -(-(ctx + s.new_tokens) // self.page_size) - held
-        if need > 0:
-            row.append(self.device[Kind.FULL].allocate(need), own=True)
+        steps), with the row and new page count the plan's check found: new pages if its
+        tokens need them, and the same handle as last time when they do not (nothing of
+        it changed)."""
+        if new:
+            row.append(self.device[Kind.FULL].allocate(new), own=True)
         if s.phase is Phase.PREFILL:
-            st.prefills.append((s.new_tokens, ctx))
+            st.prefills.append((s.new_tokens, s.context_tokens))
         else:
-            st.decodes.extend([ctx] * s.new_tokens)
+            st.decodes.extend([s.context_tokens] * s.new_tokens)
         return row.prepared_slice()
 
     def _calls(self, pool: Kind, src: list[int], dst: list[int], layers: range,
@@ -413,6 +422,8 @@ class SimRuntime:
         """Copy calls of the batch's one all-layer backup op."""
         # the torch runtime copies every backup of a pool in one op over their pages
         # concatenated, so runs continue across backups
+        if not st.backups:
+            return 0
         pools: dict[str, tuple[list[int], list[int]]] = {}
         for b in st.backups:
             src, dst = pools.setdefault(b.intent.src.pool, ([], []))

@@ -4,12 +4,15 @@ checked before a prepare changes anything (prepare is atomic).
 Invariant: a plan that passes :func:`check_plan` and :func:`check_capacity` can be placed
 without an allocation failing: capacity counts what the plan's frees and releases return
 (they apply first). Cost: proportional to the plan (its slices, intents and page *runs*),
-never to the pools; messages are built only when a check fails.
+never to the pools; messages are built only when a check fails. What the checks find per
+slice (the open row of a later slice, the new pages each slice needs) comes back in
+:class:`Checked`, so prepare places the plan without looking it up again: frees and
+releases change neither (a plan never both releases and continues a request).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from hicache.runtime.handles import (
     CacheExtentRef,
@@ -20,13 +23,21 @@ from hicache.runtime.handles import (
     check_generation,
 )
 from hicache.runtime.interface import BatchPlan, CapacityError, Release, RequestSlice
-from hicache.runtime.page_ids import Run, runs_of
+from hicache.runtime.page_ids import Run, runs_minus
 from sim.rows import RequestRow
 
 if TYPE_CHECKING:
     from sim.runtime import SimRuntime
 
 Released = dict[int, list[Run]]  # request slot -> runs of the L1 pages its release frees
+
+
+class Checked(NamedTuple):
+    """What :func:`check_plan` found, per slice in plan order and per release."""
+
+    released: Released
+    rows: list[RequestRow | None]  # a later slice's open row; None for a first slice
+    new: list[int]  # new FULL pages the slice's tokens need beyond those it holds
 
 
 def check_ext(rt: SimRuntime, ext: CacheExtentRef, tier: Tier, what: str) -> None:
@@ -57,11 +68,14 @@ def _open_row(rt: SimRuntime, handle: RequestRuntimeHandle, what: str) -> Reques
     return row_of(rt, handle, what)
 
 
-def check_plan(rt: SimRuntime, plan: BatchPlan) -> Released:
-    """Reject stale or misplaced handles before anything changes; return what each
-    release will free (prepare frees exactly that)."""
+def check_plan(rt: SimRuntime, plan: BatchPlan) -> Checked:
+    """Reject stale or misplaced handles and slices whose context their pages do not
+    hold, before anything changes; return what each release will free (prepare frees
+    exactly that) and each slice's row and new pages (:class:`Checked`)."""
     seen: set[int] = set()
-    rows, generation = rt.rows, rt.generation
+    rows, generation, page = rt.rows, rt.generation, rt.page_size
+    slice_rows: list[RequestRow | None] = []
+    new: list[int] = []
     for s in plan.slices:
         if s.rid in seen:
             raise ValueError(f"request {s.rid} appears twice in batch {plan.batch_id}")
@@ -70,9 +84,17 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Released:
         if h is not None:
             row = rows.get(h.slot_id)
             if row is None or row.handle is not h or h.generation != generation:
-                row_of(rt, h, f"request {s.rid}")  # the full check (raises if stale)
+                row = row_of(rt, h, f"request {s.rid}")  # the full check (raises if stale)
+            if row.rid != s.rid:
+                raise ValueError(f"request {s.rid}: its handle is request {row.rid}'s")
             if s.attach or s.loads:
                 raise ValueError(f"request {s.rid}: attach/loads only on its first slice")
+            slice_rows.append(row)
+            existing, ctx = len(row.pages), s.context_tokens  # new_pages, in line
+            if ctx > existing * page:
+                new_pages(rt, s, existing)  # raises
+            n = -(-(ctx + s.new_tokens) // page) - existing
+            new.append(n if n > 0 else 0)
             continue  # a later slice: nothing more to check
         for ext in s.attach:  # state pieces may come from L2 (hybrid load-back)
             tier = Tier.HOST if ext.tier is Tier.HOST and ext.pool is not Kind.FULL else Tier.DEVICE
@@ -84,6 +106,10 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Released:
         for load in s.loads:
             if not _current(rt, load.src, Tier.HOST):
                 check_ext(rt, load.src, Tier.HOST, f"load of request {s.rid}")
+        slice_rows.append(None)
+        new.append(new_pages(rt, s, sum(
+            e.num_pages for e in s.attach if e.pool is Kind.FULL) + sum(
+            ld.src.num_pages for ld in s.loads if ld.src.pool is Kind.FULL)))
     for b in plan.backups:
         if not _current(rt, b.src, Tier.DEVICE):
             check_ext(rt, b.src, Tier.DEVICE, f"backup job {b.job_id}")
@@ -107,29 +133,25 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Released:
         for rel in plan.releases:
             released[rel.request.slot_id] = _check_release(rt, rel)
     _check_frees(rt, plan, released)
-    return released
+    return Checked(released, slice_rows, new)
 
 
 def _check_release(rt: SimRuntime, rel: Release) -> list[Run]:
     """Check what ``rel`` keeps; return the runs of the request's own pages it frees."""
     row = _open_row(rt, rel.request, "release")
-    keep: set[int] = set()
+    keep: list[Run] = []  # the FULL pages kept, as runs
     for ext in rel.kept():
         if not _current(rt, ext, Tier.DEVICE):
             check_ext(rt, ext, Tier.DEVICE, "release keep")
         if ext.pool is Kind.FULL:
-            pages = set(ext.pages())
-            ok = pages <= row.own
-            keep |= pages
+            ok = row.own.issuperset(ext.pages())
+            keep.extend((r.first_page, r.page_count) for r in ext.page_runs)
         else:
             ok = rt.state.check_keep(rel.request.slot_id, ext)
         if not ok:
             raise ValueError(f"release of request {row.rid}: keep holds pages the "
                              "request did not allocate")
-    own = row.own
-    if not keep and len(own) == len(row.pages):
-        return list(row.runs_tuples())
-    return runs_of([p for p in row.pages if p in own and p not in keep])
+    return runs_minus(row.own_runs(), keep) if keep else row.own_runs()
 
 
 def _check_frees(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
@@ -198,34 +220,22 @@ def new_pages(rt: SimRuntime, s: RequestSlice, existing: int) -> int:
     return max(0, total - existing)
 
 
-def check_capacity(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
-    need_device: dict[Kind, int] = {Kind.FULL: 0}
+def check_capacity(rt: SimRuntime, plan: BatchPlan, checked: Checked) -> None:
+    need_device: dict[Kind, int] = {Kind.FULL: sum(checked.new)}
     need_host: dict[Kind, int] = {}
     state = rt.state.active
-    rows, page = rt.rows, rt.page_size
-    full = 0
-    for s in plan.slices:
-        h, ctx = s.request, s.context_tokens
-        if h is not None:
-            existing = len(rows[h.slot_id].pages)
-        else:
-            existing = sum(e.num_pages for e in s.attach if e.pool is Kind.FULL) + sum(
-                ld.src.num_pages for ld in s.loads if ld.src.pool is Kind.FULL)
-        if ctx > existing * page:
-            new_pages(rt, s, existing)  # raises
-        new = max(0, -(-(ctx + s.new_tokens) // page) - existing)
-        full += new
+    released = checked.released
+    for s, row, new in zip(plan.slices, checked.rows, checked.new, strict=True):
         if state:
             for pool, n in rt.state.needs(s, new).items():
                 need_device[pool] = need_device.get(pool, 0) + n
-        if h is not None:
+        if row is not None:
             continue  # a later slice loads and attaches nothing (check_plan)
         for ld in s.loads:
             need_device[ld.src.pool] = need_device.get(ld.src.pool, 0) + ld.src.num_pages
         for ext in s.attach:
             if ext.tier is Tier.HOST:  # hybrid load-back: L2 state lands in L1
                 need_device[ext.pool] = need_device.get(ext.pool, 0) + ext.num_pages
-    need_device[Kind.FULL] += full
     for b in plan.backups:
         need_host[b.src.pool] = need_host.get(b.src.pool, 0) + b.src.num_pages
     for pf in plan.prefetches:

@@ -12,6 +12,8 @@ all-layer copy per batch (:func:`sim.ops.backup_op`).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 from hicache.runtime.writeback import ChunkLog, WritebackConfig, WritebackPolicy, make_policy
@@ -37,17 +39,17 @@ class Writeback:
         self.policy.observe_step(end, decode_batch, end - start,
                                  self.chunks.overlap(start, end))
 
-    def steps_done(self, first: int, spans: list[tuple[float, float]], decode_batch: int
-                   ) -> None:
-        """:meth:`step_done` of batches ``first, first + 1, ...`` spanning ``spans`` (a
-        fold's steps): in one pass under ``none``, which observes nothing (no chunks)."""
+    def steps_done(self, first: int, starts: Sequence[float], ends: Sequence[float],
+                   decode_batch: int) -> None:
+        """:meth:`step_done` of batches ``first, first + 1, ...`` from ``starts[k]`` to
+        ``ends[k]`` (a fold's steps): in one pass under ``none``, which observes nothing
+        (no chunks)."""
         if type(self.policy) is not WritebackPolicy or self.chunks.recent:
-            for k, (start, end) in enumerate(spans):
+            for k, (start, end) in enumerate(zip(starts, ends, strict=True)):
                 self.step_done(first + k, start, end, decode_batch)
             return
-        self.steps.extend((start, end, decode_batch) for start, end in spans)
-        ids = range(first, first + len(spans))
-        self.ends.update(zip(ids, (end for _, end in spans), strict=True))
+        self.steps.extend(zip(starts, ends, repeat(decode_batch), strict=False))  # repeat: endless
+        self.ends.update(zip(range(first, first + len(ends)), ends, strict=True))
 
 
 def chunked_backup_op(rt: SimRuntime, st: BatchState, ready: dict[str, float]) -> Proc:

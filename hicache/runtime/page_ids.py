@@ -48,6 +48,14 @@ def runs_of(pages: Iterable[int]) -> list[Run]:
     return out
 
 
+def pages_of(runs: Iterable[Run]) -> list[int]:
+    """The page ids of ``runs``, in order (the inverse of :func:`runs_of`)."""
+    pages: list[int] = []
+    for s, n in runs:
+        pages.extend(range(s, s + n))
+    return pages
+
+
 def merged(runs: Iterable[Run]) -> list[Run]:
     """``runs`` with each run that continues the one before it joined to it."""
     out: list[Run] = []
@@ -106,10 +114,7 @@ class PageIds:
 
     def take(self, n: int) -> list[int]:
         """``n`` free page ids (the caller checked ``n <= free``)."""
-        pages: list[int] = []
-        for s, k in self.take_runs(n):
-            pages.extend(range(s, s + k))
-        return pages
+        return pages_of(self.take_runs(n))
 
     def take_runs(self, n: int) -> list[Run]:
         """``n`` free page ids as runs, in hand-out order (the caller checked ``n <= free``;

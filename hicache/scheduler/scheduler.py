@@ -39,6 +39,7 @@ from hicache.runtime.interface import (
     RequestSlice,
     RuntimeInfo,
     TransferKind,
+    decode_slice,
 )
 from hicache.tiers.hashing import page_hashes
 from hicache.tree.components import Kind, TreeSpec
@@ -143,12 +144,13 @@ class Scheduler:
     def prepared(self, handle: PreparedBatchHandle) -> None:
         """The runtime prepared a plan: learn request handles, KV and L2 extents."""
         plan = self.plans.inflight[handle.batch_id]
+        requests, components = self.requests, self.components
         for ps, sl in zip(handle.slices, plan.slices, strict=True):
-            st = self.requests[ps.rid]
+            st = requests[ps.rid]
             st.handle, st.kv = ps.request, ps.kv
-            if self.components is not None:
-                self.components.prepared(st, sl, ps)
-            if sl.loads and self.components is None:
+            if components is not None:
+                components.prepared(st, sl, ps)
+            elif sl.loads:
                 self.kv.loaded(st, ps.loaded)
         for intent, host in zip(plan.backups, handle.backups, strict=True):
             self.kv.backup_placed(intent.job_id, host)
@@ -184,13 +186,11 @@ class Scheduler:
                 or inflight.get(plan.batch_id) is not plan):
             return 0
         prev = inflight.get(plan.batch_id - 1)
-        if (prev is None or not _decode_only(plan) or plan.backups or plan.stores
-                or plan.prefetches or not _decode_only(prev)
-                or len(plan.slices) != len(self.running)
-                or [s.rid for s in prev.slices] != [s.rid for s in plan.slices]):
+        if (prev is None or not plan.slices or plan.backups or plan.stores or plan.prefetches
+                or len(plan.slices) != len(self.running) or not _same_decode(prev, plan)):
             return 0
-        reqs = self.requests
-        return min(reqs[s.rid].req.output_len - reqs[s.rid].decode_planned for s in plan.slices)
+        # plan's requests are the running ones: as many, each planned from one of them
+        return min(st.req.output_len - st.decode_planned for st in self.running)
 
     def _queue_still(self) -> bool:
         """Until an arrival or a completion, no step admits a waiting request or starts a
@@ -321,16 +321,15 @@ class Scheduler:
             self._prefilling = [st for st in self._prefilling
                                 if st.prefill_planned < st.prompt_len - st.prefix_tokens]
         else:
-            decode = Phase.DECODE
             for st in self.running:
                 last = st.req.output_len - 1
-                if (st.decode_planned >= last or st.handle is None
+                planned = st.decode_planned
+                if (planned >= last or st.handle is None
                         or st.prefill_planned < st.prompt_len - st.prefix_tokens):
                     continue
-                st.decode_planned += 1
-                slices.append(RequestSlice(
-                    st.rid, decode, st.prompt_len + st.decode_planned - 1, 1,
-                    request=st.handle, finishes=st.decode_planned >= last))
+                st.decode_planned = planned = planned + 1
+                slices.append(decode_slice(st.rid, st.prompt_len + planned - 1, st.handle,
+                                           planned >= last))
         if not slices:
             return None
         return self.plans.build(tuple(slices))
@@ -379,7 +378,10 @@ class Scheduler:
 
 
 
-def _decode_only(plan: BatchPlan) -> bool:
-    """A plan whose slices are all decode steps."""
-    return bool(plan.slices) and all(s.phase is Phase.DECODE for s in plan.slices)
+def _same_decode(a: BatchPlan, b: BatchPlan) -> bool:
+    """Both plans are decode steps of the same requests, in the same order."""
+    decode = Phase.DECODE
+    return len(a.slices) == len(b.slices) and all(
+        x.rid == y.rid and x.phase is decode and y.phase is decode
+        for x, y in zip(a.slices, b.slices, strict=True))
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from hicache.runtime.handles import (
     CacheExtentRef,
     Kind,
@@ -13,6 +15,7 @@ from hicache.runtime.handles import (
     Tier,
     coalesce,
 )
+from hicache.runtime.page_ids import runs_of
 from sim.rows import RequestRow
 
 
@@ -28,12 +31,47 @@ def _row() -> RequestRow:
 
 def test_append_extent_merges_runs_that_continue_each_other_and_the_row() -> None:
     row = _row()
-    row.append([0, 1], own=True)
+    row.append_extent(_ext([(0, 2)]))
     row.append_extent(_ext([(2, 2), (4, 1), (9, 2)]))  # continues the row, then itself
-    assert row.pages == [0, 1, 2, 3, 4, 9, 10]
-    assert row.runs == [PageRun(0, 5), PageRun(9, 2)]
-    assert row.own == {0, 1}  # an extent's pages are borrowed
+    row.append([11, 12], own=True)
+    assert row.pages == [0, 1, 2, 3, 4, 9, 10, 11, 12]
+    assert row.runs == [PageRun(0, 5), PageRun(9, 4)]
+    assert row.own == {11, 12}  # an extent's pages are borrowed
     assert row.extent().page_runs == coalesce(row.pages)
+
+
+def test_borrowed_pages_come_before_own_ones() -> None:
+    row = _row()
+    row.append([0, 1], own=True)
+    with pytest.raises(ValueError, match="borrowed pages after its own"):
+        row.append_extent(_ext([(2, 2)]))
+    with pytest.raises(ValueError, match="borrowed pages after its own"):
+        row.append([5], own=False)
+    assert row.pages == [0, 1] and row.own == {0, 1}
+
+
+def test_own_runs_are_the_runs_of_the_own_pages_in_order() -> None:
+    """The runs a Release frees from: a wrong cut (a borrowed page kept, an own one
+    dropped, a split run not joined) differs from runs_of of the own pages."""
+    rng = random.Random(5)
+    for _ in range(300):
+        row = _row()
+        pool = list(range(60))
+        rng.shuffle(pool)
+        pool = sorted(pool[:rng.randint(0, 40)]) if rng.random() < 0.5 else pool
+        taken = 0
+        for _ in range(rng.randint(0, 3)):  # attached and loaded extents first
+            n = rng.randint(1, 6)
+            row.append_extent(CacheExtentRef("sim0", 1, Tier.DEVICE,
+                                             coalesce(pool[taken:taken + n]), Kind.FULL))
+            taken += n
+        own: list[int] = []
+        for _ in range(rng.randint(0, 4)):  # then own pages, a few at a time
+            n = rng.randint(1, 5)
+            row.append(pool[taken:taken + n], own=True)
+            own += pool[taken:taken + n]
+            taken += n
+        assert row.own_runs() == runs_of(own)
 
 
 def test_append_extent_gives_the_row_append_gives() -> None:

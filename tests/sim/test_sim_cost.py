@@ -71,3 +71,37 @@ def test_loglog_interpolation_extrapolates_the_end_slope() -> None:
     assert interp_loglog(table, 100.0) == pytest.approx(10000.0)
     assert interp_loglog(((4.0, 2.0),), 8.0) == pytest.approx(4.0)
     assert interp_loglog(table, 0) == 0.0
+
+
+def _pairs_keys_per_request(prefills, decodes, window):  # noqa: ANN001, ANN202
+    """The attention sums of CostModel._work as their definition: request by request."""
+    pairs, keys = 0.0, 0
+    for n, c in prefills:
+        pairs += attended_pairs(n, c, window)
+        keys += (c + n if window is None else min(c + n, window)) + n
+    for c in decodes:
+        pairs += c + 1 if window is None else min(c + 1, window)
+        keys += (c + 1 if window is None else min(c + 1, window)) + 1
+    return pairs, keys
+
+
+@pytest.mark.parametrize("model_name", ["llama-3-8b", "hybrid-swa-mamba", "llama-3-70b-tp8"])
+def test_layer_work_is_the_per_request_sum_bit_for_bit(model_name: str) -> None:
+    """_work's decode sums (one sum of the contexts without a window) give the floats the
+    request-by-request loop gives, for decode and mixed batches, inside and past a window."""
+    from sim.hardware.model import load_model
+
+    cost = CostModel(load_profile("h100-sxm"), load_model(model_name))
+    batches = [((), [0]), ((), [4090, 17, 4094, 63, 64, 100_000]),
+               (((512, 0), (3, 4093)), list(range(1, 200, 7))), (((8192, 123_456),), [5])]
+    for kind in sorted(set(cost.model.layer_kinds) - {"mamba"}):
+        window = cost._window(kind)  # noqa: SLF001
+        per_pair, kv = cost.attn_flops_per_pair, cost.kv_token[kind]
+        for prefills, decodes in batches:
+            flops, nbytes = cost._work(kind, prefills, decodes)  # noqa: SLF001
+            pairs, keys = _pairs_keys_per_request(prefills, decodes, window)
+            tokens = sum(n for n, _ in prefills) + len(decodes)
+            base = 2.0 * tokens * cost.params[kind]
+            weights = (cost.model.weight_bytes_per_layer(kind, tokens)
+                       + tokens * cost.act_bytes_per_token)
+            assert (flops, nbytes) == (base + per_pair * pairs, weights + keys * kv)

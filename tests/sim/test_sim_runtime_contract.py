@@ -79,6 +79,24 @@ def test_stale_handles_and_foreign_extents_are_rejected(env, profile, model) -> 
         rt.execute_batch(h)
 
 
+def test_a_later_slice_must_carry_its_own_requests_handle(env, profile, model) -> None:
+    """prepare places a later slice on the row its check found: a handle of another
+    request (even an open one) is refused before anything changes."""
+    rt = make_runtime(env, profile, model)
+    h, _ = run(env, rt, BatchPlan(1, slices=(RequestSlice(1, Phase.PREFILL, 0, PAGE),
+                                             RequestSlice(2, Phase.PREFILL, 0, PAGE))))
+    one, two = (s.request for s in h.slices)
+    used = rt.device[Kind.FULL].used_count
+    with pytest.raises(ValueError, match="request 1: its handle is request 2's"):
+        rt.prepare_batch(BatchPlan(2, slices=(
+            RequestSlice(1, Phase.DECODE, PAGE, 1, request=two),)))
+    assert rt.device[Kind.FULL].used_count == used and 2 not in rt._prepared
+    nxt, _ = run(env, rt, BatchPlan(2, slices=(  # the same id, the right handles: placed
+        RequestSlice(1, Phase.DECODE, PAGE, 1, request=one),
+        RequestSlice(2, Phase.DECODE, PAGE, 1, request=two))))
+    assert [s.kv.num_pages for s in nxt.slices] == [2, 2]
+
+
 def test_allocating_beyond_capacity_raises_a_clear_error(env, profile, model) -> None:
     rt = make_runtime(env, profile, model, device_pages={Kind.FULL: 4})
     with pytest.raises(CapacityError, match=r"needs 5 L1 pages of pool 'full', 4 free"):

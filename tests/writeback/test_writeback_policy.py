@@ -103,7 +103,7 @@ def test_a_folds_steps_reported_at_once_leave_what_one_by_one_reports_leave(poli
             wb.policy.observe_step(0.0, 8, 0.0009, 0.0)
     for k, (start, end) in enumerate(spans):
         one.step_done(7 + k, start, end, 8)
-    many.steps_done(7, spans, 8)
+    many.steps_done(7, [s for s, _ in spans], [e for _, e in spans], 8)
     assert many.steps == one.steps and many.ends == one.ends
     assert vars(many.policy) == vars(one.policy)
     assert len(one.steps) == 40

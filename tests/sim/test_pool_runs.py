@@ -1,0 +1,63 @@
+"""PagePool.allocate_runs hands out what allocate hands out, as runs, and the runtime's
+extents and rows built from those runs are the ones built from the pages (prepare builds
+them from runs: the same extents and rows, at a cost per run)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from hicache.runtime.handles import Kind, RequestRuntimeHandle, Tier, coalesce
+from hicache.runtime.page_ids import merged, pages_of, runs_of
+from sim.pools import CapacityError, PagePool
+from sim.rows import RequestRow
+
+
+@pytest.mark.parametrize("order", ["lifo", "lowest"])
+def test_allocate_runs_hands_out_what_allocate_hands_out(order: str) -> None:
+    rng = random.Random(11)
+    by_pages = PagePool(Tier.DEVICE, Kind.FULL, 200, order=order)
+    by_runs = PagePool(Tier.DEVICE, Kind.FULL, 200, order=order)
+    held: list[int] = []
+    for _ in range(400):
+        if held and rng.random() < 0.45:  # free a scattered handful: fragmented free lists
+            gone = rng.sample(held, rng.randint(1, min(6, len(held))))
+            held = [p for p in held if p not in gone]
+            by_pages.free(gone)
+            by_runs.free(gone)
+            continue
+        n = rng.randint(0, min(9, by_pages.free_count))
+        pages = by_pages.allocate(n)
+        runs = by_runs.allocate_runs(n)
+        assert pages_of(runs) == pages
+        assert tuple(coalesce(pages)) == tuple(coalesce(pages_of(merged(runs))))
+        assert merged(runs) == runs_of(pages)
+        held += pages
+    assert by_pages.free_count == by_runs.free_count
+
+
+def test_allocate_runs_refuses_what_it_cannot_hold() -> None:
+    pool = PagePool(Tier.HOST, Kind.FULL, 4)
+    with pytest.raises(CapacityError):
+        pool.allocate_runs(5)
+    assert pool.allocate_runs(0) == [] and pool.free_count == 4
+
+
+def test_a_row_appended_with_its_runs_is_the_row_appended_page_by_page() -> None:
+    rng = random.Random(2)
+    for _ in range(200):
+        plain = RequestRow(RequestRuntimeHandle("sim0", 0, 1), rid=1)
+        with_runs = RequestRow(RequestRuntimeHandle("sim0", 0, 1), rid=1)
+        nxt = 0
+        for _ in range(rng.randint(1, 5)):
+            runs = []
+            for _ in range(rng.randint(0, 3)):  # runs that may continue each other
+                nxt += rng.choice((0, 0, 2))
+                n = rng.randint(1, 3)
+                runs.append((nxt, n))
+                nxt += n
+            plain.append(pages_of(runs), own=True)
+            with_runs.append(pages_of(runs), own=True, runs=runs)
+        assert with_runs.pages == plain.pages and with_runs.own == plain.own
+        assert with_runs.runs == plain.runs == list(coalesce(plain.pages))
