@@ -379,19 +379,24 @@ class KVCacheManager:
 
     def cache_prompt(self, st: RequestState) -> None:
         """The prompt is computed: its full pages enter the tree, the request keeps them."""
-        self.relock(st, self.cache_kv(st, st.pages))
-        self.write_through(st, st.pages)
+        node = self.cache_kv(st, st.pages)
+        self.relock(st, node)
+        self.write_through(st, st.pages, end=node)
 
     def write_through(self, st: RequestState, pages: list,
-                      nodes: Iterable[Node] | None = None, min_hits: int = 0) -> None:
+                      nodes: Iterable[Node] | None = None, min_hits: int = 0,
+                      end: Node | None = None) -> None:
         """The write policy: back up the path's nodes that reached its threshold and hold
         data on L1 with no L2 copy (``nodes``: that path, else the L1 match of ``pages``;
-        ``min_hits``: the hits a node of it counts at least). A node whose FULL copy is
-        on L2 already gets a component-only backup of the hybrid components it lacks
-        there (SGLang's incremental backup)."""
+        ``end``: the node the insert of ``pages`` just ended at, whose root path is that
+        match, read without a second walk; ``min_hits``: the hits a node of it counts at
+        least). A node whose FULL copy is on L2 already gets a component-only backup of
+        the hybrid components it lacks there (SGLang's incremental backup)."""
         if not self.l2 or self.write.threshold is None:
             return
-        if nodes is None:
+        if nodes is None and end is not None:
+            nodes = self.tree.device_path(end)
+        elif nodes is None:
             m = self.tree.match(pages, touch=False)
             nodes = m.path[:m.device_nodes]
         for node in nodes:
@@ -421,7 +426,7 @@ class KVCacheManager:
             if len(pages) > len(st.pages) and (tail := self.cache_kv(st, pages)) is not None:
                 if self.l3:
                     st.hashes = page_hashes(kv, self.page)
-                self.write_through(st, pages)
+                self.write_through(st, pages, end=tail)
         self.budget.own -= self.footprint(st)
         if component_keep is not None:
             keep = component_keep or None

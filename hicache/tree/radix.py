@@ -354,6 +354,15 @@ class UnifiedRadixTree:
             yield node
             node = node.parent  # type: ignore[assignment]
 
+    def device_path(self, node: Node) -> tuple[Node, ...]:
+        """The L1 part of the path from the root to ``node``: for pages whose walk ends
+        exactly at ``node`` (the last node of their insert), ``match(pages).path[:
+        device_nodes]``, found by parent links instead of a key walk (a walk after the
+        insert splits nothing and a match with ``touch=False`` stamps nothing)."""
+        path = list(self.path_to_root(node))
+        path.reverse()
+        return tuple(path[:safe_boundary(path, self.spec, on_device)[1]])
+
     def pages_in(self, tier: Tier, kind: Kind = Kind.FULL) -> int:
         attr = "device" if tier is Tier.DEVICE else "host"
         return sum(getattr(n, attr)[kind].num_pages for n in self.nodes.values()
