@@ -49,9 +49,7 @@ def test_device_path_is_the_match_after_an_insert(spec: TreeSpec, sequences: lis
             assert _shape(h) == before  # the second walk splits and stamps nothing
             assert h.tree.device_path(res.node) == m.path[:m.device_nodes]
         elif op == "backup":
-            for node in h.tree.match(pages, touch=False).path:
-                if node.on_device and not node.on_host and not node.backing_up:
-                    h.complete_backup(h.begin_backup(node))
+            h.backup_l1(pages)
         elif op == "evict":
             h.evict_device(n)
         else:

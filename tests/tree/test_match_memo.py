@@ -46,9 +46,7 @@ def test_memo_matches_equal_fresh_walks(sequences: list[list[int]], script: list
             elif op == "insert":
                 h.insert(p[:n])
             elif op == "backup":  # the L1 nodes of p without an L2 copy, copied at once
-                for node in h.tree.match(p, touch=False).path:
-                    if node.on_device and not node.on_host and not node.backing_up:
-                        h.complete_backup(h.begin_backup(node))
+                h.backup_l1(p)
             elif op == "evict":
                 h.evict_device(n)
             else:

@@ -95,6 +95,12 @@ class Harness:
     def complete_backup(self, job: int):  # noqa: ANN201
         return self.tree.residency.complete_backup(job, self.pending.pop(job))
 
+    def backup_l1(self, pages: list) -> None:
+        """Copy the L1 nodes on ``pages``' path that have no L2 copy yet, at once."""
+        for node in self.tree.match(pages, touch=False).path:
+            if node.on_device and not node.on_host and not node.backing_up:
+                self.complete_backup(self.begin_backup(node))
+
     def evict_device(self, pages: int, kind: Kind = Kind.FULL):  # noqa: ANN201
         res = self.tree.evict_device(pages, kind)
         self.execute(res.actions)
