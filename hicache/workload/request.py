@@ -21,6 +21,7 @@ from typing import Protocol, overload
 
 from hicache.tiers.hashing import chain_keys
 from hicache.tree.pagekeys import pack_tokens, split_pages
+from hicache.workload.tokens import ConcatTokens
 
 
 class BufferPages:
@@ -97,61 +98,41 @@ class TokenView(Sequence[int]):
         return self._buf[i % self._len]
 
 
-class ForkedView(Sequence[int]):
+class ForkedView(ConcatTokens):
     """``base`` (a :class:`TokenView`) followed by ``tail``, tokens its buffer does not
     hold: a turn's KV when the next prompt does not carry the turn's output (the buffer
     goes on differently after ``base``), so the tree forks at the end of ``base``.
 
-    Page keys and hashes of ``base``'s full pages come from its buffer's
-    :class:`BufferPages`; only the pages from there on are packed and hashed here."""
+    Indexing and slicing are :class:`ConcatTokens`'s. Page keys and hashes of ``base``'s
+    full pages come from its buffer's :class:`BufferPages`; only the pages from there on
+    are packed and hashed here."""
 
-    __slots__ = ("_base", "_tail")
+    __slots__ = ()
 
     def __init__(self, base: TokenView, tail: array) -> None:
-        self._base = base
-        self._tail = tail
-
-    def __len__(self) -> int:
-        return len(self._base) + len(self._tail)
+        super().__init__(base, tail)
 
     def prefix(self, n: int) -> Sequence[int]:
         """The first ``n`` tokens (``base``'s own view when they end within it)."""
-        b = len(self._base)
+        base = self._prefix
+        b = len(base)
         if n <= b:
-            return self._base.prefix(n)
-        return ForkedView(self._base, self._tail[:n - b])
+            return base.prefix(n)
+        return ForkedView(base, self._suffix[:n - b])
 
     def page_keys(self, page_size: int) -> list[bytes] | None:
-        head = self._base.page_keys(page_size)
+        head = self._prefix.page_keys(page_size)
         if head is None:
             return None
         rest = self[len(head) * page_size:(len(self) // page_size) * page_size]
         return head + split_pages(pack_tokens(rest), page_size)
 
     def page_hashes(self, page_size: int) -> list[str] | None:
-        head = self._base.page_hashes(page_size)
+        head = self._prefix.page_hashes(page_size)
         keys = self.page_keys(page_size)
         if head is None or keys is None:
             return None
         return head + chain_keys(keys[len(head):], head[-1] if head else None)
-
-    @overload
-    def __getitem__(self, i: int) -> int: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[int]: ...
-    def __getitem__(self, i):  # type: ignore[override]
-        b, n = len(self._base), len(self)
-        if isinstance(i, slice):
-            start, stop, step = i.indices(n)
-            if step != 1:
-                return array("q", (self[k] for k in range(start, stop, step)))
-            out = array("q", self._base[min(start, b):min(stop, b)])
-            out.extend(self._tail[max(start - b, 0):max(stop - b, 0)])
-            return out
-        if not -n <= i < n:
-            raise IndexError(i)
-        i %= n
-        return self._base[i] if i < b else self._tail[i - b]
 
 
 def token_prefix(tokens: Sequence[int], n: int) -> Sequence[int]:

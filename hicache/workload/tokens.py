@@ -146,11 +146,12 @@ class BlockTokens(LazyTokens):
 
 
 class ConcatTokens(LazyTokens):
-    """``prefix + suffix``; the prefix array is shared, not copied."""
+    """``prefix + suffix``; the prefix (an array, or any sequence whose slices are arrays)
+    is shared, not copied."""
 
     __slots__ = ("_prefix", "_suffix")
 
-    def __init__(self, prefix: array, suffix: array) -> None:
+    def __init__(self, prefix: Sequence[int], suffix: array) -> None:
         self._prefix = prefix
         self._suffix = suffix
 
