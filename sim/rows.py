@@ -44,13 +44,8 @@ class RequestRow:
         self.pages.extend(pages)
         if own:
             self.own.update(pages)
-        mine = self.runs
         for s, n in runs_of(pages) if runs is None else runs:
-            last = mine[-1] if mine else None
-            if last is not None and last.first_page + last.page_count == s:
-                mine[-1] = PageRun(last.first_page, last.page_count + n)
-            else:
-                mine.append(PageRun(s, n))
+            self._join(s, n)
         self._extent = None
 
     def append_extent(self, ext: CacheExtentRef) -> None:
@@ -59,15 +54,20 @@ class RequestRow:
         if not ext.page_runs:
             return
         self._borrow()
-        pages, runs = self.pages, self.runs
         for r in ext.page_runs:
-            pages.extend(r.pages())
-            last = runs[-1] if runs else None
-            if last is not None and last.first_page + last.page_count == r.first_page:
-                runs[-1] = PageRun(last.first_page, last.page_count + r.page_count)
-            else:
-                runs.append(r)
+            self.pages.extend(r.pages())
+            self._join(r.first_page, r.page_count)
         self._extent = None
+
+    def _join(self, start: int, n: int) -> None:
+        """Add the run ``start, n`` to ``runs``, joined to the last one if it continues
+        it (so ``runs`` stays coalesce(pages))."""
+        runs = self.runs
+        last = runs[-1] if runs else None
+        if last is not None and last.first_page + last.page_count == start:
+            runs[-1] = PageRun(last.first_page, last.page_count + n)
+        else:
+            runs.append(PageRun(start, n))
 
     def _borrow(self) -> None:
         if self.own:
