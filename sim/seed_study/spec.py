@@ -198,12 +198,14 @@ SWEEPS = (
                    "SGLang 0.5.23's unified tree: each request once per node), by answer "
                    "length: a 64-token answer adds no full page to insert after its prompt."),
     Sweep("pro_l1", "dsv4_pro",
-          (("cache.device_tokens", (880000, 2640000, 4400000)),), ("lru", "session"),
+          (("cache.device_tokens", (880000, 2640000, 3000000, 3400000, 3800000, 4400000)),),
+          ("lru", "session"),
           sets=("scheduler.max_running_requests=128", "workload.max_sessions=128",
                 "workload.num_sessions=256"),
           label="L1 size",
           question="L1 size at batch 128 (H200: 0.88M tokens; a 180 GB B200 would hold "
-                   "4.2M): device hit and the session-aware gain."),
+                   "4.2M; 3.0-3.8M: the live sessions' paths about fit and closed "
+                   "sessions' compete with them): device hit and the session-aware gain."),
     Sweep("pro_tool_time", "dsv4_pro",
           (("workload.tool_time", (2, 10, 30)),), ("lru", "session"),
           sets=("scheduler.max_running_requests=128", "workload.max_sessions=128",
