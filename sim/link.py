@@ -88,17 +88,22 @@ class PcieLink:
         None otherwise (and for any other kind): re-allocate them all. ``kinds`` counts
         ``jobs`` by kind. The floats are allocate's (a share of the peak over one job,
         a total over one rate, the host check with scale 1.0), and allocate's watch of
-        the L3 deadlines runs as it would."""
+        the L3 deadlines runs as it would. Valid while :attr:`l3` listens to the fluid
+        server that calls it (its L3 jobs joining or leaving bump the epoch: SimRuntime's
+        wiring)."""
         kind = job.kind
         if kind != "h2d" and kind != "d2h":
             return None
-        if kinds.get("h2d", 0) + kinds.get("d2h", 0) != (1 if joined else 0):
+        get = kinds.get
+        if get("h2d", 0) + get("d2h", 0) != (1 if joined else 0):
             return None  # another copy shares the link (or the bidirectional cap)
         l3_total = 0.0
         steady = None
-        if kinds.get("l3", 0) and self.l3 is not None:
+        moving = get("l3", 0)
+        if moving and self.l3 is not None:
             steady = self._steady
-            if steady is None or steady[0] != self.l3.store.epoch:
+            if (steady is None or steady[0] != self.l3.store.epoch
+                    or len(steady[1]) != moving):
                 return None  # the L3 split may differ, or it was squeezed: allocate
             l3_total = steady[2]
         elif not joined:
