@@ -190,7 +190,7 @@ class FaultInjector:
         elif getattr(f, "link", None) == "pcie":
             _set(link.slowed, i, f.factor, on)
         elif client is not None:  # the NIC
-            _set(client.nic_faults, i, 0.0 if f.kind == "link_down" else f.factor, on)
+            client.nic_fault(i, 0.0 if f.kind == "link_down" else f.factor, on)
         rt.fluid.replan()
 
 

@@ -12,6 +12,13 @@ change, so equal jobs sharing a link still finish in the order they were re-plan
 Finishes are bit-identical either way; a kept timer only changes the order among events
 at exactly the same time, which ``benchmarks/sim_fingerprint.py`` checks stays the same.
 
+Re-allocating costs what changed: a compute job joining or leaving changes no other
+rate (``solo``); a copy kernel joining or leaving a PCIe link it has alone changes only
+its own rate and the compute jobs' (``shift``, :meth:`sim.link.PcieLink.shift_rate`).
+Either sets the rates a re-allocation would set, and :meth:`FluidServer._shifted`
+re-plans the jobs whose rate changed in the order :meth:`FluidServer._replan` does, so
+finishes, timers and events are those of a re-allocation (tests/sim/test_fluid_shift).
+
 Compute timers are planned ahead (``PLAN_AHEAD``), so a layer that a copy kernel slows
 and then releases needs one timer, not one it re-arms or leaves stale:
 - a compute job at a rate a promised join will change (:meth:`FluidServer.promise`: the
@@ -72,20 +79,32 @@ Allocator = Callable[[list[FluidJob]], None]
 # (job, jobs) -> the rate of ``job`` when it joining or leaving ``jobs`` changes no other
 # job's rate (a compute job on a PCIe link), else None: re-allocate them all
 SoloRate = Callable[[FluidJob, list[FluidJob]], "float | None"]
+# (job, jobs, kinds, joined) -> the rate every compute job runs at once ``job`` joined
+# (it is in ``jobs``; the hook set its rate) or left ``jobs``, when that changes no other
+# job's rate (a copy kernel alone on a PCIe link), else None: re-allocate them all.
+# ``kinds`` counts ``jobs`` by kind (FluidServer.kinds)
+ShiftRate = Callable[[FluidJob, list[FluidJob], dict[str, int], bool], "float | None"]
 
 
 class FluidServer:
     """Runs :class:`FluidJob` s concurrently; ``allocate(jobs)`` sets every job's rate.
     ``solo`` (optional) spares the re-allocation when a job joins or leaves without
-    changing any other job's rate: the rates after it are those allocate would set."""
+    changing any other job's rate: the rates after it are those allocate would set.
+    ``shift`` (optional, with ``solo``) spares it when a job joins or leaves changing
+    only its own rate and the compute jobs' (one rate for all of them): the jobs whose
+    rate changed are re-planned in the order a re-allocation re-plans them, so the
+    rates, finishes and timers are those allocate gives."""
 
     def __init__(self, env: simpy.Environment, allocate: Allocator,
-                 solo: SoloRate | None = None) -> None:
+                 solo: SoloRate | None = None, shift: ShiftRate | None = None) -> None:
         self.env = env
         self.jobs: list[FluidJob] = []
         self.kinds: dict[str, int] = {}  # kind -> how many of ``jobs`` are of it
+        # kind -> called whenever a job of that kind joins or leaves (:meth:`listen`)
+        self._listeners: dict[str, list[Callable[[], None]]] = {}
         self._allocate = allocate
         self._solo = solo
+        self._shift = shift if solo is not None else None
         self._last = env.now
         self._expected: list[float] = []  # changes a folded run skips (sim.fold), in order
         self._ei = 0  # the first of them not yet charged
@@ -105,14 +124,27 @@ class FluidServer:
         """The promised job joins now (or the promise is withdrawn)."""
         self._promised = math.inf
 
+    def listen(self, kind: str, call: Callable[[], None]) -> None:
+        """Call ``call()`` whenever a job of ``kind`` joins or leaves :attr:`jobs` (at
+        once, before any re-allocation: sim.l3's epoch)."""
+        self._listeners.setdefault(kind, []).append(call)
+
     def _add(self, job: FluidJob) -> None:
         """``job`` joins :attr:`jobs`; :attr:`kinds` counts it."""
         self.jobs.append(job)
-        self.kinds[job.kind] = self.kinds.get(job.kind, 0) + 1
+        kind = job.kind
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
+        if kind in self._listeners:
+            for call in self._listeners[kind]:
+                call()
 
     def _remove(self, job: FluidJob) -> None:
         self.jobs.remove(job)
-        self.kinds[job.kind] -= 1
+        kind = job.kind
+        self.kinds[kind] -= 1
+        if kind in self._listeners:
+            for call in self._listeners[kind]:
+                call()
 
     def _advance(self) -> None:
         now = self.env.now
@@ -172,6 +204,19 @@ class FluidServer:
         for job, rate in zip(self.jobs, before, strict=True):
             if job is new or job.rate != rate:
                 self._schedule(job)
+
+    def _shifted(self, rate: float, new: FluidJob | None = None) -> None:
+        """:meth:`_replan` when ``shift`` said only the compute jobs' rate (now ``rate``)
+        and ``new``'s (already set; ``new`` is the last of :attr:`jobs`) change: every
+        rate is set before any job is re-planned, and they are re-planned in job order,
+        as :meth:`_replan` does (a compute job's plan reads the others' dues)."""
+        moved = [j for j in self.jobs if j.kind == "compute" and j.rate != rate]
+        for job in moved:
+            job.rate = rate
+        for job in moved:
+            self._schedule(job)
+        if new is not None:
+            self._schedule(new)
 
     def _schedule(self, job: FluidJob) -> None:
         """Set the job's finish time from its rate. A compute job's live timer that fires
@@ -270,8 +315,15 @@ class FluidServer:
         self._advance()
         job.remaining = 0.0
         self._remove(job)
-        if self._solo is None or self._solo(job, self.jobs) is None:
+        if self._solo is None:
             self._replan()
+        elif self._solo(job, self.jobs) is None:
+            shift = self._shift
+            rate = shift(job, self.jobs, self.kinds, False) if shift is not None else None
+            if rate is None:
+                self._replan()
+            else:
+                self._shifted(rate)
         if job.then is not None:
             job.then()
             return
@@ -290,12 +342,21 @@ class FluidServer:
         """Put ``job`` (work > 0) on the server now."""
         self._advance()
         self._add(job)
-        rate = self._solo(job, self.jobs) if self._solo is not None else None
+        solo = self._solo
+        if solo is None:
+            self._replan(new=job)
+            return
+        rate = solo(job, self.jobs)
+        if rate is not None:
+            job.rate = rate
+            self._schedule(job)
+            return
+        shift = self._shift
+        rate = shift(job, self.jobs, self.kinds, True) if shift is not None else None
         if rate is None:
             self._replan(new=job)
         else:
-            job.rate = rate
-            self._schedule(job)
+            self._shifted(rate, job)
 
     def then_submit(self, job: FluidJob, then: Callable[[], None]) -> None:
         """:meth:`submit`, and call ``then()`` in the finish itself, not one event later

@@ -15,6 +15,12 @@ serves ``service_rate(group)`` bytes/s in all, split equally among the replicas 
 transfers in that group (Mooncake: one group for reads and writes; file: one each).
 Fault state counts overlapping faults: ``refusing`` (down: every call fails at once),
 ``hanging`` (calls get no answer), and the set of nodes down.
+
+``epoch`` counts the changes of what a client's L3 split reads (:meth:`sim.l3_client.
+L3Client.allocate`): a transfer joining or leaving any client's fluid server (who is
+moving), the store hanging or a node going down or coming back, a client's NIC faults,
+a client attaching. While it holds, every client's split is what it was (sim.link
+re-uses it); whatever changes those inputs must go through :meth:`bump`.
 """
 
 from __future__ import annotations
@@ -58,6 +64,11 @@ class L3Store:
         self.down_nodes: set[int] = set()
         self.went_down = env.event()  # fires when the store starts refusing
         self._next_node = 0
+        self.epoch = 0  # bumped whenever an input of the clients' L3 split changes
+
+    def bump(self) -> None:
+        """An input of the clients' L3 split changed (module doc: ``epoch``)."""
+        self.epoch += 1
 
     @classmethod
     def mooncake(cls, env: simpy.Environment, spec: MooncakeSpec) -> L3Store:
@@ -199,6 +210,7 @@ class L3Store:
     # ---- fault state (sim.faults switches it) -------------------------------------------
     def refuse(self, fault: int, on: bool) -> None:
         toggle(self.refusing, fault, on)
+        self.bump()  # no rate reads it; counted all the same
         if on and not self.went_down.triggered:
             self.went_down.succeed()
         elif not self.refusing:
@@ -206,6 +218,7 @@ class L3Store:
 
     def hang(self, fault: int, on: bool) -> None:
         toggle(self.hanging, fault, on)
+        self.bump()
         self.changed()
 
     def node_down(self, node: int, on: bool) -> None:
@@ -215,6 +228,7 @@ class L3Store:
             self._evict(self.capacity)
         else:
             self.down_nodes.discard(node)
+        self.bump()
         self.changed()
 
 

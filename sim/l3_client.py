@@ -47,16 +47,28 @@ class L3Client:
         self.policy = policy or RetryPolicy()
         self.health = L3Health(self.policy)
         self.counts = dict.fromkeys(COUNTERS, 0)
-        self.nic_faults: dict[int, float] = {}  # fault index -> NIC rate factor
+        # fault index -> NIC rate factor; changed through :meth:`nic_fault` (the epoch)
+        self.nic_faults: dict[int, float] = {}
         self.host_faults: list[int] = []  # host_pressure faults on this replica (blame)
         self.ledger: FaultLedger | None = None  # set by sim.faults when faults are injected
         self.blame: int | None = None  # the fault behind the last failed operation
         store.clients.append(self)
+        store.bump()
+        # who is moving (the store's share) changes with this replica's L3 jobs
+        fluid.listen("l3", store.bump)
 
     # ---- rates ---------------------------------------------------------------------
     @property
     def nic_factor(self) -> float:
         return math.prod(self.nic_faults.values())
+
+    def nic_fault(self, fault: int, factor: float, on: bool) -> None:
+        """Fault ``fault`` scales this replica's NIC by ``factor`` (or ends)."""
+        if on:
+            self.nic_faults[fault] = factor
+        else:
+            del self.nic_faults[fault]
+        self.store.bump()
 
     def moving(self, group: str) -> bool:
         """Whether this replica has an L3 transfer in ``group`` under way."""

@@ -15,6 +15,11 @@ Rates, recomputed whenever a job starts or ends (see :mod:`sim.fluid`):
 Faults (:mod:`sim.faults`) scale the PCIe figures (``factor``) and host memory
 (``host_factor``) while they last; the injector re-plans the fluid server when they change.
 
+A copy kernel joining or leaving a link it has alone (the layer-wise loads' common case)
+changes only its own rate and the compute jobs' unless host memory binds: :meth:`PcieLink.
+shift_rate` gives them without re-allocating, re-using the L3 rates the last allocation
+left while the store's ``epoch`` (:mod:`sim.l3`) says the L3 split is unchanged.
+
 Efficiency curve: a lone DMA call of B bytes takes call_overhead_s + B / rate(B) with
 rate(B) = peak * B / (B + half_efficiency_bytes). Equivalently the call occupies its copy
 engine for call_overhead_s, then moves B + half_efficiency_bytes "effective bytes" at the
@@ -49,6 +54,10 @@ class PcieLink:
         self.slowed: dict[int, float] = {}  # fault -> PCIe rate factor (sim.faults)
         self.pressed: dict[int, float] = {}  # fault -> host memory bandwidth factor
         self.l3: L3Client | None = None  # this replica's L3 client (rates of ``l3`` jobs)
+        # the last allocation's L3 jobs and their total when it left their rates at the
+        # client's split (no host-memory squeeze), with the store's epoch then: while
+        # the epoch holds, that split is what a re-allocation would set (shift_rate)
+        self._steady: tuple[int, list[FluidJob], float] | None = None
 
     @property
     def factor(self) -> float:
@@ -69,6 +78,53 @@ class PcieLink:
                 return 1.0 - self.slowdown
         return 1.0
 
+    def shift_rate(self, job: FluidJob, jobs: list[FluidJob], kinds: dict[str, int],
+                   joined: bool) -> float | None:
+        """The compute jobs' rate once ``job``, a PCIe copy, joined (it is in ``jobs``:
+        its rate is set here) or left ``jobs`` alone on the link (no other h2d or d2h
+        job), as :meth:`allocate` would set it, when that changes no other rate: no
+        host-memory squeeze with it, and the L3 jobs' rates are still the split the
+        last allocation left them at (:attr:`_steady`, the store's epoch unchanged).
+        None otherwise (and for any other kind): re-allocate them all. ``kinds`` counts
+        ``jobs`` by kind. The floats are allocate's (a share of the peak over one job,
+        a total over one rate, the host check with scale 1.0), and allocate's watch of
+        the L3 deadlines runs as it would. Valid while :attr:`l3` listens to the fluid
+        server that calls it (its L3 jobs joining or leaving bump the epoch: SimRuntime's
+        wiring)."""
+        kind = job.kind
+        if kind != "h2d" and kind != "d2h":
+            return None
+        get = kinds.get
+        if get("h2d", 0) + get("d2h", 0) != (1 if joined else 0):
+            return None  # another copy shares the link (or the bidirectional cap)
+        l3_total = 0.0
+        steady = None
+        moving = get("l3", 0)
+        if moving and self.l3 is not None:
+            steady = self._steady
+            if (steady is None or steady[0] != self.l3.store.epoch
+                    or len(steady[1]) != moving):
+                return None  # the L3 split may differ, or it was squeezed: allocate
+            l3_total = steady[2]
+        elif not joined:
+            return 1.0  # compute alone (allocate's early return)
+        total = 0
+        if joined:
+            rate = self.peak[kind] * self.factor / 1  # _share over one job
+            if "kernel" in job.tags:
+                rate = min(rate, self.kernel_rate)
+            if job.cap is not None:
+                rate = min(rate, job.cap)
+            total += rate
+        if total * 1.0 + l3_total > self.host * self.host_factor:
+            return None  # host memory binds: the squeeze changes other rates
+        if joined:
+            job.rate = rate
+        if steady is not None:
+            assert self.l3 is not None
+            self.l3.watch(steady[1])
+        return 1.0 - self.slowdown if joined and "kernel" in job.tags else 1.0
+
     def allocate(self, jobs: list[FluidJob]) -> None:
         """Set every job's rate (module doc). One pass sorts the jobs; each direction's
         total is summed left to right as ``sum`` would, so the floats are those of the
@@ -87,6 +143,7 @@ class PcieLink:
                 kernels_active = kernels_active or "kernel" in job.tags
             elif kind == "l3":
                 l3_jobs.append(job)
+        self._steady = None
         if not (l3_jobs or h2d or d2h):  # compute alone: full speed
             for job in compute:
                 job.rate = 1.0
@@ -106,6 +163,7 @@ class PcieLink:
             l3.allocate(l3_jobs)
             l3_total = sum(job.rate for job in l3_jobs)
         host = self.host * self.host_factor
+        squeezed = False
         if total * scale + l3_total > host:
             if not l3_total:
                 scale = host / total  # PCIe alone (the form before L3 joined: bit-exact)
@@ -114,12 +172,15 @@ class PcieLink:
                 scale *= squeeze
                 for job in l3_jobs:
                     job.rate *= squeeze
+                squeezed = True
         if scale < 1.0:
             for job in h2d:
                 job.rate *= scale
             for job in d2h:
                 job.rate *= scale
         if l3_jobs and l3 is not None:
+            if not squeezed:
+                self._steady = (l3.store.epoch, l3_jobs, l3_total)
             l3.watch(l3_jobs)
         if compute:
             compute_rate = 1.0 - self.slowdown if kernels_active else 1.0

@@ -101,7 +101,8 @@ class SimRuntime:
         spec = self.profile.host_cpu.interpreter
         self.fluid = (FluidServer(env, Interpreter(spec, self.link.allocate).allocate)
                       if self.interpreter and spec else
-                      FluidServer(env, self.link.allocate, solo=self.link.solo_rate))
+                      FluidServer(env, self.link.allocate, solo=self.link.solo_rate,
+                                  shift=self.link.shift_rate))
         self.copies = CopyEngines(env, self.profile, self.link, self.fluid, io_backend,
                                   gil_calls=self.interpreter)
         self.copies.timeline = self.timeline
