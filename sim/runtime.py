@@ -176,11 +176,14 @@ class SimRuntime:
         loads: list[tuple[Kind, list[int], list[int]]] = []  # (pool, src, dst)
         # a later slice (it loads nothing; most slices: decode steps) takes the short path
         short = not self.state.active
-        cont, first = self._continue_slice, self._prepare_slice
-        slices = tuple([cont(s, row, new, st) if short and row is not None
-                        else first(s, st, loads)
-                        for s, row, new in zip(plan.slices, checked.rows, checked.new,
-                                               strict=True)])
+        if short and not checked.firsts:  # later slices only: the short path in line
+            slices = self._continue_slices(plan.slices, checked, st)
+        else:
+            cont, first = self._continue_slice, self._prepare_slice
+            slices = tuple([cont(s, row, new, st) if short and row is not None
+                            else first(s, st, loads)
+                            for s, row, new in zip(plan.slices, checked.rows, checked.new,
+                                                   strict=True)])
         st.finished = tuple([s.rid for s in plan.slices if s.finishes])
         st.load_groups = self._load_groups(loads)
         self.host_lane.prepare(st, len(plan.slices),
@@ -381,6 +384,23 @@ class SimRuntime:
             st.decodes.extend([s.context_tokens] * s.new_tokens)
         return row.prepared_slice()
 
+    def _continue_slices(self, slices: tuple[RequestSlice, ...], checked: validate.Checked,
+                         st: BatchState) -> tuple[PreparedSlice, ...]:
+        """:meth:`_continue_slice` of every slice of a plan of later slices, in order."""
+        allocate = self.device[Kind.FULL].allocate
+        prefills, decodes = st.prefills, st.decodes
+        prefill = Phase.PREFILL
+        out = []
+        for s, row, new in zip(slices, checked.rows, checked.new, strict=True):
+            if new:
+                row.append(allocate(new), own=True)
+            if s.phase is prefill:
+                prefills.append((s.new_tokens, s.context_tokens))
+            else:
+                decodes.extend([s.context_tokens] * s.new_tokens)
+            out.append(row.prepared_slice())
+        return tuple(out)
+
     def _calls(self, pool: Kind, src: list[int], dst: list[int], layers: range,
                host: list[int]) -> int:
         """Copy calls of one op moving ``src`` -> ``dst`` over ``layers`` (sim.host);
@@ -447,9 +467,10 @@ class SimRuntime:
                       ) -> None:
         pre, dec = st.prefills, st.decodes
         self.batch_shapes[st.plan.batch_id] = {
-            "requests": len(pre) + len(dec), "tokens": sum(n for n, _ in pre) + len(dec),
-            "context_tokens": sum(c for _, c in pre) + sum(dec),
-            "load_bytes": sum(g.nbytes for g in st.load_groups)}
+            "requests": len(pre) + len(dec),
+            "tokens": sum(n for n, _ in pre) + len(dec) if pre else len(dec),
+            "context_tokens": sum(c for _, c in pre) + sum(dec) if pre else sum(dec),
+            "load_bytes": sum(g.nbytes for g in st.load_groups) if st.load_groups else 0}
 
     def _release(self, rel: Release, freed: list[tuple[int, int]]) -> None:
         """Close the row; ``freed``: the runs of its own pages the tree did not keep."""

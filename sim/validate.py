@@ -5,9 +5,11 @@ Invariant: a plan that passes :func:`check_plan` and :func:`check_capacity` can 
 without an allocation failing: capacity counts what the plan's frees and releases return
 (they apply first). Cost: proportional to the plan (its slices, intents and page *runs*),
 never to the pools; messages are built only when a check fails. What the checks find per
-slice (the open row of a later slice, the new pages each slice needs) comes back in
-:class:`Checked`, so prepare places the plan without looking it up again: frees and
-releases change neither (a plan never both releases and continues a request).
+slice (the open row of a later slice, the new pages each slice needs, how many slices are
+first ones) comes back in :class:`Checked`, so prepare places the plan without looking it
+up again: frees and releases change neither (a plan never both releases and continues a
+request). A release that keeps the request's first own pages, in order (the prompt's
+pages the cache took), frees the rest of its own runs: no per-page check is needed.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from hicache.runtime.handles import (
     CacheExtentRef,
     Kind,
+    PageRun,
     RequestRuntimeHandle,
     StaleHandleError,
     Tier,
@@ -38,6 +41,7 @@ class Checked(NamedTuple):
     released: Released
     rows: list[RequestRow | None]  # a later slice's open row; None for a first slice
     new: list[int]  # new FULL pages the slice's tokens need beyond those it holds
+    firsts: int  # first slices (rows None): the only ones that load or attach
 
 
 def check_ext(rt: SimRuntime, ext: CacheExtentRef, tier: Tier, what: str) -> None:
@@ -76,6 +80,8 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Checked:
     rows, generation, page = rt.rows, rt.generation, rt.page_size
     slice_rows: list[RequestRow | None] = []
     new: list[int] = []
+    add_row, add_new = slice_rows.append, new.append
+    firsts = 0
     for s in plan.slices:
         if s.rid in seen:
             raise ValueError(f"request {s.rid} appears twice in batch {plan.batch_id}")
@@ -89,13 +95,14 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Checked:
                 raise ValueError(f"request {s.rid}: its handle is request {row.rid}'s")
             if s.attach or s.loads:
                 raise ValueError(f"request {s.rid}: attach/loads only on its first slice")
-            slice_rows.append(row)
+            add_row(row)
             existing, ctx = len(row.pages), s.context_tokens  # new_pages, in line
             if ctx > existing * page:
                 new_pages(rt, s, existing)  # raises
             n = -(-(ctx + s.new_tokens) // page) - existing
-            new.append(n if n > 0 else 0)
+            add_new(n if n > 0 else 0)
             continue  # a later slice: nothing more to check
+        firsts += 1
         for ext in s.attach:  # state pieces may come from L2 (hybrid load-back)
             tier = Tier.HOST if ext.tier is Tier.HOST and ext.pool is not Kind.FULL else Tier.DEVICE
             if not _current(rt, ext, tier):
@@ -133,25 +140,57 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Checked:
         for rel in plan.releases:
             released[rel.request.slot_id] = _check_release(rt, rel)
     _check_frees(rt, plan, released)
-    return Checked(released, slice_rows, new)
+    return Checked(released, slice_rows, new, firsts)
 
 
 def _check_release(rt: SimRuntime, rel: Release) -> list[Run]:
     """Check what ``rel`` keeps; return the runs of the request's own pages it frees."""
     row = _open_row(rt, rel.request, "release")
+    kept = rel.kept()
+    own = row.own_runs()
+    # the common keep (the prompt's pages the tree took): the first own pages, in order;
+    # then they are own pages, and the rest of ``own`` is what runs_minus would give
+    rest = _after_prefix(own, [r for ext in kept if ext.pool is Kind.FULL
+                               for r in ext.page_runs])
     keep: list[Run] = []  # the FULL pages kept, as runs
-    for ext in rel.kept():
+    for ext in kept:
         if not _current(rt, ext, Tier.DEVICE):
             check_ext(rt, ext, Tier.DEVICE, "release keep")
         if ext.pool is Kind.FULL:
-            ok = row.own.issuperset(ext.pages())
+            ok = rest is not None or row.own.issuperset(ext.pages())
             keep.extend((r.first_page, r.page_count) for r in ext.page_runs)
         else:
             ok = rt.state.check_keep(rel.request.slot_id, ext)
         if not ok:
             raise ValueError(f"release of request {row.rid}: keep holds pages the "
                              "request did not allocate")
-    return runs_minus(row.own_runs(), keep) if keep else row.own_runs()
+    if rest is not None:
+        return rest
+    return runs_minus(own, keep) if keep else own
+
+
+def _after_prefix(own: list[Run], keep: list[PageRun]) -> list[Run] | None:
+    """The runs of ``own`` (coalesced, as :meth:`RequestRow.own_runs` gives them) after
+    its first pages when ``keep`` holds exactly those pages, in order; else None. Then
+    every kept page is an own page, and the result is ``runs_minus(own, keep)``: the
+    rest of a coalesced list of runs, its first run maybe cut, is coalesced."""
+    i, cut = 0, 0  # own[i] from page ``cut`` of it on is not kept (yet)
+    for k in keep:
+        start, left = k.first_page, k.page_count
+        while left:
+            if i == len(own):
+                return None
+            s, n = own[i]
+            if s + cut != start:
+                return None
+            take = min(left, n - cut)
+            start, left, cut = start + take, left - take, cut + take
+            if cut == n:
+                i, cut = i + 1, 0
+    if i == len(own):
+        return []
+    s, n = own[i]
+    return [(s + cut, n - cut), *own[i + 1:]] if cut else own[i:]
 
 
 def _check_frees(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
@@ -225,7 +264,9 @@ def check_capacity(rt: SimRuntime, plan: BatchPlan, checked: Checked) -> None:
     need_host: dict[Kind, int] = {}
     state = rt.state.active
     released = checked.released
-    for s, row, new in zip(plan.slices, checked.rows, checked.new, strict=True):
+    # without state pools only first slices need more than their new FULL pages
+    for s, row, new in (zip(plan.slices, checked.rows, checked.new, strict=True)
+                        if state or checked.firsts else ()):
         if state:
             for pool, n in rt.state.needs(s, new).items():
                 need_device[pool] = need_device.get(pool, 0) + n

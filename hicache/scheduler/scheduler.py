@@ -338,9 +338,10 @@ class Scheduler:
     def _batch_done(self, c: BatchCompletion) -> list[int]:
         plan = self.plans.complete(c.batch_id)
         done = []
+        requests, prefill = self.requests, Phase.PREFILL
         for sl in plan.slices:
-            st = self.requests[sl.rid]
-            if sl.phase is Phase.PREFILL:
+            st = requests[sl.rid]
+            if sl.phase is prefill:
                 st.prefill_done += sl.new_tokens
                 if sl.loads or sl.attach:  # hybrid state loads sit in attach
                     self.kv.loads_read(st)

@@ -1,0 +1,146 @@
+"""The shortcuts of plan validation and placement give what the general code gives: a
+release whose keep is the request's first own pages (``_after_prefix``), a capacity check
+that skips later slices, the one-pass duplicate check, and the in-line placement of a
+plan of later slices only."""
+
+from __future__ import annotations
+
+import pytest
+import simpy
+from hypothesis import given
+from hypothesis import strategies as hs
+from simtoys import host_copy_of_prefill, make_runtime
+
+from hicache.runtime.handles import Kind, PageRun
+from hicache.runtime.interface import BatchPlan, LoadIntent, Phase, Release, RequestSlice
+from hicache.runtime.page_ids import runs_minus
+from sim.pools import CapacityError
+from sim.validate import _after_prefix
+
+PAGE = 16
+
+
+def _pages(runs) -> list[int]:
+    return [p for s, n in runs for p in range(s, s + n)]
+
+
+def _coalesced(pages: list[int]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for p in pages:
+        if out and out[-1][0] + out[-1][1] == p:
+            out[-1] = (out[-1][0], out[-1][1] + 1)
+        else:
+            out.append((p, 1))
+    return out
+
+
+def _split(pages: list[int], cuts: list[int]) -> list[PageRun]:
+    """``pages`` as runs cut at ``cuts`` too (a keep need not be coalesced)."""
+    out: list[PageRun] = []
+    for i, p in enumerate(pages):
+        last = out[-1] if out else None
+        if last is not None and last.first_page + last.page_count == p and i not in cuts:
+            out[-1] = PageRun(last.first_page, last.page_count + 1)
+        else:
+            out.append(PageRun(p, 1))
+    return out
+
+
+own_pages = hs.lists(hs.integers(0, 60), unique=True, max_size=24)
+
+
+@given(own_pages, hs.data())
+def test_a_prefix_keep_leaves_what_runs_minus_leaves(pages, data) -> None:
+    own = _coalesced(pages)
+    k = data.draw(hs.integers(0, len(pages)))
+    cuts = data.draw(hs.lists(hs.integers(0, max(k - 1, 0)), max_size=4))
+    keep = _split(pages[:k], cuts)
+    rest = _after_prefix(own, keep)
+    assert rest == runs_minus(own, [(r.first_page, r.page_count) for r in keep])
+    assert _pages(rest) == pages[k:]
+
+
+@given(own_pages, hs.lists(hs.integers(0, 60), unique=True, max_size=12), hs.data())
+def test_any_other_keep_is_left_to_the_general_check(pages, kept, data) -> None:
+    """None unless keep is exactly the first own pages in order (a wrong shortcut would
+    skip the check that keep holds own pages only, or free the wrong pages)."""
+    own = _coalesced(pages)
+    cuts = data.draw(hs.lists(hs.integers(0, max(len(kept) - 1, 0)), max_size=4))
+    keep = _split(kept, cuts)
+    rest = _after_prefix(own, keep)
+    if kept == pages[:len(kept)]:
+        assert rest is not None and _pages(rest) == pages[len(kept):]
+    else:
+        assert rest is None
+
+
+def test_a_release_keeping_a_non_prefix_frees_the_rest(env, profile, model) -> None:
+    """A keep of own pages out of order or with a hole takes the general path."""
+    rt = make_runtime(env, profile, model)
+    h = rt.prepare_batch(BatchPlan(1, slices=(RequestSlice(1, Phase.PREFILL, 0, 4 * PAGE),)))
+    rt.execute_batch(h)
+    env.run()
+    kv = h.slices[0].kv
+    pages = list(kv.pages())
+    keep = kv.with_pages([pages[1], pages[3]])
+    used = rt.device[Kind.FULL].used_count
+    h2 = rt.prepare_batch(BatchPlan(2, releases=(Release(h.slices[0].request, keep=keep),)))
+    rt.execute_batch(h2)
+    env.run()
+    assert rt.device[Kind.FULL].used_count == used - 2
+    assert [rt.device[Kind.FULL].is_allocated(p) for p in pages] == [False, True, False, True]
+
+
+def test_a_request_twice_in_a_plan_is_refused(env, profile, model) -> None:
+    rt = make_runtime(env, profile, model)
+    with pytest.raises(ValueError, match="request 7 appears twice in batch 1"):
+        rt.prepare_batch(BatchPlan(1, slices=(RequestSlice(7, Phase.PREFILL, 0, PAGE),
+                                              RequestSlice(8, Phase.PREFILL, 0, PAGE),
+                                              RequestSlice(7, Phase.PREFILL, 0, PAGE))))
+    assert not rt.rows
+
+
+def test_capacity_counts_a_first_slices_loads_beside_later_slices(env, profile, model) -> None:
+    """Later slices need only new pages; a first slice in the same plan still counts its
+    loads (skipping the slice loop for every plan would pass this plan and fail later)."""
+    rt = make_runtime(env, profile, model, device_pages={Kind.FULL: 8})
+    host = host_copy_of_prefill(rt, env, rid=1, tokens=4 * PAGE, batch_id=0)
+    h = rt.prepare_batch(BatchPlan(10, slices=(RequestSlice(2, Phase.PREFILL, 0, 3 * PAGE),)))
+    rt.execute_batch(h)
+    env.run()
+    later = RequestSlice(2, Phase.DECODE, 3 * PAGE, 1, request=h.slices[0].request)
+    first = RequestSlice(3, Phase.PREFILL, 4 * PAGE, PAGE, loads=(LoadIntent(host),))
+    with pytest.raises(CapacityError, match="needs 6 L1 pages of pool 'full', 5 free"):
+        rt.prepare_batch(BatchPlan(11, slices=(later, first)))
+
+
+def _two_open_requests(env, profile, model):
+    rt = make_runtime(env, profile, model)
+    h = rt.prepare_batch(BatchPlan(1, slices=(RequestSlice(1, Phase.PREFILL, 0, PAGE),
+                                              RequestSlice(2, Phase.PREFILL, 0, PAGE - 1))))
+    rt.execute_batch(h)
+    env.run()
+    return rt, [s.request for s in h.slices]
+
+
+def test_a_plan_of_later_slices_is_placed_as_in_a_mixed_plan(profile, model) -> None:
+    """The in-line path for plans of later slices only (decode steps) places pages,
+    returns slices and records shapes as the per-slice path of a mixed plan does."""
+    def later(one, two):
+        return (RequestSlice(1, Phase.DECODE, PAGE, 1, request=one),  # a new page
+                RequestSlice(2, Phase.PREFILL, PAGE - 1, 2 * PAGE, request=two))
+
+    env_a, env_b = simpy.Environment(), simpy.Environment()
+    a, (a1, a2) = _two_open_requests(env_a, profile, model)
+    b, (b1, b2) = _two_open_requests(env_b, profile, model)
+    ha = a.prepare_batch(BatchPlan(2, slices=later(a1, a2)))
+    hb = b.prepare_batch(BatchPlan(2, slices=(*later(b1, b2),
+                                              RequestSlice(3, Phase.PREFILL, 0, PAGE))))
+    assert [list(s.kv.pages()) for s in ha.slices] == [list(s.kv.pages())
+                                                       for s in hb.slices[:2]]
+    assert [s.kv.num_pages for s in ha.slices] == [2, 3]
+    st_a, st_b = a._prepared[2], b._prepared[2]
+    assert (st_a.prefills, st_a.decodes) == ([(2 * PAGE, PAGE - 1)], [PAGE])
+    assert (st_b.prefills, st_b.decodes) == ([(2 * PAGE, PAGE - 1), (PAGE, 0)], [PAGE])
+    assert a.batch_shapes[2] == {"requests": 2, "tokens": 2 * PAGE + 1,
+                                 "context_tokens": 2 * PAGE - 1, "load_bytes": 0}
