@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import simpy
 
 from hicache.runtime.handles import CacheExtentRef
 from hicache.runtime.interface import BackupIntent, BatchPlan, Phase, Release, RequestSlice
+from sim.fluid import FluidJob, FluidServer
 from sim.hardware.model import ModelPreset, load_model
 from sim.hardware.profile import HardwareProfile, load_profile
 from sim.runtime import SimRuntime
+
+KERNEL = frozenset({"kernel"})  # a copy kernel's tags (sim.load_chain)
 
 TOY_PROFILE: dict[str, Any] = {
     "name": "toy",
@@ -74,3 +78,43 @@ def host_copy_of_prefill(rt: SimRuntime, env: simpy.Environment, rid: int, token
     rt.poll()
     return host
 
+
+
+def layer_pipeline(env: simpy.Environment, fluid: FluidServer, slowdown: float,
+                   loads: list[float], work: list[float], overhead: float, out: list[str],
+                   label: str = "") -> tuple[dict[str, int], Callable[[int], None]]:
+    """A batch's layers as sim.load_chain and sim.compute_chain run them: copy kernel
+    ``i`` (``loads[i]`` bytes) launched ``overhead`` after kernel ``i - 1`` moved its
+    bytes (the launch promised to compute at ``1 - slowdown``), compute layer ``i``
+    (``work[i]`` seconds) after layer ``i - 1`` and kernel ``i``. Each finish appends
+    ``"{label}h2d i now"`` or ``"{label}compute i now"`` to ``out``. Returns the state
+    (``next``: layers computed) and ``launch``: call ``launch(0)`` to start."""
+    n = len(loads)
+    state = {"landed": 0, "next": 0, "busy": False}
+
+    def compute_next() -> None:
+        i = state["next"]
+        if state["busy"] or i >= n or i >= state["landed"]:
+            return
+        state["busy"] = True
+
+        def done() -> None:
+            out.append(f"{label}compute {i} {env.now!r}")
+            state["busy"], state["next"] = False, i + 1
+            compute_next()
+        fluid.then_submit(FluidJob(work[i], "compute"), done)
+
+    def launch(i: int) -> None:
+        fluid.kept()
+
+        def moved() -> None:
+            out.append(f"{label}h2d {i} {env.now!r}")
+            if i + 1 < n:
+                fluid.promise(env.now + overhead, 1.0 - slowdown)
+            state["landed"] = i + 1
+            compute_next()
+            if i + 1 < n:
+                env.timeout(overhead).callbacks.append(lambda _ev: launch(i + 1))
+        fluid.then_submit(FluidJob(loads[i], "h2d", None, KERNEL), moved)
+
+    return state, launch

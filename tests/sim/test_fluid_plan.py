@@ -9,7 +9,7 @@ import random
 
 import pytest
 import simpy
-from simtoys import toy_profile
+from simtoys import KERNEL, layer_pipeline, toy_profile
 
 import sim.fluid as fluid_module
 from hicache.scenario import load_scenario
@@ -17,7 +17,6 @@ from sim.driver import simulate
 from sim.fluid import FluidJob, FluidServer
 from sim.link import PcieLink
 
-KERNEL = frozenset({"kernel"})
 OVERHEAD = 5e-6
 
 
@@ -49,32 +48,7 @@ def pipeline(seed: int, plan: bool, monkeypatch: pytest.MonkeyPatch
     loads = [rng.uniform(1e5, 4e6) for _ in range(layers)]
     work = [rng.uniform(2e-5, 2e-4) for _ in range(layers)]
     out: list[str] = []
-    state = {"landed": 0, "next": 0, "busy": False}
-
-    def compute_next() -> None:
-        i = state["next"]
-        if state["busy"] or i >= layers or i >= state["landed"]:
-            return
-        state["busy"] = True
-
-        def done() -> None:
-            out.append(f"compute {i} {env.now!r}")
-            state["busy"], state["next"] = False, i + 1
-            compute_next()
-        server.then_submit(FluidJob(work[i], "compute"), done)
-
-    def launch(i: int) -> None:
-        server.kept()
-
-        def moved() -> None:
-            out.append(f"h2d {i} {env.now!r}")
-            if i + 1 < layers:
-                server.promise(env.now + OVERHEAD, 1.0 - link.slowdown)
-            state["landed"] = i + 1
-            compute_next()
-            if i + 1 < layers:
-                env.timeout(OVERHEAD).callbacks.append(lambda _ev: launch(i + 1))
-        server.then_submit(FluidJob(loads[i], "h2d", None, KERNEL), moved)
+    state, launch = layer_pipeline(env, server, link.slowdown, loads, work, OVERHEAD, out)
 
     def other(kind: str, at: float, nbytes: float) -> None:
         def go(_ev: object) -> None:

@@ -10,7 +10,7 @@ import math
 import random
 
 import simpy
-from simtoys import toy_profile
+from simtoys import KERNEL, layer_pipeline, toy_profile
 from test_link_allocate import plain_allocate
 
 from hicache.timeline import Timeline
@@ -21,7 +21,6 @@ from sim.l3_client import L3Client, L3Job
 from sim.link import PcieLink
 
 GB = 1e9
-KERNEL = frozenset({"kernel"})
 
 
 def replica(env: simpy.Environment, store: L3Store, rng: random.Random, shift: bool = True
@@ -178,33 +177,8 @@ def layers(env: simpy.Environment, rng: random.Random, link: PcieLink,
     overhead = 5e-6
     loads = [rng.uniform(1e5, 4e6) for _ in range(n)]
     work = [rng.uniform(2e-5, 2e-4) for _ in range(n)]
-    state = {"landed": 0, "next": 0, "busy": False}
-
-    def compute_next() -> None:
-        i = state["next"]
-        if state["busy"] or i >= n or i >= state["landed"]:
-            return
-        state["busy"] = True
-
-        def done() -> None:
-            out.append(f"{name} compute {i} {env.now!r}")
-            state["busy"], state["next"] = False, i + 1
-            compute_next()
-        fluid.then_submit(FluidJob(work[i], "compute"), done)
-
-    def launch(i: int) -> None:
-        fluid.kept()
-
-        def moved() -> None:
-            out.append(f"{name} h2d {i} {env.now!r}")
-            if i + 1 < n:
-                fluid.promise(env.now + overhead, 1.0 - link.slowdown)
-            state["landed"] = i + 1
-            compute_next()
-            if i + 1 < n:
-                env.timeout(overhead).callbacks.append(lambda _ev: launch(i + 1))
-        fluid.then_submit(FluidJob(loads[i], "h2d", None, KERNEL), moved)
-
+    _, launch = layer_pipeline(env, fluid, link.slowdown, loads, work, overhead, out,
+                               f"{name} ")
     env.timeout(rng.uniform(0, 1e-3)).callbacks.append(lambda _ev: launch(0))
 
 
