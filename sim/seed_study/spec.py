@@ -92,12 +92,18 @@ SESSION_VARIANTS = ("lru", "session")  # the rows' variants (a scenario may defi
 MAMBA_STATE_BYTES = 24_145_920  # one Qwen3.5 checkpoint per rank (45 x 536,576 B)
 
 
+def batch_sets(batch: int) -> tuple[str, ...]:
+    """``--set`` items for ``batch`` sessions in flight: as many running requests, twice
+    as many sessions in all (the session rows and the sweeps at one batch)."""
+    return (f"scheduler.max_running_requests={batch}", f"workload.max_sessions={batch}",
+            f"workload.num_sessions={2 * batch}")
+
+
 def session_sets(study: SessionStudy, batch: int) -> list[str]:
     """``--set`` items that put a session study at ``batch`` sessions in flight: as many
     running requests, twice as many sessions in all; for Qwen3.5 the MAMBA pool (3 slots per
     running request) comes out of the 70 GB per-rank KV budget before the full pool."""
-    sets = [f"scheduler.max_running_requests={batch}", f"workload.max_sessions={batch}",
-            f"workload.num_sessions={2 * batch}"]
+    sets = list(batch_sets(batch))
     if study.key == "qwen3_5":
         full = int((70e9 - 3 * batch * MAMBA_STATE_BYTES) // 15_360)
         sets.append(f"cache.device_tokens={full}")
@@ -200,16 +206,14 @@ SWEEPS = (
     Sweep("pro_l1", "dsv4_pro",
           (("cache.device_tokens", (880000, 2640000, 3000000, 3400000, 3800000, 4400000)),),
           ("lru", "session"),
-          sets=("scheduler.max_running_requests=128", "workload.max_sessions=128",
-                "workload.num_sessions=256"),
+          sets=batch_sets(128),
           label="L1 size",
           question="L1 size at batch 128 (H200: 0.88M tokens; a 180 GB B200 would hold "
                    "4.2M; 3.0-3.8M: the live sessions' paths about fit and closed "
                    "sessions' compete with them): device hit and the session-aware gain."),
     Sweep("pro_tool_time", "dsv4_pro",
           (("workload.tool_time", (2, 10, 30)),), ("lru", "session"),
-          sets=("scheduler.max_running_requests=128", "workload.max_sessions=128",
-                "workload.num_sessions=256", "cache.device_tokens=2640000"),
+          sets=(*batch_sets(128), "cache.device_tokens=2640000"),
           label="tool time",
           question="Seconds between an agent's steps at batch 128 (L1 2.64M tokens, where "
                    "LRU's device hit is near the published 42%): how long must live sessions "
@@ -217,8 +221,7 @@ SWEEPS = (
     Sweep("pro_swa", "dsv4_pro",
           (("run.swa_tokens", (88000, 264000, 880000)),),
           ("lru", "session", "session_component"),
-          sets=("scheduler.track_components=true", "scheduler.max_running_requests=128",
-                "workload.max_sessions=128", "workload.num_sessions=256"),
+          sets=("scheduler.track_components=true", *batch_sets(128)),
           label="SWA windows cached",
           question="DeepSeek-V4's windows cached as SGLang caches them (ours: per-request "
                    "state), batch 128, by the SWA pool's size (SGLang's V4 default 0.1 x "
@@ -228,29 +231,25 @@ SWEEPS = (
                    "sessions' windows move the device hit?"),
     Sweep("qwen_l1", "qwen3_5",
           (("cache.device_tokens", (4406379, 1100000, 275000)),), ("lru", "session"),
-          sets=("scheduler.max_running_requests=32", "workload.max_sessions=32",
-                "workload.num_sessions=64"),
+          sets=batch_sets(32),
           label="L1 size",
           question="L1 size at batch 32 (4.4M tokens, as the study; 1/4; 1/16): device "
                    "hit and the session-aware gain when the sessions outgrow L1."),
     Sweep("qwen_coverage", "qwen3_5",
           (("cache.session_coverage", ("path", "component")),), ("lru", "session"),
-          sets=("scheduler.max_running_requests=64", "workload.max_sessions=64",
-                "workload.num_sessions=128", "cache.device_tokens=4255467"),
+          sets=(*batch_sets(64), "cache.device_tokens=4255467"),
           label="MAMBA states protected",
           question="Qwen3.5 at batch 64 (published -16.6%): a session protecting every "
                    "MAMBA checkpoint on its path (ours) or its frontier's only (SGLang)."),
     Sweep("qwen_mamba", "qwen3_5",
           (("run.mamba_slots", (48, 96, 192)),), ("lru", "session"),
-          sets=("scheduler.max_running_requests=32", "workload.max_sessions=32",
-                "workload.num_sessions=64"),
+          sets=batch_sets(32),
           label="MAMBA slots",
           question="MAMBA checkpoint slots at batch 32 (default 3 per running request): "
                    "device hit and the session-aware gain."),
     Sweep("pro_reasoning", "dsv4_pro",
           (("workload.reasoning_length", (0, 1024, 3072)),), ("lru", "session"),
-          sets=("scheduler.max_running_requests=128", "workload.max_sessions=128",
-                "workload.num_sessions=256", "cache.device_tokens=2640000"),
+          sets=(*batch_sets(128), "cache.device_tokens=2640000"),
           label="reasoning dropped",
           question="A thinking model's reasoning before each tool call, not carried into "
                    "the next prompt (ours 0: the whole output is), batch 128, L1 2.64M "
