@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, NamedTuple
 from hicache.runtime.handles import (
     CacheExtentRef,
     Kind,
-    PageRun,
     RequestRuntimeHandle,
     StaleHandleError,
     Tier,
@@ -148,17 +147,16 @@ def _check_release(rt: SimRuntime, rel: Release) -> list[Run]:
     row = _open_row(rt, rel.request, "release")
     kept = rel.kept()
     own = row.own_runs()
+    keep: list[Run] = [(r.first_page, r.page_count)  # the FULL pages kept, as runs
+                       for ext in kept if ext.pool is Kind.FULL for r in ext.page_runs]
     # the common keep (the prompt's pages the tree took): the first own pages, in order;
     # then they are own pages, and the rest of ``own`` is what runs_minus would give
-    rest = _after_prefix(own, [r for ext in kept if ext.pool is Kind.FULL
-                               for r in ext.page_runs])
-    keep: list[Run] = []  # the FULL pages kept, as runs
+    rest = _after_prefix(own, keep)
     for ext in kept:
         if not _current(rt, ext, Tier.DEVICE):
             check_ext(rt, ext, Tier.DEVICE, "release keep")
         if ext.pool is Kind.FULL:
             ok = rest is not None or row.own.issuperset(ext.pages())
-            keep.extend((r.first_page, r.page_count) for r in ext.page_runs)
         else:
             ok = rt.state.check_keep(rel.request.slot_id, ext)
         if not ok:
@@ -169,14 +167,13 @@ def _check_release(rt: SimRuntime, rel: Release) -> list[Run]:
     return runs_minus(own, keep) if keep else own
 
 
-def _after_prefix(own: list[Run], keep: list[PageRun]) -> list[Run] | None:
+def _after_prefix(own: list[Run], keep: list[Run]) -> list[Run] | None:
     """The runs of ``own`` (coalesced, as :meth:`RequestRow.own_runs` gives them) after
     its first pages when ``keep`` holds exactly those pages, in order; else None. Then
     every kept page is an own page, and the result is ``runs_minus(own, keep)``: the
     rest of a coalesced list of runs, its first run maybe cut, is coalesced."""
     i, cut = 0, 0  # own[i] from page ``cut`` of it on is not kept (yet)
-    for k in keep:
-        start, left = k.first_page, k.page_count
+    for start, left in keep:
         while left:
             if i == len(own):
                 return None

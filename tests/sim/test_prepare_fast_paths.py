@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as hs
 from simtoys import host_copy_of_prefill, make_runtime
 
-from hicache.runtime.handles import Kind, PageRun
+from hicache.runtime.handles import Kind
 from hicache.runtime.interface import BatchPlan, LoadIntent, Phase, Release, RequestSlice
 from hicache.runtime.page_ids import runs_minus
 from sim.pools import CapacityError
@@ -24,25 +24,14 @@ def _pages(runs) -> list[int]:
     return [p for s, n in runs for p in range(s, s + n)]
 
 
-def _coalesced(pages: list[int]) -> list[tuple[int, int]]:
+def _split(pages: list[int], cuts: list[int] = ()) -> list[tuple[int, int]]:
+    """``pages`` as coalesced runs, cut at ``cuts`` too (a keep need not be coalesced)."""
     out: list[tuple[int, int]] = []
-    for p in pages:
-        if out and out[-1][0] + out[-1][1] == p:
+    for i, p in enumerate(pages):
+        if out and out[-1][0] + out[-1][1] == p and i not in cuts:
             out[-1] = (out[-1][0], out[-1][1] + 1)
         else:
             out.append((p, 1))
-    return out
-
-
-def _split(pages: list[int], cuts: list[int]) -> list[PageRun]:
-    """``pages`` as runs cut at ``cuts`` too (a keep need not be coalesced)."""
-    out: list[PageRun] = []
-    for i, p in enumerate(pages):
-        last = out[-1] if out else None
-        if last is not None and last.first_page + last.page_count == p and i not in cuts:
-            out[-1] = PageRun(last.first_page, last.page_count + 1)
-        else:
-            out.append(PageRun(p, 1))
     return out
 
 
@@ -51,12 +40,12 @@ own_pages = hs.lists(hs.integers(0, 60), unique=True, max_size=24)
 
 @given(own_pages, hs.data())
 def test_a_prefix_keep_leaves_what_runs_minus_leaves(pages, data) -> None:
-    own = _coalesced(pages)
+    own = _split(pages)
     k = data.draw(hs.integers(0, len(pages)))
     cuts = data.draw(hs.lists(hs.integers(0, max(k - 1, 0)), max_size=4))
     keep = _split(pages[:k], cuts)
     rest = _after_prefix(own, keep)
-    assert rest == runs_minus(own, [(r.first_page, r.page_count) for r in keep])
+    assert rest == runs_minus(own, keep)
     assert _pages(rest) == pages[k:]
 
 
@@ -64,7 +53,7 @@ def test_a_prefix_keep_leaves_what_runs_minus_leaves(pages, data) -> None:
 def test_any_other_keep_is_left_to_the_general_check(pages, kept, data) -> None:
     """None unless keep is exactly the first own pages in order (a wrong shortcut would
     skip the check that keep holds own pages only, or free the wrong pages)."""
-    own = _coalesced(pages)
+    own = _split(pages)
     cuts = data.draw(hs.lists(hs.integers(0, max(len(kept) - 1, 0)), max_size=4))
     keep = _split(kept, cuts)
     rest = _after_prefix(own, keep)
