@@ -205,6 +205,17 @@ class FluidServer:
             if job is new or job.rate != rate:
                 self._schedule(job)
 
+    def _changed(self, job: FluidJob, joined: bool) -> None:
+        """Re-plan after ``job`` (no solo rate) joined or left: :meth:`_shifted` when
+        ``shift`` gives the compute jobs' rate, else a re-allocation."""
+        shift = self._shift
+        rate = shift(job, self.jobs, self.kinds, joined) if shift is not None else None
+        new = job if joined else None
+        if rate is None:
+            self._replan(new=new)
+        else:
+            self._shifted(rate, new)
+
     def _shifted(self, rate: float, new: FluidJob | None = None) -> None:
         """:meth:`_replan` when ``shift`` said only the compute jobs' rate (now ``rate``)
         and ``new``'s (already set; ``new`` is the last of :attr:`jobs`) change: every
@@ -318,12 +329,7 @@ class FluidServer:
         if self._solo is None:
             self._replan()
         elif self._solo(job, self.jobs) is None:
-            shift = self._shift
-            rate = shift(job, self.jobs, self.kinds, False) if shift is not None else None
-            if rate is None:
-                self._replan()
-            else:
-                self._shifted(rate)
+            self._changed(job, joined=False)
         if job.then is not None:
             job.then()
             return
@@ -351,12 +357,7 @@ class FluidServer:
             job.rate = rate
             self._schedule(job)
             return
-        shift = self._shift
-        rate = shift(job, self.jobs, self.kinds, True) if shift is not None else None
-        if rate is None:
-            self._replan(new=job)
-        else:
-            self._shifted(rate, job)
+        self._changed(job, joined=True)
 
     def then_submit(self, job: FluidJob, then: Callable[[], None]) -> None:
         """:meth:`submit`, and call ``then()`` in the finish itself, not one event later
