@@ -13,14 +13,16 @@ brings scheduler and runtime to the state the unfolded run has at that moment::
     d_B: steps k = 0..n-1 (batch C + k), each           start_k = taken_{k-1} (= d_B)
          end_k = (start_k + sum(layer times)) + sample
          taken_k = max(end_k, taken_{k-1} + cpu)       the driver takes its completion
-    t = taken_{n-1} (< the next arrival the feed knows), or an arrival or completion first:
+    t = taken_{n-1} (< the feed's horizon), or an arrival or completion first:
          Scheduler.fold_decode(j + 1) for the j steps taken before t, pages placed in the
          order unfolded prepares place them, step j's batch running as a real op (its
          fluid job adopted where it stands), the next plan prepared when the driver's cpu
          yield ends: the driver goes on as if it had never folded.
 
-What could interrupt a fold: arrivals (a fold ends before the next one the feed knows;
-one issued meanwhile, by another replica's finish, interrupts it); completions of this
+What could interrupt a fold: arrivals (with one replica a fold ends before the next one
+the feed knows, and one issued meanwhile, by a finish, interrupts it; with several, one
+routed to this replica interrupts it, and the router reads nothing a fold changes:
+``_Feed.horizon`` in :mod:`sim.driver`); completions of this
 replica's backups, stores and prefetches (they interrupt it at their exact time, however
 their work was paced: copy calls pipelined on the copy engine, L3 calls on the NIC, the
 store's shared service and host memory, :mod:`sim.l3_client`); prefetch deadlines
@@ -83,8 +85,9 @@ _taken = attrgetter("taken")
 
 
 class DecodeFolder:
-    """Folds one replica's steady decode steps (module doc). ``horizon()``: the time of
-    the next arrival the driver knows of, or of the run's stop (inf: none)."""
+    """Folds one replica's steady decode steps (module doc). ``horizon()``: the time a
+    fold must end before (the next arrival the driver knows of when it can only come to
+    this replica, else the run's stop; inf: none)."""
 
     def __init__(self, env: simpy.Environment, sched: Scheduler, rt: SimRuntime, cpu: float,
                  horizon: Callable[[], float], per_step_rows: bool = False) -> None:
