@@ -290,9 +290,14 @@ class _Feed:
             self.show(self.done, self.issued, now)
 
     def horizon(self) -> float:
-        """The next arrival known now, or the run's stop (sim.fold ends folds before it;
-        an arrival issued later, by a finish on another replica, interrupts them)."""
-        return min(self.pending[0][0], self.until) if self.pending else self.until
+        """When a fold must end (sim.fold): with one replica, the next arrival known now
+        (it comes to the folding replica), or the run's stop. With several, the run's
+        stop: an arrival routed to the folding replica interrupts its fold (its kick),
+        and one routed elsewhere reads of it only what a fold leaves as the unfolded run
+        has it (running and waiting requests, its tree: hicache.routing.ReplicaView)."""
+        if len(self.inbox) > 1 or not self.pending:
+            return self.until
+        return min(self.pending[0][0], self.until)
 
     def new_kick(self, i: int) -> simpy.Event:
         """A fresh event that replica ``i``'s next routed arrival fires."""

@@ -119,6 +119,35 @@ def test_arrivals_issued_by_other_replicas_interrupt_folds_exactly() -> None:
     assert sum(rep.folder.interrupted for rep in folded.replicas) > 0
 
 
+def test_folds_run_past_arrivals_routed_to_other_replicas() -> None:
+    """With several replicas a fold does not end at the next arrival: the cache-aware
+    router reads a folded replica's load and tree, which no decode step changes, and an
+    arrival routed to it interrupts the fold. Folds span arrivals routed elsewhere, and
+    the run equals the unfolded one bit for bit."""
+    variants = dict(_variants("mooncake_trace.yaml", SHRUNK["mooncake_trace.yaml"]))
+    sc = variants["L1"]
+    folded = _run(sc, "L1", True, per_step=False)
+    plain = _run(sc, "L1", False)
+    assert folded.records == plain.records and folded.decisions == plain.decisions
+    spanned = sum(1 for i, rep in enumerate(folded.replicas) for row in rep.timeline.rows
+                  if row.steps > 1 for r in folded.records
+                  if r["replica"] != i and row.start < r["arrival"] < row.end)
+    assert spanned > 0
+    assert _timelines(_run(sc, "L1", True)) == _timelines(_run(sc, "L1", False))
+
+
+def test_folds_begin_beside_l3_transfers_on_copy_kernel_runtimes() -> None:
+    """SGLang's copy kernel slows compute, so a fold starts with no copy in flight; this
+    replica's L3 transfers may be (they change no compute rate): such folds happen on the
+    trace's L1+L2+L3 variant, and the run equals the unfolded one bit for bit."""
+    variants = dict(_variants("mooncake_trace.yaml", ["workload.max_requests=400"]))
+    sc = variants["L1+L2+L3"]
+    assert sc.cache.hicache_io_backend == "kernel"  # type: ignore[attr-defined]
+    folded = _run(sc, "L1+L2+L3", True)
+    assert sum(rep.folder.beside_l3 for rep in folded.replicas) >= 10
+    _assert_same(folded, _run(sc, "L1+L2+L3", False))
+
+
 @pytest.mark.parametrize("now, at", [(0.1, 0.30000000000000004), (12345.678, 12345.679),
                                      (1e-9, 3.3), (7.0, 7.0)])
 def test_exact_delay_lands_on_the_time_asked(now: float, at: float) -> None:
