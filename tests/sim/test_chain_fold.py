@@ -127,3 +127,52 @@ def test_the_fold_is_exercised_and_saves_events() -> None:
     plain, _ = _run(vsc, variant, False)
     assert stats["folded"] > 100 and stats["interrupted"] > 10
     assert folded.events < plain.events * 0.8
+
+
+def _entries(sc: object, name: str, fold: bool, monkeypatch: pytest.MonkeyPatch
+             ) -> list[tuple]:
+    """Every job's (kind, remaining, rate, due) on the server each time an L3 or d2h job
+    joins or leaves it (an outside entry for a fold): the floats must be the unfolded
+    run's, not only the results they lead to."""
+    from sim.fluid import FluidServer
+    seen: list[tuple] = []
+    start, finish = FluidServer._start, FluidServer._finish
+
+    def snap(server: FluidServer, job: object, what: str) -> None:
+        if getattr(job, "kind", "") not in ("l3", "d2h"):
+            return
+        if server.folded is not None:
+            server.folded.materialise()
+        server._advance()  # a second one at the same time charges nothing
+        seen.append((server.env.now, what, tuple(sorted(
+            (j.kind, j.remaining, j.rate, j.due) for j in server.jobs))))
+
+    def patched_start(self: FluidServer, job: object) -> None:
+        snap(self, job, "start")
+        start(self, job)  # type: ignore[arg-type]
+
+    def patched_finish(self: FluidServer, job: object) -> None:
+        snap(self, job, "finish")
+        finish(self, job)  # type: ignore[arg-type]
+
+    with monkeypatch.context() as m:
+        m.setattr(FluidServer, "_start", patched_start)
+        m.setattr(FluidServer, "_finish", patched_finish)
+        _run(sc, name, fold)
+    return sorted(seen)
+
+
+@pytest.mark.parametrize("seed", [None, 0, 5, 8])
+def test_outside_entries_see_the_unfolded_floats(seed: int | None,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    if seed is None:
+        sc = load_scenario(ROOT / "scenarios/faults.yaml", ["run.layerwise=true"])
+        (variant, vsc), *_ = sc.expand()
+    else:
+        sets, faults = _variation(seed)
+        (variant, vsc), *_ = load_scenario(ROOT / "scenarios/faults.yaml", sets).expand()
+        vsc = vsc.with_overrides([faults])
+    folded = _entries(vsc, variant, True, monkeypatch)
+    plain = _entries(vsc, variant, False, monkeypatch)
+    assert len(folded) > 100
+    assert folded == plain
