@@ -32,6 +32,11 @@ Invariant: a compute job's live timer fires no later than its due, or a change o
 rate (which re-plans it) comes first. A prediction that turns out wrong costs a re-arm
 (the timer fired early) or a stale timer (its rate changed, a new timer), never a late
 finish: every finish is at the due its last re-plan computed, as without planning.
+
+A load chain folded by :mod:`sim.chain_fold` keeps its kernel and compute jobs off
+:attr:`FluidServer.jobs` (``folded``); every entry from outside (:meth:`FluidServer._start`,
+``_finish``, :meth:`~FluidServer.replan`, ``cancel``, ``adopt``, ``expect``) first
+materialises it, so each of them sees the jobs the unfolded run has, with its floats.
 """
 
 from __future__ import annotations
