@@ -394,7 +394,9 @@ def try_fold(chain: LoadChain) -> bool:
     rt = chain.rt
     fluid = rt.fluid
     STATS["tried"] += 1
-    if (fluid.folded is not None or fluid._ei < len(fluid._expected)
+    if fluid.folded is not None:  # a folded compute tail (sim.tail_fold): an entry
+        fluid.folded.materialise()
+    if (fluid._ei < len(fluid._expected)
             or fluid._marks is not None or not rt.layerwise or fluid._shift is None):
         return False
     kinds = fluid.kinds

@@ -1,5 +1,5 @@
-"""Chain folding (sim.chain_fold): a run with layer-wise load chains folded is the run
-without, bit for bit (every result field and the sorted timeline rows), on the shipped
+"""Chain and tail folding (sim.chain_fold, sim.tail_fold): a run with layer-wise load
+chains and compute tails folded is the run without, bit for bit (every result field and the sorted timeline rows), on the shipped
 scenarios with layer-wise loads and on seeded variations with L3 (two replicas sharing a
 store, PCIe / host-memory / NIC / store fault windows, chunked backups), and the folds
 both happen and get interrupted there (so materialising is exercised too)."""
@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import sim.chain_fold as chain_fold
+import sim.tail_fold as tail_fold
 from hicache.scenario import load_scenario
 from sim.driver import SimResult, simulate
 
@@ -29,15 +30,17 @@ LAYERWISE = {
 
 
 def _run(sc: object, name: str, fold: bool) -> tuple[SimResult, dict[str, int]]:
-    saved = chain_fold.ENABLED
-    chain_fold.ENABLED = fold
-    for key in chain_fold.STATS:
-        chain_fold.STATS[key] = 0
+    """Both folds on (or off); their counts: the chain fold's, the tail fold's as tail_*."""
+    saved = chain_fold.ENABLED, tail_fold.ENABLED
+    chain_fold.ENABLED = tail_fold.ENABLED = fold
+    for stats in (chain_fold.STATS, tail_fold.STATS):
+        for key in stats:
+            stats[key] = 0
     try:
         res = simulate(sc, name=name, progress=False)  # type: ignore[arg-type]
     finally:
-        chain_fold.ENABLED = saved
-    return res, dict(chain_fold.STATS)
+        chain_fold.ENABLED, tail_fold.ENABLED = saved
+    return res, {**chain_fold.STATS, **{f"tail_{k}": n for k, n in tail_fold.STATS.items()}}
 
 
 def _assert_same(folded: SimResult, plain: SimResult) -> None:
@@ -108,7 +111,7 @@ def _variation(seed: int) -> tuple[list[str], str]:
 
 
 def test_folded_chains_equal_unfolded_on_seeded_variations_with_l3() -> None:
-    total = dict.fromkeys(chain_fold.STATS, 0)
+    total: dict[str, int] = {}
     for seed in range(16):
         sets, faults = _variation(seed)
         sc = load_scenario(ROOT / "scenarios/faults.yaml", sets)
@@ -116,8 +119,9 @@ def test_folded_chains_equal_unfolded_on_seeded_variations_with_l3() -> None:
         vsc = vsc.with_overrides([faults])
         stats = _compare(vsc, f"{variant} seed {seed}")
         for key, n in stats.items():
-            total[key] += n
+            total[key] = total.get(key, 0) + n
     assert total["folded"] > 500 and total["interrupted"] > 50
+    assert total["tail_folded"] > 50 and total["tail_interrupted"] > 5
 
 
 def test_the_fold_is_exercised_and_saves_events() -> None:
@@ -126,6 +130,7 @@ def test_the_fold_is_exercised_and_saves_events() -> None:
     folded, stats = _run(vsc, variant, True)
     plain, _ = _run(vsc, variant, False)
     assert stats["folded"] > 100 and stats["interrupted"] > 10
+    assert stats["tail_folded"] > 10
     assert folded.events < plain.events * 0.8
 
 
