@@ -33,10 +33,11 @@ rate (which re-plans it) comes first. A prediction that turns out wrong costs a 
 (the timer fired early) or a stale timer (its rate changed, a new timer), never a late
 finish: every finish is at the due its last re-plan computed, as without planning.
 
-A load chain folded by :mod:`sim.chain_fold` keeps its kernel and compute jobs off
-:attr:`FluidServer.jobs` (``folded``); every entry from outside (:meth:`FluidServer._start`,
-``_finish``, :meth:`~FluidServer.replan`, ``cancel``, ``adopt``, ``expect``) first
-materialises it, so each of them sees the jobs the unfolded run has, with its floats.
+A load chain folded by :mod:`sim.chain_fold` (or a compute tail, :mod:`sim.tail_fold`)
+keeps its kernel and compute jobs off :attr:`FluidServer.jobs` (``folded``); every entry
+from outside (:meth:`FluidServer._start`, ``_finish``, :meth:`~FluidServer.replan`,
+``cancel``, ``adopt``, ``expect``) first materialises it, so each of them sees the jobs
+the unfolded run has, with its floats.
 """
 
 from __future__ import annotations

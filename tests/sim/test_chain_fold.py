@@ -1,8 +1,10 @@
 """Chain and tail folding (sim.chain_fold, sim.tail_fold): a run with layer-wise load
-chains and compute tails folded is the run without, bit for bit (every result field and the sorted timeline rows), on the shipped
-scenarios with layer-wise loads and on seeded variations with L3 (two replicas sharing a
-store, PCIe / host-memory / NIC / store fault windows, chunked backups), and the folds
-both happen and get interrupted there (so materialising is exercised too)."""
+chains and compute tails folded is the run without, bit for bit (every result field and
+the sorted timeline rows), on the shipped scenarios with layer-wise loads and on seeded
+variations with L3 (two replicas sharing a store, PCIe / host-memory / NIC / store fault
+windows, chunked backups); the folds both happen and get interrupted there (so
+materialising is exercised too), and every job's floats at each outside entry are the
+unfolded run's."""
 
 from __future__ import annotations
 
