@@ -44,6 +44,10 @@ if TYPE_CHECKING:
     from sim.load_chain import LoadChain
 
 ENABLED = True
+# at most this many kernels launched per fold (None: no limit): a fold that reaches it
+# ends just before the next launch, as at a tie (its pending steps re-armed as timers);
+# the tests set it small to exercise that end
+SPAN: int | None = None
 # counts since the last reset (instrumentation; the tests read them): chain steps that
 # tried to fold, folds begun, kernels launched within folds, folds an outside entry
 # materialised early, folds cut at a tie among their own transitions
@@ -140,12 +144,15 @@ class ChainFold:
         waiting = own and not c_active
         n_layers = len(times_l)
         inf = math.inf
+        span = SPAN if SPAN is not None else len(groups)
         while True:
             nxt_k = k_due if k_active else launch_at
             tc = c_due if c_due < nxt_k else nxt_k
             if c_due == nxt_k:  # a tie: which goes first is the event order's
                 STATS["ties"] += 1
                 break
+            if not k_active and tc == launch_at and span <= 0:
+                break  # the span's end: this launch runs unfolded
             if tc == inf:
                 return False  # nothing left to run (cannot happen in a chain)
             if c_active and tc == c_due:
@@ -184,6 +191,7 @@ class ChainFold:
                 times.append(tc)
                 k_rem = float(groups[g].nbytes)
                 k_active = True
+                span -= 1
                 if c_active and c_rate != slow:
                     c_rate = slow
                     c_due = tc + (c_rem if c_rem > 0.0 else 0.0) / c_rate

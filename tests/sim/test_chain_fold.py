@@ -183,3 +183,25 @@ def test_outside_entries_see_the_unfolded_floats(seed: int | None,
     plain = _entries(vsc, variant, False, monkeypatch)
     assert len(folded) > 100
     assert folded == plain
+
+
+@pytest.mark.parametrize("span", [1, 3])
+def test_folds_cut_short_end_through_their_pending_steps(span: int,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """A fold that ends before a launch (chain_fold.SPAN; a tie ends one the same way)
+    re-arms its pending steps as timers at its end: still the unfolded run."""
+    monkeypatch.setattr(chain_fold, "SPAN", span)
+    folded = 0
+    for seed in (None, 5, 8):
+        if seed is None:
+            sc = load_scenario(ROOT / "scenarios/faults.yaml", ["run.layerwise=true"])
+            (variant, vsc), *_ = sc.expand()
+        else:
+            sets, faults = _variation(seed)
+            (variant, vsc), *_ = load_scenario(ROOT / "scenarios/faults.yaml", sets).expand()
+            vsc = vsc.with_overrides([faults])
+        stats = _compare(vsc, variant)
+        assert stats["groups"] <= stats["folded"] * span
+        folded += stats["folded"]
+    assert folded > 1000
