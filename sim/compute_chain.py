@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import simpy
 
 from hicache.runtime.interface import BatchCompletion
+from sim import tail_fold
 from sim.batch import BatchState
 from sim.fluid import FluidJob
 from sim.streams import after
@@ -113,6 +114,8 @@ class ComputeChain:
         self.t0 = self.rt.env.now
         if self.layer == 0:
             self.start_t = self.t0
+        if tail_fold.ENABLED and tail_fold.try_fold(self):
+            return  # the rest runs folded (sim.tail_fold)
         self._job(self.times[self.layer], self._layer_done, "compute")
 
     def _layer_done(self, _ev: object = None) -> None:

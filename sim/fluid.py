@@ -32,6 +32,12 @@ Invariant: a compute job's live timer fires no later than its due, or a change o
 rate (which re-plans it) comes first. A prediction that turns out wrong costs a re-arm
 (the timer fired early) or a stale timer (its rate changed, a new timer), never a late
 finish: every finish is at the due its last re-plan computed, as without planning.
+
+A load chain folded by :mod:`sim.chain_fold` (or a compute tail, :mod:`sim.tail_fold`)
+keeps its kernel and compute jobs off :attr:`FluidServer.jobs` (``folded``); every entry
+from outside (:meth:`FluidServer._start`, ``_finish``, :meth:`~FluidServer.replan`,
+``cancel``, ``adopt``, ``expect``) first materialises it, so each of them sees the jobs
+the unfolded run has, with its floats.
 """
 
 from __future__ import annotations
@@ -112,6 +118,10 @@ class FluidServer:
         # a job certainly joins at ``_promised`` that sets every compute job's rate to
         # ``_promised_rate`` (:meth:`promise`)
         self._promised, self._promised_rate = math.inf, 0.0
+        # a folded load chain (sim.chain_fold) whose jobs are off the server: any entry
+        # from outside first materialises it (puts them back where the unfolded run has
+        # them), so every method below sees the unfolded state
+        self.folded: Any = None
 
     def promise(self, at: float, rate: float) -> None:
         """A job will join at ``at`` (>= now) after which every compute job runs at
@@ -184,6 +194,8 @@ class FluidServer:
         (ascending, all >= now): they change no other job's rate (a solo rate), but each
         start and end splits the others' progress; apply those splits as if they ran,
         and record this server's change times until :meth:`unexpect`."""
+        if self.folded is not None:
+            self.folded.materialise()
         self._expected, self._ei = times, 0
         self._marks = []
 
@@ -321,6 +333,8 @@ class FluidServer:
         self._finish(job)
 
     def _finish(self, job: FluidJob) -> None:
+        if self.folded is not None:
+            self.folded.materialise()
         job.token += 1
         job.due = job.timer_at = math.inf
         self._advance()
@@ -346,6 +360,8 @@ class FluidServer:
 
     def _start(self, job: FluidJob) -> None:
         """Put ``job`` (work > 0) on the server now."""
+        if self.folded is not None:
+            self.folded.materialise()
         self._advance()
         self._add(job)
         solo = self._solo
@@ -381,6 +397,8 @@ class FluidServer:
         job.done = self.env.event()
         if job.work <= 0:
             return job.done.succeed()
+        if self.folded is not None:
+            self.folded.materialise()
         rate = (self._solo(job, self.jobs) if self._solo is not None and marks is not None
                 else None)
         if rate is not None:
@@ -437,12 +455,16 @@ class FluidServer:
     def replan(self) -> None:
         """Re-allocate now: something the allocation reads changed (a fault, a shared
         resource's users)."""
+        if self.folded is not None:
+            self.folded.materialise()
         if self.jobs:
             self._advance()
             self._replan()
 
     def cancel(self, job: FluidJob) -> None:
         """Drop an unfinished ``job``: its ``done`` event never fires (an abandoned call)."""
+        if self.folded is not None:
+            self.folded.materialise()
         if job not in self.jobs:
             return
         self._advance()

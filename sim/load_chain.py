@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 import simpy
 
+from sim import chain_fold
 from sim.batch import BatchState
 from sim.fluid import FluidJob
 
@@ -51,15 +52,18 @@ class Landed:
     ``BatchState.layer_events``: groups land in layer order). One waiter at a time: the
     batch's compute, waiting for the next layer it needs."""
 
-    __slots__ = ("count", "at", "waiter")
+    __slots__ = ("count", "at", "waiter", "fold")
 
     def __init__(self) -> None:
         self.count = 0
         self.at = -1
         self.waiter: Callable[[], None] | None = None
+        self.fold: chain_fold.ChainFold | None = None  # folded: count is behind
 
     def wait(self, layer: int, then: Callable[[], None]) -> None:
         """Call ``then()`` once layer ``layer`` landed (now, if it has)."""
+        if self.fold is not None:
+            self.fold.materialise()
         if layer < self.count:
             then()
         else:
@@ -98,6 +102,8 @@ class LoadChain:
             group = groups[self.g]
             if group.nbytes:
                 self.t0 = rt.env.now
+                if chain_fold.ENABLED and chain_fold.try_fold(self):
+                    return  # the fold runs its groups (sim.chain_fold)
                 timer = rt.env.timeout(rt.copies.overhead)
                 timer.callbacks.append(self._launched)
                 return

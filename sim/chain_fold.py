@@ -1,0 +1,460 @@
+"""Chain folding: a batch's layer-wise load chain and its compute as one simulated event.
+
+A layer-wise batch loads its prefix group by group (:mod:`sim.load_chain`): per group a
+launch-overhead timer, a copy kernel on the PCIe link, and the layers it lands started
+by :mod:`sim.compute_chain`, each slowed while a kernel holds SMs. When the fluid server
+holds nothing but this batch's compute job and L3 jobs whose split is steady (the
+conditions under which :meth:`sim.link.PcieLink.shift_rate` answers), nothing but the
+chain itself changes a rate until something from outside enters the server, so the
+chain's transitions follow in closed form. :class:`ChainFold` computes them at one of
+the chain's own steps (:meth:`LoadChain._next <sim.load_chain.LoadChain._next>`, a
+group about to launch) with the float operations the server would do, and arms ONE
+timer, at the last kernel's landing (or the first tie among its transitions)::
+
+    step (g launches at end+overhead)  ... transitions, computed now ...     T_end
+    |-- K_g joins: C slowed -- K_g lands: C at 1, layers land, C' starts --|  _finish(K)
+        every change splits C's and K's remaining (and the L3 jobs', via
+        FluidServer.expect's catch-up), a due re-computed at each rate change
+
+    an outside entry (_start, _finish, replan, cancel, adopt, expect) at t < T_end:
+        materialise(t): rows, counts and chain state of the transitions <= t; K, C on
+        the server with their exact remaining, rate, due and live timers; the pending
+        launch timer and promise; the fold is over (it folds again at its next step)
+
+Invariant: the server, the chains and the timeline are, after :meth:`ChainFold.
+materialise` at t, what the unfolded run has after its events at t (bit for bit: the
+same ``remaining -= rate * dt`` at each change of the job set, ``due = t + max(0,
+remaining) / rate`` at each rate change, a launch at ``end + overhead``); only the
+order among events at exactly one time may differ, which the fingerprint checks.
+``ENABLED`` (module flag) turns folding off.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from typing import TYPE_CHECKING
+
+from sim.compute_chain import ComputeChain
+from sim.fluid import FluidJob
+from sim.simtime import exact_delay
+
+if TYPE_CHECKING:
+    from sim.fluid import FluidServer
+    from sim.load_chain import LoadChain
+
+ENABLED = True
+# at most this many kernels launched per fold (None: no limit): a fold that reaches it
+# ends just before the next launch, as at a tie (its pending steps re-armed as timers);
+# the tests set it small to exercise that end
+SPAN: int | None = None
+# counts since the last reset (instrumentation; the tests read them): chain steps that
+# tried to fold, folds begun, kernels launched within folds, folds an outside entry
+# materialised early, folds cut at a tie among their own transitions
+STATS = {"tried": 0, "folded": 0, "groups": 0, "interrupted": 0, "ties": 0}
+
+LAUNCH, KDONE, CSTART, CDONE = 0, 1, 2, 3
+# a deadline closer than this (relative) to an L3 job's finish: sim.l3_client.watch's
+# check could flip with the splits' rounding, so no fold
+_WATCH_MARGIN = 1e-6
+
+
+def _compute_slot(chain: LoadChain, fluid: FluidServer
+                  ) -> tuple[ComputeChain | None, FluidJob | None] | None:
+    """The batch's compute chain when it waits for a layer or runs one, and the compute
+    job on the server (the batch's, or a foreign one: the batch's compute has not begun),
+    when every other job there is an L3 transfer; None: no fold."""
+    st = chain.st
+    landed = st.landed
+    assert landed is not None
+    cc: ComputeChain | None = None
+    waiter = landed.waiter
+    if waiter is not None:
+        if getattr(waiter, "__func__", None) is not ComputeChain._layer_start:
+            return None
+        cc = waiter.__self__  # type: ignore[attr-defined]
+        if cc.st is not st or landed.at != cc.layer:
+            return None
+    job: FluidJob | None = None
+    for other in fluid.jobs:
+        if other.kind == "l3":
+            continue
+        if job is not None or other.kind != "compute":
+            return None
+        job = other
+    if job is None:
+        return cc, None
+    then = job.then
+    if getattr(then, "__func__", None) is ComputeChain._layer_done:
+        owner = then.__self__  # type: ignore[union-attr]
+        if owner.st is st:
+            return (owner, job) if cc is None else None
+    return (None, job) if cc is None else None
+
+
+class ChainFold:
+    """One folded span of a load chain (module doc)."""
+
+    def __init__(self, chain: LoadChain, cc: ComputeChain | None, job: FluidJob | None
+                 ) -> None:
+        # cc: the batch's compute chain, attached (None: not yet; ``job``, if any, is
+        # another batch's compute job, whose finish ends the fold)
+        self.chain, self.cc, self.c0 = chain, cc, job
+        rt = chain.rt
+        self.fluid = rt.fluid
+        self.c0_index = rt.fluid.jobs.index(job) if job is not None else -1
+        self.trans: list[tuple] = []  # (time, code, arg, k_rem, c_rem, c_rate, c_due)
+        self.times: list[float] = []  # the server's change times (the L3 jobs' splits)
+        self.end = math.inf
+        self.final = False  # the fold ends at the last kernel's landing
+        self.final_c = False  # the fold ends at the foreign compute job's finish
+        self.k_rate = 0.0
+
+    # -- the closed form ---------------------------------------------------------------
+    def plan(self, k_rate: float, slow: float) -> bool:
+        """Compute the transitions from now to the fold's end; False: too short."""
+        chain, cc, fluid = self.chain, self.cc, self.fluid
+        rt, st = chain.rt, chain.st
+        groups = st.load_groups
+        own = cc is not None
+        times_l = cc.times if cc is not None else ()
+        landed = st.landed
+        assert landed is not None
+        overhead = rt.copies.overhead
+        now = rt.env.now
+        trans, times = self.trans, self.times
+        self.k_rate = k_rate
+        last = fluid._last
+        g = chain.g
+        n_groups = len(groups)
+        launch_at = now + overhead  # simpy's now + delay
+        k_active = False
+        k_rem = k_due = 0.0
+        c = self.c0
+        c_active = c is not None
+        layer = cc.layer if cc is not None else 0
+        if c is not None:
+            c_rem, c_rate, c_due = c.remaining, c.rate, c.due
+            if not c_due > now:
+                return False  # its finish is due now: a tie with this step
+        else:
+            c_rem = c_rate = 0.0
+            c_due = math.inf
+        count = landed.count
+        waiting = own and not c_active
+        n_layers = len(times_l)
+        inf = math.inf
+        span = SPAN if SPAN is not None else len(groups)
+        while True:
+            nxt_k = k_due if k_active else launch_at
+            tc = c_due if c_due < nxt_k else nxt_k
+            if c_due == nxt_k:  # a tie: which goes first is the event order's
+                STATS["ties"] += 1
+                break
+            if not k_active and tc == launch_at and span <= 0:
+                break  # the span's end: this launch runs unfolded
+            if tc == inf:
+                return False  # nothing left to run (cannot happen in a chain)
+            if c_active and tc == c_due:
+                if not own:
+                    self.final_c = True
+                    break  # the other batch's job finishes: its real finish ends the fold
+                if layer + 1 >= n_layers:
+                    break  # the batch's last layer: its sample follows (not folded)
+                dt = tc - last
+                if dt > 0:
+                    if k_active:
+                        k_rem -= k_rate * dt
+                    c_rem -= c_rate * dt
+                last = tc
+                times.append(tc)
+                c_active = False
+                trans.append((tc, CDONE, layer, k_rem, c_rem, c_rate, c_due))
+                layer += 1
+                if layer < count:
+                    c_rem = times_l[layer]
+                    c_rate = slow if k_active else 1.0
+                    c_due = tc + c_rem / c_rate
+                    c_active = True
+                    times.append(tc)
+                    trans.append((tc, CSTART, layer, k_rem, c_rem, c_rate, c_due))
+                else:
+                    c_due = inf
+                    waiting = True
+                continue
+            if not k_active:  # the launch of group g
+                dt = tc - last
+                if dt > 0:
+                    if c_active:
+                        c_rem -= c_rate * dt
+                last = tc
+                times.append(tc)
+                k_rem = float(groups[g].nbytes)
+                k_active = True
+                span -= 1
+                if c_active and c_rate != slow:
+                    c_rate = slow
+                    c_due = tc + (c_rem if c_rem > 0.0 else 0.0) / c_rate
+                k_due = tc + k_rem / k_rate
+                trans.append((tc, LAUNCH, g, k_rem, c_rem, c_rate, c_due))
+                continue
+            # the kernel of group g lands
+            if not any(gr.nbytes for gr in groups[g + 1:]):
+                self.final = True
+                break  # the last one: its real finish ends the fold
+            dt = tc - last
+            if dt > 0:
+                k_rem -= k_rate * dt
+                if c_active:
+                    c_rem -= c_rate * dt
+            last = tc
+            times.append(tc)
+            k_active = False
+            if c_active and c_rate != 1.0:
+                c_rate = 1.0
+                c_due = tc + (c_rem if c_rem > 0.0 else 0.0) / c_rate
+            trans.append((tc, KDONE, g, 0.0, c_rem, c_rate, c_due))
+            g += 1
+            count = groups[g - 1].layers.stop
+            if waiting and layer < count:
+                waiting = False
+                c_rem = times_l[layer]
+                c_rate = 1.0
+                c_due = tc + c_rem / c_rate
+                c_active = True
+                times.append(tc)
+                trans.append((tc, CSTART, layer, 0.0, c_rem, c_rate, c_due))
+            while g < n_groups and not groups[g].nbytes:
+                count = groups[g].layers.stop
+                if waiting and layer < count:
+                    waiting = False
+                    c_rem = times_l[layer]
+                    c_rate = 1.0
+                    c_due = tc + c_rem / c_rate
+                    c_active = True
+                    times.append(tc)
+                    trans.append((tc, CSTART, layer, 0.0, c_rem, c_rate, c_due))
+                g += 1
+            launch_at = tc + overhead
+        self.end = tc
+        return len(trans) >= 2  # shorter: the fold's own timer saves no event
+
+    # -- entering and leaving ----------------------------------------------------------
+    def begin(self) -> None:
+        """Take the batch's compute job off the server and arm the end timer."""
+        fluid, env = self.fluid, self.chain.rt.env
+        c = self.c0
+        if c is not None:
+            del fluid.jobs[self.c0_index]
+            fluid.kinds["compute"] -= 1
+            c.token += 1  # its live timer goes stale
+            c.timer_at = math.inf
+        fluid._expected, fluid._ei = self.times, 0
+        fluid.folded = self
+        st_landed = self.chain.st.landed
+        assert st_landed is not None
+        st_landed.fold = self  # the batch's compute arriving at its layers: an entry
+        env.timeout(exact_delay(env.now, self.end)).callbacks.append(self._ended)
+        STATS["folded"] += 1
+
+    def _ended(self, _ev: object) -> None:
+        if self.fluid.folded is not self:
+            return  # materialised earlier
+        self.materialise(at_end=True)
+
+    def materialise(self, at_end: bool = False) -> None:
+        """The unfolded state after the transitions up to now (module doc); at the end
+        with the last kernel landing now, that landing runs here (its real finish)."""
+        fluid, chain, cc = self.fluid, self.chain, self.cc
+        rt, st = chain.rt, chain.st
+        env = rt.env
+        now = env.now
+        fluid.folded = None
+        landed = st.landed
+        assert landed is not None
+        landed.fold = None
+        if not at_end:
+            STATS["interrupted"] += 1
+        trans = self.trans
+        n = bisect.bisect_right(trans, now, key=_time)
+        # the L3 jobs: charged up to the last applied change, as the server would have
+        expected = self.times
+        m = bisect.bisect_right(expected, now)
+        fluid._expected = expected[:m]
+        fluid._ei = 0
+        fluid._catch_up(now)
+        fluid._expected, fluid._ei = [], 0
+        # the chain's side effects, in order
+        groups = st.load_groups
+        record = rt.timeline.record
+        bid = st.plan.batch_id
+        overhead = rt.copies.overhead
+        slow = 1.0 - rt.link.slowdown
+        k_active = False
+        k_launch = 0.0
+        c_fresh = self.c0 is None  # the compute job in flight is not c0
+        c_active = not c_fresh
+        k_first = False  # the kernel joined before the compute job in flight
+        state = None
+        for tr in trans[:n]:
+            tc, code, arg = tr[0], tr[1], tr[2]
+            state = tr
+            if code == CDONE:
+                assert cc is not None
+                record("compute", cc.op, cc.t0, tc, batch=bid, layer=arg)
+                cc.layer = arg + 1
+                c_active = False
+            elif code == CSTART:
+                assert cc is not None
+                cc.t0 = tc
+                if arg == 0:
+                    cc.start_t = tc
+                c_active = c_fresh = True
+                k_first = k_active
+            elif code == LAUNCH:
+                STATS["groups"] += 1
+                chain.start_t = tc
+                fluid._promised = math.inf  # kept
+                k_active = True
+                k_launch = tc
+            else:  # KDONE of group arg
+                group = groups[arg]
+                rt.link.moved["h2d"] += group.nbytes
+                layer = group.layers.start if len(group.layers) == 1 else -1
+                record("h2d", "load", chain.t0, tc, batch=bid, layer=layer,
+                       nbytes=group.nbytes)
+                record("pcie:h2d", "load", chain.start_t, tc, batch=bid, layer=layer,
+                       nbytes=group.nbytes)
+                g = arg + 1
+                fluid.promise(tc + overhead, slow)  # a group with bytes follows (plan)
+                landed.count = group.layers.stop
+                while not groups[g].nbytes:
+                    landed.count = groups[g].layers.stop
+                    g += 1
+                chain.g = g
+                chain.t0 = tc
+                k_active = False
+        # the jobs in flight, with the remaining their last change left them
+        k_rem = 0.0
+        if state is not None:
+            _, _, _, k_rem, c_rem, c_rate, c_due = state
+        elif self.c0 is not None:
+            c0 = self.c0
+            c_rem, c_rate, c_due = c0.remaining, c0.rate, c0.due
+        k = c = final_k = final_c = None
+        if k_active:
+            group = groups[chain.g]
+            k = FluidJob(group.nbytes, "h2d", None, _KERNEL)
+            k.then = chain._moved
+            k.rate = self.k_rate
+            k.due = k_launch + k.work / self.k_rate  # as its join computed it
+            k.remaining = k_rem
+            if at_end and self.final:
+                final_k = k
+        if c_active:
+            if c_fresh:
+                assert cc is not None
+                c = FluidJob(cc.times[cc.layer], "compute", thread="compute")
+                c.then = cc._layer_done
+            else:
+                assert self.c0 is not None
+                c = self.c0
+            c.remaining, c.rate, c.due = c_rem, c_rate, c_due
+            if cc is not None:
+                landed.waiter = None
+            elif at_end and self.final_c:
+                final_c = c
+        elif cc is not None:
+            landed.at, landed.waiter = cc.layer, cc._layer_start
+        # back on the server in the order they joined it
+        if k is not None and k_first:
+            fluid._add(k)
+        if c is not None:
+            if c_fresh or self.c0_index >= len(fluid.jobs):
+                fluid.jobs.append(c)
+            else:
+                fluid.jobs.insert(self.c0_index, c)
+            fluid.kinds["compute"] = fluid.kinds.get("compute", 0) + 1
+        if k is not None and not k_first:
+            fluid._add(k)
+        # their live timers (and the pending launch's)
+        if k is not None:
+            if final_k is None:
+                fluid._arm(k, k.due, exact_delay(now, k.due))
+        else:
+            launch_at = chain.t0 + overhead  # the landing (or the fold's step) + overhead
+            env.timeout(exact_delay(now, launch_at)).callbacks.append(chain._launched)
+        if c is not None and final_c is None:
+            if final_k is not None and c.rate != 1.0:
+                c.token += 1  # the landing re-plans it now
+                c.timer_at = math.inf
+            else:
+                fluid._arm(c, c.due, exact_delay(now, c.due))
+        if final_k is not None:
+            fluid._finish(final_k)
+        elif final_c is not None:
+            fluid._finish(final_c)
+
+
+def try_fold(chain: LoadChain) -> bool:
+    """Fold ``chain`` from its present step (group ``chain.g``, with bytes, about to
+    launch) when the conditions of the module doc hold; False: it runs unfolded."""
+    rt = chain.rt
+    fluid = rt.fluid
+    STATS["tried"] += 1
+    if fluid.folded is not None:  # a folded compute tail (sim.tail_fold): an entry
+        fluid.folded.materialise()
+    if (fluid._ei < len(fluid._expected)
+            or fluid._marks is not None or not rt.layerwise or fluid._shift is None):
+        return False
+    kinds = fluid.kinds
+    if kinds.get("h2d", 0) or kinds.get("d2h", 0):
+        return False
+    if "h2d" in fluid._listeners or "compute" in fluid._listeners:
+        return False
+    found = _compute_slot(chain, fluid)
+    if found is None:
+        return False
+    cc, job = found
+    link = rt.link
+    slow = 1.0 - link.slowdown
+    if not slow > 0:
+        return False
+    rate = link.peak["h2d"] * link.factor / 1  # shift_rate's, for a kernel (cap None)
+    rate = min(rate, link.kernel_rate)
+    if not rate > 0:
+        return False
+    moving = kinds.get("l3", 0)
+    l3_total = 0.0
+    if moving:
+        steady = link._steady
+        if (link.l3 is None or steady is None or steady[0] != link.l3.store.epoch
+                or len(steady[1]) != moving):
+            return False
+        l3_total = steady[2]
+        for j in steady[1]:
+            if not j.armed and not (j.rate > 0 and j.due + _WATCH_MARGIN * (1.0 + abs(j.due))
+                                    <= j.deadline):
+                return False  # watch might arm its deadline timer at one of the changes
+    host = link.host * link.host_factor
+    total = 0
+    total += rate
+    if total * 1.0 + l3_total > host or 0 * 1.0 + l3_total > host:
+        return False  # host memory binds
+    if cc is not None:
+        times = cc.times
+        for i in range(cc.layer, len(times)):
+            if not times[i] > 0:
+                return False
+    fold = ChainFold(chain, cc, job)
+    if not fold.plan(rate, slow):
+        return False
+    fold.begin()
+    return True
+
+
+def _time(tr: tuple) -> float:
+    return tr[0]
+
+
+_KERNEL = frozenset({"kernel"})

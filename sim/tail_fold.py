@@ -1,0 +1,127 @@
+"""Tail folding: a layer-wise batch's remaining layers, once all its loads landed, as one
+simulated event.
+
+When every layer of a batch has landed (:class:`sim.load_chain.Landed`) its compute chain
+(:mod:`sim.compute_chain`) runs the rest back to back, one fluid job per layer; with no
+copy on the PCIe link and nothing but L3 transfers on the fluid server, each layer runs at
+rate 1 (a solo rate: it changes no other job's) and starts as the one before finishes.
+:class:`TailFold` computes those times with the server's float operations (a layer of
+``w`` seconds starting at ``t`` finishes at ``t + w / 1.0``) and arms ONE timer, at the
+last layer's finish, whose real finish then runs (the batch's sample follows, unfolded)::
+
+    layer l starts (now)   l+1            ...            L-1          T_end
+    |--------------------|-------------|  ...  |--------------------|  _finish(C)
+      every start/finish splits the L3 jobs' progress (caught up as FluidServer.expect's)
+
+    an outside entry (a job joining or leaving, a re-plan, ...) at t < T_end:
+        materialise(t): the rows of the layers done by t, the chain at the layer in
+        flight, its job on the server (remaining = its work: no change since its
+        start) with its due and a live timer; the fold is over
+
+Invariant: after :meth:`TailFold.materialise` at t the server, the compute chain and the
+timeline are what the unfolded run has after its events at t, bit for bit; only the order
+among events at exactly one time may differ (the fingerprint checks). ``ENABLED`` (module
+flag) turns it off.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import TYPE_CHECKING
+
+from sim.fluid import FluidJob
+from sim.simtime import exact_delay
+
+if TYPE_CHECKING:
+    from sim.compute_chain import ComputeChain
+
+ENABLED = True
+STATS = {"folded": 0, "layers": 0, "interrupted": 0}  # since the last reset
+MIN_LAYERS = 2  # a shorter tail saves no event
+
+
+class TailFold:
+    """The layers of ``cc`` from its present one on (module doc); ``starts[i]``: when
+    layer ``cc.layer + i`` starts, ``end`` when the last finishes."""
+
+    __slots__ = ("cc", "first", "starts", "end")
+
+    def __init__(self, cc: ComputeChain, starts: list[float], end: float) -> None:
+        self.cc, self.first, self.starts, self.end = cc, cc.layer, starts, end
+
+    def begin(self) -> None:
+        rt = self.cc.rt
+        rt.fluid.folded = self
+        env = rt.env
+        env.timeout(exact_delay(env.now, self.end)).callbacks.append(self._ended)
+        STATS["folded"] += 1
+
+    def _ended(self, _ev: object) -> None:
+        if self.cc.rt.fluid.folded is self:
+            self.materialise(at_end=True)
+
+    def materialise(self, at_end: bool = False) -> None:
+        """The unfolded state after the events up to now; at the end, the last layer's
+        finish runs here (its real finish)."""
+        cc = self.cc
+        rt = cc.rt
+        fluid = rt.fluid
+        fluid.folded = None
+        now = rt.env.now
+        starts = self.starts
+        k = bisect.bisect_right(starts, now) - 1  # the layer in flight: started by now
+        if not at_end:
+            STATS["interrupted"] += 1
+        # each start is the previous layer's finish: the changes that split the L3 jobs
+        fluid._expected, fluid._ei = starts[:k + 1], 0
+        fluid._catch_up(now)
+        fluid._expected = []
+        record, op, bid = rt.timeline.record, cc.op, cc.st.plan.batch_id
+        first = self.first
+        for i in range(k):
+            record("compute", op, starts[i], starts[i + 1], batch=bid, layer=first + i)
+        STATS["layers"] += k
+        layer = first + k
+        cc.layer = layer
+        cc.t0 = starts[k]
+        job = FluidJob(cc.times[layer], "compute", thread="compute")
+        job.then = cc._layer_done
+        job.rate = 1.0
+        job.due = due = starts[k + 1] if k + 1 < len(starts) else self.end
+        fluid._add(job)
+        if at_end:
+            STATS["layers"] += 1
+            fluid._finish(job)
+        else:
+            fluid._arm(job, due, exact_delay(now, due))
+
+
+def try_fold(cc: ComputeChain) -> bool:
+    """Fold ``cc``'s layers from ``cc.layer`` on (its start: t0 set, no job yet) when
+    all have landed and the server holds only L3 jobs (module doc)."""
+    st = cc.st
+    landed = st.landed
+    times = cc.times
+    n = len(times)
+    layer = cc.layer
+    if landed is None or landed.count < n or n - layer < MIN_LAYERS:
+        return False
+    rt = cc.rt
+    fluid = rt.fluid
+    if (fluid.folded is not None or fluid._ei < len(fluid._expected)
+            or fluid._marks is not None or fluid._solo is None
+            or "compute" in fluid._listeners):
+        return False
+    if len(fluid.jobs) != fluid.kinds.get("l3", 0):
+        return False  # a copy (or another compute job) on the server
+    t = rt.env.now
+    starts = [t]
+    for i in range(layer, n):
+        work = times[i]
+        if not work > 0:
+            return False  # a job of no work is never submitted: not this form
+        t = t + work / 1.0  # its due at rate 1 (FluidServer._schedule)
+        starts.append(t)
+    end = starts.pop()
+    TailFold(cc, starts, end).begin()
+    return True

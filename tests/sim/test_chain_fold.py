@@ -1,0 +1,207 @@
+"""Chain and tail folding (sim.chain_fold, sim.tail_fold): a run with layer-wise load
+chains and compute tails folded is the run without, bit for bit (every result field and
+the sorted timeline rows), on the shipped scenarios with layer-wise loads and on seeded
+variations with L3 (two replicas sharing a store, PCIe / host-memory / NIC / store fault
+windows, chunked backups); the folds both happen and get interrupted there (so
+materialising is exercised too), and every job's floats at each outside entry are the
+unfolded run's."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+import sim.chain_fold as chain_fold
+import sim.tail_fold as tail_fold
+from hicache.scenario import load_scenario
+from sim.driver import SimResult, simulate
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# shipped scenarios whose loads run layer by layer (as shipped, or with run.layerwise)
+LAYERWISE = {
+    "faults.yaml": ["run.layerwise=true"],
+    "long_context.yaml": ["workload.count=12"],
+    "cross_batch_overlap.yaml": ["run.layerwise=true"],
+    "validation/gpu_layerwise.yaml": [],
+    "validation/gpu_transfer_bound.yaml": [],
+    "validation/gpu_compute_bound.yaml": [],
+}
+
+
+def _run(sc: object, name: str, fold: bool) -> tuple[SimResult, dict[str, int]]:
+    """Both folds on (or off); their counts: the chain fold's, the tail fold's as tail_*."""
+    saved = chain_fold.ENABLED, tail_fold.ENABLED
+    chain_fold.ENABLED = tail_fold.ENABLED = fold
+    for stats in (chain_fold.STATS, tail_fold.STATS):
+        for key in stats:
+            stats[key] = 0
+    try:
+        res = simulate(sc, name=name, progress=False)  # type: ignore[arg-type]
+    finally:
+        chain_fold.ENABLED, tail_fold.ENABLED = saved
+    return res, {**chain_fold.STATS, **{f"tail_{k}": n for k, n in tail_fold.STATS.items()}}
+
+
+def _assert_same(folded: SimResult, plain: SimResult) -> None:
+    assert folded.decisions == plain.decisions
+    assert folded.records == plain.records  # equal floats, not close
+    assert folded.sim_time == plain.sim_time
+    assert sorted(folded.unfinished.items()) == sorted(plain.unfinished.items())
+    fc, pc = folded.faults, plain.faults
+    assert (fc is None) == (pc is None)
+    if fc is not None and pc is not None:
+        assert [c.counts for c in fc.costs] == [c.counts for c in pc.costs]
+    for f, p in zip(folded.replicas, plain.replicas, strict=True):
+        assert sorted(f.timeline.as_tuples()) == sorted(p.timeline.as_tuples())
+        assert f.runtime.batch_shapes == p.runtime.batch_shapes
+        assert f.runtime.bytes_moved == p.runtime.bytes_moved
+        assert f.runtime.writeback.steps == p.runtime.writeback.steps
+
+
+def _compare(sc: object, name: str) -> dict[str, int]:
+    folded, stats = _run(sc, name, True)
+    plain, _ = _run(sc, name, False)
+    _assert_same(folded, plain)
+    if stats["folded"]:
+        assert folded.events < plain.events
+    return stats
+
+
+@pytest.mark.parametrize("name", sorted(LAYERWISE))
+def test_folded_chains_equal_unfolded_on_shipped_scenarios(name: str) -> None:
+    total = {"folded": 0}
+    for variant, sc in load_scenario(ROOT / "scenarios" / name, LAYERWISE[name]).expand():
+        stats = _compare(sc, variant)
+        total["folded"] += stats["folded"]
+    if name == "faults.yaml":
+        assert total["folded"] > 100  # L3 loads, layer by layer: chains fold
+
+
+FAULTS = [
+    "{kind: link_slow, link: pcie, factor: %(f).3f, start: %(s).3f, end: %(e).3f}",
+    "{kind: link_slow, link: nic, factor: %(f).3f, start: %(s).3f, end: %(e).3f}",
+    "{kind: host_pressure, bandwidth_factor: %(f).3f, start: %(s).3f, end: %(e).3f}",
+    "{kind: l3_timeout, start: %(s).3f, end: %(e).3f}",
+    "{kind: l3_node_down, node: 0, start: %(s).3f, end: %(e).3f}",
+    "{kind: l3_store_down, start: %(s).3f, end: %(e).3f}",
+]
+
+
+def _variation(seed: int) -> tuple[list[str], str]:
+    """faults.yaml's L1+L2+L3 setup, layer-wise, with a seeded mix of replicas sharing
+    the store, a chunked write-back policy and load; and fault windows (set after the
+    variant's, which clears them)."""
+    rng = random.Random(seed)
+    sets = ["run.layerwise=true", f"seed={seed}",
+            f"workload.request_rate={rng.choice([8, 16, 32])}",
+            f"workload.num_clients={rng.choice([24, 32])}"]
+    if rng.random() < 0.5:
+        sets += ["replicas=2", "router=cache_aware"]
+    policy = rng.choice(["none", "static", "adaptive"])
+    sets.append(f"run.writeback.policy={policy}")
+    if policy == "static":
+        sets.append(f"run.writeback.rate_bytes_per_s={rng.uniform(1e9, 8e9):.3e}")
+    faults = []
+    for _ in range(rng.randint(0, 3)):
+        s = rng.uniform(0.2, 6.0)
+        faults.append(rng.choice(FAULTS) % {"f": rng.uniform(0.05, 0.9), "s": s,
+                                             "e": s + rng.uniform(0.05, 2.0)})
+    return sets, f"faults=[{', '.join(faults)}]"
+
+
+def test_folded_chains_equal_unfolded_on_seeded_variations_with_l3() -> None:
+    total: dict[str, int] = {}
+    for seed in range(16):
+        sets, faults = _variation(seed)
+        sc = load_scenario(ROOT / "scenarios/faults.yaml", sets)
+        (variant, vsc), *_ = sc.expand()  # "healthy", then the seeded faults
+        vsc = vsc.with_overrides([faults])
+        stats = _compare(vsc, f"{variant} seed {seed}")
+        for key, n in stats.items():
+            total[key] = total.get(key, 0) + n
+    assert total["folded"] > 500 and total["interrupted"] > 50
+    assert total["tail_folded"] > 50 and total["tail_interrupted"] > 5
+
+
+def test_the_fold_is_exercised_and_saves_events() -> None:
+    sc = load_scenario(ROOT / "scenarios/faults.yaml", ["run.layerwise=true"])
+    (variant, vsc), *_ = sc.expand()
+    folded, stats = _run(vsc, variant, True)
+    plain, _ = _run(vsc, variant, False)
+    assert stats["folded"] > 100 and stats["interrupted"] > 10
+    assert stats["tail_folded"] > 10
+    assert folded.events < plain.events * 0.8
+
+
+def _entries(sc: object, name: str, fold: bool, monkeypatch: pytest.MonkeyPatch
+             ) -> list[tuple]:
+    """Every job's (kind, remaining, rate, due) on the server each time an L3 or d2h job
+    joins or leaves it (an outside entry for a fold): the floats must be the unfolded
+    run's, not only the results they lead to."""
+    from sim.fluid import FluidServer
+    seen: list[tuple] = []
+    start, finish = FluidServer._start, FluidServer._finish
+
+    def snap(server: FluidServer, job: object, what: str) -> None:
+        if getattr(job, "kind", "") not in ("l3", "d2h"):
+            return
+        if server.folded is not None:
+            server.folded.materialise()
+        server._advance()  # a second one at the same time charges nothing
+        seen.append((server.env.now, what, tuple(sorted(
+            (j.kind, j.remaining, j.rate, j.due) for j in server.jobs))))
+
+    def patched_start(self: FluidServer, job: object) -> None:
+        snap(self, job, "start")
+        start(self, job)  # type: ignore[arg-type]
+
+    def patched_finish(self: FluidServer, job: object) -> None:
+        snap(self, job, "finish")
+        finish(self, job)  # type: ignore[arg-type]
+
+    with monkeypatch.context() as m:
+        m.setattr(FluidServer, "_start", patched_start)
+        m.setattr(FluidServer, "_finish", patched_finish)
+        _run(sc, name, fold)
+    return sorted(seen)
+
+
+@pytest.mark.parametrize("seed", [None, 0, 5, 8])
+def test_outside_entries_see_the_unfolded_floats(seed: int | None,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    if seed is None:
+        sc = load_scenario(ROOT / "scenarios/faults.yaml", ["run.layerwise=true"])
+        (variant, vsc), *_ = sc.expand()
+    else:
+        sets, faults = _variation(seed)
+        (variant, vsc), *_ = load_scenario(ROOT / "scenarios/faults.yaml", sets).expand()
+        vsc = vsc.with_overrides([faults])
+    folded = _entries(vsc, variant, True, monkeypatch)
+    plain = _entries(vsc, variant, False, monkeypatch)
+    assert len(folded) > 100
+    assert folded == plain
+
+
+@pytest.mark.parametrize("span", [1, 3])
+def test_folds_cut_short_end_through_their_pending_steps(span: int,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """A fold that ends before a launch (chain_fold.SPAN; a tie ends one the same way)
+    re-arms its pending steps as timers at its end: still the unfolded run."""
+    monkeypatch.setattr(chain_fold, "SPAN", span)
+    folded = 0
+    for seed in (None, 5, 8):
+        if seed is None:
+            sc = load_scenario(ROOT / "scenarios/faults.yaml", ["run.layerwise=true"])
+            (variant, vsc), *_ = sc.expand()
+        else:
+            sets, faults = _variation(seed)
+            (variant, vsc), *_ = load_scenario(ROOT / "scenarios/faults.yaml", sets).expand()
+            vsc = vsc.with_overrides([faults])
+        stats = _compare(vsc, variant)
+        assert stats["groups"] <= stats["folded"] * span
+        folded += stats["folded"]
+    assert folded > 1000
