@@ -6,7 +6,8 @@
 
 ``record`` runs every variant of every shipped scenario, shrunk as the fold equivalence
 test shrinks them (``tests/sim/test_fold.py``: one list, which a test keeps complete),
-folded and unfolded with one timeline row per step, and writes a SHA-256 per (variant,
+folded and unfolded (``run.fold_decode`` and ``run.fold_layers`` both on, both off)
+with one timeline row per step, and writes a SHA-256 per (variant,
 fold, part) of: per-request records, decisions, simulated end time, each replica's sorted
 timeline rows, batch shapes, bytes moved, write-back steps and fault costs. Floats are
 hashed by ``repr`` (bit-exact). Two larger cases follow (``PRESSURE``: folded only):
@@ -72,6 +73,7 @@ def record(only: str | None) -> dict[str, dict[str, str]]:
         for variant, sc in load_scenario(ROOT / "scenarios" / name, sets).expand():
             for fold in folds:
                 vsc = sc.with_overrides([f"run.fold_decode={str(fold).lower()}",
+                                         f"run.fold_layers={str(fold).lower()}",
                                          "run.timeline_steps=true"])
                 c0 = time.process_time()
                 res = simulate(vsc, name=variant, progress=False)

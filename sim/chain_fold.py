@@ -26,7 +26,10 @@ materialise` at t, what the unfolded run has after its events at t (bit for bit:
 same ``remaining -= rate * dt`` at each change of the job set, ``due = t + max(0,
 remaining) / rate`` at each rate change, a launch at ``end + overhead``); only the
 order among events at exactly one time may differ, which the fingerprint checks.
-``ENABLED`` (module flag) turns folding off.
+``run.fold_layers: false`` turns folding off (:attr:`SimRuntime.fold_layers
+<sim.runtime.SimRuntime>`); ``SimRuntime.fold_counts`` counts what the folds did (``chain_*``:
+chain steps that tried to fold, folds begun, kernels launched within folds, folds an
+outside entry materialised early, folds cut at a tie among their own transitions).
 """
 
 from __future__ import annotations
@@ -43,15 +46,10 @@ if TYPE_CHECKING:
     from sim.fluid import FluidServer
     from sim.load_chain import LoadChain
 
-ENABLED = True
 # at most this many kernels launched per fold (None: no limit): a fold that reaches it
 # ends just before the next launch, as at a tie (its pending steps re-armed as timers);
 # the tests set it small to exercise that end
 SPAN: int | None = None
-# counts since the last reset (instrumentation; the tests read them): chain steps that
-# tried to fold, folds begun, kernels launched within folds, folds an outside entry
-# materialised early, folds cut at a tie among their own transitions
-STATS = {"tried": 0, "folded": 0, "groups": 0, "interrupted": 0, "ties": 0}
 
 LAUNCH, KDONE, CSTART, CDONE = 0, 1, 2, 3
 # a deadline closer than this (relative) to an L3 job's finish: sim.l3_client.watch's
@@ -149,7 +147,7 @@ class ChainFold:
             nxt_k = k_due if k_active else launch_at
             tc = c_due if c_due < nxt_k else nxt_k
             if c_due == nxt_k:  # a tie: which goes first is the event order's
-                STATS["ties"] += 1
+                rt.fold_counts["chain_ties"] += 1
                 break
             if not k_active and tc == launch_at and span <= 0:
                 break  # the span's end: this launch runs unfolded
@@ -255,7 +253,7 @@ class ChainFold:
         assert st_landed is not None
         st_landed.fold = self  # the batch's compute arriving at its layers: an entry
         env.timeout(exact_delay(env.now, self.end)).callbacks.append(self._ended)
-        STATS["folded"] += 1
+        self.chain.rt.fold_counts["chain_folded"] += 1
 
     def _ended(self, _ev: object) -> None:
         if self.fluid.folded is not self:
@@ -274,7 +272,7 @@ class ChainFold:
         assert landed is not None
         landed.fold = None
         if not at_end:
-            STATS["interrupted"] += 1
+            rt.fold_counts["chain_interrupted"] += 1
         trans = self.trans
         n = bisect.bisect_right(trans, now, key=_time)
         # the L3 jobs: charged up to the last applied change, as the server would have
@@ -312,7 +310,7 @@ class ChainFold:
                 c_active = c_fresh = True
                 k_first = k_active
             elif code == LAUNCH:
-                STATS["groups"] += 1
+                rt.fold_counts["chain_groups"] += 1
                 chain.start_t = tc
                 fluid._promised = math.inf  # kept
                 k_active = True
@@ -401,7 +399,7 @@ def try_fold(chain: LoadChain) -> bool:
     launch) when the conditions of the module doc hold; False: it runs unfolded."""
     rt = chain.rt
     fluid = rt.fluid
-    STATS["tried"] += 1
+    rt.fold_counts["chain_tried"] += 1
     if fluid.folded is not None:  # a folded compute tail (sim.tail_fold): an entry
         fluid.folded.materialise()
     if (fluid._ei < len(fluid._expected)

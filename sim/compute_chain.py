@@ -114,7 +114,7 @@ class ComputeChain:
         self.t0 = self.rt.env.now
         if self.layer == 0:
             self.start_t = self.t0
-        if tail_fold.ENABLED and tail_fold.try_fold(self):
+        if self.rt.fold_layers and tail_fold.try_fold(self):
             return  # the rest runs folded (sim.tail_fold)
         self._job(self.times[self.layer], self._layer_done, "compute")
 

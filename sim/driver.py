@@ -132,7 +132,8 @@ def _runtime(env: simpy.Environment, sc: Scenario, hw: HardwareProfile,
                       layerwise=run.layerwise, mem_layout=sc.cache.effective_mem_layout,
                       backup_throttle_bytes_per_s=run.backup_throttle_bytes_per_s,
                       runtime_id=runtime_id, timeline=tl, trace_layers=run.trace_layers,
-                      writeback=run.writeback, l3_retry=run.l3_retry)
+                      writeback=run.writeback, l3_retry=run.l3_retry,
+                      fold_layers=run.fold_layers)
 
 
 def _shared_replicas(env: simpy.Environment, sc: Scenario, hw: HardwareProfile,

@@ -102,7 +102,7 @@ class LoadChain:
             group = groups[self.g]
             if group.nbytes:
                 self.t0 = rt.env.now
-                if chain_fold.ENABLED and chain_fold.try_fold(self):
+                if rt.fold_layers and chain_fold.try_fold(self):
                     return  # the fold runs its groups (sim.chain_fold)
                 timer = rt.env.timeout(rt.copies.overhead)
                 timer.callbacks.append(self._launched)

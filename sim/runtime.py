@@ -13,6 +13,7 @@ requests, context, load bytes) for residual plots.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping
 
 import simpy
@@ -73,7 +74,7 @@ class SimRuntime:
                  backup_throttle_bytes_per_s: float | None = None, runtime_id: str = "sim0",
                  timeline: Timeline | None = None, trace_layers: bool = False,
                  writeback: WritebackConfig | str | None = None,
-                 l3_retry: RetryPolicy | None = None) -> None:
+                 l3_retry: RetryPolicy | None = None, fold_layers: bool = True) -> None:
         if page_size <= 0:
             raise ValueError("page_size must be > 0")
         device_pages, host_pages = pools_of(device_pages), pools_of(host_pages)
@@ -126,6 +127,10 @@ class SimRuntime:
         self.mamba = Kind.MAMBA in device_pages and m.count("mamba") > 0
         self.state_copy_s = m.mamba_state_bytes_per_request() / self.profile.gpu.hbm_bytes_per_s
         self._chain_loads = chain_possible(self)
+        # layer-wise chains fold into one event each (sim.chain_fold, sim.tail_fold);
+        # what the folds did: tried, folded, interrupted, ... (instrumentation, tests)
+        self.fold_layers = fold_layers
+        self.fold_counts: Counter[str] = Counter()
         self._chain_compute = compute_chain.chain_possible(self)
         self.generation = 0
         self.restart()

@@ -20,8 +20,9 @@ last layer's finish, whose real finish then runs (the batch's sample follows, un
 
 Invariant: after :meth:`TailFold.materialise` at t the server, the compute chain and the
 timeline are what the unfolded run has after its events at t, bit for bit; only the order
-among events at exactly one time may differ (the fingerprint checks). ``ENABLED`` (module
-flag) turns it off.
+among events at exactly one time may differ (the fingerprint checks). ``run.fold_layers:
+false`` turns it off; ``SimRuntime.fold_counts`` counts ``tail_folded``, ``tail_layers`` and
+``tail_interrupted``.
 """
 
 from __future__ import annotations
@@ -35,8 +36,6 @@ from sim.simtime import exact_delay
 if TYPE_CHECKING:
     from sim.compute_chain import ComputeChain
 
-ENABLED = True
-STATS = {"folded": 0, "layers": 0, "interrupted": 0}  # since the last reset
 MIN_LAYERS = 2  # a shorter tail saves no event
 
 
@@ -54,7 +53,7 @@ class TailFold:
         rt.fluid.folded = self
         env = rt.env
         env.timeout(exact_delay(env.now, self.end)).callbacks.append(self._ended)
-        STATS["folded"] += 1
+        rt.fold_counts["tail_folded"] += 1
 
     def _ended(self, _ev: object) -> None:
         if self.cc.rt.fluid.folded is self:
@@ -71,7 +70,7 @@ class TailFold:
         starts = self.starts
         k = bisect.bisect_right(starts, now) - 1  # the layer in flight: started by now
         if not at_end:
-            STATS["interrupted"] += 1
+            rt.fold_counts["tail_interrupted"] += 1
         # each start is the previous layer's finish: the changes that split the L3 jobs
         fluid._expected, fluid._ei = starts[:k + 1], 0
         fluid._catch_up(now)
@@ -80,7 +79,7 @@ class TailFold:
         first = self.first
         for i in range(k):
             record("compute", op, starts[i], starts[i + 1], batch=bid, layer=first + i)
-        STATS["layers"] += k
+        rt.fold_counts["tail_layers"] += k
         layer = first + k
         cc.layer = layer
         cc.t0 = starts[k]
@@ -90,7 +89,7 @@ class TailFold:
         job.due = due = starts[k + 1] if k + 1 < len(starts) else self.end
         fluid._add(job)
         if at_end:
-            STATS["layers"] += 1
+            rt.fold_counts["tail_layers"] += 1
             fluid._finish(job)
         else:
             fluid._arm(job, due, exact_delay(now, due))

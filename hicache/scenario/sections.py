@@ -60,6 +60,9 @@ class RunSection(Plain):
     writeback: WritebackConfig = WritebackConfig()
     fault_twin: Bool = True  # with faults: also simulate a fault-free twin to cost them
     fold_decode: Bool = True  # simulator: steady decode steps as one event (sim.fold)
+    # simulator: a layer-wise batch's load chain, and its last layers once all landed,
+    # as one event each (sim.chain_fold, sim.tail_fold)
+    fold_layers: Bool = True
     timeline_steps: Bool = False  # simulator: one timeline row per folded decode step
     # how L3 calls are guarded (deadline, retries, cooldown): both runtimes
     l3_retry: RetryPolicy = RetryPolicy()

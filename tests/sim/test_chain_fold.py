@@ -9,12 +9,12 @@ unfolded run's."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 import sim.chain_fold as chain_fold
-import sim.tail_fold as tail_fold
 from hicache.scenario import load_scenario
 from sim.driver import SimResult, simulate
 
@@ -31,18 +31,17 @@ LAYERWISE = {
 }
 
 
-def _run(sc: object, name: str, fold: bool) -> tuple[SimResult, dict[str, int]]:
-    """Both folds on (or off); their counts: the chain fold's, the tail fold's as tail_*."""
-    saved = chain_fold.ENABLED, tail_fold.ENABLED
-    chain_fold.ENABLED = tail_fold.ENABLED = fold
-    for stats in (chain_fold.STATS, tail_fold.STATS):
-        for key in stats:
-            stats[key] = 0
-    try:
-        res = simulate(sc, name=name, progress=False)  # type: ignore[arg-type]
-    finally:
-        chain_fold.ENABLED, tail_fold.ENABLED = saved
-    return res, {**chain_fold.STATS, **{f"tail_{k}": n for k, n in tail_fold.STATS.items()}}
+def _run(sc: object, name: str, fold: bool) -> tuple[SimResult, Counter[str]]:
+    """Both folds on (or off: ``run.fold_layers``); what they did, over the replicas
+    (``SimRuntime.fold_counts``: ``chain_*`` and ``tail_*``)."""
+    sc = sc.with_overrides([f"run.fold_layers={str(fold).lower()}"])  # type: ignore[attr-defined]
+    res = simulate(sc, name=name, progress=False)
+    counts: Counter[str] = Counter()
+    for rep in res.replicas:
+        counts.update(rep.runtime.fold_counts)
+    if not fold:
+        assert not counts  # off means off
+    return res, counts
 
 
 def _assert_same(folded: SimResult, plain: SimResult) -> None:
@@ -61,23 +60,22 @@ def _assert_same(folded: SimResult, plain: SimResult) -> None:
         assert f.runtime.writeback.steps == p.runtime.writeback.steps
 
 
-def _compare(sc: object, name: str) -> dict[str, int]:
+def _compare(sc: object, name: str) -> Counter[str]:
     folded, stats = _run(sc, name, True)
     plain, _ = _run(sc, name, False)
     _assert_same(folded, plain)
-    if stats["folded"]:
+    if stats["chain_folded"]:
         assert folded.events < plain.events
     return stats
 
 
 @pytest.mark.parametrize("name", sorted(LAYERWISE))
 def test_folded_chains_equal_unfolded_on_shipped_scenarios(name: str) -> None:
-    total = {"folded": 0}
+    total: Counter[str] = Counter()
     for variant, sc in load_scenario(ROOT / "scenarios" / name, LAYERWISE[name]).expand():
-        stats = _compare(sc, variant)
-        total["folded"] += stats["folded"]
+        total.update(_compare(sc, variant))
     if name == "faults.yaml":
-        assert total["folded"] > 100  # L3 loads, layer by layer: chains fold
+        assert total["chain_folded"] > 100  # L3 loads, layer by layer: chains fold
 
 
 FAULTS = [
@@ -113,16 +111,14 @@ def _variation(seed: int) -> tuple[list[str], str]:
 
 
 def test_folded_chains_equal_unfolded_on_seeded_variations_with_l3() -> None:
-    total: dict[str, int] = {}
+    total: Counter[str] = Counter()
     for seed in range(16):
         sets, faults = _variation(seed)
         sc = load_scenario(ROOT / "scenarios/faults.yaml", sets)
         (variant, vsc), *_ = sc.expand()  # "healthy", then the seeded faults
         vsc = vsc.with_overrides([faults])
-        stats = _compare(vsc, f"{variant} seed {seed}")
-        for key, n in stats.items():
-            total[key] = total.get(key, 0) + n
-    assert total["folded"] > 500 and total["interrupted"] > 50
+        total.update(_compare(vsc, f"{variant} seed {seed}"))
+    assert total["chain_folded"] > 500 and total["chain_interrupted"] > 50
     assert total["tail_folded"] > 50 and total["tail_interrupted"] > 5
 
 
@@ -131,7 +127,7 @@ def test_the_fold_is_exercised_and_saves_events() -> None:
     (variant, vsc), *_ = sc.expand()
     folded, stats = _run(vsc, variant, True)
     plain, _ = _run(vsc, variant, False)
-    assert stats["folded"] > 100 and stats["interrupted"] > 10
+    assert stats["chain_folded"] > 100 and stats["chain_interrupted"] > 10
     assert stats["tail_folded"] > 10
     assert folded.events < plain.events * 0.8
 
@@ -202,6 +198,6 @@ def test_folds_cut_short_end_through_their_pending_steps(span: int,
             (variant, vsc), *_ = load_scenario(ROOT / "scenarios/faults.yaml", sets).expand()
             vsc = vsc.with_overrides([faults])
         stats = _compare(vsc, variant)
-        assert stats["groups"] <= stats["folded"] * span
-        folded += stats["folded"]
+        assert stats["chain_groups"] <= stats["chain_folded"] * span
+        folded += stats["chain_folded"]
     assert folded > 1000
