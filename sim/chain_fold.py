@@ -122,7 +122,7 @@ class ChainFold:
         now = rt.env.now
         trans, times = self.trans, self.times
         self.k_rate = k_rate
-        last = fluid._last
+        last = fluid.last_change
         g = chain.g
         n_groups = len(groups)
         launch_at = now + overhead  # simpy's now + delay
@@ -247,8 +247,7 @@ class ChainFold:
             fluid.kinds["compute"] -= 1
             c.token += 1  # its live timer goes stale
             c.timer_at = math.inf
-        fluid._expected, fluid._ei = self.times, 0
-        fluid.folded = self
+        fluid.folded = self  # every entry materialises it first (sim.fluid)
         st_landed = self.chain.st.landed
         assert st_landed is not None
         st_landed.fold = self  # the batch's compute arriving at its layers: an entry
@@ -278,10 +277,7 @@ class ChainFold:
         # the L3 jobs: charged up to the last applied change, as the server would have
         expected = self.times
         m = bisect.bisect_right(expected, now)
-        fluid._expected = expected[:m]
-        fluid._ei = 0
-        fluid._catch_up(now)
-        fluid._expected, fluid._ei = [], 0
+        fluid.charge_folded(expected[:m])
         # the chain's side effects, in order
         groups = st.load_groups
         record = rt.timeline.record
@@ -312,7 +308,7 @@ class ChainFold:
             elif code == LAUNCH:
                 rt.fold_counts["chain_groups"] += 1
                 chain.start_t = tc
-                fluid._promised = math.inf  # kept
+                fluid.kept()
                 k_active = True
                 k_launch = tc
             else:  # KDONE of group arg
@@ -402,13 +398,10 @@ def try_fold(chain: LoadChain) -> bool:
     rt.fold_counts["chain_tried"] += 1
     if fluid.folded is not None:  # a folded compute tail (sim.tail_fold): an entry
         fluid.folded.materialise()
-    if (fluid._ei < len(fluid._expected)
-            or fluid._marks is not None or not rt.layerwise or fluid._shift is None):
+    if not rt.layerwise or not fluid.fold_possible("h2d", "compute", copies=True):
         return False
     kinds = fluid.kinds
     if kinds.get("h2d", 0) or kinds.get("d2h", 0):
-        return False
-    if "h2d" in fluid._listeners or "compute" in fluid._listeners:
         return False
     found = _compute_slot(chain, fluid)
     if found is None:
@@ -425,12 +418,11 @@ def try_fold(chain: LoadChain) -> bool:
     moving = kinds.get("l3", 0)
     l3_total = 0.0
     if moving:
-        steady = link._steady
-        if (link.l3 is None or steady is None or steady[0] != link.l3.store.epoch
-                or len(steady[1]) != moving):
+        steady = link.steady_l3(moving)
+        if steady is None:
             return False
-        l3_total = steady[2]
-        for j in steady[1]:
+        l3_jobs, l3_total = steady
+        for j in l3_jobs:
             if not j.armed and not (j.rate > 0 and j.due + _WATCH_MARGIN * (1.0 + abs(j.due))
                                     <= j.deadline):
                 return False  # watch might arm its deadline timer at one of the changes

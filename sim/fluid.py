@@ -37,7 +37,9 @@ A load chain folded by :mod:`sim.chain_fold` (or a compute tail, :mod:`sim.tail_
 keeps its kernel and compute jobs off :attr:`FluidServer.jobs` (``folded``); every entry
 from outside (:meth:`FluidServer._start`, ``_finish``, :meth:`~FluidServer.replan`,
 ``cancel``, ``adopt``, ``expect``) first materialises it, so each of them sees the jobs
-the unfolded run has, with its floats.
+the unfolded run has, with its floats. The fold modules ask :meth:`FluidServer.
+fold_possible`, charge the other jobs with :meth:`FluidServer.charge_folded` and put their
+jobs back with the server's own ``_add``, ``_arm`` and ``_finish`` (friends, not users).
 """
 
 from __future__ import annotations
@@ -207,6 +209,30 @@ class FluidServer:
         self._ei = 0
         marks, self._marks = self._marks or [], None
         return marks
+
+    # -- folds that keep their jobs off the server (sim.chain_fold, sim.tail_fold) ------
+    def fold_possible(self, *kinds: str, copies: bool = False) -> bool:
+        """A fold may take jobs of ``kinds`` off the server now: none is folded, no decode
+        fold's changes are expected (:meth:`expect`), compute jobs have a solo rate (and
+        with ``copies`` a copy alone on its link a shift rate), and nothing listens to
+        those kinds (a listener must see every join and leave)."""
+        return (self.folded is None and self._ei >= len(self._expected)
+                and self._marks is None and self._solo is not None
+                and (not copies or self._shift is not None)
+                and not any(kind in self._listeners for kind in kinds))
+
+    @property
+    def last_change(self) -> float:
+        """When the jobs were last charged (the last change of the job set)."""
+        return self._last
+
+    def charge_folded(self, changes: list[float]) -> None:
+        """Charge the jobs on the server at a fold's change times up to now (``changes``,
+        ascending), as its own jobs joining and leaving there would have: the splits
+        :meth:`expect` makes for a decode fold (the same floats)."""
+        self._expected, self._ei = changes, 0
+        self._catch_up(self.env.now)
+        self._expected, self._ei = [], 0
 
     def _replan(self, new: FluidJob | None = None) -> None:
         if not self.jobs:

@@ -101,11 +101,10 @@ class PcieLink:
         steady = None
         moving = get("l3", 0)
         if moving and self.l3 is not None:
-            steady = self._steady
-            if (steady is None or steady[0] != self.l3.store.epoch
-                    or len(steady[1]) != moving):
+            steady = self.steady_l3(moving)
+            if steady is None:
                 return None  # the L3 split may differ, or it was squeezed: allocate
-            l3_total = steady[2]
+            l3_total = steady[1]
         elif not joined:
             return 1.0  # compute alone (allocate's early return)
         total = 0
@@ -122,8 +121,19 @@ class PcieLink:
             job.rate = rate
         if steady is not None:
             assert self.l3 is not None
-            self.l3.watch(steady[1])
+            self.l3.watch(steady[0])
         return 1.0 - self.slowdown if joined and "kernel" in job.tags else 1.0
+
+    def steady_l3(self, moving: int) -> tuple[list[FluidJob], float] | None:
+        """The L3 jobs and their total rate that the last allocation left at the client's
+        split (no host-memory squeeze), while the store's epoch says a re-allocation would
+        set the same split and ``moving`` (the L3 jobs on the server now) are those; None
+        otherwise (no L3 client, or the split may differ)."""
+        steady = self._steady
+        if (steady is None or self.l3 is None or steady[0] != self.l3.store.epoch
+                or len(steady[1]) != moving):
+            return None
+        return steady[1], steady[2]
 
     def allocate(self, jobs: list[FluidJob]) -> None:
         """Set every job's rate (module doc). One pass sorts the jobs; each direction's

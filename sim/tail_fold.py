@@ -72,9 +72,7 @@ class TailFold:
         if not at_end:
             rt.fold_counts["tail_interrupted"] += 1
         # each start is the previous layer's finish: the changes that split the L3 jobs
-        fluid._expected, fluid._ei = starts[:k + 1], 0
-        fluid._catch_up(now)
-        fluid._expected = []
+        fluid.charge_folded(starts[:k + 1])
         record, op, bid = rt.timeline.record, cc.op, cc.st.plan.batch_id
         first = self.first
         for i in range(k):
@@ -107,9 +105,7 @@ def try_fold(cc: ComputeChain) -> bool:
         return False
     rt = cc.rt
     fluid = rt.fluid
-    if (fluid.folded is not None or fluid._ei < len(fluid._expected)
-            or fluid._marks is not None or fluid._solo is None
-            or "compute" in fluid._listeners):
+    if not fluid.fold_possible("compute"):
         return False
     if len(fluid.jobs) != fluid.kinds.get("l3", 0):
         return False  # a copy (or another compute job) on the server
