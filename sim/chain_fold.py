@@ -214,7 +214,10 @@ class ChainFold:
             trans.append((tc, KDONE, g, 0.0, c_rem, c_rate, c_due))
             g += 1
             count = groups[g - 1].layers.stop
-            if waiting and layer < count:
+            while g < n_groups and not groups[g].nbytes:  # they land with it
+                count = groups[g].layers.stop
+                g += 1
+            if waiting and layer < count:  # the batch's compute goes on at once
                 waiting = False
                 c_rem = times_l[layer]
                 c_rate = 1.0
@@ -222,17 +225,6 @@ class ChainFold:
                 c_active = True
                 times.append(tc)
                 trans.append((tc, CSTART, layer, 0.0, c_rem, c_rate, c_due))
-            while g < n_groups and not groups[g].nbytes:
-                count = groups[g].layers.stop
-                if waiting and layer < count:
-                    waiting = False
-                    c_rem = times_l[layer]
-                    c_rate = 1.0
-                    c_due = tc + c_rem / c_rate
-                    c_active = True
-                    times.append(tc)
-                    trans.append((tc, CSTART, layer, 0.0, c_rem, c_rate, c_due))
-                g += 1
             launch_at = tc + overhead
         self.end = tc
         return len(trans) >= 2  # shorter: the fold's own timer saves no event

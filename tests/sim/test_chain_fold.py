@@ -110,14 +110,22 @@ def _variation(seed: int) -> tuple[list[str], str]:
     return sets, f"faults=[{', '.join(faults)}]"
 
 
+def _case(seed: int | None) -> tuple[str, object]:
+    """faults.yaml's first variant, layer-wise: as shipped (None) or the seeded variation."""
+    if seed is None:
+        sc = load_scenario(ROOT / "scenarios/faults.yaml", ["run.layerwise=true"])
+        (variant, vsc), *_ = sc.expand()
+        return variant, vsc
+    sets, faults = _variation(seed)
+    (variant, vsc), *_ = load_scenario(ROOT / "scenarios/faults.yaml", sets).expand()
+    return f"{variant} seed {seed}", vsc.with_overrides([faults])
+
+
 def test_folded_chains_equal_unfolded_on_seeded_variations_with_l3() -> None:
     total: Counter[str] = Counter()
     for seed in range(16):
-        sets, faults = _variation(seed)
-        sc = load_scenario(ROOT / "scenarios/faults.yaml", sets)
-        (variant, vsc), *_ = sc.expand()  # "healthy", then the seeded faults
-        vsc = vsc.with_overrides([faults])
-        total.update(_compare(vsc, f"{variant} seed {seed}"))
+        variant, vsc = _case(seed)  # "healthy" with the seeded faults set after
+        total.update(_compare(vsc, variant))
     assert total["chain_folded"] > 500 and total["chain_interrupted"] > 50
     assert total["tail_folded"] > 50 and total["tail_interrupted"] > 5
 
@@ -168,13 +176,7 @@ def _entries(sc: object, name: str, fold: bool, monkeypatch: pytest.MonkeyPatch
 @pytest.mark.parametrize("seed", [None, 0, 5, 8])
 def test_outside_entries_see_the_unfolded_floats(seed: int | None,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    if seed is None:
-        sc = load_scenario(ROOT / "scenarios/faults.yaml", ["run.layerwise=true"])
-        (variant, vsc), *_ = sc.expand()
-    else:
-        sets, faults = _variation(seed)
-        (variant, vsc), *_ = load_scenario(ROOT / "scenarios/faults.yaml", sets).expand()
-        vsc = vsc.with_overrides([faults])
+    variant, vsc = _case(seed)
     folded = _entries(vsc, variant, True, monkeypatch)
     plain = _entries(vsc, variant, False, monkeypatch)
     assert len(folded) > 100
@@ -190,13 +192,7 @@ def test_folds_cut_short_end_through_their_pending_steps(span: int,
     monkeypatch.setattr(chain_fold, "SPAN", span)
     folded = 0
     for seed in (None, 5, 8):
-        if seed is None:
-            sc = load_scenario(ROOT / "scenarios/faults.yaml", ["run.layerwise=true"])
-            (variant, vsc), *_ = sc.expand()
-        else:
-            sets, faults = _variation(seed)
-            (variant, vsc), *_ = load_scenario(ROOT / "scenarios/faults.yaml", sets).expand()
-            vsc = vsc.with_overrides([faults])
+        variant, vsc = _case(seed)
         stats = _compare(vsc, variant)
         assert stats["chain_groups"] <= stats["chain_folded"] * span
         folded += stats["chain_folded"]
