@@ -37,10 +37,23 @@ def resolve(argv: Sequence[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["resolve"]:
-        sys.exit(resolve(sys.argv[2:]))
-    if len(sys.argv) > 1:
-        Path(sys.argv[1]).write_text(json_schema_text())
+def main(argv: Sequence[str]) -> int:
+    """The module doc's two commands; ``-h``/``--help`` prints it. A first argument that
+    looks like an option is refused rather than taken as the file to write."""
+    if argv[:1] == ["resolve"]:
+        return resolve(argv[1:])
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
+    if argv and argv[0].startswith("-"):
+        print(f"error: unknown option {argv[0]!r} (see --help)", file=sys.stderr)
+        return 2
+    if argv:
+        Path(argv[0]).write_text(json_schema_text())
     else:
         sys.stdout.write(json_schema_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

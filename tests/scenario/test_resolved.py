@@ -130,6 +130,20 @@ def test_the_resolve_command_validates_then_writes(tmp_path, capsys):
     assert not (tmp_path / "bad.json").exists()
 
 
+def test_the_schema_command_prints_help_and_refuses_options(tmp_path, capsys, monkeypatch):
+    """``--help`` prints the usage (it once wrote the schema to a file named --help)."""
+    from hicache.scenario.__main__ import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["--help"]) == 0
+    assert "resolve SCENARIO OUT" in capsys.readouterr().out
+    assert main(["--out"]) == 2
+    assert "unknown option '--out'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    assert main(["schema.json"]) == 0
+    assert (tmp_path / "schema.json").read_text().startswith("{")
+
+
 def test_a_missing_resolved_file_is_named(tmp_path):
     with pytest.raises(ScenarioError, match=r"nope.json: cannot read"):
         load_resolved(tmp_path / "nope.json")
