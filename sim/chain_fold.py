@@ -403,8 +403,7 @@ def try_fold(chain: LoadChain) -> bool:
     slow = 1.0 - link.slowdown
     if not slow > 0:
         return False
-    rate = link.peak["h2d"] * link.factor / 1  # shift_rate's, for a kernel (cap None)
-    rate = min(rate, link.kernel_rate)
+    rate = link.lone_rate("h2d", kernel=True)  # the rate shift_rate gives its kernels
     if not rate > 0:
         return False
     moving = kinds.get("l3", 0)
@@ -418,11 +417,8 @@ def try_fold(chain: LoadChain) -> bool:
             if not j.armed and not (j.rate > 0 and j.due + _WATCH_MARGIN * (1.0 + abs(j.due))
                                     <= j.deadline):
                 return False  # watch might arm its deadline timer at one of the changes
-    host = link.host * link.host_factor
-    total = 0
-    total += rate
-    if total * 1.0 + l3_total > host or 0 * 1.0 + l3_total > host:
-        return False  # host memory binds
+    if link.host_binds(rate, l3_total) or link.host_binds(0, l3_total):
+        return False  # host memory binds, with a kernel on the link or without
     if cc is not None:
         times = cc.times
         for i in range(cc.layer, len(times)):

@@ -48,7 +48,7 @@ import bisect
 import math
 from collections.abc import Callable, Generator
 from operator import attrgetter
-from typing import Any
+from typing import Any, Protocol
 
 import simpy
 
@@ -94,6 +94,13 @@ SoloRate = Callable[[FluidJob, list[FluidJob]], "float | None"]
 ShiftRate = Callable[[FluidJob, list[FluidJob], dict[str, int], bool], "float | None"]
 
 
+class Folded(Protocol):
+    """A fold whose jobs are off the server (sim.chain_fold, sim.tail_fold)."""
+
+    def materialise(self) -> None:
+        """Put its jobs back as the unfolded run has them now; the fold is over."""
+
+
 class FluidServer:
     """Runs :class:`FluidJob` s concurrently; ``allocate(jobs)`` sets every job's rate.
     ``solo`` (optional) spares the re-allocation when a job joins or leaves without
@@ -123,7 +130,7 @@ class FluidServer:
         # a folded load chain (sim.chain_fold) whose jobs are off the server: any entry
         # from outside first materialises it (puts them back where the unfolded run has
         # them), so every method below sees the unfolded state
-        self.folded: Any = None
+        self.folded: Folded | None = None
 
     def promise(self, at: float, rate: float) -> None:
         """A job will join at ``at`` (>= now) after which every compute job runs at

@@ -127,7 +127,7 @@ class DecodeFolder:
             self._start(replace(plan, frees=(), releases=()) if freed else plan)
             return
         (older,) = self._take_completions()  # batch C - 1's: the fold's first step
-        self.beside_l3 += bool(rt.fluid.jobs)
+        self.beside_l3 += rt.fluid.kinds.get("l3", 0) > 0
         rt.fluid.expect(self._changes(plan, steps))
         timer = env.timeout(exact_delay(env.now, steps[-1].taken))
         yield env.any_of([timer, kick(), rt.completion_event()])

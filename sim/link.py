@@ -109,13 +109,9 @@ class PcieLink:
             return 1.0  # compute alone (allocate's early return)
         total = 0
         if joined:
-            rate = self.peak[kind] * self.factor / 1  # _share over one job
-            if "kernel" in job.tags:
-                rate = min(rate, self.kernel_rate)
-            if job.cap is not None:
-                rate = min(rate, job.cap)
+            rate = self.lone_rate(kind, "kernel" in job.tags, job.cap)
             total += rate
-        if total * 1.0 + l3_total > self.host * self.host_factor:
+        if self.host_binds(total, l3_total):
             return None  # host memory binds: the squeeze changes other rates
         if joined:
             job.rate = rate
@@ -123,6 +119,21 @@ class PcieLink:
             assert self.l3 is not None
             self.l3.watch(steady[0])
         return 1.0 - self.slowdown if joined and "kernel" in job.tags else 1.0
+
+    def lone_rate(self, kind: str, kernel: bool, cap: float | None = None) -> float:
+        """A copy's rate alone in its direction ``kind``: allocate's share of the peak over
+        one job, capped at the copy kernel's rate (``kernel``) and at ``cap``."""
+        rate = self.peak[kind] * self.factor / 1  # _share over one job
+        if kernel:
+            rate = min(rate, self.kernel_rate)
+        if cap is not None:
+            rate = min(rate, cap)
+        return rate
+
+    def host_binds(self, copies: float, l3_total: float) -> bool:
+        """Whether host memory squeezes PCIe copies moving ``copies`` and L3 transfers
+        moving ``l3_total`` bytes/s (allocate's check with no bidirectional scale)."""
+        return copies * 1.0 + l3_total > self.host * self.host_factor
 
     def steady_l3(self, moving: int) -> tuple[list[FluidJob], float] | None:
         """The L3 jobs and their total rate that the last allocation left at the client's
