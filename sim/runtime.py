@@ -271,9 +271,13 @@ class SimRuntime:
 
     # ---- driver and ops helpers -------------------------------------------------------
     def completion_event(self) -> simpy.Event:
-        """An event that fires when the next completion arrives (at once if one is queued)."""
+        """An event that fires when the next completion arrives (at once if one is queued).
+        A driver may fire it early (an arrival wakes it, sim.driver); a fired one is
+        replaced, so a later wait blocks again."""
         if self._completions:
             return self.env.event().succeed()
+        if self._wake.triggered:
+            self._wake = self.env.event()
         return self._wake
 
     def complete(self, completion: Completion) -> None:
@@ -286,7 +290,8 @@ class SimRuntime:
                                      decode)
         self._completions.append(completion)
         wake, self._wake = self._wake, self.env.event()
-        wake.succeed()
+        if not wake.triggered:  # an arrival may have fired it (sim.driver _Feed.wake)
+            wake.succeed()
 
     def pending_events(self, extent: CacheExtentRef) -> list[simpy.Event]:
         pending = self._pending.get(extent.pool)
