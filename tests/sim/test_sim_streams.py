@@ -20,3 +20,23 @@ def test_stream_ops_run_in_order_and_can_wait_on_other_streams(env) -> None:
     env.run()
     assert log == [("c1", 3), ("c2", 4), ("backup", 4)]
     assert compute.idle() and d2h.idle()
+
+
+def test_an_op_waits_for_every_event_it_names(env) -> None:
+    """One wait or several (all of them), fired before the op's turn or after."""
+    a, b, c = Stream(env, "a"), Stream(env, "b"), Stream(env, "c")
+    log = []
+
+    def op(name, dt):
+        def body():
+            yield env.timeout(dt)
+            log.append((name, env.now))
+        return body
+    a1 = a.submit(op("a1", 2))
+    b1 = b.submit(op("b1", 5))
+    c.submit(op("c1", 6))
+    c.submit(op("both", 1), waits=(a1, b1))  # c1 ends last: both fired before its turn
+    c.submit(op("one", 1), waits=(b.submit(op("b2", 4)),))  # b2 ends at 9, after "both"
+    env.run()
+    assert sorted(log, key=lambda x: (x[1], x[0])) == [
+        ("a1", 2), ("b1", 5), ("c1", 6), ("both", 7), ("b2", 9), ("one", 10)]
