@@ -436,11 +436,17 @@ class SimRuntime:
                 nbytes += self.bytes_per_page[pool] * len(src)
                 calls += self._calls(pool, src, dst, range(layers), src)  # src lives in L2
             return [LoadGroup(range(layers), nbytes, calls)]
-        nbytes_at, calls_at = [0] * layers, [0] * layers
+        # per pool, the pages and one-layer calls of its loads, summed: a layer's bytes are
+        # its per-page bytes times the pages (integers: the same as load by load)
+        pages: dict[Kind, int] = {}
+        calls: dict[Kind, int] = {}
         for pool, src, dst in loads:
-            per_layer, n = self.layer_bytes[pool], len(src)
-            one = self._calls_touching(pool, src, dst, src, 1)  # a layer's op: src in L2
-            for i, b in enumerate(per_layer):
+            pages[pool] = pages.get(pool, 0) + len(src)
+            calls[pool] = calls.get(pool, 0) + self._calls_touching(pool, src, dst, src, 1)
+        nbytes_at, calls_at = [0] * layers, [0] * layers
+        for pool, n in pages.items():
+            one = calls[pool]
+            for i, b in enumerate(self.layer_bytes[pool]):
                 if b:
                     nbytes_at[i] += b * n
                     calls_at[i] += one

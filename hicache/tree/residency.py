@@ -82,10 +82,10 @@ class Residency:
         is the tree's ``last_access`` stamp and the refreshes below, not this.)"""
         node.stamp += 1
         self.tree.changes += 1
-        if node.on_device:
+        if Kind.FULL in node.device:  # on_device, on_host: read in line (a call per touch)
             if node.is_device_leaf():
                 self.device_heap.push(node)
-        elif node.on_host and not node.children:
+        elif Kind.FULL in node.host and not node.children:
             self.host_heap.push(node)
 
     added = touched
