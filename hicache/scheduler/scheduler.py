@@ -341,15 +341,16 @@ class Scheduler:
             self._prefilling = [st for st in self._prefilling
                                 if st.prefill_planned < st.prompt_len - st.prefix_tokens]
         else:
+            add, make = slices.append, decode_slice
             for st in self.running:
                 last = st.req.output_len - 1
                 planned = st.decode_planned
-                if (planned >= last or st.handle is None
+                handle = st.handle
+                if (planned >= last or handle is None
                         or st.prefill_planned < st.prompt_len - st.prefix_tokens):
                     continue
                 st.decode_planned = planned = planned + 1
-                slices.append(decode_slice(st.rid, st.prompt_len + planned - 1, st.handle,
-                                           planned >= last))
+                add(make(st.rid, st.prompt_len + planned - 1, handle, planned >= last))
         if not slices:
             return None
         return self.plans.build(tuple(slices))

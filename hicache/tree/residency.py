@@ -82,9 +82,12 @@ class Residency:
         is the tree's ``last_access`` stamp and the refreshes below, not this.)"""
         node.stamp += 1
         self.tree.changes += 1
-        if Kind.FULL in node.device:  # on_device, on_host: read in line (a call per touch)
-            if node.is_device_leaf():
-                self.device_heap.push(node)
+        # on_device, is_device_leaf and on_host read in line (this runs on every touch)
+        if Kind.FULL in node.device:
+            for child in node.children.values():
+                if Kind.FULL in child.device:
+                    return  # not a device leaf
+            self.device_heap.push(node)
         elif Kind.FULL in node.host and not node.children:
             self.host_heap.push(node)
 
