@@ -6,12 +6,18 @@ prefix for the first page of a sequence, rendered as 64 lowercase hex characters
 Invariants: a key depends on the page's tokens *and* on every token before it (the chain);
 keys are identical across processes and machines (hashlib only, fixed byte order, never
 Python's ``hash()``); only full pages get keys (a partial tail page has none).
+
+SHA-256 itself is most of the cost (about 0.8 us a page here; Python's overhead around it
+is small), so what saves time is hashing fewer pages: a sequence keeps its own chain
+(:class:`PageHasher`, conversations' buffers) and block prompts share theirs through a
+:class:`BlockChains` memo (Mooncake traces: turns repeat their conversation's blocks).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 
 from hicache.tree.pagekeys import pack_tokens
 
@@ -113,3 +119,88 @@ class PageHasher:
         if n > len(self._keys):
             raise ValueError(f"only {self.hashed_tokens} tokens hashed, asked for {num_tokens}")
         return tuple(self._keys[:n])
+
+
+MEMO_BLOCKS = 1 << 16  # blocks whose chains a BlockChains keeps (LRU): a miss only rehashes
+
+
+class BlockChains:
+    """The page-hash chains of block prompts (:class:`hicache.workload.tokens.BlockTokens`:
+    block ``k`` with id ``h`` holds the tokens ``h * block + j``), memoised per block.
+
+    Block ``k``'s pages, hence their keys, follow from the chain before it and its own id:
+    the memo maps (the node of blocks ``0..k-1``, id of block ``k``) to a node holding the
+    keys of that block's pages hashed so far (all of them, or the full pages of a
+    prompt's partial last block, extended when a longer prompt asks) and its last digest.
+    A prompt's keys are then its memoised leading blocks' keys, plus the pages past them
+    hashed once (from the last memoised digest) and memoised in turn.
+
+    Invariants: :meth:`page_hashes` returns, bit for bit, :func:`page_hashes` of the
+    prompt's tokens; node ids are never reused, so a node evicted (least recently used,
+    past ``limit``) leaves its descendants unreachable, never wrong; one instance serves
+    one block size (the trace's), any page size dividing it.
+    """
+
+    __slots__ = ("block", "limit", "_memo", "_next", "hashed_pages")
+
+    def __init__(self, block: int, limit: int = MEMO_BLOCKS) -> None:
+        if block < 1 or limit < 1:
+            raise ValueError(f"block ({block}) and limit ({limit}) must be >= 1")
+        self.block, self.limit = block, limit
+        # page size -> {(parent node id, block id): [node id, keys, last digest]}
+        self._memo: dict[int, OrderedDict[tuple[int, int], list]] = {}
+        self._next = 1  # node ids; 0 is the empty prefix
+        self.hashed_pages = 0  # pages hashed so far (the rest came from the memo)
+
+    def page_hashes(self, ids: Sequence[int], length: int, page_size: int,
+                    tokens: Callable[[int, int], Sequence[int]]) -> list[str] | None:
+        """Keys of the full pages of the ``length``-token prompt of block ids ``ids``
+        (a new list); ``tokens(start, stop)`` gives its tokens ``start:stop``. None when
+        ``page_size`` does not divide the block (pages would straddle blocks)."""
+        _check_page_size(page_size)
+        per, rem = divmod(self.block, page_size)
+        if rem:
+            return None
+        memo = self._memo.get(page_size)
+        if memo is None:
+            memo = self._memo[page_size] = OrderedDict()
+        n_pages = length // page_size
+        n_blocks = -(-n_pages // per)  # blocks holding at least one full page
+        out: list[str] = []
+        parent, prev, k, node = 0, b"", 0, None
+        while k < n_blocks:  # memoised leading blocks
+            key = (parent, ids[k])
+            node = memo.get(key)
+            want = per if k + 1 < n_blocks else n_pages - k * per
+            if node is None or len(node[1]) < want:
+                break
+            memo.move_to_end(key)
+            out.extend(node[1] if want == per else node[1][:want])
+            parent, prev, node = node[0], node[2], None
+            k += 1
+        if k == n_blocks:
+            return out
+        have = 0
+        if node is not None:  # block k partly hashed: go on from its last page
+            memo.move_to_end((parent, ids[k]))
+            have, prev = len(node[1]), node[2]
+            out.extend(node[1])
+        start = k * self.block + have * page_size
+        digests = _chain(pack_tokens(tokens(start, n_pages * page_size)), page_size, prev)
+        self.hashed_pages += len(digests)
+        new = [d.hex() for d in digests]
+        out.extend(new)
+        lo = 0  # new[lo:] are the pages of blocks k, k + 1, ... from page ``have`` of k
+        while lo < len(new):
+            hi = lo + per - have
+            if node is not None:  # the partly hashed block: extend it
+                node[1].extend(new[lo:hi])
+                node[2] = digests[min(hi, len(new)) - 1]
+            else:
+                node = [self._next, new[lo:hi], digests[min(hi, len(new)) - 1]]
+                self._next += 1
+                memo[(parent, ids[k])] = node
+                if len(memo) > self.limit:
+                    memo.popitem(last=False)
+            parent, node, have, lo, k = node[0], None, 0, hi, k + 1
+        return out
