@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from itertools import cycle, filterfalse, islice
+from itertools import cycle, filterfalse, islice, takewhile
 from typing import TYPE_CHECKING
 
 import simpy
@@ -134,10 +134,7 @@ class L3Store:
 
     def count_hits(self, keys: Sequence[str]) -> int:
         """Consecutive hits from the start of ``keys`` (no time passes)."""
-        for i, key in enumerate(keys):
-            if key not in self.keys:
-                return i
-        return len(keys)
+        return len(list(takewhile(self.keys.__contains__, keys)))
 
     def truth_hits(self, keys: Sequence[str]) -> tuple[int, int | None]:
         """Consecutive hits a store without faults would report (lost keys count), and the
