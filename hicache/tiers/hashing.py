@@ -16,7 +16,6 @@ is small), so what saves time is hashing fewer pages: a sequence keeps its own c
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from hicache.tree.pagekeys import pack_tokens
@@ -121,7 +120,7 @@ class PageHasher:
         return tuple(self._keys[:n])
 
 
-MEMO_BLOCKS = 1 << 16  # blocks whose chains a BlockChains keeps (LRU): a miss only rehashes
+MEMO_BLOCKS = 1 << 17  # blocks a BlockChains keeps before it starts over (a miss rehashes)
 
 
 class BlockChains:
@@ -136,9 +135,10 @@ class BlockChains:
     hashed once (from the last memoised digest) and memoised in turn.
 
     Invariants: :meth:`page_hashes` returns, bit for bit, :func:`page_hashes` of the
-    prompt's tokens; node ids are never reused, so a node evicted (least recently used,
-    past ``limit``) leaves its descendants unreachable, never wrong; one instance serves
-    one block size (the trace's), any page size dividing it.
+    prompt's tokens; node ids are never reused, so a memo emptied (when it holds more than
+    ``limit`` blocks) only costs rehashing, never a wrong key; one instance serves one
+    block size (the trace's), any page size dividing it. SHA-256 dominates: a plain dict
+    and a wholesale reset cost less per block than least-recently-used bookkeeping.
     """
 
     __slots__ = ("block", "limit", "_memo", "_next", "hashed_pages")
@@ -147,8 +147,10 @@ class BlockChains:
         if block < 1 or limit < 1:
             raise ValueError(f"block ({block}) and limit ({limit}) must be >= 1")
         self.block, self.limit = block, limit
-        # page size -> {(parent node id, block id): [node id, keys, last digest]}
-        self._memo: dict[int, OrderedDict[tuple[int, int], list]] = {}
+        # page size -> {_key(parent node id, block id): (node id, keys, last digest)}:
+        # int keys and tuples of atoms, which the garbage collector stops tracking (the
+        # memo's lists and tuple keys made its collections cost more than hits saved)
+        self._memo: dict[int, dict[int, tuple[int, tuple[str, ...], bytes]]] = {}
         self._next = 1  # node ids; 0 is the empty prefix
         self.hashed_pages = 0  # pages hashed so far (the rest came from the memo)
 
@@ -163,44 +165,57 @@ class BlockChains:
             return None
         memo = self._memo.get(page_size)
         if memo is None:
-            memo = self._memo[page_size] = OrderedDict()
+            memo = self._memo[page_size] = {}
         n_pages = length // page_size
         n_blocks = -(-n_pages // per)  # blocks holding at least one full page
+        last = n_blocks - 1
         out: list[str] = []
         parent, prev, k, node = 0, b"", 0, None
+        get = memo.get
         while k < n_blocks:  # memoised leading blocks
-            key = (parent, ids[k])
-            node = memo.get(key)
-            want = per if k + 1 < n_blocks else n_pages - k * per
-            if node is None or len(node[1]) < want:
+            node = get(parent << 64 | ids[k] & _MASK)
+            if node is None:
                 break
-            memo.move_to_end(key)
-            out.extend(node[1] if want == per else node[1][:want])
+            keys = node[1]
+            if k < last:
+                if len(keys) < per:
+                    break
+                out += keys
+            else:
+                want = n_pages - k * per
+                if len(keys) < want:
+                    break
+                out += keys if want == per else keys[:want]
             parent, prev, node = node[0], node[2], None
             k += 1
         if k == n_blocks:
             return out
         have = 0
         if node is not None:  # block k partly hashed: go on from its last page
-            memo.move_to_end((parent, ids[k]))
             have, prev = len(node[1]), node[2]
-            out.extend(node[1])
+            out += node[1]
         start = k * self.block + have * page_size
         digests = _chain(pack_tokens(tokens(start, n_pages * page_size)), page_size, prev)
         self.hashed_pages += len(digests)
         new = [d.hex() for d in digests]
-        out.extend(new)
+        out += new
+        if len(memo) + n_blocks - k > self.limit:
+            memo.clear()  # start over (class doc)
+        n = len(new)
         lo = 0  # new[lo:] are the pages of blocks k, k + 1, ... from page ``have`` of k
-        while lo < len(new):
+        while lo < n:
             hi = lo + per - have
+            end = hi if hi < n else n
+            key = parent << 64 | ids[k] & _MASK
             if node is not None:  # the partly hashed block: extend it
-                node[1].extend(new[lo:hi])
-                node[2] = digests[min(hi, len(new)) - 1]
+                node_id = node[0]
+                memo[key] = (node_id, node[1] + tuple(new[lo:end]), digests[end - 1])
             else:
-                node = [self._next, new[lo:hi], digests[min(hi, len(new)) - 1]]
+                node_id = self._next
                 self._next += 1
-                memo[(parent, ids[k])] = node
-                if len(memo) > self.limit:
-                    memo.popitem(last=False)
-            parent, node, have, lo, k = node[0], None, 0, hi, k + 1
+                memo[key] = (node_id, tuple(new[lo:end]), digests[end - 1])
+            parent, node, have, lo, k = node_id, None, 0, hi, k + 1
         return out
+
+
+_MASK = (1 << 64) - 1  # a block id as 64 bits beside its parent's node id: one int key
