@@ -189,19 +189,21 @@ class DecodeFolder:
         sample = rt.cost.sample_time(len(contexts))
         taken = env.now  # the driver takes batch C - 1's completion now; C starts
         out: list[FoldedStep] = []
-        make = FoldedStep._make  # a C-level tuple constructor: one per step
+        new = tuple.__new__  # FoldedStep._make without its Python frame: one per step
+        append, works = out.append, rt.cost.decode_works
+        timed, sampled = cpu > 0, sample > 0
         while len(out) < limit:  # in chunks: the horizon often comes first
             chunk = min(limit - len(out), max(16, len(out)))
             # compute_op's sum of layer times, step by step
-            for work in rt.cost.decode_works(contexts, chunk, len(out)):
-                prepared = taken + cpu if cpu > 0 else taken  # the next plan, built now
+            for work in works(contexts, chunk, len(out)):
+                prepared = taken + cpu if timed else taken  # the next plan, built now
                 start = taken
                 compute_end = start + work if work > 0 else start  # a fluid job at rate 1
-                end = compute_end + sample if sample > 0 else compute_end
+                end = compute_end + sample if sampled else compute_end
                 taken = end if end >= prepared else prepared
                 if taken >= horizon:
                     return out
-                out.append(make((work, start, compute_end, end, taken)))
+                append(new(FoldedStep, (work, start, compute_end, end, taken)))
         return out
 
     def _materialize(self, plan: BatchPlan, steps: list[FoldedStep], j: int, t: float
