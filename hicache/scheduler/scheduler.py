@@ -106,7 +106,6 @@ class Scheduler:
         self.finished: list[RequestState] = []
         self._rejected: list[int] = []
         self._now = float("-inf")  # the last step's time
-        self._wait_complete = cache.hicache_storage_prefetch_policy == "wait_complete"
 
     @property
     def tree(self) -> UnifiedRadixTree:
@@ -283,12 +282,9 @@ class Scheduler:
         return self.kv.never_fits(st)
 
     def _admit(self, now: float) -> None:
-        """Admit waiting requests FIFO while the head may go (module doc). Two calls are
-        skipped where they would do nothing: :meth:`L3Prefetcher.on_arrivals` with no
-        request undecided (it walks only those), and :meth:`L3Prefetcher.ready` of a head
-        that waits for its own prefetch under ``wait_complete``: ready says no and changes
-        nothing then (a prefetching request has its job, and its lost-prefix check needs
-        the prefetch done)."""
+        """Admit waiting requests FIFO while the head may go (module doc).
+        :meth:`L3Prefetcher.on_arrivals` is skipped with no request undecided (it walks
+        only those: it would do nothing)."""
         l3 = self.l3
         if l3 is not None and l3.undecided:
             l3.on_arrivals(now)
@@ -297,12 +293,8 @@ class Scheduler:
             st = waiting[0]
             if st.req.arrival > now:
                 break
-            if l3 is not None:
-                if (st.status is Status.PREFETCHING and self._wait_complete
-                        and not st.prefetch_done):
-                    break  # waits for its prefetch: what ready() would say
-                if not l3.ready(st, now):
-                    break
+            if l3 is not None and not l3.ready(st, now):
+                break
             ok = (self.components.start(st) if self.components is not None
                   else self.kv.admit(st))
             if not ok:

@@ -1,8 +1,9 @@
-"""Scheduler._admit skips two L3 calls where they would do nothing: on_arrivals with no
-request undecided, and ready() of a queue head that waits for its own prefetch under
-``wait_complete``. Asked anyway at every skip, each changes nothing (and ready says no);
-under ``timeout`` a prefetching head does go before its prefetch completes, so the rule
-must stay with ``wait_complete``."""
+"""Two L3 short cuts that must do nothing: Scheduler._admit skips on_arrivals with no
+request undecided, and L3Prefetcher.ready answers no at once for a queue head that waits
+for its own prefetch under ``wait_complete`` (``waits_own``). Taken the long way at every
+short cut, each changes nothing (and ready says no); under ``timeout`` a prefetching head
+does go before its prefetch completes, so the short answer must stay with
+``wait_complete``."""
 
 from __future__ import annotations
 
@@ -50,7 +51,11 @@ def test_skipped_l3_calls_would_change_nothing(monkeypatch) -> None:
             if (st.req.arrival <= now and st.status is Status.PREFETCHING
                     and not st.prefetch_done):
                 before = _state(self)
-                assert not l3.ready(st, now), "ready() let a head go before its prefetch"
+                l3.waits_own = False  # the long way
+                try:
+                    assert not l3.ready(st, now), "ready() let a head go before its prefetch"
+                finally:
+                    l3.waits_own = True
                 assert _state(self) == before, "ready() changed something"
                 seen["ready"] += 1
         return admit(self, now)
@@ -63,27 +68,27 @@ def test_skipped_l3_calls_would_change_nothing(monkeypatch) -> None:
 
 
 def test_asking_ready_every_time_changes_nothing(monkeypatch) -> None:
-    """The same run with ready() asked of every head (the skip off): the same decisions,
-    records and timelines."""
+    """The same run with ready()'s short answer off: the same decisions, records and
+    timelines."""
     def observed(res):  # noqa: ANN001, ANN202
         rows = [sorted(rep.timeline.as_tuples()) for rep in res.replicas]
         return res.decisions, res.records, res.sim_time, rows
 
     sc = _scenario("wait_complete")
     skipping = observed(simulate(sc, name="L1+L2+L3", progress=False))
-    init = Scheduler.__init__
+    init = L3Prefetcher.__init__
 
     def asking(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
         init(self, *args, **kwargs)
-        self._wait_complete = False  # what the skip reads: off, ready() decides alone
+        self.waits_own = False  # the short answer off: ready() takes the long way
 
-    monkeypatch.setattr(Scheduler, "__init__", asking)
+    monkeypatch.setattr(L3Prefetcher, "__init__", asking)
     assert observed(simulate(sc, name="L1+L2+L3", progress=False)) == skipping
 
 
 def test_timeout_lets_a_prefetching_head_go(monkeypatch) -> None:
-    """The skip is wait_complete's alone: under timeout, ready() admits heads whose
-    prefetch is still running (a skip there would hold them)."""
+    """The short answer is wait_complete's alone: under timeout, ready() admits heads
+    whose prefetch is still running (a short no there would hold them)."""
     went: list[bool] = []
     ready = L3Prefetcher.ready
 
