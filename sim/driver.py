@@ -47,7 +47,7 @@ from sim.hardware.model import ModelPreset
 from sim.hardware.profile import HardwareProfile, load_profile
 from sim.l3 import L3Store
 from sim.runtime import SimRuntime
-from sim.shared import share_runtime
+from sim.shared import SimTenantRuntime, share_runtime
 
 
 @dataclass
@@ -307,7 +307,7 @@ class _Feed:
         replicas: ``any_of`` its completion event and a fresh kick (an arrival wakes only
         the replica it was routed to)."""
         done = rt.completion_event()
-        if isinstance(rt, SimRuntime):
+        if not isinstance(rt, SimTenantRuntime):
             self.kick[i] = done
             return done
         self.kick[i] = self.env.event()
