@@ -287,12 +287,15 @@ class CostModel:
         out = []
         if kinds == ["full"]:  # the loop below for its common case, one kind: the same floats
             _, flops, nbytes, kv = terms[0]
-            total, rest = below[-1], len(layer_kinds) - 1
-            for k in range(first, first + steps):
-                pairs = total + k * n + n  # sum of (c + k + 1)
-                t = max((flops + per_pair * float(pairs)) / flops_per_s,
-                        (nbytes + (pairs + n) * kv) / hbm) + launch + allreduce
-                out.append(sum([t] * rest, t + head))  # sum adds in order from its start
+            rest = len(layer_kinds) - 1
+            append = out.append
+            pairs = below[-1] + first * n + n  # sum of (c + k + 1) at step k = first
+            for _ in range(steps):
+                a = (flops + per_pair * float(pairs)) / flops_per_s
+                b = (nbytes + (pairs + n) * kv) / hbm
+                t = (b if b > a else a) + launch + allreduce  # max(a, b), as max picks
+                append(sum([t] * rest, t + head))  # sum adds in order from its start
+                pairs += n
             return out
         for k in range(first, first + steps):
             per_kind = {}

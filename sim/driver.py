@@ -47,7 +47,7 @@ from sim.hardware.model import ModelPreset
 from sim.hardware.profile import HardwareProfile, load_profile
 from sim.l3 import L3Store
 from sim.runtime import SimRuntime
-from sim.shared import share_runtime
+from sim.shared import SimTenantRuntime, share_runtime
 
 
 @dataclass
@@ -300,10 +300,18 @@ class _Feed:
             return self.until
         return min(self.pending[0][0], self.until)
 
-    def new_kick(self, i: int) -> simpy.Event:
-        """A fresh event that replica ``i``'s next routed arrival fires."""
+    def wake(self, i: int, rt: Any) -> simpy.Event:
+        """One event that replica ``i``'s next completion or next routed arrival fires.
+        A runtime of its own: the runtime's completion event, which the arrival fires too
+        (one SimPy event per wait, not a Condition over two). A runtime shared with other
+        replicas: ``any_of`` its completion event and a fresh kick (an arrival wakes only
+        the replica it was routed to)."""
+        done = rt.completion_event()
+        if not isinstance(rt, SimTenantRuntime):
+            self.kick[i] = done
+            return done
         self.kick[i] = self.env.event()
-        return self.kick[i]
+        return self.env.any_of([done, self.kick[i]])
 
     def route(self):  # noqa: ANN201 - a simpy process
         env = self.env
@@ -348,10 +356,12 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa:
             limit = folder.steps_allowed(step.plans) if folder is not None else 0
             if limit:
                 yield from folder.run(step.plans[0], limit, lambda: bool(feed.inbox[i]),
-                                      lambda: feed.new_kick(i))
+                                      lambda: feed.wake(i, rt))
                 folded = True
                 break
-            cost = cpu + sum(ipc.plan(len(p.slices)) for p in step.plans)
+            # in process, the plans cross nothing (CrossingCost.plan: 0.0, cpu + 0.0 == cpu)
+            cost = (cpu + sum(ipc.plan(len(p.slices)) for p in step.plans) if ipc.process
+                    else cpu)
             if cost > 0:  # driver-thread time: in line with the runtime calls' (sim.host)
                 yield rt.host_lane.run(cost)
             for plan in step.plans:
@@ -366,8 +376,8 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa:
             observe(i, rep)
         if folded or feed.inbox[i]:
             continue
-        waits = [rt.completion_event(), feed.new_kick(i)]
+        wake = feed.wake(i, rt)
         deadline = sched.next_deadline(env.now)
         if deadline is not None:
-            waits.append(env.timeout(deadline - env.now))
-        yield env.any_of(waits)
+            wake = env.any_of([wake, env.timeout(deadline - env.now)])
+        yield wake

@@ -110,10 +110,10 @@ class DecodeFolder:
         return steps if steps >= MIN_STEPS else 0
 
     def run(self, plan: BatchPlan, limit: int, inbox: Callable[[], bool],
-            kick: Callable[[], simpy.Event]) -> Proc:
+            wake: Callable[[], simpy.Event]) -> Proc:
         """Driver-process body for a fold that starts with ``plan`` (at most ``limit``
         steps); returns with the driver due at the top of its loop. ``inbox()``: arrivals
-        wait; ``kick()``: a fresh event the next arrival fires."""
+        wait; ``wake()``: an event the next completion or routed arrival fires."""
         env, rt = self.env, self.rt
         if self.cpu > 0:
             yield rt.host_lane.run(self.cpu)
@@ -121,7 +121,7 @@ class DecodeFolder:
         if freed:  # here, as unfolded (prepare applies them first); its compute may fold
             rt.apply_frees(plan)
         if not inbox():
-            yield env.any_of([rt.completion_event(), kick()])
+            yield env.any_of([wake()])  # a hop after it: the compute stream idles first
         steps = self._schedule(plan, limit) if not inbox() and self._quiet() else []
         if len(steps) < MIN_STEPS:  # no fold: C runs as unfolded, prepared a bit later
             self._start(replace(plan, frees=(), releases=()) if freed else plan)
@@ -130,7 +130,7 @@ class DecodeFolder:
         self.beside_l3 += rt.fluid.kinds.get("l3", 0) > 0
         rt.fluid.expect(self._changes(plan, steps))
         timer = env.timeout(exact_delay(env.now, steps[-1].taken))
-        yield env.any_of([timer, kick(), rt.completion_event()])
+        yield env.any_of([timer, wake()])
         t = env.now
         if t < steps[-1].taken:
             self.interrupted += 1
@@ -189,19 +189,21 @@ class DecodeFolder:
         sample = rt.cost.sample_time(len(contexts))
         taken = env.now  # the driver takes batch C - 1's completion now; C starts
         out: list[FoldedStep] = []
-        make = FoldedStep._make  # a C-level tuple constructor: one per step
+        new = tuple.__new__  # FoldedStep._make without its Python frame: one per step
+        append, works = out.append, rt.cost.decode_works
+        timed, sampled = cpu > 0, sample > 0
         while len(out) < limit:  # in chunks: the horizon often comes first
             chunk = min(limit - len(out), max(16, len(out)))
             # compute_op's sum of layer times, step by step
-            for work in rt.cost.decode_works(contexts, chunk, len(out)):
-                prepared = taken + cpu if cpu > 0 else taken  # the next plan, built now
+            for work in works(contexts, chunk, len(out)):
+                prepared = taken + cpu if timed else taken  # the next plan, built now
                 start = taken
                 compute_end = start + work if work > 0 else start  # a fluid job at rate 1
-                end = compute_end + sample if sample > 0 else compute_end
+                end = compute_end + sample if sampled else compute_end
                 taken = end if end >= prepared else prepared
                 if taken >= horizon:
                     return out
-                out.append(make((work, start, compute_end, end, taken)))
+                append(new(FoldedStep, (work, start, compute_end, end, taken)))
         return out
 
     def _materialize(self, plan: BatchPlan, steps: list[FoldedStep], j: int, t: float

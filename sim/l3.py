@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from itertools import cycle, filterfalse, islice, takewhile
 from typing import TYPE_CHECKING
 
 import simpy
@@ -133,10 +134,7 @@ class L3Store:
 
     def count_hits(self, keys: Sequence[str]) -> int:
         """Consecutive hits from the start of ``keys`` (no time passes)."""
-        for i, key in enumerate(keys):
-            if key not in self.keys:
-                return i
-        return len(keys)
+        return len(list(takewhile(self.keys.__contains__, keys)))
 
     def truth_hits(self, keys: Sequence[str]) -> tuple[int, int | None]:
         """Consecutive hits a store without faults would report (lost keys count), and the
@@ -160,7 +158,7 @@ class L3Store:
     def insert(self, keys: Iterable[str], size: int) -> int:
         """Place the keys not yet present on live nodes (round-robin); returns how many
         were written. Raises :class:`NoLiveNode` when every node is down."""
-        new = [k for k in dict.fromkeys(keys) if k not in self.keys]
+        new = list(filterfalse(self.keys.__contains__, dict.fromkeys(keys)))
         if new and not self.live_nodes:
             raise NoLiveNode(f"L3 {self.name!r}: all {self.nodes} nodes are down")
         if size > self.node_capacity:
@@ -168,6 +166,21 @@ class L3Store:
         limit = self.capacity - size  # the live nodes do not change while this runs
         keys, lost = self.keys, self.lost
         nodes, spread = self.nodes, not self.down_nodes  # every node live: _place's turn
+        n = len(new)
+        if (spread and n and type(size) is int and type(self.used) is int
+                and self.used + (n - 1) * size <= limit):
+            # no key's turn evicts (integer bytes: the sums are exact): place them all
+            # round-robin in one go, as the loop below would
+            turn = self._next_node % nodes
+            places = [(size, node) for node in range(nodes)]
+            keys.update(zip(new, islice(cycle(places[turn:] + places[:turn]), n), strict=True))
+            self._next_node += n
+            self.used += n * size
+            if lost:
+                for key in new:
+                    lost.pop(key, None)
+            self.bytes_written += n * size
+            return n
         for key in new:
             if self.used > limit:
                 self._evict(limit)

@@ -67,6 +67,11 @@ class PagePool:
                              "allocated")
         self._ids.give_runs(runs, checked=True)  # bad_runs (or the caller) found nothing
 
+    def bad_runs(self, runs: Sequence[Run]) -> int | None:
+        """A page of ``runs`` ``(start, length)`` that is not allocated or is listed twice,
+        else None (what :meth:`free_runs` refuses)."""
+        return self._ids.bad_runs(runs)
+
     def unallocated_in(self, start: int, n: int) -> int | None:
         """The first page of ``start .. start + n - 1`` that is not allocated, else None."""
         return self._ids.unused_in(start, n)

@@ -96,8 +96,10 @@ class RequestRow:
     def prepared_slice(self) -> PreparedSlice:
         """What a prepare hands back for a slice of this request that loaded nothing and
         keeps no other state: one immutable value per extent, shared while it holds."""
-        ext = self.extent()
         ps = self._slice
+        if ps is not None and ps.kv is self._extent:  # the extent cached is current
+            return ps
+        ext = self.extent()
         if ps is None or ps.kv is not ext:
             ps = self._slice = PreparedSlice(self.rid, self.handle, ext, ())
         return ps

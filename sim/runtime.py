@@ -181,11 +181,14 @@ class SimRuntime:
         loads: list[tuple[Kind, list[int], list[int]]] = []  # (pool, src, dst)
         # a later slice (it loads nothing; most slices: decode steps) takes the short path
         short = not self.state.active
-        cont, first = self._continue_slice, self._prepare_slice
-        slices = tuple([cont(s, row, new, st) if short and row is not None
-                        else first(s, st, loads)
-                        for s, row, new in zip(plan.slices, checked.rows, checked.new,
-                                               strict=True)])
+        if short and not checked.firsts:  # later slices only: _continue_slice, in line
+            slices = self._continue_slices(plan, checked, st)
+        else:
+            cont, first = self._continue_slice, self._prepare_slice
+            slices = tuple([cont(s, row, new, st) if short and row is not None
+                            else first(s, st, loads)
+                            for s, row, new in zip(plan.slices, checked.rows, checked.new,
+                                                   strict=True)])
         st.finished = tuple([s.rid for s in plan.slices if s.finishes])
         st.load_groups = self._load_groups(loads)
         self.host_lane.prepare(st, len(plan.slices),
@@ -271,9 +274,13 @@ class SimRuntime:
 
     # ---- driver and ops helpers -------------------------------------------------------
     def completion_event(self) -> simpy.Event:
-        """An event that fires when the next completion arrives (at once if one is queued)."""
+        """An event that fires when the next completion arrives (at once if one is queued).
+        A driver may fire it early (an arrival wakes it, sim.driver); a fired one is
+        replaced, so a later wait blocks again."""
         if self._completions:
             return self.env.event().succeed()
+        if self._wake.triggered:
+            self._wake = self.env.event()
         return self._wake
 
     def complete(self, completion: Completion) -> None:
@@ -286,7 +293,8 @@ class SimRuntime:
                                      decode)
         self._completions.append(completion)
         wake, self._wake = self._wake, self.env.event()
-        wake.succeed()
+        if not wake.triggered:  # an arrival may have fired it (sim.driver _Feed.wake)
+            wake.succeed()
 
     def pending_events(self, extent: CacheExtentRef) -> list[simpy.Event]:
         pending = self._pending.get(extent.pool)
@@ -386,6 +394,25 @@ class SimRuntime:
             st.decodes.extend([s.context_tokens] * s.new_tokens)
         return row.prepared_slice()
 
+    def _continue_slices(self, plan: BatchPlan, checked: validate.Checked, st: BatchState
+                         ) -> tuple[PreparedSlice, ...]:
+        """:meth:`_continue_slice` of every slice of ``plan`` (later slices only, no state
+        pools), in one loop: the same pages, shapes and prepared slices."""
+        allocate = self.device[Kind.FULL].allocate
+        prefills, decodes, decode = st.prefills, st.decodes, Phase.DECODE
+        out = []
+        for s, row, new in zip(plan.slices, checked.rows, checked.new, strict=True):
+            if new:
+                row.append(allocate(new), own=True)
+            if s.phase is not decode:
+                prefills.append((s.new_tokens, s.context_tokens))
+            elif s.new_tokens == 1:
+                decodes.append(s.context_tokens)
+            else:
+                decodes.extend([s.context_tokens] * s.new_tokens)
+            out.append(row.prepared_slice())
+        return tuple(out)
+
     def _calls(self, pool: Kind, src: list[int], dst: list[int], layers: range,
                host: list[int]) -> int:
         """Copy calls of one op moving ``src`` -> ``dst`` over ``layers`` (sim.host);
@@ -414,11 +441,17 @@ class SimRuntime:
                 nbytes += self.bytes_per_page[pool] * len(src)
                 calls += self._calls(pool, src, dst, range(layers), src)  # src lives in L2
             return [LoadGroup(range(layers), nbytes, calls)]
-        nbytes_at, calls_at = [0] * layers, [0] * layers
+        # per pool, the pages and one-layer calls of its loads, summed: a layer's bytes are
+        # its per-page bytes times the pages (integers: the same as load by load)
+        pages: dict[Kind, int] = {}
+        calls: dict[Kind, int] = {}
         for pool, src, dst in loads:
-            per_layer, n = self.layer_bytes[pool], len(src)
-            one = self._calls_touching(pool, src, dst, src, 1)  # a layer's op: src in L2
-            for i, b in enumerate(per_layer):
+            pages[pool] = pages.get(pool, 0) + len(src)
+            calls[pool] = calls.get(pool, 0) + self._calls_touching(pool, src, dst, src, 1)
+        nbytes_at, calls_at = [0] * layers, [0] * layers
+        for pool, n in pages.items():
+            one = calls[pool]
+            for i, b in enumerate(self.layer_bytes[pool]):
                 if b:
                     nbytes_at[i] += b * n
                     calls_at[i] += one

@@ -39,7 +39,9 @@ class Stream:
     def _run(self, prev: simpy.Event, waits: tuple[simpy.Event, ...],
              body: OpBody) -> Generator[simpy.Event, Any, Any]:
         yield prev
-        if waits:
+        if len(waits) == 1:  # the event itself: one SimPy event less than all_of's
+            yield waits[0]
+        elif waits:
             yield self.env.all_of(waits)
         return (yield from body())
 

@@ -75,20 +75,21 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Checked:
     """Reject stale or misplaced handles and slices whose context their pages do not
     hold, before anything changes; return what each release will free (prepare frees
     exactly that) and each slice's row and new pages (:class:`Checked`)."""
-    seen: set[int] = set()
-    rows, generation, page = rt.rows, rt.generation, rt.page_size
+    rows, page = rt.rows, rt.page_size
     slice_rows: list[RequestRow | None] = []
     new: list[int] = []
     add_row, add_new = slice_rows.append, new.append
     firsts = 0
-    for s in plan.slices:
-        if s.rid in seen:
-            raise ValueError(f"request {s.rid} appears twice in batch {plan.batch_id}")
-        seen.add(s.rid)
+    slices = plan.slices
+    if len({s.rid for s in slices}) != len(slices):
+        _twice(slices, plan.batch_id)
+    for s in slices:
         h = s.request
         if h is not None:
+            # the very handle of an open row is current: rows hold their generation's
+            # handles only (restart empties them)
             row = rows.get(h.slot_id)
-            if row is None or row.handle is not h or h.generation != generation:
+            if row is None or row.handle is not h:
                 row = row_of(rt, h, f"request {s.rid}")  # the full check (raises if stale)
             if row.rid != s.rid:
                 raise ValueError(f"request {s.rid}: its handle is request {row.rid}'s")
@@ -140,6 +141,15 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Checked:
             released[rel.request.slot_id] = _check_release(rt, rel)
     _check_frees(rt, plan, released)
     return Checked(released, slice_rows, new, firsts)
+
+
+def _twice(slices: tuple[RequestSlice, ...], batch_id: int) -> None:
+    """Raise for the first slice whose request an earlier slice has (there is one)."""
+    seen: set[int] = set()
+    for s in slices:
+        if s.rid in seen:
+            raise ValueError(f"request {s.rid} appears twice in batch {batch_id}")
+        seen.add(s.rid)
 
 
 def _check_release(rt: SimRuntime, rel: Release) -> list[Run]:
@@ -215,7 +225,10 @@ def _check_frees(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
             (r.first_page, r.page_count) for r in ext.page_runs)
     for (tier, pool), spans in freed.items():
         pages_pool = rt.tier(tier)[pool]
-        for s, n, source in spans:
+        # one pass over the runs finds whether any page is unallocated or freed twice; only
+        # then are they walked again below, for the message that names the culprit
+        clean = pages_pool.bad_runs([(s, n) for s, n, _ in spans]) is None
+        for s, n, source in () if clean else spans:
             p = pages_pool.unallocated_in(s, n)
             if p is not None:
                 raise ValueError(f"{what(source)}: {tier.value} page {p} of pool '{pool}' is "
@@ -227,7 +240,7 @@ def _check_frees(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
                 p, source = hit
                 raise ValueError(f"{what(source)}: plan frees {tier.value} page {p} that its "
                                  "own backups or stores read")
-        if len(spans) > 1:
+        if len(spans) > 1 and not clean:
             ordered = sorted(spans)
             for (s0, n0, _), (s1, _, source) in zip(ordered, ordered[1:], strict=False):
                 if s1 < s0 + n0:
@@ -257,9 +270,11 @@ def new_pages(rt: SimRuntime, s: RequestSlice, existing: int) -> int:
 
 
 def check_capacity(rt: SimRuntime, plan: BatchPlan, checked: Checked) -> None:
+    state = rt.state.active
+    if not (state or checked.firsts or plan.backups or plan.prefetches or any(checked.new)):
+        return  # later slices needing no page, no copy into L2: nothing is allocated
     need_device: dict[Kind, int] = {Kind.FULL: sum(checked.new)}
     need_host: dict[Kind, int] = {}
-    state = rt.state.active
     released = checked.released
     # without state pools only first slices need more than their new FULL pages
     for s, row, new in (zip(plan.slices, checked.rows, checked.new, strict=True)

@@ -53,6 +53,7 @@ class PlanBuilder:
         self._frees: list[CacheExtentRef] = []
         self._releases: list[Release] = []
         self.inflight: dict[int, BatchPlan] = {}
+        self._computing = 0  # plans in inflight with slices (compute_inflight)
 
     # -- IntentSink ------------------------------------------------------------------
     def next_job_id(self) -> int:
@@ -85,6 +86,7 @@ class PlanBuilder:
         :meth:`complete`."""
         if slices:
             self._batch_id += 1
+            self._computing += 1
             bid = self._batch_id
         else:
             self._cache_plan_id -= 1
@@ -102,8 +104,13 @@ class PlanBuilder:
         self._batch_id += n
 
     def complete(self, batch_id: int) -> BatchPlan:
-        return self.inflight.pop(batch_id)
+        plan = self.inflight.pop(batch_id)
+        if plan.slices:
+            self._computing -= 1
+        return plan
 
     def compute_inflight(self) -> int:
-        """Plans with compute in flight; cache-only plans do not hold the pipeline."""
-        return sum(1 for p in self.inflight.values() if p.slices)
+        """Plans with compute in flight; cache-only plans do not hold the pipeline.
+        Counted as plans enter and leave :attr:`inflight` (only :meth:`build` and
+        :meth:`complete` change it), not by a walk of it."""
+        return self._computing

@@ -65,6 +65,8 @@ class L3Prefetcher:
         self.undecided: deque[RequestState] = deque()
         self.reserved = 0  # L2 pages reserved by prefetches in flight
         self.threshold_pages = self.cache.prefetch_threshold_pages
+        # ready()'s short answer for a head waiting for its own prefetch (see there)
+        self.waits_own = self.cache.hicache_storage_prefetch_policy == "wait_complete"
 
     def _share_left(self) -> int:
         return int(self.budget.host_total * self.share) - self.reserved
@@ -115,7 +117,12 @@ class L3Prefetcher:
         self.start(st, self.tree.match(st.pages, touch=False, memo=True), whole=True)
 
     def ready(self, st: RequestState, now: float) -> bool:
-        """At the queue head: may ``st`` be admitted now (its stop policy says go)?"""
+        """At the queue head: may ``st`` be admitted now (its stop policy says go)?
+        Under ``wait_complete`` a head whose own prefetch runs gets no at once: the steps
+        below would change nothing and say no (it has its job, and a lost prefix needs
+        the prefetch done)."""
+        if self.waits_own and st.status is Status.PREFETCHING and not st.prefetch_done:
+            return False
         if self.skip_over_share and st.prefetch_job is None:
             self._start_or_skip(st)  # not seen on arrival: decided as one
         if st.prefetch_job is None or self._lost_prefix(st):

@@ -138,20 +138,26 @@ class Scheduler:
                 plans.append(plan)
         if not plans and self.plans.has_pending:
             plans.append(self.plans.build())  # move or free cache with no compute
-        rejected, self._rejected = tuple(self._rejected), []
+        rejected: tuple[int, ...] = ()
+        if self._rejected:
+            rejected, self._rejected = tuple(self._rejected), []
         return StepResult(tuple(plans), tuple(finished), rejected)
 
     def prepared(self, handle: PreparedBatchHandle) -> None:
         """The runtime prepared a plan: learn request handles, KV and L2 extents."""
         plan = self.plans.inflight[handle.batch_id]
         requests, components = self.requests, self.components
-        for ps, sl in zip(handle.slices, plan.slices, strict=True):
-            st = requests[ps.rid]
-            st.handle, st.kv = ps.request, ps.kv
-            if components is not None:
+        if components is None:
+            for ps, sl in zip(handle.slices, plan.slices, strict=True):
+                st = requests[ps.rid]
+                st.handle, st.kv = ps.request, ps.kv
+                if sl.loads:
+                    self.kv.loaded(st, ps.loaded)
+        else:
+            for ps, sl in zip(handle.slices, plan.slices, strict=True):
+                st = requests[ps.rid]
+                st.handle, st.kv = ps.request, ps.kv
                 components.prepared(st, sl, ps)
-            elif sl.loads:
-                self.kv.loaded(st, ps.loaded)
         for intent, host in zip(plan.backups, handle.backups, strict=True):
             self.kv.backup_placed(intent.job_id, host)
 
@@ -181,13 +187,14 @@ class Scheduler:
         ``BatchCompletion`` in and one decode plan out, and nothing else changes: what
         :meth:`fold_decode` applies at once."""
         inflight = self.plans.inflight
-        if (not self.cfg.overlap or self.components is not None or not self._queue_still()
-                or self.plans.has_pending or len(inflight) != 2
-                or inflight.get(plan.batch_id) is not plan):
+        if (not self.cfg.overlap or self.components is not None or self.plans.has_pending
+                or len(inflight) != 2 or inflight.get(plan.batch_id) is not plan):
             return 0
         prev = inflight.get(plan.batch_id - 1)
+        # the cheap tests first: each is a pure test, so their order changes no answer
         if (prev is None or not plan.slices or plan.backups or plan.stores or plan.prefetches
-                or len(plan.slices) != len(self.running) or not _same_decode(prev, plan)):
+                or len(plan.slices) != len(self.running) or not self._queue_still()
+                or not _same_decode(prev, plan)):
             return 0
         # plan's requests are the running ones: as many, each planned from one of them
         return min(st.req.output_len - st.decode_planned for st in self.running)
@@ -275,13 +282,18 @@ class Scheduler:
         return self.kv.never_fits(st)
 
     def _admit(self, now: float) -> None:
-        if self.l3 is not None:
-            self.l3.on_arrivals(now)
-        while self.waiting and len(self.running) < self.cfg.max_running_requests:
-            st = self.waiting[0]
+        """Admit waiting requests FIFO while the head may go (module doc).
+        :meth:`L3Prefetcher.on_arrivals` is skipped with no request undecided (it walks
+        only those: it would do nothing)."""
+        l3 = self.l3
+        if l3 is not None and l3.undecided:
+            l3.on_arrivals(now)
+        waiting, running = self.waiting, self.running
+        while waiting and len(running) < self.cfg.max_running_requests:
+            st = waiting[0]
             if st.req.arrival > now:
                 break
-            if self.l3 is not None and not self.l3.ready(st, now):
+            if l3 is not None and not l3.ready(st, now):
                 break
             ok = (self.components.start(st) if self.components is not None
                   else self.kv.admit(st))
@@ -321,15 +333,16 @@ class Scheduler:
             self._prefilling = [st for st in self._prefilling
                                 if st.prefill_planned < st.prompt_len - st.prefix_tokens]
         else:
+            add, make = slices.append, decode_slice
             for st in self.running:
                 last = st.req.output_len - 1
                 planned = st.decode_planned
-                if (planned >= last or st.handle is None
+                handle = st.handle
+                if (planned >= last or handle is None
                         or st.prefill_planned < st.prompt_len - st.prefix_tokens):
                     continue
                 st.decode_planned = planned = planned + 1
-                slices.append(decode_slice(st.rid, st.prompt_len + planned - 1, st.handle,
-                                           planned >= last))
+                add(make(st.rid, st.prompt_len + planned - 1, handle, planned >= last))
         if not slices:
             return None
         return self.plans.build(tuple(slices))

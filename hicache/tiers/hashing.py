@@ -6,12 +6,17 @@ prefix for the first page of a sequence, rendered as 64 lowercase hex characters
 Invariants: a key depends on the page's tokens *and* on every token before it (the chain);
 keys are identical across processes and machines (hashlib only, fixed byte order, never
 Python's ``hash()``); only full pages get keys (a partial tail page has none).
+
+SHA-256 itself is most of the cost (about 0.8 us a page here; Python's overhead around it
+is small), so what saves time is hashing fewer pages: a sequence keeps its own chain
+(:class:`PageHasher`, conversations' buffers) and block prompts share theirs through a
+:class:`BlockChains` memo (Mooncake traces: turns repeat their conversation's blocks).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from hicache.tree.pagekeys import pack_tokens
 
@@ -113,3 +118,104 @@ class PageHasher:
         if n > len(self._keys):
             raise ValueError(f"only {self.hashed_tokens} tokens hashed, asked for {num_tokens}")
         return tuple(self._keys[:n])
+
+
+MEMO_BLOCKS = 1 << 17  # blocks a BlockChains keeps before it starts over (a miss rehashes)
+
+
+class BlockChains:
+    """The page-hash chains of block prompts (:class:`hicache.workload.tokens.BlockTokens`:
+    block ``k`` with id ``h`` holds the tokens ``h * block + j``), memoised per block.
+
+    Block ``k``'s pages, hence their keys, follow from the chain before it and its own id:
+    the memo maps (the node of blocks ``0..k-1``, id of block ``k``) to a node holding the
+    keys of that block's pages hashed so far (all of them, or the full pages of a
+    prompt's partial last block, extended when a longer prompt asks) and its last digest.
+    A prompt's keys are then its memoised leading blocks' keys, plus the pages past them
+    hashed once (from the last memoised digest) and memoised in turn.
+
+    Invariants: :meth:`page_hashes` returns, bit for bit, :func:`page_hashes` of the
+    prompt's tokens; node ids are never reused, so a memo emptied (when it holds more than
+    ``limit`` blocks) only costs rehashing, never a wrong key; one instance serves one
+    block size (the trace's), any page size dividing it. SHA-256 dominates: a plain dict
+    and a wholesale reset cost less per block than least-recently-used bookkeeping.
+    """
+
+    __slots__ = ("block", "limit", "_memo", "_next", "hashed_pages")
+
+    def __init__(self, block: int, limit: int = MEMO_BLOCKS) -> None:
+        if block < 1 or limit < 1:
+            raise ValueError(f"block ({block}) and limit ({limit}) must be >= 1")
+        self.block, self.limit = block, limit
+        # page size -> {_key(parent node id, block id): (node id, keys, last digest)}:
+        # int keys and tuples of atoms, which the garbage collector stops tracking (the
+        # memo's lists and tuple keys made its collections cost more than hits saved)
+        self._memo: dict[int, dict[int, tuple[int, tuple[str, ...], bytes]]] = {}
+        self._next = 1  # node ids; 0 is the empty prefix
+        self.hashed_pages = 0  # pages hashed so far (the rest came from the memo)
+
+    def page_hashes(self, ids: Sequence[int], length: int, page_size: int,
+                    tokens: Callable[[int, int], Sequence[int]]) -> list[str] | None:
+        """Keys of the full pages of the ``length``-token prompt of block ids ``ids``
+        (a new list); ``tokens(start, stop)`` gives its tokens ``start:stop``. None when
+        ``page_size`` does not divide the block (pages would straddle blocks)."""
+        _check_page_size(page_size)
+        per, rem = divmod(self.block, page_size)
+        if rem:
+            return None
+        memo = self._memo.get(page_size)
+        if memo is None:
+            memo = self._memo[page_size] = {}
+        n_pages = length // page_size
+        n_blocks = -(-n_pages // per)  # blocks holding at least one full page
+        last = n_blocks - 1
+        out: list[str] = []
+        parent, prev, k, node = 0, b"", 0, None
+        get = memo.get
+        while k < n_blocks:  # memoised leading blocks
+            node = get(parent << 64 | ids[k] & _MASK)
+            if node is None:
+                break
+            keys = node[1]
+            if k < last:
+                if len(keys) < per:
+                    break
+                out += keys
+            else:
+                want = n_pages - k * per
+                if len(keys) < want:
+                    break
+                out += keys if want == per else keys[:want]
+            parent, prev, node = node[0], node[2], None
+            k += 1
+        if k == n_blocks:
+            return out
+        have = 0
+        if node is not None:  # block k partly hashed: go on from its last page
+            have, prev = len(node[1]), node[2]
+            out += node[1]
+        start = k * self.block + have * page_size
+        digests = _chain(pack_tokens(tokens(start, n_pages * page_size)), page_size, prev)
+        self.hashed_pages += len(digests)
+        new = [d.hex() for d in digests]
+        out += new
+        if len(memo) + n_blocks - k > self.limit:
+            memo.clear()  # start over (class doc)
+        n = len(new)
+        lo = 0  # new[lo:] are the pages of blocks k, k + 1, ... from page ``have`` of k
+        while lo < n:
+            hi = lo + per - have
+            end = hi if hi < n else n
+            key = parent << 64 | ids[k] & _MASK
+            if node is not None:  # the partly hashed block: extend it
+                node_id = node[0]
+                memo[key] = (node_id, node[1] + tuple(new[lo:end]), digests[end - 1])
+            else:
+                node_id = self._next
+                self._next += 1
+                memo[key] = (node_id, tuple(new[lo:end]), digests[end - 1])
+            parent, node, have, lo, k = node_id, None, 0, hi, k + 1
+        return out
+
+
+_MASK = (1 << 64) - 1  # a block id as 64 bits beside its parent's node id: one int key

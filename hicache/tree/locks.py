@@ -87,7 +87,7 @@ class LockTable:
         h.released = True
         self.tree.changes += 1
         del self.live[h.id]
-        residency = self.tree.residency
+        residency, hid = self.tree.residency, h.id
         for node, key in h.entries:
             count = node.locks[key] - 1
             if count < 0:
@@ -96,9 +96,8 @@ class LockTable:
                 node.locks[key] = count
             else:
                 del node.locks[key]
-                residency.unlocked(node)
-        for node, _ in h.entries:
-            node.lock_handles.discard(h.id)
+                residency.unlocked(node)  # reads no lock_handles: discarded in this loop
+            node.lock_handles.discard(hid)
 
     def on_split(self, tail: Node, head: Node) -> None:
         for hid in list(tail.lock_handles):

@@ -7,7 +7,9 @@ Invariants:
   2**63 and fit ``array('q')``. Draws come only from the ``random.Random`` passed in.
 - :class:`BlockTokens` is a Mooncake-style prompt: block ``k`` with hash id ``b`` holds
   tokens ``b * block + j`` for ``j`` in ``0..block-1``; only the last block may be partial.
-  Two prompts sharing hash id ``b`` at block ``k`` therefore share those tokens.
+  Two prompts sharing hash id ``b`` at block ``k`` therefore share those tokens. Prompts
+  built with one :class:`hicache.tiers.hashing.BlockChains` (a trace's) share its memo of
+  page-hash chains: a block hashed for one is not hashed again for another.
 - :class:`ConcatTokens` is ``prefix + suffix`` without copying the shared prefix.
 
 Slicing any of them returns an ``array('q')`` (like :class:`TokenView`); slicing is cheap
@@ -20,7 +22,10 @@ import random
 import sys
 from array import array
 from collections.abc import Iterator, Sequence
-from typing import overload
+from typing import TYPE_CHECKING, overload
+
+if TYPE_CHECKING:
+    from hicache.tiers.hashing import BlockChains
 
 NAMESPACE_BITS = 32
 MAX_NAMESPACE = 2**30  # (ns + 2) << 32 stays below 2**63
@@ -82,18 +87,23 @@ class LazyTokens(Sequence[int]):
 
 
 class BlockTokens(LazyTokens):
-    """Prompt of ``length`` tokens built lazily from per-block hash ids."""
+    """Prompt of ``length`` tokens built lazily from per-block hash ids; ``chains``: the
+    page-hash memo it shares with the other prompts of its trace (its block size)."""
 
-    __slots__ = ("_ids", "_len", "_block", "_keys")
+    __slots__ = ("_ids", "_len", "_block", "_keys", "_chains")
 
-    def __init__(self, hash_ids: array, length: int, block: int = 512) -> None:
+    def __init__(self, hash_ids: array, length: int, block: int = 512,
+                 chains: BlockChains | None = None) -> None:
         n = len(hash_ids)
         if block <= 0 or length < 0 or n != -(-length // block):
             raise ValueError(f"{n} blocks of {block} cannot hold exactly {length} tokens")
+        if chains is not None and chains.block != block:
+            raise ValueError(f"a memo of {chains.block}-token blocks for blocks of {block}")
         self._ids = hash_ids
         self._len = length
         self._block = block
         self._keys: tuple[int, list[int]] | None = None  # (page size, keys): built once
+        self._chains = chains
 
     @property
     def hash_ids(self) -> array:
@@ -138,6 +148,14 @@ class BlockTokens(LazyTokens):
         keys = starts.ravel()[:n_pages].tolist()
         self._keys = (page_size, keys)
         return keys
+
+    def page_hashes(self, page_size: int) -> list[str] | None:
+        """The page-hash chain of the full pages (:func:`hicache.tiers.hashing.
+        page_hashes`), from the shared memo; None without one, or when pages would
+        straddle blocks."""
+        if self._chains is None:
+            return None
+        return self._chains.page_hashes(self._ids, self._len, page_size, self._range)
 
     def __iter__(self) -> Iterator[int]:
         b = self._block

@@ -11,7 +11,8 @@ request's order in the file from 0; line numbers in errors count from 1.
 ``len(hash_ids) == ceil(input_length / 512)``. Block id ``b`` stands for the tokens
 ``b*512 .. b*512+511`` (the last block holds ``input_length - 512*(n-1)`` of them), so
 requests sharing hash id ``b`` at block k share those tokens. Prompts are
-:class:`BlockTokens` (lazy). Extra keys are ignored.
+:class:`BlockTokens` (lazy), one trace's sharing one memo of page-hash chains
+(:class:`hicache.tiers.hashing.BlockChains`). Extra keys are ignored.
 
 **Tokens** (this project's own)::
 
@@ -35,6 +36,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from hicache.tiers.hashing import BlockChains
 from hicache.workload.request import Request
 from hicache.workload.tokens import BlockTokens
 
@@ -117,6 +119,7 @@ def _lines(path: Path, max_requests: int | None) -> Iterator[_Line]:
 def iter_mooncake_trace(path: str | Path, max_requests: int | None = None) -> Iterator[Request]:
     """Requests of a Mooncake trace, in file order (see module docstring)."""
     path = Path(path)
+    chains = BlockChains(MOONCAKE_BLOCK)  # this trace's, shared by its prompts
     for rid, line in enumerate(_lines(path, max_requests)):
         ts = line.get("timestamp", "number")
         n_in = line.get("input_length", "int", 1)
@@ -126,7 +129,7 @@ def iter_mooncake_trace(path: str | Path, max_requests: int | None = None) -> It
         if len(ids) != want:
             raise line.error("hash_ids", f"has {len(ids)} ids, input_length {n_in} needs "
                              f"ceil({n_in}/{MOONCAKE_BLOCK}) = {want}")
-        tokens = BlockTokens(array("q", ids), n_in, MOONCAKE_BLOCK)
+        tokens = BlockTokens(array("q", ids), n_in, MOONCAKE_BLOCK, chains)
         yield Request(rid=rid, arrival=ts / 1000.0, tokens=tokens, output_len=n_out)
 
 

@@ -133,3 +133,54 @@ def test_a_plan_of_later_slices_is_placed_as_in_a_mixed_plan(profile, model) -> 
     assert (st_b.prefills, st_b.decodes) == ([(2 * PAGE, PAGE - 1), (PAGE, 0)], [PAGE])
     assert a.batch_shapes[2] == {"requests": 2, "tokens": 2 * PAGE + 1,
                                  "context_tokens": 2 * PAGE - 1, "load_bytes": 0}
+
+
+def _cached(env, profile, model, pages: int = 4):
+    """A runtime with one request's ``pages`` own L1 pages, released to the cache."""
+    rt = make_runtime(env, profile, model)
+    h = rt.prepare_batch(BatchPlan(1, slices=(RequestSlice(1, Phase.PREFILL, 0, pages * PAGE),)))
+    rt.execute_batch(h)
+    env.run()
+    kv = h.slices[0].kv
+    h2 = rt.prepare_batch(BatchPlan(2, releases=(Release(h.slices[0].request, keep=kv),)))
+    rt.execute_batch(h2)
+    env.run()
+    return rt, kv
+
+
+def test_bad_frees_are_named_as_the_run_by_run_check_names_them(env, profile, model) -> None:
+    """Frees are checked per pool in one pass over their runs; a bad one is then named
+    as before: an unallocated page (whichever free has it) before a page freed twice."""
+    rt, kv = _cached(env, profile, model)
+    first, second = kv.slice(0, 2), kv.slice(2, 4)
+    free = rt.prepare_batch(BatchPlan(-1, frees=(second,)))  # pages 2, 3 leave the pool
+    rt.execute_batch(free)
+    env.run()
+    used = rt.device[Kind.FULL].used_count
+    gone = list(second.pages())[0]
+    with pytest.raises(ValueError, match=f"free of 2 pages: L1 page {gone} of pool 'full' is "
+                                         r"not allocated \(freed before\?\)"):
+        rt.prepare_batch(BatchPlan(-2, frees=(first, first, second)))  # twice, and gone
+    twice = list(first.pages())[0]
+    with pytest.raises(ValueError, match=f"L1 page {twice} of pool 'full' is freed twice "
+                                         "in batch -3"):
+        rt.prepare_batch(BatchPlan(-3, frees=(first, first.slice(0, 1))))
+    assert rt.device[Kind.FULL].used_count == used  # nothing changed
+
+
+def test_a_plan_allocating_nothing_skips_the_capacity_sums(env, profile, model) -> None:
+    """A plan of later slices that need no new page and no copy into L2 allocates nothing:
+    no pool can be short, however full; one that needs a page is still refused."""
+    rt = make_runtime(env, profile, model, device_pages={Kind.FULL: 2})
+    h = rt.prepare_batch(BatchPlan(1, slices=(RequestSlice(1, Phase.PREFILL, 0, PAGE + 1),)))
+    rt.execute_batch(h)
+    env.run()
+    assert rt.device[Kind.FULL].free_count == 0
+    req = h.slices[0].request
+    h2 = rt.prepare_batch(BatchPlan(2, slices=(
+        RequestSlice(1, Phase.DECODE, PAGE + 1, 1, request=req),)))  # within page 2
+    rt.execute_batch(h2)
+    env.run()
+    with pytest.raises(CapacityError, match="needs 1 L1 pages of pool 'full', 0 free"):
+        rt.prepare_batch(BatchPlan(3, slices=(
+            RequestSlice(1, Phase.DECODE, 2 * PAGE, 1, request=req),)))  # a third page

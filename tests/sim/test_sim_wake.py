@@ -1,0 +1,52 @@
+"""The runtime's completion event, which a driver may also fire for an arrival
+(sim.driver ``_Feed.wake``): one event per replica wait, never a stale fired one."""
+
+from __future__ import annotations
+
+import simpy
+
+from hicache.runtime.interface import TransferCompletion, TransferKind
+from hicache.scenario import load_scenario
+from sim.driver import simulate
+from sim.shared import SimTenantRuntime
+from tests.sim.simtoys import make_runtime, toy_model, toy_profile
+
+
+def _runtime() -> tuple[simpy.Environment, object]:
+    env = simpy.Environment()
+    return env, make_runtime(env, toy_profile(), toy_model())
+
+
+def test_a_fired_completion_event_is_replaced():
+    _env, rt = _runtime()
+    first = rt.completion_event()
+    assert rt.completion_event() is first  # nothing fired it: waits share it
+    first.succeed()  # an arrival woke the replica
+    fresh = rt.completion_event()
+    assert fresh is not first and not fresh.triggered  # the next wait blocks again
+
+
+def test_a_completion_after_an_arrival_fired_the_event_is_queued_and_wakes_the_next_wait():
+    env, rt = _runtime()
+    rt.completion_event().succeed()  # fired by an arrival before any completion
+    done = TransferCompletion(job_id=7, kind=TransferKind.BACKUP, end=0.0, pages=1)
+    rt.complete(done)  # must not fire the fired event again
+    assert rt.poll() == [done]
+    waiting = rt.completion_event()
+    rt.complete(done)
+    assert waiting.triggered
+    assert rt.completion_event().triggered  # one queued: a wait returns at once
+    env.run()
+
+
+def test_replicas_sharing_a_runtime_each_wake_for_their_own_arrivals():
+    """Two replicas on one shared runtime: an arrival kicks only its replica (any_of of the
+    shared completion event and its own kick); every request ends."""
+    sc = load_scenario("scenarios/multiturn_tiers.yaml",
+                       ["workload.num_clients=4", "workload.num_rounds=3", "replicas=2",
+                        "sharing.pool=shared"])
+    for name, vsc in sc.expand():
+        res = simulate(vsc, name=name, progress=False)
+        assert isinstance(res.replicas[1].runtime, SimTenantRuntime), name
+        assert res.requests == 12 and res.stall is None and not res.unfinished, name
+        assert all(r["finish"] is not None for r in res.records), name
