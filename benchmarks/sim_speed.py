@@ -5,7 +5,8 @@
 
 One row (with ``--json``: one JSON object per line) per (scenario, variant): ``requests``,
 ``simulated_s``, ``wall_s``, ``cpu_s`` (``time.process_time`` of this process: the honest
-figure on a shared machine), ``events`` (SimPy events scheduled), ``req_per_cpu_s`` and
+figure on a shared machine; it includes collecting the run's cyclic garbage after it, and
+not what earlier cases left), ``events`` (SimPy events scheduled), ``req_per_cpu_s`` and
 ``simpy_timeouts_per_cpu_s``, a raw SimPy loop timed in the same process just before the
 case, so figures compare across machines. Cases (targets from issue 9, CPU time):
 
@@ -30,6 +31,7 @@ it the trace cases are skipped with a message. Results also go to
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import resource
 import subprocess
@@ -87,15 +89,18 @@ def run_case(label: str, path: str, sets: list[str], variants: list[str] | None 
         if variants and name not in variants:
             continue
         yard = simpy_timeouts_per_cpu_s()
+        gc.collect()  # what earlier cases left to collect is not this case's cost
         w0, c0 = time.perf_counter(), time.process_time()
         res = simulate(vsc, name=name, progress=False)
-        cpu, wall = time.process_time() - c0, time.perf_counter() - w0
         if res.unfinished:
             raise SystemExit(f"{label}/{name}: {len(res.unfinished)} requests unfinished")
-        rows.append({"scenario": label, "variant": name, "requests": res.requests,
-                     "simulated_s": round(res.sim_time, 2), "wall_s": round(wall, 3),
-                     "cpu_s": round(cpu, 3), "events": res.events,
-                     "req_per_cpu_s": round(res.requests / cpu, 1),
+        row = {"scenario": label, "variant": name, "requests": res.requests,
+               "simulated_s": round(res.sim_time, 2), "events": res.events}
+        del res
+        gc.collect()  # a run's objects form cycles (SimPy processes, the tree): freeing
+        cpu, wall = time.process_time() - c0, time.perf_counter() - w0  # them is its cost
+        rows.append({**row, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+                     "req_per_cpu_s": round(row["requests"] / cpu, 1),
                      "simpy_timeouts_per_cpu_s": round(yard)})
     return rows
 
