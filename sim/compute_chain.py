@@ -145,8 +145,11 @@ class ComputeChain:
         self._complete(None)
 
     def _complete(self, _ev: object) -> None:
+        """Post the completion and end the op. ``done`` is scheduled first: what waits on
+        it (the stream's next op, a backup) runs before the driver wakes, so a cache-only
+        plan right behind completes in the same wake-up (sim.driver)."""
         rt, st = self.rt, self.st
+        self.done.succeed()
         if st.generation == rt.generation:
             rt.complete(BatchCompletion(st.plan.batch_id, self.start_t, rt.env.now,
                                         st.finished))
-        self.done.succeed()
