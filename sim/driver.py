@@ -359,9 +359,7 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa:
                                       lambda: feed.wake(i, rt))
                 folded = True
                 break
-            # in process, the plans cross nothing (CrossingCost.plan: 0.0, cpu + 0.0 == cpu)
-            cost = (cpu + sum(ipc.plan(len(p.slices)) for p in step.plans) if ipc.process
-                    else cpu)
+            cost = cpu + sum(ipc.plan(len(p.slices)) for p in step.plans)
             if cost > 0:  # driver-thread time: in line with the runtime calls' (sim.host)
                 yield rt.host_lane.run(cost)
             for plan in step.plans:

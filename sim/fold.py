@@ -189,7 +189,7 @@ class DecodeFolder:
         sample = rt.cost.sample_time(len(contexts))
         taken = env.now  # the driver takes batch C - 1's completion now; C starts
         out: list[FoldedStep] = []
-        new = tuple.__new__  # FoldedStep._make without its Python frame: one per step
+        make = FoldedStep._make  # one tuple per step
         append, works = out.append, rt.cost.decode_works
         timed, sampled = cpu > 0, sample > 0
         while len(out) < limit:  # in chunks: the horizon often comes first
@@ -203,7 +203,7 @@ class DecodeFolder:
                 taken = end if end >= prepared else prepared
                 if taken >= horizon:
                     return out
-                append(new(FoldedStep, (work, start, compute_end, end, taken)))
+                append(make((work, start, compute_end, end, taken)))
         return out
 
     def _materialize(self, plan: BatchPlan, steps: list[FoldedStep], j: int, t: float

@@ -179,16 +179,7 @@ class SimRuntime:
         checked = self.apply_frees(plan)
         st = BatchState(plan, None, self.generation)  # type: ignore[arg-type]
         loads: list[tuple[Kind, list[int], list[int]]] = []  # (pool, src, dst)
-        # a later slice (it loads nothing; most slices: decode steps) takes the short path
-        short = not self.state.active
-        if short and not checked.firsts:  # later slices only: _continue_slice, in line
-            slices = self._continue_slices(plan, checked, st)
-        else:
-            cont, first = self._continue_slice, self._prepare_slice
-            slices = tuple([cont(s, row, new, st) if short and row is not None
-                            else first(s, st, loads)
-                            for s, row, new in zip(plan.slices, checked.rows, checked.new,
-                                                   strict=True)])
+        slices = self._place_slices(plan, checked, st, loads)
         st.finished = tuple([s.rid for s in plan.slices if s.finishes])
         st.load_groups = self._load_groups(loads)
         self.host_lane.prepare(st, len(plan.slices),
@@ -333,7 +324,7 @@ class SimRuntime:
 
     def _prepare_slice(self, s: RequestSlice, st: BatchState,
                        loads: list[tuple[Kind, list[int], list[int]]]) -> PreparedSlice:
-        """A slice's pages, loads and shape (:meth:`_continue_slice`: the short path that
+        """A slice's pages, loads and shape (:meth:`_place_slices`: the short path that
         prepare_batch takes when it may)."""
         if s.request is None:
             handle = RequestRuntimeHandle(self.runtime_id, self._next_slot, self.generation)
@@ -380,28 +371,22 @@ class SimRuntime:
             st.decodes.extend([s.context_tokens] * s.new_tokens)
         return PreparedSlice(s.rid, row.handle, row.extent(), (*loaded, *landed), state)
 
-    def _continue_slice(self, s: RequestSlice, row: RequestRow, new: int, st: BatchState
-                        ) -> PreparedSlice:
-        """:meth:`_prepare_slice` for a request's later slice (most slices of a run: decode
-        steps), with the row and new page count the plan's check found: new pages if its
-        tokens need them, and the same handle as last time when they do not (nothing of
-        it changed)."""
-        if new:
-            row.append(self.device[Kind.FULL].allocate(new), own=True)
-        if s.phase is Phase.PREFILL:
-            st.prefills.append((s.new_tokens, s.context_tokens))
-        else:
-            st.decodes.extend([s.context_tokens] * s.new_tokens)
-        return row.prepared_slice()
-
-    def _continue_slices(self, plan: BatchPlan, checked: validate.Checked, st: BatchState
-                         ) -> tuple[PreparedSlice, ...]:
-        """:meth:`_continue_slice` of every slice of ``plan`` (later slices only, no state
-        pools), in one loop: the same pages, shapes and prepared slices."""
+    def _place_slices(self, plan: BatchPlan, checked: validate.Checked, st: BatchState,
+                      loads: list[tuple[Kind, list[int], list[int]]]
+                      ) -> tuple[PreparedSlice, ...]:
+        """Each slice's pages and shape, in plan order. A request's later slice (most slices
+        of a run: decode steps) takes the short path, with no state pools: the row and new
+        page count the plan's check found, new pages if its tokens need them, and the same
+        handle as last time when they do not (nothing of it changed); a first slice, or
+        any with state pools, :meth:`_prepare_slice`."""
+        short = not self.state.active
         allocate = self.device[Kind.FULL].allocate
         prefills, decodes, decode = st.prefills, st.decodes, Phase.DECODE
         out = []
         for s, row, new in zip(plan.slices, checked.rows, checked.new, strict=True):
+            if not short or row is None:
+                out.append(self._prepare_slice(s, st, loads))
+                continue
             if new:
                 row.append(allocate(new), own=True)
             if s.phase is not decode:

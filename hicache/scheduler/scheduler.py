@@ -147,17 +147,13 @@ class Scheduler:
         """The runtime prepared a plan: learn request handles, KV and L2 extents."""
         plan = self.plans.inflight[handle.batch_id]
         requests, components = self.requests, self.components
-        if components is None:
-            for ps, sl in zip(handle.slices, plan.slices, strict=True):
-                st = requests[ps.rid]
-                st.handle, st.kv = ps.request, ps.kv
-                if sl.loads:
-                    self.kv.loaded(st, ps.loaded)
-        else:
-            for ps, sl in zip(handle.slices, plan.slices, strict=True):
-                st = requests[ps.rid]
-                st.handle, st.kv = ps.request, ps.kv
+        for ps, sl in zip(handle.slices, plan.slices, strict=True):
+            st = requests[ps.rid]
+            st.handle, st.kv = ps.request, ps.kv
+            if components is not None:
                 components.prepared(st, sl, ps)
+            elif sl.loads:
+                self.kv.loaded(st, ps.loaded)
         for intent, host in zip(plan.backups, handle.backups, strict=True):
             self.kv.backup_placed(intent.job_id, host)
 

@@ -117,9 +117,7 @@ class UnifiedRadixTree:
 
     def _stamp(self, node: Node) -> None:
         """``node`` was used now (its FULL eviction key changes: re-queue it)."""
-        self.clock += 1  # _tick, in line
-        self.changes += 1
-        node.last_access = self.clock
+        node.last_access = self._tick()
         self.residency.touched(node)
 
     def _new_node(self, parent: Node, key: list) -> Node:

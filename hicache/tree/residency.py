@@ -82,13 +82,10 @@ class Residency:
         is the tree's ``last_access`` stamp and the refreshes below, not this.)"""
         node.stamp += 1
         self.tree.changes += 1
-        # on_device, is_device_leaf and on_host read in line (this runs on every touch)
-        if Kind.FULL in node.device:
-            for child in node.children.values():
-                if Kind.FULL in child.device:
-                    return  # not a device leaf
-            self.device_heap.push(node)
-        elif Kind.FULL in node.host and not node.children:
+        if node.on_device:
+            if node.is_device_leaf():
+                self.device_heap.push(node)
+        elif node.on_host and not node.children:
             self.host_heap.push(node)
 
     added = touched
