@@ -156,7 +156,10 @@ class ZeroTimeExecutor:
                                                for r in e.page_runs)
         for own in self._rows.pop(release.request.slot_id, ()):
             runs = [(r.first_page, r.page_count) for r in own.page_runs]
-            rest = runs_minus(runs, keep[own.pool]) if own.pool in keep else runs
+            kept = keep.get(own.pool)
+            if kept == runs:  # the common case: the tree took every page the row owned
+                continue
+            rest = runs if kept is None else runs_minus(runs, kept)
             if rest:
                 self.free(own.with_runs(rest))
 

@@ -4,9 +4,11 @@ The tree never allocates: whoever drives it owns an allocator per pool and tier.
 own their own placement; this one serves zero-time replay and tests.
 
 Capacity is accounted, not materialised (:class:`hicache.runtime.page_ids.PageIds`):
-memory grows with the pages used, not with ``capacity`` (``1e12`` tokens is fine). Order,
-as a FIFO over 0..capacity-1 with frees appended: fresh pages first, lowest first; then
-freed pages in the order they were freed.
+memory grows with the pages used, not with ``capacity`` (``1e12`` tokens is fine). Order:
+the lowest free page first (as the torch runtime and SGLang's sorted free list place
+pages), so freed neighbours are handed out again as one run and extents stay in few runs
+(every extent operation costs per run). Which ids a request gets decides nothing: the
+budgets count pages, and ids are compared only to tell a copy from the very same pages.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ class PageAllocator:
 
     def __init__(self, capacity: int, *, tier: Tier = Tier.DEVICE, pool: Kind = Kind.FULL,
                  runtime_id: str = "local", generation: int = 0) -> None:
-        self._ids = PageIds(capacity, "fifo")
+        self._ids = PageIds(capacity, "lowest")
         self.capacity = capacity
         self.tier, self.pool = tier, Kind(pool)
         self.runtime_id, self.generation = runtime_id, generation

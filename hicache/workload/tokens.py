@@ -140,12 +140,11 @@ class BlockTokens(LazyTokens):
             return None
         if self._keys is not None and self._keys[0] == page_size:
             return self._keys[1]  # the scheduler and every router view ask: build once
-        import numpy as np
-
-        n_pages = self._len // page_size
-        starts = np.asarray(self._ids, dtype=np.int64)[:, None] * b + np.arange(
-            0, b, page_size, dtype=np.int64)[None, :]
-        keys = starts.ravel()[:n_pages].tolist()
+        keys: list[int] = []
+        extend = keys.extend  # one C-level range per block: as fast as numpy, no import
+        for h in self._ids:
+            extend(range(h * b, h * b + b, page_size))
+        del keys[self._len // page_size:]
         self._keys = (page_size, keys)
         return keys
 
