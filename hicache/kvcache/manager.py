@@ -155,7 +155,8 @@ class KVCacheManager:
             if free >= pages:
                 return True
             if tier is Tier.DEVICE:  # pages whose eviction backup is under way: coming
-                coming = sum(b.full_pages for b in self._backups.values() if b.evicting)
+                coming = (sum(b.full_pages for b in self._backups.values() if b.evicting)
+                          if self._backups else 0)
                 if free + coming >= pages:  # free once copied; start no more backups
                     break
                 res = self.tree.evict_device(pages - free - coming)

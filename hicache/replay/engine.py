@@ -150,16 +150,17 @@ class ZeroTimeExecutor:
 
     def release(self, release: Release) -> None:
         """Free the row's pages the tree did not take (per pool)."""
+        kept = release.kept()
+        rows = self._rows.pop(release.request.slot_id, ())
+        if len(kept) == len(rows) == 1 and kept[0] == rows[0]:
+            return  # the common case: the tree took the row's one extent whole
         keep: dict[Kind, list[tuple[int, int]]] = {}
-        for e in release.kept():
+        for e in kept:
             keep.setdefault(e.pool, []).extend((r.first_page, r.page_count)
                                                for r in e.page_runs)
-        for own in self._rows.pop(release.request.slot_id, ()):
+        for own in rows:
             runs = [(r.first_page, r.page_count) for r in own.page_runs]
-            kept = keep.get(own.pool)
-            if kept == runs:  # the common case: the tree took every page the row owned
-                continue
-            rest = runs if kept is None else runs_minus(runs, kept)
+            rest = runs_minus(runs, keep[own.pool]) if own.pool in keep else runs
             if rest:
                 self.free(own.with_runs(rest))
 

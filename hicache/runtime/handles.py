@@ -145,11 +145,14 @@ class CacheExtentRef:
 
     @staticmethod
     def concat(parts: Iterable[CacheExtentRef]) -> CacheExtentRef:
-        """Join extents of one runtime, generation and tier, in order."""
+        """Join extents of one runtime, generation and tier, in order (one extent: that
+        extent itself)."""
         parts = list(parts)
         if not parts:
             raise ValueError("concat of no extents")
         first = parts[0]
+        if len(parts) == 1:  # a request's usual KV (one allocation) or kept pages
+            return first
         for p in parts[1:]:
             if p._domain() != first._domain():
                 raise ValueError("concat of extents from different runtimes, generations, "
