@@ -117,10 +117,10 @@ class ZeroTimeExecutor:
     def __init__(self, device_pages: Mapping[Kind, int], host_pages: Mapping[Kind, int],
                  l3: L3Set | None) -> None:
         self.pools = {pool: PageAllocator(n, tier=Tier.DEVICE, pool=pool,
-                                          runtime_id=RUNTIME_ID)
+                                          runtime_id=RUNTIME_ID, order="fresh")
                       for pool, n in device_pages.items()}
         self.host_pools = {pool: PageAllocator(n, tier=Tier.HOST, pool=pool,
-                                               runtime_id=RUNTIME_ID)
+                                               runtime_id=RUNTIME_ID, order="fresh")
                            for pool, n in host_pages.items()}
         self.device, self.host = self.pools[Kind.FULL], self.host_pools[Kind.FULL]
         self.l3 = l3

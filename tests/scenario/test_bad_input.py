@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hicache.cli import main
-from hicache.runtime.handles import Kind, PageRun
+from hicache.runtime.handles import Kind
 from hicache.scenario import Scenario, ScenarioError, load_scenario
 from hicache.tree.allocator import PageAllocator
 from hicache.workload.traces import TraceFormatError, load_trace
@@ -81,27 +81,19 @@ def test_allocators_account_capacity_instead_of_materialising_it():
     e = a.alloc(5)
     assert list(e.pages()) == [0, 1, 2, 3, 4] and a.free_pages == 10**15 - 5
     a.free(e)
-    assert list(a.alloc(7).pages()) == [0, 1, 2, 3, 4, 5, 6]  # the lowest first
+    assert list(a.alloc(7).pages()) == [5, 6, 7, 8, 9, 10, 11]  # fresh first, then freed
     assert len(a._ids._used) < 100 and a.used_pages == 7
 
 
-def test_a_full_allocator_hands_out_the_lowest_free_pages_first():
+def test_a_full_allocator_reuses_freed_runs_in_free_order():
     a = PageAllocator(6)
     first, second = a.alloc(3), a.alloc(3)
     a.free(second)
     a.free(first)
-    assert list(a.alloc(4).pages()) == [0, 1, 2, 3] and a.free_pages == 2
-    with pytest.raises(ValueError, match="page 4 of L1/full freed twice"):
-        a.free(second)  # page 3 is in use again, pages 4 and 5 are free
+    assert list(a.alloc(4).pages()) == [3, 4, 5, 0] and a.free_pages == 2
+    with pytest.raises(ValueError, match="page 1 of L1/full freed twice"):
+        a.free(first)  # page 0 is in use again, pages 1 and 2 are free
     assert a.free_pages == 2  # nothing changed
-
-
-def test_pages_freed_out_of_order_come_back_as_one_run():
-    a = PageAllocator(6)
-    x, y, z = a.alloc(2), a.alloc(2), a.alloc(2)
-    for e in (x, z, y):  # in free order they would be pages 0, 1, 4, 5, 2, 3
-        a.free(e)
-    assert a.alloc(6).page_runs == (PageRun(0, 6),)
 
 
 def test_replay_capacity_inf_is_refused_and_1e12_runs(tmp_path, capsys):
