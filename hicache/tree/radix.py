@@ -309,6 +309,8 @@ class UnifiedRadixTree:
         swa = starts.get(Kind.SWA)
         if swa is not None and n - max(swa, i) > self._window_pages:
             cuts.add(n - self._window_pages)
+        if not cuts:  # the usual insert: one new node
+            return [(i, n)] if i < n else []
         bounds = [i, *sorted(cuts), n]
         return [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if a < b]
 
