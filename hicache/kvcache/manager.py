@@ -373,10 +373,8 @@ class KVCacheManager:
         """``st`` now holds its path down to ``node`` (the pages it just cached)."""
         if node is None:
             return
-        old = st.lock
-        st.lock = self.tree.lock(node)
-        if old is not None:
-            self.tree.unlock(old)
+        st.lock = self.tree.lock(node) if st.lock is None else self.tree.locks.move(st.lock,
+                                                                                     node)
 
     def cache_prompt(self, st: RequestState) -> None:
         """The prompt is computed: its full pages enter the tree, the request keeps them."""
