@@ -26,6 +26,8 @@ class Tier(enum.Enum):
     HOST = "L2"
     STORAGE = "L3"
 
+    __hash__ = object.__hash__  # as Kind's (below): the tree's held-page counts key by it
+
 
 class Kind(enum.Enum):
     """Which component's pool pages belong to: FULL KV, sliding-window KV (SWA), recurrent

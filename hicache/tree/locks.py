@@ -83,7 +83,7 @@ class LockTable:
         what nothing but this handle could see (its id, the order of entries a split
         appended) is ``h``'s."""
         top = h.entries[0][0] if h.entries and not h.released else None
-        if top is None or self.tree.spec.kinds != (Kind.FULL,):
+        if top is None or len(self.tree.spec.components) > 1:  # FULL is always one
             return self._relock(h, node)
         below: list[tuple[Node, LockKey]] = []
         n: Node | None = node
