@@ -85,18 +85,17 @@ class LockTable:
         top = h.entries[0][0] if h.entries and not h.released else None
         if top is None or len(self.tree.spec.components) > 1:  # FULL is always one
             return self._relock(h, node)
-        below: list[tuple[Node, LockKey]] = []
+        below: list[Node] = []
         n: Node | None = node
         while n is not top:
             if n is None or n is self.tree.root:
                 return self._relock(h, node)  # not below: lock anew
-            below.append((n, Kind.FULL))
+            below.append(n)
             n = n.parent
-        for n, key in below:
-            n.locks[key] = n.locks.get(key, 0) + 1
-            n.lock_handles.add(h.id)
-        self.tree.changes += 1
-        h.entries[:0] = below
+        held = len(h.entries)
+        for n in below:
+            self._raise(h, n, Kind.FULL)
+        h.entries[:] = h.entries[held:] + h.entries[:held]  # deepest first, as lock's
         return h
 
     def _relock(self, h: LockHandle, node: Node) -> LockHandle:
