@@ -155,7 +155,8 @@ class KVCacheManager:
             if free >= pages:
                 return True
             if tier is Tier.DEVICE:  # pages whose eviction backup is under way: coming
-                coming = sum(b.full_pages for b in self._backups.values() if b.evicting)
+                coming = (sum(b.full_pages for b in self._backups.values() if b.evicting)
+                          if self._backups else 0)
                 if free + coming >= pages:  # free once copied; start no more backups
                     break
                 res = self.tree.evict_device(pages - free - coming)
@@ -372,10 +373,8 @@ class KVCacheManager:
         """``st`` now holds its path down to ``node`` (the pages it just cached)."""
         if node is None:
             return
-        old = st.lock
-        st.lock = self.tree.lock(node)
-        if old is not None:
-            self.tree.unlock(old)
+        st.lock = self.tree.lock(node) if st.lock is None else self.tree.locks.move(st.lock,
+                                                                                     node)
 
     def cache_prompt(self, st: RequestState) -> None:
         """The prompt is computed: its full pages enter the tree, the request keeps them."""

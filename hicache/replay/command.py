@@ -90,8 +90,21 @@ def summarize(records: list[Any]) -> dict:
     }
 
 
+def _config(**fields: Any):  # noqa: ANN202 - CacheConfig
+    """The replay's cache settings. A CacheConfig checks every field on construction; the
+    options are typed by argparse already, so no pydantic pass (its import and schema
+    build cost more than the rest of start-up). Errors read as ``from_mapping``'s do:
+    ``command line: key: problem``."""
+    from hicache.config import CacheConfig, ConfigError
+
+    try:
+        return CacheConfig(**fields)
+    except ValueError as e:
+        key, _, problem = str(e).partition(": ")
+        raise ConfigError("command line", key, problem) from None
+
+
 def _cache(args: argparse.Namespace, capacity: int):  # noqa: ANN202 - ReplayCache
-    from hicache.config import CacheConfig
     from hicache.replay.engine import L3Set, ReplayCache
 
     hybrid = {"swa_window": args.swa_window, "swa_tokens": args.swa_tokens,
@@ -99,12 +112,10 @@ def _cache(args: argparse.Namespace, capacity: int):  # noqa: ANN202 - ReplayCac
     if (args.swa_window or args.mamba_slots) and args.l3:  # hybrid_tiers.py says why
         raise ValueError("--swa-window/--mamba-slots replay L1 and L2 (--l2-tokens); "
                          "SWA windows and MAMBA checkpoints have no L3 path: drop --l3")
-    cfg = CacheConfig.from_mapping({
-        "page_size": args.page_size, "device_tokens": capacity,
-        "radix_eviction_policy": args.policy, "hicache_write_policy": args.write_policy,
-        "enable_hierarchical_cache": args.l2_tokens > 0 or args.l3,
-        "enable_session_aware_eviction": args.session_aware,
-    }, source="command line")
+    cfg = _config(page_size=args.page_size, device_tokens=capacity,
+                  radix_eviction_policy=args.policy, hicache_write_policy=args.write_policy,
+                  enable_hierarchical_cache=args.l2_tokens > 0 or args.l3,
+                  enable_session_aware_eviction=args.session_aware)
     l3 = None
     if args.l3:
         l3 = L3Set(None if args.l3_tokens is None else args.l3_tokens // args.page_size)

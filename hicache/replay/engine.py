@@ -117,10 +117,10 @@ class ZeroTimeExecutor:
     def __init__(self, device_pages: Mapping[Kind, int], host_pages: Mapping[Kind, int],
                  l3: L3Set | None) -> None:
         self.pools = {pool: PageAllocator(n, tier=Tier.DEVICE, pool=pool,
-                                          runtime_id=RUNTIME_ID)
+                                          runtime_id=RUNTIME_ID, order="fresh")
                       for pool, n in device_pages.items()}
         self.host_pools = {pool: PageAllocator(n, tier=Tier.HOST, pool=pool,
-                                               runtime_id=RUNTIME_ID)
+                                               runtime_id=RUNTIME_ID, order="fresh")
                            for pool, n in host_pages.items()}
         self.device, self.host = self.pools[Kind.FULL], self.host_pools[Kind.FULL]
         self.l3 = l3
@@ -150,11 +150,15 @@ class ZeroTimeExecutor:
 
     def release(self, release: Release) -> None:
         """Free the row's pages the tree did not take (per pool)."""
+        kept = release.kept()
+        rows = self._rows.pop(release.request.slot_id, ())
+        if len(kept) == len(rows) == 1 and kept[0] == rows[0]:
+            return  # the common case: the tree took the row's one extent whole
         keep: dict[Kind, list[tuple[int, int]]] = {}
-        for e in release.kept():
+        for e in kept:
             keep.setdefault(e.pool, []).extend((r.first_page, r.page_count)
                                                for r in e.page_runs)
-        for own in self._rows.pop(release.request.slot_id, ()):
+        for own in rows:
             runs = [(r.first_page, r.page_count) for r in own.page_runs]
             rest = runs_minus(runs, keep[own.pool]) if own.pool in keep else runs
             if rest:

@@ -26,6 +26,8 @@ class Tier(enum.Enum):
     HOST = "L2"
     STORAGE = "L3"
 
+    __hash__ = object.__hash__  # as Kind's (below): the tree's held-page counts key by it
+
 
 class Kind(enum.Enum):
     """Which component's pool pages belong to: FULL KV, sliding-window KV (SWA), recurrent
@@ -145,11 +147,14 @@ class CacheExtentRef:
 
     @staticmethod
     def concat(parts: Iterable[CacheExtentRef]) -> CacheExtentRef:
-        """Join extents of one runtime, generation and tier, in order."""
+        """Join extents of one runtime, generation and tier, in order (one extent: that
+        extent itself)."""
         parts = list(parts)
         if not parts:
             raise ValueError("concat of no extents")
         first = parts[0]
+        if len(parts) == 1:  # a request's usual KV (one allocation) or kept pages
+            return first
         for p in parts[1:]:
             if p._domain() != first._domain():
                 raise ValueError("concat of extents from different runtimes, generations, "

@@ -11,8 +11,11 @@ freed (a replay allocator). ``order="lifo"``: the most recently freed pages firs
 fresh pages (a runtime's free list: hot pages are reused). ``order="lowest"``: the lowest
 free id first (the torch runtime's heap, and SGLang's paged allocator once it sorts its
 free list), so a fragmented pool still hands out the longest runs it can; freed runs
-wait in a heap (by start; neighbours join when taken). :meth:`give` checks every page
-before it changes anything.
+wait in a heap (by start; neighbours join when taken). ``order="fresh"``: ids are names,
+never reused: every take is one run of ids never handed out, a freed page counts as free
+and its id retires (a zero-time replay, whose pages are no memory: extents stay one run,
+and ids go past ``capacity``; memory grows with the pages ever handed out, a byte each).
+:meth:`give` checks every page before it changes anything.
 
 Work is per run, not per page: runs are taken and given whole and marked with slice
 assignments, so freeing a 10,000-page extent costs what its few runs cost (a page list is
@@ -95,14 +98,15 @@ def runs_minus(runs: Iterable[Run], remove: Iterable[Run]) -> list[Run]:
 
 
 class PageIds:
-    def __init__(self, capacity: int, order: Literal["fifo", "lifo", "lowest"]) -> None:
+    def __init__(self, capacity: int,
+                 order: Literal["fifo", "lifo", "lowest", "fresh"]) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
             raise ValueError(f"capacity must be an integer >= 0, got {capacity!r}")
         self.capacity, self.order = capacity, order
         self._fresh = 0  # pages 0.._fresh-1 were handed out at least once
         self._runs: deque[list[int]] = deque()  # freed runs [start, length] (fifo, lifo)
         self._heap: list[Run] = []  # order "lowest": freed runs (start, length), by start
-        self._n_runs = 0  # pages in _runs or _heap
+        self._n_runs = 0  # pages in _runs or _heap (fresh: freed pages, ids retired)
         self._used = bytearray()  # of pages below _fresh: 1 = handed out
 
     @property
@@ -121,7 +125,10 @@ class PageIds:
         :func:`merged` joins runs that continue each other)."""
         out: list[Run] = []
         left = n
-        if self.order == "lowest":
+        if self.order == "fresh":  # new names for all n pages, one run
+            self._grow(n, out)
+            left = 0
+        elif self.order == "lowest":
             left -= self._take_lowest(out, left)
         elif self.order == "fifo":
             left -= self._take_fresh(out, left)
@@ -163,11 +170,15 @@ class PageIds:
         k = min(n, self.capacity - self._fresh)
         if k <= 0:
             return 0
+        self._grow(k, out)
+        return k
+
+    def _grow(self, k: int, out: list[Run]) -> None:
+        """Hand out the ``k`` ids from ``_fresh`` on as one run (marked by the caller)."""
         out.append((self._fresh, k))
         self._fresh += k
         if len(self._used) < self._fresh:  # grow geometrically, up to what is used
             self._used.extend(bytes(max(self._fresh - len(self._used), len(self._used))))
-        return k
 
     def unused_in(self, start: int, n: int) -> int | None:
         """The first page of ``start .. start + n - 1`` not handed out, else None."""
@@ -224,6 +235,8 @@ class PageIds:
             heap = self._heap
             for s, n in runs:
                 heapq.heappush(heap, (s, n))
+        elif self.order == "fresh":
+            pass  # retired: counted free below, never handed out again
         elif self.order == "fifo":
             for s, n in runs:
                 last = stack[-1] if stack else None
@@ -255,6 +268,7 @@ class PageIds:
                                          f"never handed out")
                 free.add(p)
         used = sum(self._used[:self._fresh])
-        if len(free) != self._n_runs or used + self._n_runs != self._fresh:
+        listed = self._n_runs if self.order == "fresh" else len(free)  # fresh lists none
+        if listed != self._n_runs or used + self._n_runs != self._fresh:
             raise AssertionError(f"{used} used + {self._n_runs} free != {self._fresh} handed out "
                                  f"({len(free)} in the runs)")

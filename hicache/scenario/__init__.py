@@ -22,20 +22,45 @@ Fields: ``name``, ``seed``, ``model`` (:class:`hicache.modelspec.ModelSpec`), ``
 per kind, :mod:`hicache.workload.factory`), ``run`` (:class:`RunSection`), ``variants``.
 """
 
-from hicache.modelspec import DEFAULT_MODEL
-from hicache.scenario.load import load_scenario, scenario_path
-from hicache.scenario.model import Scenario, as_scenario
-from hicache.scenario.overrides import TOP_LEVEL_KEYS, ScenarioError, apply_overrides
-from hicache.scenario.resolved import load_resolved, write_resolved
-from hicache.scenario.sections import (
-    DEFAULT_HARDWARE,
-    RUN_KEYS,
-    SCHEDULER_KEYS,
-    RunSection,
-    SchedulerSection,
-    Variant,
-)
-from hicache.scenario.validate import json_schema, json_schema_text
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# name -> the module defining it: imported on first use (PEP 562), so importing a
+# submodule (``hicache.scenario.command``, which every ``hicache-lab --help`` builds)
+# does not load the model, its sections, the scheduler and the workloads
+_EXPORTS = {
+    "DEFAULT_MODEL": "hicache.modelspec",
+    "load_scenario": "hicache.scenario.load", "scenario_path": "hicache.scenario.load",
+    "Scenario": "hicache.scenario.model", "as_scenario": "hicache.scenario.model",
+    "TOP_LEVEL_KEYS": "hicache.scenario.overrides",
+    "ScenarioError": "hicache.scenario.overrides",
+    "apply_overrides": "hicache.scenario.overrides",
+    "load_resolved": "hicache.scenario.resolved",
+    "write_resolved": "hicache.scenario.resolved",
+    "DEFAULT_HARDWARE": "hicache.scenario.sections", "RUN_KEYS": "hicache.scenario.sections",
+    "SCHEDULER_KEYS": "hicache.scenario.sections", "RunSection": "hicache.scenario.sections",
+    "SchedulerSection": "hicache.scenario.sections", "Variant": "hicache.scenario.sections",
+    "json_schema": "hicache.scenario.validate",
+    "json_schema_text": "hicache.scenario.validate",
+}
+
+if TYPE_CHECKING:
+    from hicache.modelspec import DEFAULT_MODEL
+    from hicache.scenario.load import load_scenario, scenario_path
+    from hicache.scenario.model import Scenario, as_scenario
+    from hicache.scenario.overrides import TOP_LEVEL_KEYS, ScenarioError, apply_overrides
+    from hicache.scenario.resolved import load_resolved, write_resolved
+    from hicache.scenario.sections import (
+        DEFAULT_HARDWARE,
+        RUN_KEYS,
+        SCHEDULER_KEYS,
+        RunSection,
+        SchedulerSection,
+        Variant,
+    )
+    from hicache.scenario.validate import json_schema, json_schema_text
 
 __all__ = [
     "DEFAULT_HARDWARE", "DEFAULT_MODEL", "RUN_KEYS", "SCHEDULER_KEYS", "TOP_LEVEL_KEYS",
@@ -43,3 +68,16 @@ __all__ = [
     "apply_overrides", "as_scenario", "json_schema", "json_schema_text", "load_resolved",
     "load_scenario", "scenario_path", "write_resolved",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once: later lookups are ordinary attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -10,7 +10,28 @@ hardware and model presets, ``--set`` overrides, sweep grids) is parsed by
 message per problem by :func:`format_errors` (``file:line: key.path: problem, got X``).
 """
 
-from hicache.schema.errors import InputError, format_errors
-from hicache.schema.yamlio import YamlDoc, read_yaml, read_yaml_text
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# imported on first use (PEP 562): a submodule (constraints, plain, types: what every
+# config class imports) loads without the YAML reader and the yaml package
+_EXPORTS = {"InputError": "hicache.schema.errors", "format_errors": "hicache.schema.errors",
+            "YamlDoc": "hicache.schema.yamlio", "read_yaml": "hicache.schema.yamlio",
+            "read_yaml_text": "hicache.schema.yamlio"}
+
+if TYPE_CHECKING:
+    from hicache.schema.errors import InputError, format_errors
+    from hicache.schema.yamlio import YamlDoc, read_yaml, read_yaml_text
 
 __all__ = ["InputError", "YamlDoc", "format_errors", "read_yaml", "read_yaml_text"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -4,12 +4,17 @@ The tree never allocates: whoever drives it owns an allocator per pool and tier.
 own their own placement; this one serves zero-time replay and tests.
 
 Capacity is accounted, not materialised (:class:`hicache.runtime.page_ids.PageIds`):
-memory grows with the pages used, not with ``capacity`` (``1e12`` tokens is fine). Order,
-as a FIFO over 0..capacity-1 with frees appended: fresh pages first, lowest first; then
-freed pages in the order they were freed.
+memory grows with the pages used, not with ``capacity`` (``1e12`` tokens is fine). Order
+(``order="fifo"``), as a FIFO over 0..capacity-1 with frees appended: fresh pages first,
+lowest first; then freed pages in the order they were freed. ``order="fresh"`` (replay):
+every allocation is one run of ids never used before, freed ids retire; no page of a
+zero-time replay is memory, and which ids a request gets decides nothing (budgets count
+pages; ids only tell a copy from the very same pages), so extents stay one run.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from hicache.runtime.handles import CacheExtentRef, Kind, PageRun, Tier, check_generation
 from hicache.runtime.page_ids import PageIds, merged
@@ -20,11 +25,13 @@ class OutOfPages(RuntimeError):
 
 
 class PageAllocator:
-    """Hands out page ids 0..capacity-1 of one (tier, pool); frees must be of its pages."""
+    """Hands out page ids of one (tier, pool), at most ``capacity`` in use (fifo: ids
+    0..capacity-1); frees must be of its pages."""
 
     def __init__(self, capacity: int, *, tier: Tier = Tier.DEVICE, pool: Kind = Kind.FULL,
-                 runtime_id: str = "local", generation: int = 0) -> None:
-        self._ids = PageIds(capacity, "fifo")
+                 runtime_id: str = "local", generation: int = 0,
+                 order: Literal["fifo", "fresh"] = "fifo") -> None:
+        self._ids = PageIds(capacity, order)
         self.capacity = capacity
         self.tier, self.pool = tier, Kind(pool)
         self.runtime_id, self.generation = runtime_id, generation

@@ -75,6 +75,34 @@ class LockTable:
                 self._raise(h, node, Kind.MAMBA)
         return h
 
+    def move(self, h: LockHandle, node: Node) -> LockHandle:
+        """``lock(node)`` then ``unlock(h)``: the holder of ``h`` now holds its path down
+        to ``node``. When the tree has FULL only and ``node`` lies below the deepest node
+        ``h`` locks (an insert extended the path), ``h`` takes the nodes in between
+        instead, deepest first: the counts and the entries' nodes of ``lock(node)``, and
+        what nothing but this handle could see (its id, the order of entries a split
+        appended) is ``h``'s."""
+        top = h.entries[0][0] if h.entries and not h.released else None
+        if top is None or len(self.tree.spec.components) > 1:  # FULL is always one
+            return self._relock(h, node)
+        below: list[Node] = []
+        n: Node | None = node
+        while n is not top:
+            if n is None or n is self.tree.root:
+                return self._relock(h, node)  # not below: lock anew
+            below.append(n)
+            n = n.parent
+        held = len(h.entries)
+        for n in below:
+            self._raise(h, n, Kind.FULL)
+        h.entries[:] = h.entries[held:] + h.entries[:held]  # deepest first, as lock's
+        return h
+
+    def _relock(self, h: LockHandle, node: Node) -> LockHandle:
+        new = self.lock(node)
+        self.unlock(h)
+        return new
+
     def lock_host(self, nodes: Iterable[Node]) -> LockHandle:
         h = self._handle()
         for n in nodes:

@@ -183,8 +183,9 @@ class UnifiedRadixTree:
                     m += 1
             if starts:
                 held = getattr(child, attr)
-                m = min([m] + [c - i for k, c in starts.items()
-                               if i < c < i + m and k not in held])
+                for k, c in starts.items():  # cut at the first start inside, if any
+                    if i < c < i + m and k not in held:
+                        m = c - i
             if m < len(key):
                 child = self.split(child, m)
             yield child, i
@@ -227,9 +228,11 @@ class UnifiedRadixTree:
         path = [node for node, _ in self._walk(pages)]
         matched = sum(n.num_pages for n in path)
         dev_tokens, dev_nodes = safe_boundary(path, self.spec, on_device)
-        all_tokens, all_nodes = safe_boundary(path, self.spec, on_device_or_host)
-        if all_tokens < dev_tokens:  # a host-tier hole cannot shorten the L1 boundary
-            all_tokens, all_nodes = dev_tokens, dev_nodes
+        all_tokens, all_nodes = dev_tokens, dev_nodes  # the same walk while L2 holds nothing
+        if self.residency.holds(Tier.HOST):
+            all_tokens, all_nodes = safe_boundary(path, self.spec, on_device_or_host)
+            if all_tokens < dev_tokens:  # a host-tier hole cannot shorten the L1 boundary
+                all_tokens, all_nodes = dev_tokens, dev_nodes
         return MatchResult(dev_tokens, all_tokens - dev_tokens, matched,
                            tuple(path[:all_nodes]), dev_nodes)
 
@@ -306,6 +309,8 @@ class UnifiedRadixTree:
         swa = starts.get(Kind.SWA)
         if swa is not None and n - max(swa, i) > self._window_pages:
             cuts.add(n - self._window_pages)
+        if not cuts:  # the usual insert: one new node
+            return [(i, n)] if i < n else []
         bounds = [i, *sorted(cuts), n]
         return [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if a < b]
 

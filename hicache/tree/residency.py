@@ -158,6 +158,10 @@ class Residency:
     def held_pages(self, tier: Tier, kind: Kind = Kind.FULL) -> int:
         return self.held.get((tier, kind), 0)
 
+    def holds(self, tier: Tier) -> bool:
+        """Does any node hold data (of any component) on ``tier``?"""
+        return any(n for (t, _), n in self.held.items() if t is tier)
+
     def sizes(self, kind: Kind) -> tuple[int, int]:
         """(evictable, protected) L1 pages of ``kind`` (MAMBA: slots): held unlocked and
         held locked, SGLang's ``component_evictable_size``/``component_protected_size``.
@@ -341,9 +345,10 @@ class Residency:
             res.backing_up += node.device[Kind.FULL].num_pages
             return None
         else:
-            if any(n.locked(HOST) or n.backing_up for n in self._subtree(node)):
+            subtree = self._subtree(node)
+            if any(n.locked(HOST) or n.backing_up for n in subtree):
                 return None
-            for n in reversed(self._subtree(node)):
+            for n in reversed(subtree):
                 self._drop_device(n, res)
                 for kind in list(n.host):
                     res.add_free(FreeHost(n.id, kind, self.pop_value(n, Tier.HOST, kind)))

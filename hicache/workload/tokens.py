@@ -133,19 +133,19 @@ class BlockTokens(LazyTokens):
     def page_keys(self, page_size: int) -> list[int] | None:
         """Page keys without materialising tokens: each full page's first token id (the
         page holds that id and the ``page_size - 1`` after it, so keys are equal iff the
-        tokens are). None when pages would straddle blocks. Built once, in numpy, and
-        shared: callers must not change the list."""
+        tokens are). None when pages would straddle blocks. Built once, a range per block
+        (as fast as numpy, which a replay without L3 then never imports), and shared:
+        callers must not change the list."""
         b = self._block
         if b % page_size:
             return None
         if self._keys is not None and self._keys[0] == page_size:
             return self._keys[1]  # the scheduler and every router view ask: build once
-        import numpy as np
-
-        n_pages = self._len // page_size
-        starts = np.asarray(self._ids, dtype=np.int64)[:, None] * b + np.arange(
-            0, b, page_size, dtype=np.int64)[None, :]
-        keys = starts.ravel()[:n_pages].tolist()
+        keys: list[int] = []
+        extend = keys.extend
+        for h in self._ids:
+            extend(range(h * b, h * b + b, page_size))
+        del keys[self._len // page_size:]
         self._keys = (page_size, keys)
         return keys
 

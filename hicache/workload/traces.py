@@ -45,6 +45,9 @@ FORMATS = ("auto", "mooncake", "tokens")
 _TOKEN_KEYS = {"arrival", "tokens", "output_len", "session_id", "close_session", "client", "round"}
 
 
+_INT_ONLY = {int}  # the element types of a list of ints (bool is not int here)
+
+
 class TraceFormatError(ValueError):
     """A malformed trace line; the message is ``file:line: field 'x': problem``."""
 
@@ -86,7 +89,7 @@ class _Line:
         if key not in self.obj:
             raise self.error(key, "missing key")
         v = self.obj[key]
-        if not isinstance(v, list) or not all(_is_int(x) for x in v):
+        if not isinstance(v, list) or (v and set(map(type, v)) != _INT_ONLY):  # C-level
             raise self.error(key, "expected a list of integers")
         if v and min(v) < 0:
             raise self.error(key, f"negative id {min(v)}")

@@ -106,3 +106,45 @@ def test_eviction_never_frees_a_locked_component() -> None:
         h.tree.unlock(handle)
     assert all(not n.locks for n in nodes)
     h.check_accounting()
+
+
+def _full_chain(h: Harness, n: int, *, fork: int | None = None) -> list:
+    """A FULL-only path of ``n`` one-page nodes (and, with ``fork``, a sibling branch
+    from node ``fork`` on): its nodes, then the fork's leaf."""
+    out = chain(h, n)
+    if fork is not None:
+        h.insert(h.pages(list(range(1, fork + 1)) + [99]))
+        out.append(out[fork - 1].children[h.pages([99])[0]])
+    return out
+
+
+@pytest.mark.parametrize("target", ["below", "same", "elsewhere"])
+def test_move_holds_what_lock_then_unlock_would(target: str) -> None:
+    def run(move: bool) -> tuple[list, list, object]:
+        h = Harness(TreeSpec(4))
+        *path, side = _full_chain(h, 4, fork=2)
+        old = h.tree.lock(path[2])  # side forks off above it, from path[1]
+        node = {"below": path[3], "same": path[2], "elsewhere": side}[target]
+        if move:
+            new = h.tree.locks.move(old, node)
+        else:
+            new = h.tree.lock(node)
+            h.tree.unlock(old)
+        counts = [n.locks.get(Kind.FULL, 0) for n in (*path, side)]
+        return counts, [(n.id, k) for n, k in new.entries], (new is old, old.released)
+
+    counts, entries, _ = run(False)
+    moved_counts, moved_entries, (same_handle, released) = run(True)
+    assert moved_counts == counts and moved_entries == entries
+    assert same_handle == (target != "elsewhere") and released == (target == "elsewhere")
+
+
+def test_move_with_hybrid_components_locks_anew() -> None:
+    h = Harness(HYBRID)
+    a, b, c, d = chain(h, 4)
+    old = h.tree.lock(b)
+    new = h.tree.locks.move(old, d)
+    assert new is not old and old.released
+    assert [n.locks.get(Kind.SWA, 0) for n in (a, b, c, d)] == [0, 0, 1, 1]
+    h.tree.unlock(new)
+    assert all(not n.locks for n in (a, b, c, d))
