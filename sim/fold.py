@@ -9,7 +9,7 @@ brings scheduler and runtime to the state the unfolded run has at that moment::
 
     d_A: step -> plan C        (B runs)                 entry: Scheduler.steady_decode(C)
     cpu yield, as unfolded;    then wait for B          an arrival or a completion first:
-                                                        prepare C, back to the driver
+    (and the cache-only plans queued behind B)          prepare C, back to the driver
     d_B: steps k = 0..n-1 (batch C + k), each           start_k = taken_{k-1} (= d_B)
          end_k = (start_k + sum(layer times)) + sample
          taken_k = max(end_k, taken_{k-1} + cpu)       the driver takes its completion
@@ -18,6 +18,13 @@ brings scheduler and runtime to the state the unfolded run has at that moment::
          order unfolded prepares place them, step j's batch running as a real op (its
          fluid job adopted where it stands), the next plan prepared when the driver's cpu
          yield ends: the driver goes on as if it had never folded.
+
+Cache-only plans (batch ids < 0: a transfer's completion while two batches were in
+flight) may be in flight at the entry. They were executed after B and before C, so the
+compute stream reaches them when B's op ends: they complete in B's wake-up
+(:mod:`sim.compute_chain`), the runtime has done their completion's bookkeeping (host
+lane, ``writeback.step_done`` with their ids) at that time as unfolded, and the scheduler
+only pops them (``fold_decode``). The fold starts only if exactly B's and theirs came.
 
 What could interrupt a fold: arrivals (with one replica a fold ends before the next one
 the feed knows, and one issued meanwhile, by a finish, interrupts it; with several, one
@@ -101,6 +108,7 @@ class DecodeFolder:
                                     and rt.link.slowdown > 0)
         self.folds = self.folded_steps = self.interrupted = 0
         self.beside_l3 = 0  # folds begun with this replica's L3 transfers in flight
+        self.beside_cache_only = 0  # folds begun as cache-only plans completed with B
 
     def steps_allowed(self, plans: tuple[BatchPlan, ...]) -> int:
         """How many steps a fold starting with ``plans`` may take (0: no fold now)."""
@@ -122,12 +130,13 @@ class DecodeFolder:
             rt.apply_frees(plan)
         if not inbox():
             yield env.any_of([wake()])  # a hop after it: the compute stream idles first
-        steps = self._schedule(plan, limit) if not inbox() and self._quiet() else []
+        steps = self._schedule(plan, limit) if not inbox() and self._quiet(plan) else []
         if len(steps) < MIN_STEPS:  # no fold: C runs as unfolded, prepared a bit later
             self._start(replace(plan, frees=(), releases=()) if freed else plan)
             return
-        (older,) = self._take_completions()  # batch C - 1's: the fold's first step
+        done = self._take_completions()  # batch C - 1's (first step), cache-only plans'
         self.beside_l3 += rt.fluid.kinds.get("l3", 0) > 0
+        self.beside_cache_only += len(done) > 1
         rt.fluid.expect(self._changes(plan, steps))
         timer = env.timeout(exact_delay(env.now, steps[-1].taken))
         yield env.any_of([timer, wake()])
@@ -162,15 +171,22 @@ class DecodeFolder:
         self.sched.prepared(handle)
         self.rt.execute_batch(handle)
 
-    def _quiet(self) -> bool:
-        """Only the older batch's completion came, and nothing that runs on (or will start
-        on) this GPU can change the speed of its compute."""
+    def _quiet(self, plan: BatchPlan) -> bool:
+        """Only the completions of the plans in flight before ``plan`` came (the older
+        batch's, and those of the cache-only plans behind it), and nothing that runs on
+        (or will start on) this GPU can change the speed of its compute."""
         rt = self.rt
         done = rt._completions
-        if not (len(done) == 1 and isinstance(done[0], BatchCompletion)
-                and not done[0].finished and not rt._prepared
+        inflight = self.sched.plans.inflight
+        # as many as the plans in flight but plan (steady_decode: one is batch C - 1, the
+        # rest cache-only), each one of theirs: so all of theirs, once each
+        if not (len(done) == len(inflight) - 1 and not rt._prepared
                 and rt.streams["compute"].idle()):
             return False
+        for c in done:
+            if (not isinstance(c, BatchCompletion) or c.finished or c.batch_id not in inflight
+                    or c.batch_id == plan.batch_id):
+                return False
         if rt.writeback.policy.chunked and not rt.streams["d2h"].idle():
             return False  # its chunks ask the policy, which must have seen every step
         # L3 transfers may run on: they change no compute rate, and the fluid server
