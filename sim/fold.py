@@ -75,7 +75,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import simpy
 
 from hicache.runtime.handles import Kind
-from hicache.runtime.interface import BatchCompletion, BatchPlan, PreparedBatchHandle
+from hicache.runtime.interface import (
+    BatchCompletion,
+    BatchPlan,
+    PreparedBatchHandle,
+    TransferKind,
+)
 from hicache.scheduler.scheduler import StepResult
 from sim.fluid import FluidJob
 from sim.simtime import exact_delay
@@ -122,6 +127,7 @@ class DecodeFolder:
         self.beside_l3 = 0  # folds begun with this replica's L3 transfers in flight
         self.beside_cache_only = 0  # folds begun as cache-only plans completed with B
         self.absorbed = 0  # transfer completions a fold took and went on (_absorb)
+        self.l3 = sched.kv.l3  # an L3 tier: a backup's completion plans a store
         self._applied = 0  # completions the scheduler has taken in this fold (_advance)
 
     def steps_allowed(self, plans: tuple[BatchPlan, ...]) -> int:
@@ -266,7 +272,10 @@ class DecodeFolder:
         runtime, then the driver goes on with it); False: no step taken."""
         rt, sched = self.rt, self.sched
         done = rt._completions
-        if not done or any(isinstance(c, BatchCompletion) for c in done):
+        if not done or any(isinstance(c, BatchCompletion)
+                           # with L3, a backup's completion plans its store (the step
+                           # would end the fold): the driver takes it for less
+                           or (c.kind is TransferKind.BACKUP and self.l3) for c in done):
             return False
         self._place_pages(plan, j + 2)  # steps 0..j + 1: as their prepares placed them
         _, nxt = self._advance(plan, j)
