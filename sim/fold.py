@@ -32,10 +32,11 @@ step's end), are taken in a scheduler step at their time, as unfolded, with the
 scheduler as the unfolded run has it then: the steps taken applied (``fold_decode``),
 the pages of the prepared ones placed, the newest plan's handle given
 (:meth:`DecodeFolder._absorb`). If that step plans and ends nothing and
-``Scheduler.steady_decode`` of the newest plan still holds, the fold goes on (a store's
-completion unpins L2, a prefetch's inserts its pages: no later step reads what they
-change); else the runtime is brought to that time (below) and the driver goes on with
-the step's result.
+``Scheduler.steady_decode`` of the newest plan still holds (it asks again whether the
+queue stays still: a store's completion unpins an L2 copy, a prefetch's inserts pages),
+the fold goes on; else the runtime is brought to that time (below) and the driver goes
+on with the step's result. With L3 a backup's completion plans the store of its copy:
+the driver takes it (it would end the fold, and costs less there).
 
 What could interrupt a fold: arrivals (with one replica a fold ends before the next one
 the feed knows, and one issued meanwhile, by a finish, interrupts it; with several, one
@@ -265,10 +266,10 @@ class DecodeFolder:
         for step ``j``'s completion (-1: batch C - 1's, before the fold's first step);
         it has taken the ones before and prepared step j + 1's plan (their pages are
         placed here). Take them in a scheduler step, as the unfolded driver does, with
-        the scheduler as it has it then (:meth:`_advance`). True: the step planned,
-        ended and changed nothing a later step reads (``Scheduler.steady_decode`` of step
-        j + 1's plan still holds), so the fold goes on (or may still start): the runtime
-        has nothing to do. The step's result otherwise (the caller materializes the
+        the scheduler as it has it then (:meth:`_advance`). True: the step planned and
+        ended nothing and the pipeline is still steady (``Scheduler.steady_decode`` of
+        step j + 1's plan), so the fold goes on (or may still start): the runtime has
+        nothing to do. The step's result otherwise (the caller materializes the
         runtime, then the driver goes on with it); False: no step taken."""
         rt, sched = self.rt, self.sched
         done = rt._completions
