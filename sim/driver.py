@@ -338,7 +338,8 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa:
     runtime in its own process each wake-up's poll and each plan's crossings cost what
     :class:`sim.boundary.CrossingCost` says. With faults, the ledger learns which request
     each L3 prefetch serves. Steady decode steps go to the replica's folder
-    (:mod:`sim.fold`), which returns at this loop's top (its plans carry no prefetch)."""
+    (:mod:`sim.fold`), which returns at this loop's top (its plans carry no prefetch), or
+    with the result of a scheduler step it took, which this loop goes on with."""
     sched, rt, folder = rep.scheduler, rep.runtime, rep.folder
     cpu = rt.profile.scheduler_step_s
     ipc = rep.crossing or CrossingCost(rt.profile, False)
@@ -355,10 +356,13 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa:
                 break
             limit = folder.steps_allowed(step.plans) if folder is not None else 0
             if limit:
-                yield from folder.run(step.plans[0], limit, lambda: bool(feed.inbox[i]),
-                                      lambda: feed.wake(i, rt))
-                folded = True
-                break
+                took = yield from folder.run(step.plans[0], limit, lambda: bool(feed.inbox[i]),
+                                             lambda: feed.wake(i, rt))
+                if took is None:
+                    folded = True
+                    break
+                step = took  # the fold stepped at an interruption: on from there, unfolded
+                continue
             cost = cpu + sum(ipc.plan(len(p.slices)) for p in step.plans)
             if cost > 0:  # driver-thread time: in line with the runtime calls' (sim.host)
                 yield rt.host_lane.run(cost)

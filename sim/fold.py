@@ -9,7 +9,7 @@ brings scheduler and runtime to the state the unfolded run has at that moment::
 
     d_A: step -> plan C        (B runs)                 entry: Scheduler.steady_decode(C)
     cpu yield, as unfolded;    then wait for B          an arrival or a completion first:
-                                                        prepare C, back to the driver
+    (and the cache-only plans queued behind B)          prepare C, back to the driver
     d_B: steps k = 0..n-1 (batch C + k), each           start_k = taken_{k-1} (= d_B)
          end_k = (start_k + sum(layer times)) + sample
          taken_k = max(end_k, taken_{k-1} + cpu)       the driver takes its completion
@@ -18,6 +18,25 @@ brings scheduler and runtime to the state the unfolded run has at that moment::
          order unfolded prepares place them, step j's batch running as a real op (its
          fluid job adopted where it stands), the next plan prepared when the driver's cpu
          yield ends: the driver goes on as if it had never folded.
+
+Cache-only plans (batch ids < 0: a transfer's completion while two batches were in
+flight) may be in flight at the entry. They were executed after B and before C, so the
+compute stream reaches them when B's op ends: they complete in B's wake-up
+(:mod:`sim.compute_chain`), the runtime has done their completion's bookkeeping (host
+lane, ``writeback.step_done`` with their ids) at that time as unfolded, and the scheduler
+only pops them (``fold_decode``). The fold starts only if exactly B's and theirs came.
+
+Transfer completions (backups, stores, prefetches: no batch's) that come while the
+driver would wait idle, for batch C - 1 or for a step (not in its cpu yield, before the
+step's end), are taken in a scheduler step at their time, as unfolded, with the
+scheduler as the unfolded run has it then: the steps taken applied (``fold_decode``),
+the pages of the prepared ones placed, the newest plan's handle given
+(:meth:`DecodeFolder._absorb`). If that step plans and ends nothing and
+``Scheduler.steady_decode`` of the newest plan still holds (it asks again whether the
+queue stays still: a store's completion unpins an L2 copy, a prefetch's inserts pages),
+the fold goes on; else the runtime is brought to that time (below) and the driver goes
+on with the step's result. With L3 a backup's completion plans the store of its copy:
+the driver takes it (it would end the fold, and costs less there).
 
 What could interrupt a fold: arrivals (with one replica a fold ends before the next one
 the feed knows, and one issued meanwhile, by a finish, interrupts it; with several, one
@@ -57,7 +76,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import simpy
 
 from hicache.runtime.handles import Kind
-from hicache.runtime.interface import BatchCompletion, BatchPlan, PreparedBatchHandle
+from hicache.runtime.interface import (
+    BatchCompletion,
+    BatchPlan,
+    PreparedBatchHandle,
+    TransferKind,
+)
+from hicache.scheduler.scheduler import StepResult
 from sim.fluid import FluidJob
 from sim.simtime import exact_delay
 
@@ -101,6 +126,10 @@ class DecodeFolder:
                                     and rt.link.slowdown > 0)
         self.folds = self.folded_steps = self.interrupted = 0
         self.beside_l3 = 0  # folds begun with this replica's L3 transfers in flight
+        self.beside_cache_only = 0  # folds begun as cache-only plans completed with B
+        self.absorbed = 0  # transfer completions a fold took and went on (_absorb)
+        self.l3 = sched.kv.l3  # an L3 tier: a backup's completion plans a store
+        self._applied = 0  # completions the scheduler has taken in this fold (_advance)
 
     def steps_allowed(self, plans: tuple[BatchPlan, ...]) -> int:
         """How many steps a fold starting with ``plans`` may take (0: no fold now)."""
@@ -112,30 +141,49 @@ class DecodeFolder:
     def run(self, plan: BatchPlan, limit: int, inbox: Callable[[], bool],
             wake: Callable[[], simpy.Event]) -> Proc:
         """Driver-process body for a fold that starts with ``plan`` (at most ``limit``
-        steps); returns with the driver due at the top of its loop. ``inbox()``: arrivals
-        wait; ``wake()``: an event the next completion or routed arrival fires."""
+        steps); returns None with the driver due at the top of its loop, or the result of
+        a scheduler step it took at an interruption (:meth:`_absorb`), which the driver
+        goes on with as if it had just stepped. ``inbox()``: arrivals wait; ``wake()``: an
+        event the next completion or routed arrival fires."""
         env, rt = self.env, self.rt
         if self.cpu > 0:
             yield rt.host_lane.run(self.cpu)
         freed = bool(plan.frees or plan.releases)
         if freed:  # here, as unfolded (prepare applies them first); its compute may fold
             rt.apply_frees(plan)
-        if not inbox():
+        self._applied = 0  # completions the scheduler has taken (_advance)
+        result: StepResult | bool = False
+        while not inbox():
             yield env.any_of([wake()])  # a hop after it: the compute stream idles first
-        steps = self._schedule(plan, limit) if not inbox() and self._quiet() else []
+            result = self._absorb(plan, -1)  # transfers done while B runs: C is prepared
+            if result is not True:
+                break
+        steps = (self._schedule(plan, limit)
+                 if result is False and not inbox() and self._quiet(plan) else [])
         if len(steps) < MIN_STEPS:  # no fold: C runs as unfolded, prepared a bit later
             self._start(replace(plan, frees=(), releases=()) if freed else plan)
-            return
-        (older,) = self._take_completions()  # batch C - 1's: the fold's first step
+            return result if isinstance(result, StepResult) else None
+        done = self._take_completions()  # batch C - 1's (first step), cache-only plans'
         self.beside_l3 += rt.fluid.kinds.get("l3", 0) > 0
+        self.beside_cache_only += len(done) > 1
         rt.fluid.expect(self._changes(plan, steps))
         timer = env.timeout(exact_delay(env.now, steps[-1].taken))
-        yield env.any_of([timer, wake()])
-        t = env.now
+        while True:
+            yield env.any_of([timer, wake()])
+            t = env.now
+            taken = bisect.bisect_left(steps, t, key=_taken)  # how many < t: never decrease
+            if t >= steps[-1].taken or inbox() or taken + 1 >= len(steps):
+                break
+            prepared = (steps[taken - 1].taken if taken else steps[0].start) + self.cpu
+            if not prepared <= t < steps[taken].end:  # the driver busy, or j's completion due
+                break
+            result = self._absorb(plan, taken)
+            if result is not True:
+                break
         if t < steps[-1].taken:
             self.interrupted += 1
-        taken = bisect.bisect_left(steps, t, key=_taken)  # how many < t: they never decrease
         yield from self._materialize(plan, steps, taken, t)
+        return result if isinstance(result, StepResult) else None
 
     # -- internals --------------------------------------------------------------------
     def _changes(self, plan: BatchPlan, steps: list[FoldedStep]) -> list[float]:
@@ -162,15 +210,22 @@ class DecodeFolder:
         self.sched.prepared(handle)
         self.rt.execute_batch(handle)
 
-    def _quiet(self) -> bool:
-        """Only the older batch's completion came, and nothing that runs on (or will start
-        on) this GPU can change the speed of its compute."""
+    def _quiet(self, plan: BatchPlan) -> bool:
+        """Only the completions of the plans in flight before ``plan`` came (the older
+        batch's, and those of the cache-only plans behind it), and nothing that runs on
+        (or will start on) this GPU can change the speed of its compute."""
         rt = self.rt
         done = rt._completions
-        if not (len(done) == 1 and isinstance(done[0], BatchCompletion)
-                and not done[0].finished and not rt._prepared
+        inflight = self.sched.plans.inflight
+        # as many as the plans in flight but plan (steady_decode: one is batch C - 1, the
+        # rest cache-only), each one of theirs: so all of theirs, once each
+        if not (len(done) == len(inflight) - 1 and not rt._prepared
                 and rt.streams["compute"].idle()):
             return False
+        for c in done:
+            if (not isinstance(c, BatchCompletion) or c.finished or c.batch_id not in inflight
+                    or c.batch_id == plan.batch_id):
+                return False
         if rt.writeback.policy.chunked and not rt.streams["d2h"].idle():
             return False  # its chunks ask the policy, which must have seen every step
         # L3 transfers may run on: they change no compute rate, and the fluid server
@@ -206,6 +261,43 @@ class DecodeFolder:
                 append(make((work, start, compute_end, end, taken)))
         return out
 
+    def _absorb(self, plan: BatchPlan, j: int) -> StepResult | bool:
+        """Transfer completions (and nothing else) came now, while the driver waits idle
+        for step ``j``'s completion (-1: batch C - 1's, before the fold's first step);
+        it has taken the ones before and prepared step j + 1's plan (their pages are
+        placed here). Take them in a scheduler step, as the unfolded driver does, with
+        the scheduler as it has it then (:meth:`_advance`). True: the step planned and
+        ended nothing and the pipeline is still steady (``Scheduler.steady_decode`` of
+        step j + 1's plan), so the fold goes on (or may still start): the runtime has
+        nothing to do. The step's result otherwise (the caller materializes the
+        runtime, then the driver goes on with it); False: no step taken."""
+        rt, sched = self.rt, self.sched
+        done = rt._completions
+        if not done or any(isinstance(c, BatchCompletion)
+                           # with L3, a backup's completion plans its store (the step
+                           # would end the fold): the driver takes it for less
+                           or (c.kind is TransferKind.BACKUP and self.l3) for c in done):
+            return False
+        self._place_pages(plan, j + 2)  # steps 0..j + 1: as their prepares placed them
+        _, nxt = self._advance(plan, j)
+        assert nxt is not None and nxt.batch_id == plan.batch_id + j + 1
+        sched.prepared(self._handle(nxt))
+        result = sched.step(self.env.now, (), rt.poll())
+        if result.plans or result.ended or not sched.steady_decode(nxt):
+            return result
+        self.absorbed += 1
+        return True
+
+    def _advance(self, plan: BatchPlan, j: int) -> tuple[BatchPlan, BatchPlan | None]:
+        """The scheduler as unfolded once the driver took ``j + 1`` completions (batch
+        C - 1's, steps 0..j-1's): the plans of steps j and j + 1 (None: no token left)."""
+        need = j + 1 - self._applied
+        if need > 0:
+            self._applied = j + 1
+            return self.sched.fold_decode(need)
+        inflight = self.sched.plans.inflight  # taken already, at an absorbed completion
+        return inflight[plan.batch_id + j], inflight.get(plan.batch_id + j + 1)
+
     def _materialize(self, plan: BatchPlan, steps: list[FoldedStep], j: int, t: float
                      ) -> Proc:
         """The unfolded state at ``t``, when the driver has taken the completions of steps
@@ -216,8 +308,8 @@ class DecodeFolder:
         marks = rt.fluid.unexpect(t)  # the steps after t run as real ops, if at all
         arrived = self._take_completions()  # those that interrupted the fold: after
         # step j's own (the runtime's queue, not a poll: the driver polls once it is back)
-        self._place_pages(plan, j + 1)
-        running, nxt = sched.fold_decode(j + 1)
+        self._place_pages(plan, j + 1)  # none after those an absorbed completion placed
+        running, nxt = self._advance(plan, j)
         assert running.batch_id == plan.batch_id + j
         sched.prepared(self._handle(running))
         finished = tuple(s.rid for s in running.slices if s.finishes)

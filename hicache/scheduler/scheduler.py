@@ -177,14 +177,18 @@ class Scheduler:
         will have ``plan``'s request set, counting the first one in which a request takes
         its last token; 0 unless the pipeline is steady: overlap on, a still queue
         (:meth:`_queue_still`), no intent pending, none in ``plan`` but frees and releases
-        (a runtime applies them at prepare), and the batch in flight before ``plan`` a
-        decode step of the same requests (its intents are the runtime's already). While it
-        stays steady (no arrival, no transfer completion), one step is one
-        ``BatchCompletion`` in and one decode plan out, and nothing else changes: what
-        :meth:`fold_decode` applies at once."""
+        (a runtime applies them at prepare), and the one compute batch in flight before
+        ``plan`` a decode step of the same requests (its intents are the runtime's
+        already). Cache-only plans may be in flight too (batch ids < 0): their intents are
+        the runtime's, and their completion changes nothing here but pops them
+        (:meth:`_batch_done` of a plan without slices). While it stays steady (no arrival,
+        no transfer completion), one step is one ``BatchCompletion`` in (the first may
+        come with those of the cache-only plans) and one decode plan out, and nothing else
+        changes: what :meth:`fold_decode` applies at once."""
         inflight = self.plans.inflight
         if (not self.cfg.overlap or self.components is not None or self.plans.has_pending
-                or len(inflight) != 2 or inflight.get(plan.batch_id) is not plan):
+                or self.plans.compute_inflight() != 2
+                or inflight.get(plan.batch_id) is not plan):
             return 0
         prev = inflight.get(plan.batch_id - 1)
         # the cheap tests first: each is a pure test, so their order changes no answer
@@ -218,9 +222,11 @@ class Scheduler:
         """Apply ``steps`` (>= 1) steps of a steady decode pipeline (:meth:`steady_decode`
         said at least ``steps``) as if :meth:`step` had been called ``steps`` times, each
         with the completion of the older batch in flight and nothing else: every request
-        gains ``steps`` tokens done and planned. Returns the two plans then in flight (the
-        newer is None when no request has a token left to plan); the runtime prepares
-        them as it would have, the older completes next."""
+        gains ``steps`` tokens done and planned. The cache-only plans in flight complete
+        in the first of those steps, with the older batch (a runtime runs them behind it,
+        and its caller saw their completions come with its). Returns the two plans then in
+        flight (the newer is None when no request has a token left to plan); the runtime
+        prepares them as it would have, the older completes next."""
         if steps < 1:
             raise ValueError(f"fold_decode needs >= 1 step, got {steps}")
         for bid in sorted(self.plans.inflight):

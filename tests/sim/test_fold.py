@@ -206,3 +206,28 @@ def test_fault_windows_that_open_and_close_inside_folds_change_nothing_but_the_c
         perstep = _run(faulty, fault, True, per_step=True)
         assert _timelines(perstep) == _timelines(_run(faulty, fault, False, per_step=True))
     assert edges_folded_over > 0 and changed > 0
+
+
+def test_folds_begin_as_the_cache_only_plans_behind_the_older_batch_complete() -> None:
+    """A transfer that completes while two batches are in flight leaves a cache-only plan
+    queued behind the older one on the compute stream: it completes in that batch's
+    wake-up, where a fold may start (Scheduler.steady_decode counts compute plans only).
+    Such folds happen on multiturn_tiers' L1+L2+L3 variant, and the run equals the
+    unfolded one in records, decisions, timelines and what the write-back policy saw."""
+    variants = dict(_variants("multiturn_tiers.yaml", SHRUNK["multiturn_tiers.yaml"]))
+    sc = variants["L1+L2+L3"]
+    folded = _run(sc, "L1+L2+L3", True)
+    assert sum(rep.folder.beside_cache_only for rep in folded.replicas) >= 10
+    _assert_same(folded, _run(sc, "L1+L2+L3", False))
+
+
+def test_folds_take_transfer_completions_that_change_no_step_and_go_on() -> None:
+    """A store's or prefetch's completion during a fold is taken in a scheduler step at
+    its time, as unfolded; when that step plans nothing and the pipeline stays steady the
+    fold goes on, else the driver goes on with the step's result (a backup's completion
+    plans the store). The trace's L1+L2+L3 variant has both, and equals the unfolded run."""
+    variants = dict(_variants("mooncake_trace.yaml", ["workload.max_requests=400"]))
+    sc = variants["L1+L2+L3"]
+    folded = _run(sc, "L1+L2+L3", True)
+    assert sum(rep.folder.absorbed for rep in folded.replicas) >= 50
+    _assert_same(folded, _run(sc, "L1+L2+L3", False))
