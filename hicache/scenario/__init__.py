@@ -24,8 +24,9 @@ per kind, :mod:`hicache.workload.factory`), ``run`` (:class:`RunSection`), ``var
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hicache.lazy import lazy_exports
 
 # name -> the module defining it: imported on first use (PEP 562), so importing a
 # submodule (``hicache.scenario.command``, which every ``hicache-lab --help`` builds)
@@ -69,15 +70,4 @@ __all__ = [
     "load_scenario", "scenario_path", "write_resolved",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # once: later lookups are ordinary attribute reads
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -12,8 +12,9 @@ message per problem by :func:`format_errors` (``file:line: key.path: problem, go
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hicache.lazy import lazy_exports
 
 # imported on first use (PEP 562): a submodule (constraints, plain, types: what every
 # config class imports) loads without the YAML reader and the yaml package
@@ -27,11 +28,4 @@ if TYPE_CHECKING:
 
 __all__ = ["InputError", "YamlDoc", "format_errors", "read_yaml", "read_yaml_text"]
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -131,6 +131,7 @@ def test_the_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
 # Inside hicache/: lower layers never import higher ones (nor siblings of one layer: replay
 # drives the cache manager, not the scheduler). Commands (command.py, cli*.py) are the top.
 HICACHE_LAYERS = (
+    {"lazy"},  # PEP 562 export hooks, stdlib only
     {"units", "schema", "timeline", "collector"},  # collector: stdlib gc only
     {"presets", "runtime", "model_parts"},  # model_parts: the model spec's typed pieces
     {"modelspec", "tree"},
