@@ -131,7 +131,7 @@ class L3Client:
         def attempt() -> Proc:
             outcome = yield from self._transfer("read", nbytes)
             got = self.store.count_hits(keys) if outcome == OK else 0
-            self.store.touch(keys[:got])
+            self.store.touch_hits(keys[:got])
             self.store.bytes_read += got * bytes_per_key
             return outcome, got
         got = yield from self._guarded("get", nbytes, attempt, trace)
@@ -244,6 +244,9 @@ class L3Client:
     def _culprit(self) -> int | None:
         """The fault active now that would fail a call: the store's, then this replica's
         (an attempt blames the one active when it started, else when it failed)."""
+        st = self.store
+        if not (st.refusing or st.hanging or self.nic_faults or self.host_faults):
+            return None  # no fault on the way (the common case)
         active = self.on_path()
         return active[0] if active else None
 
