@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator, Sequence
+from itertools import compress
+from operator import not_
 from typing import TYPE_CHECKING, Any
 
 import simpy
@@ -140,8 +142,8 @@ class L3Client:
     def put(self, keys: Sequence[str], bytes_per_key: int) -> Proc:
         """Write the keys the store lacks (an exists RPC, then the transfer); returns how
         many were written (0 when the operation failed)."""
-        have = yield from self.exists(keys)
-        todo = [k for k, h in zip(keys, have, strict=True) if not h]
+        have = yield from self.exists(keys)  # one answer per key
+        todo = list(compress(keys, map(not_, have)))
         if not todo:
             return 0
 
