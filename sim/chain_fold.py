@@ -142,6 +142,9 @@ class ChainFold:
         waiting = own and not c_active
         n_layers = len(times_l)
         inf = math.inf
+        last_load = n_groups - 1  # the last group with bytes: its landing ends the fold
+        while last_load >= 0 and not groups[last_load].nbytes:
+            last_load -= 1
         span = SPAN if SPAN is not None else len(groups)
         while True:
             nxt_k = k_due if k_active else launch_at
@@ -197,7 +200,7 @@ class ChainFold:
                 trans.append((tc, LAUNCH, g, k_rem, c_rem, c_rate, c_due))
                 continue
             # the kernel of group g lands
-            if not any(gr.nbytes for gr in groups[g + 1:]):
+            if g >= last_load:  # no group after g has bytes
                 self.final = True
                 break  # the last one: its real finish ends the fold
             dt = tc - last

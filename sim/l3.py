@@ -25,7 +25,7 @@ re-uses it); whatever changes those inputs must go through :meth:`bump`.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from itertools import cycle, filterfalse, islice, takewhile
 from typing import TYPE_CHECKING
@@ -154,6 +154,11 @@ class L3Store:
         for key in keys:
             if key in self.keys:
                 self.keys.move_to_end(key)
+
+    def touch_hits(self, keys: Iterable[str]) -> None:
+        """:meth:`touch` of keys all present (a :meth:`count_hits` prefix, no time
+        passed): the same LRU order, without asking each key again."""
+        deque(map(self.keys.move_to_end, keys), maxlen=0)
 
     def insert(self, keys: Iterable[str], size: int) -> int:
         """Place the keys not yet present on live nodes (round-robin); returns how many

@@ -174,7 +174,7 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[int], generat
         t0 = rt.env.now
         found = yield from client.exists(chunk, trace)
         rt.timeline.record("l3", "query", t0, rt.env.now)
-        n = next((i for i, f in enumerate(found) if not f), len(found))
+        n = found.index(False) if False in found else len(found)  # the first miss
         hit += n
         if n < len(chunk):
             break

@@ -196,6 +196,16 @@ def test_healthy_transfers_leave_no_timer_behind(env) -> None:
     assert env.now == t and env.peek() == math.inf  # no deadline timer outlives the run
 
 
+def test_transfers_leave_no_wake_up_on_the_store(env) -> None:
+    store = mooncake(env, rpc=0.0)
+    store.insert(["a", "b"], 1000)
+    c = client(env, store)
+    for keys in (["a"], ["b"], ["a", "b"]):
+        got, _ = run(env, c.get(keys, 1000))
+        assert got == len(keys)
+    assert store.went_down.callbacks == [] and not c.fluid.jobs
+
+
 def test_a_store_going_down_fails_transfers_under_way(env) -> None:
     store = mooncake(env, nic=1 * GB, rpc=0.0)
     store.insert(["a"], int(1 * GB))
