@@ -150,14 +150,8 @@ class L3Store:
         return len(keys), blame
 
     def touch(self, keys: Iterable[str]) -> None:
-        """Refresh the LRU position of the keys present."""
-        for key in keys:
-            if key in self.keys:
-                self.keys.move_to_end(key)
-
-    def touch_hits(self, keys: Iterable[str]) -> None:
-        """:meth:`touch` of keys all present (a :meth:`count_hits` prefix, no time
-        passed): the same LRU order, without asking each key again."""
+        """Refresh the LRU position of ``keys``, all present (a :meth:`count_hits` prefix,
+        no time passed; an absent key is a KeyError), in order, without asking each again."""
         deque(map(self.keys.move_to_end, keys), maxlen=0)
 
     def insert(self, keys: Iterable[str], size: int) -> int:

@@ -133,7 +133,7 @@ class L3Client:
         def attempt() -> Proc:
             outcome = yield from self._transfer("read", nbytes)
             got = self.store.count_hits(keys) if outcome == OK else 0
-            self.store.touch_hits(keys[:got])
+            self.store.touch(keys[:got])
             self.store.bytes_read += got * bytes_per_key
             return outcome, got
         got = yield from self._guarded("get", nbytes, attempt, trace)

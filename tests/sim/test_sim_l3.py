@@ -69,6 +69,8 @@ def test_capacity_evicts_least_recently_used_keys(env) -> None:
     store.touch(["a"])  # a is now the most recent
     store.insert(["d"], 100)
     assert sorted(store.keys) == ["a", "c", "d"] and store.used == 300 and store.evictions == 1
+    with pytest.raises(KeyError):
+        store.touch(["b"])  # touch refreshes hits only: b was evicted
 
 
 def test_one_replicas_reads_and_writes_share_its_nic(env) -> None:
