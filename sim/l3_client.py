@@ -116,13 +116,34 @@ class L3Client:
         self.fluid.replan()
 
     # ---- operations ------------------------------------------------------------------
+    def _clear(self) -> bool:
+        """The common case: the store is up for this client (no cooldown) and no fault is
+        on its way (so an attempt starting now blames none: :meth:`_culprit`). An
+        operation then makes its first attempt inline, without the guard's and the
+        attempt's generators; if that attempt fails the guard goes on from there
+        (:meth:`_guarded`'s ``failed``), so counters, blame, rows and times are the
+        guard's."""
+        st = self.store
+        return (self.health.down_until is None
+                and not (st.refusing or st.hanging or self.nic_faults or self.host_faults))
+
     def exists(self, keys: Sequence[str], trace: Trace = None) -> Proc:
         """Which of ``keys`` the store holds (a master RPC); all False when it fails.
         ``trace`` (a list) collects the fault blamed for each failed or skipped attempt."""
         def attempt() -> Proc:
             outcome = yield from self._rpc()
             return outcome, self.store.contains_each(keys)
-        out = yield from self._guarded("exists", 0, attempt, trace)
+        failed = None
+        if self._clear():  # the first attempt inline (_clear): _rpc's healthy branch
+            st = self.store
+            t0 = self.env.now
+            yield self.env.timeout(st.query_latency_s)
+            if not st.refusing:
+                if self.health.answered():
+                    self._count("l3_reconnects")
+                return st.contains_each(keys)
+            failed = (t0, ERROR)
+        out = yield from self._guarded("exists", 0, attempt, trace, failed)
         return [False] * len(keys) if out is None else out
 
     def get(self, keys: Sequence[str], bytes_per_key: int, trace: Trace = None) -> Proc:
@@ -132,12 +153,27 @@ class L3Client:
 
         def attempt() -> Proc:
             outcome = yield from self._transfer("read", nbytes)
-            got = self.store.count_hits(keys) if outcome == OK else 0
-            self.store.touch(keys[:got])
-            self.store.bytes_read += got * bytes_per_key
-            return outcome, got
-        got = yield from self._guarded("get", nbytes, attempt, trace)
+            return outcome, self._got(keys, bytes_per_key, outcome)
+        failed = None
+        if self._clear():  # the first attempt inline (_clear)
+            t0 = self.env.now
+            outcome = yield from self._transfer("read", nbytes)
+            got = self._got(keys, bytes_per_key, outcome)
+            if outcome == OK:
+                if self.health.answered():
+                    self._count("l3_reconnects")
+                return got
+            failed = (t0, outcome)
+        got = yield from self._guarded("get", nbytes, attempt, trace, failed)
         return got or 0
+
+    def _got(self, keys: Sequence[str], bytes_per_key: int, outcome: str) -> int:
+        """What a read attempt that ended ``outcome`` delivered: the leading keys still
+        held (none unless ``ok``), their LRU order refreshed and their bytes counted."""
+        got = self.store.count_hits(keys) if outcome == OK else 0
+        self.store.touch(keys[:got])
+        self.store.bytes_read += got * bytes_per_key
+        return got
 
     def put(self, keys: Sequence[str], bytes_per_key: int) -> Proc:
         """Write the keys the store lacks (an exists RPC, then the transfer); returns how
@@ -146,32 +182,57 @@ class L3Client:
         todo = list(compress(keys, map(not_, have)))
         if not todo:
             return 0
+        nbytes = len(todo) * bytes_per_key
 
         def attempt() -> Proc:
-            outcome = yield from self._transfer("write", len(todo) * bytes_per_key)
-            if outcome != OK:
-                return outcome, 0
-            try:
-                return OK, self.store.insert(todo, bytes_per_key)
-            except NoLiveNode:
-                return ERROR, 0
-        written = yield from self._guarded("put", len(todo) * bytes_per_key, attempt)
+            outcome = yield from self._transfer("write", nbytes)
+            return self._wrote(todo, bytes_per_key, outcome)
+        failed = None
+        if self._clear():  # the first attempt inline (_clear)
+            t0 = self.env.now
+            outcome = yield from self._transfer("write", nbytes)
+            outcome, written = self._wrote(todo, bytes_per_key, outcome)
+            if outcome == OK:
+                if self.health.answered():
+                    self._count("l3_reconnects")
+                return written
+            failed = (t0, outcome)
+        written = yield from self._guarded("put", nbytes, attempt, None, failed)
         if written is None and self.ledger is not None and self.blame is not None:
             self.ledger.count(self.blame, "store_pages_failed", len(todo))
         return written or 0
 
+    def _wrote(self, todo: list[str], bytes_per_key: int, outcome: str) -> tuple[str, int]:
+        """A write attempt that moved its bytes (``outcome`` ok) inserts ``todo``; an error
+        when no node is left to take them."""
+        if outcome != OK:
+            return outcome, 0
+        try:
+            return OK, self.store.insert(todo, bytes_per_key)
+        except NoLiveNode:
+            return ERROR, 0
+
     # ---- the guard ---------------------------------------------------------------------
     def _guarded(self, op: str, nbytes: int, attempt: Callable[[], Proc],
-                 trace: Trace = None) -> Proc:
+                 trace: Trace = None, failed: tuple[float, str] | None = None) -> Proc:
         """Run ``attempt`` under the policy; its value, or None when the operation failed
-        or was skipped (counted, and blamed on the fault behind it)."""
-        admission = self.health.admit(self.env.now)
-        if admission == "skip":
-            self._count("l3_skipped", self.blame)
-            if trace is not None:
-                trace.append(self.blame)
-            return None
-        for k in range(self.policy.attempts(admission == "probe")):
+        or was skipped (counted, and blamed on the fault behind it). ``failed``: the
+        operation's first attempt, made inline while :meth:`_clear` (admitted as a call,
+        no culprit when it started), failed (its start and outcome): go on from there."""
+        if failed is None:
+            admission = self.health.admit(self.env.now)
+            if admission == "skip":
+                self._count("l3_skipped", self.blame)
+                if trace is not None:
+                    trace.append(self.blame)
+                return None
+            first = 0
+            attempts = self.policy.attempts(admission == "probe")
+        else:
+            first = 1
+            attempts = self.policy.attempts(False)
+            self._failed(op, failed[0], None, failed[1], trace)
+        for k in range(first, attempts):
             if k:
                 self._count("l3_retries")
                 yield self.env.timeout(self.policy.backoff(k - 1))
@@ -181,16 +242,21 @@ class L3Client:
                 if self.health.answered():
                     self._count("l3_reconnects")
                 return value
-            self.blame = cause if cause is not None else self._culprit()
-            if trace is not None:
-                trace.append(self.blame)
-            self.timeline.record("l3", f"{op}_{outcome}", t0, self.env.now,
-                                 nbytes=0)
-            if outcome == TIMEOUT:
-                self._count("l3_timeouts", self.blame)
+            self._failed(op, t0, cause, outcome, trace)
         self._count("l3_errors", self.blame)
         self.health.failed(self.env.now)
         return None
+
+    def _failed(self, op: str, t0: float, cause: int | None, outcome: str,
+                trace: Trace) -> None:
+        """An attempt begun at ``t0`` (the fault active then: ``cause``) failed now with
+        ``outcome``: blame, trace, timeline row, timeout count."""
+        self.blame = cause if cause is not None else self._culprit()
+        if trace is not None:
+            trace.append(self.blame)
+        self.timeline.record("l3", f"{op}_{outcome}", t0, self.env.now, nbytes=0)
+        if outcome == TIMEOUT:
+            self._count("l3_timeouts", self.blame)
 
     def _rpc(self) -> Proc:
         """One master round trip: ``ok``, ``error`` (refused) or ``timeout``."""
