@@ -8,11 +8,13 @@ Invariant: a body started under one generation never completes into a later gene
 from __future__ import annotations
 
 from collections.abc import Generator
+from itertools import compress, repeat
+from operator import add, ne
 from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from hicache.runtime.handles import CacheExtentRef, Kind, Tier, coalesce
+from hicache.runtime.handles import CacheExtentRef, Kind, PageRun, Tier
 from hicache.runtime.interface import BatchCompletion, PrefetchIntent, StoreIntent
 from hicache.runtime.interface import TransferCompletion as TC
 from hicache.runtime.interface import TransferKind as TK
@@ -196,9 +198,22 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[int], generat
         return
     rt.l3_bytes["read"] += got * bpp
     if reserved[got:]:
-        rt.host[Kind.FULL].free(reserved[got:])
+        rt.host[Kind.FULL].free_runs(page_runs(reserved[got:]))
     extent = None
     if got:
-        extent = CacheExtentRef(rt.runtime_id, generation, Tier.HOST, coalesce(reserved[:got]),
-                                Kind.FULL)
+        runs = tuple(PageRun(s, n) for s, n in page_runs(reserved[:got]))
+        extent = CacheExtentRef(rt.runtime_id, generation, Tier.HOST, runs, Kind.FULL)
     rt.complete(TC(pf.job_id, TK.PREFETCH, rt.env.now, got, extent, hit))
+
+
+def page_runs(pages: list[int]) -> list[tuple[int, int]]:
+    """:func:`hicache.runtime.page_ids.runs_of` of a list, its pages compared at C
+    speed: a run starts at the first page and wherever a page is not its predecessor + 1
+    (a prefetch's reserved pages are hundreds of pages in a few runs)."""
+    n = len(pages)
+    if not n:
+        return []
+    starts = [0, *compress(range(1, n), map(ne, pages[1:], map(add, pages, repeat(1))))]
+    ends = starts[1:]
+    ends.append(n)
+    return [(pages[i], j - i) for i, j in zip(starts, ends, strict=True)]
