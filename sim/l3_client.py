@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator, Sequence
-from itertools import compress
-from operator import not_
 from typing import TYPE_CHECKING, Any
 
 import simpy
@@ -130,9 +128,23 @@ class L3Client:
     def exists(self, keys: Sequence[str], trace: Trace = None) -> Proc:
         """Which of ``keys`` the store holds (a master RPC); all False when it fails.
         ``trace`` (a list) collects the fault blamed for each failed or skipped attempt."""
+        out = yield from self._query(keys, self.store.contains_each, trace)
+        return [False] * len(keys) if out is None else out
+
+    def leading_hits(self, keys: Sequence[str], trace: Trace = None) -> Proc:
+        """:meth:`exists`, answered as how many of ``keys`` from the first the store holds
+        (what a prefetch reads of the answer: it stops at the first miss); 0 when it
+        fails. The same call, times and counters as :meth:`exists`."""
+        out = yield from self._query(keys, self.store.count_hits, trace)
+        return 0 if out is None else out
+
+    def _query(self, keys: Sequence[str], answer: Callable[[Sequence[str]], Any],
+               trace: Trace = None) -> Proc:
+        """One guarded master RPC about ``keys``; ``answer(keys)`` read from the store
+        when it answers, None when the operation failed (module doc)."""
         def attempt() -> Proc:
             outcome = yield from self._rpc()
-            return outcome, self.store.contains_each(keys)
+            return outcome, answer(keys)
         failed = None
         if self._clear():  # the first attempt inline (_clear): _rpc's healthy branch
             st = self.store
@@ -141,10 +153,9 @@ class L3Client:
             if not st.refusing:
                 if self.health.answered():
                     self._count("l3_reconnects")
-                return st.contains_each(keys)
+                return answer(keys)
             failed = (t0, ERROR)
-        out = yield from self._guarded("exists", 0, attempt, trace, failed)
-        return [False] * len(keys) if out is None else out
+        return (yield from self._guarded("exists", 0, attempt, trace, failed))
 
     def get(self, keys: Sequence[str], bytes_per_key: int, trace: Trace = None) -> Proc:
         """Fetch ``keys`` into host memory; returns how many leading keys arrived (a key
@@ -178,8 +189,9 @@ class L3Client:
     def put(self, keys: Sequence[str], bytes_per_key: int) -> Proc:
         """Write the keys the store lacks (an exists RPC, then the transfer); returns how
         many were written (0 when the operation failed)."""
-        have = yield from self.exists(keys)  # one answer per key
-        todo = list(compress(keys, map(not_, have)))
+        todo = yield from self._query(keys, self.store.missing)  # an exists RPC
+        if todo is None:
+            todo = list(keys)  # no answer: every key counts as missing
         if not todo:
             return 0
         nbytes = len(todo) * bytes_per_key

@@ -174,9 +174,8 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[int], generat
     for lo in range(0, len(pf.keys), pf.batch_pages):
         chunk = pf.keys[lo:lo + pf.batch_pages]
         t0 = rt.env.now
-        found = yield from client.exists(chunk, trace)
+        n = yield from client.leading_hits(chunk, trace)  # up to the first miss
         rt.timeline.record("l3", "query", t0, rt.env.now)
-        n = found.index(False) if False in found else len(found)  # the first miss
         hit += n
         if n < len(chunk):
             break
