@@ -6,6 +6,12 @@ failure), in simulated time.
       └ guard: skip while down | attempts: [latency][transfer on this replica's fluid
         server: NIC share, store share, host memory (sim.link)] within the deadline
 
+(``leading_hits(keys)`` is exists answered as the count of leading hits, as a prefetch
+reads it.) While the store is up for this client and no fault is on its way (``_clear``:
+the common case) an operation makes its first attempt inline, without the guard's
+generators; one that fails hands over to the guard where it would be, so answers,
+times, counters, blame and rows are the guard's (tests/sim/test_l3_fast_path.py).
+
 An attempt ends ``ok``, ``error`` (the store refuses: it is down, or no node is left for a
 write) or ``timeout`` (no answer before ``policy.deadline(bytes)``: the store hangs, the
 NIC is lost, or the transfer is too slow; the transfer is abandoned). An operation whose
@@ -135,13 +141,12 @@ class L3Client:
         """:meth:`exists`, answered as how many of ``keys`` from the first the store holds
         (what a prefetch reads of the answer: it stops at the first miss); 0 when it
         fails. The same call, times and counters as :meth:`exists`."""
-        out = yield from self._query(keys, self.store.count_hits, trace)
-        return 0 if out is None else out
+        return self._query(keys, self.store.count_hits, trace, 0)
 
     def _query(self, keys: Sequence[str], answer: Callable[[Sequence[str]], Any],
-               trace: Trace = None) -> Proc:
-        """One guarded master RPC about ``keys``; ``answer(keys)`` read from the store
-        when it answers, None when the operation failed (module doc)."""
+               trace: Trace = None, fallback: Any = None) -> Proc:
+        """One guarded master RPC about ``keys``: ``answer(keys)`` read from the store
+        when it answers, ``fallback`` when the operation failed (module doc)."""
         def attempt() -> Proc:
             outcome = yield from self._rpc()
             return outcome, answer(keys)
@@ -155,7 +160,8 @@ class L3Client:
                     self._count("l3_reconnects")
                 return answer(keys)
             failed = (t0, ERROR)
-        return (yield from self._guarded("exists", 0, attempt, trace, failed))
+        out = yield from self._guarded("exists", 0, attempt, trace, failed)
+        return fallback if out is None else out
 
     def get(self, keys: Sequence[str], bytes_per_key: int, trace: Trace = None) -> Proc:
         """Fetch ``keys`` into host memory; returns how many leading keys arrived (a key
