@@ -8,8 +8,6 @@ Invariant: a body started under one generation never completes into a later gene
 from __future__ import annotations
 
 from collections.abc import Generator
-from itertools import compress, repeat
-from operator import add, ne
 from typing import TYPE_CHECKING, Any
 
 import simpy
@@ -18,6 +16,7 @@ from hicache.runtime.handles import CacheExtentRef, Kind, PageRun, Tier
 from hicache.runtime.interface import BatchCompletion, PrefetchIntent, StoreIntent
 from hicache.runtime.interface import TransferCompletion as TC
 from hicache.runtime.interface import TransferKind as TK
+from hicache.runtime.page_ids import runs_of
 from sim.batch import BatchState
 from sim.fluid import FluidJob
 
@@ -206,13 +205,12 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[int], generat
 
 
 def page_runs(pages: list[int]) -> list[tuple[int, int]]:
-    """:func:`hicache.runtime.page_ids.runs_of` of a list, its pages compared at C
-    speed: a run starts at the first page and wherever a page is not its predecessor + 1
-    (a prefetch's reserved pages are hundreds of pages in a few runs)."""
+    """:func:`hicache.runtime.page_ids.runs_of` of a list: one run found with C-level
+    comparisons when the pages are one ascending run (a prefetch's reserved pages usually
+    are), else runs_of's loop."""
     n = len(pages)
-    if not n:
-        return []
-    starts = [0, *compress(range(1, n), map(ne, pages[1:], map(add, pages, repeat(1))))]
-    ends = starts[1:]
-    ends.append(n)
-    return [(pages[i], j - i) for i, j in zip(starts, ends, strict=True)]
+    if n and pages[-1] - pages[0] == n - 1:
+        first = pages[0]
+        if pages == list(range(first, first + n)):
+            return [(first, n)]
+    return runs_of(pages)
