@@ -117,3 +117,5 @@ def test_page_runs_are_runs_of() -> None:
                 pages.extend(range(s, s + rng.randrange(1, 8)))
         assert page_runs(pages) == runs_of(pages), pages
     assert page_runs([4, 5, 6, 9, 10, 3]) == [(4, 3), (9, 2), (3, 1)]
+    assert page_runs([7, 8, 9, 10]) == [(7, 4)]
+    assert page_runs([5, 7, 6, 8]) == [(5, 1), (7, 1), (6, 1), (8, 1)]  # ends as one run's
