@@ -47,6 +47,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Generator
+from functools import partial
 from operator import attrgetter
 from typing import Any, Protocol
 
@@ -297,8 +298,7 @@ class FluidServer:
         computes it); any earlier timer of the job goes stale (its token)."""
         job.token += 1
         job.timer_at = at
-        token = job.token
-        self.env.timeout(delay).callbacks.append(lambda _ev: self._fire(job, token))
+        self.env.timeout(delay).callbacks.append(partial(self._fire, job, job.token))
 
     def _planned(self, job: FluidJob, now: float, due: float) -> bool:
         """Plan the timer of a compute job (due at ``due``, its live timer later) ahead:
@@ -354,14 +354,15 @@ class FluidServer:
                 finish = t + (rem if rem > 0.0 else 0.0) / rate
         return finish if finish <= due else due
 
-    def _fire(self, job: FluidJob, token: int) -> None:
+    def _fire(self, job: FluidJob, token: int, _ev: object = None) -> None:
+        """``job``'s timer set under ``token`` fired (a timeout's callback: ``_ev``)."""
         if token != job.token:
             return  # re-planned earlier since this timer was set
         now = self.env.now
         if now < job.due:  # slowed since: wait on for the finish its rate gives now
             job.timer_at = job.due
             self.env.timeout(exact_delay(now, job.due)).callbacks.append(
-                lambda _ev: self._fire(job, token))
+                partial(self._fire, job, token))
             return
         self._finish(job)
 
@@ -455,7 +456,7 @@ class FluidServer:
         finish = since + max(0.0, job.work) / job.rate
         timer = self.env.timeout(exact_delay(self.env.now, max(finish, self.env.now)))
         job.due = job.timer_at = max(finish, self.env.now)
-        timer.callbacks.append(lambda _ev: self._fire(job, token))
+        timer.callbacks.append(partial(self._fire, job, token))
         return job.done
 
     def _adopt_solo(self, job: FluidJob, since: float, rate: float, marks: list[float]
@@ -481,7 +482,7 @@ class FluidServer:
         finish = since + max(0.0, job.work) / rate
         job.due = job.timer_at = max(finish, now)
         self.env.timeout(exact_delay(now, job.due)).callbacks.append(
-            lambda _ev: self._fire(job, token))
+            partial(self._fire, job, token))
         assert job.done is not None
         return job.done
 

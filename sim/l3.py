@@ -132,6 +132,10 @@ class L3Store:
         """:meth:`contains` of each key, in order."""
         return list(map(self.keys.__contains__, keys))
 
+    def missing(self, keys: Iterable[str]) -> list[str]:
+        """The keys the store lacks, in order (those :meth:`contains_each` says False)."""
+        return list(filterfalse(self.keys.__contains__, keys))
+
     def count_hits(self, keys: Sequence[str]) -> int:
         """Consecutive hits from the start of ``keys`` (no time passes)."""
         return len(list(takewhile(self.keys.__contains__, keys)))

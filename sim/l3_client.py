@@ -6,6 +6,12 @@ failure), in simulated time.
       └ guard: skip while down | attempts: [latency][transfer on this replica's fluid
         server: NIC share, store share, host memory (sim.link)] within the deadline
 
+(``leading_hits(keys)`` is exists answered as the count of leading hits, as a prefetch
+reads it.) While the store is up for this client and no fault is on its way (``_clear``:
+the common case) an operation makes its first attempt inline, without the guard's
+generators; one that fails hands over to the guard where it would be, so answers,
+times, counters, blame and rows are the guard's (tests/sim/test_l3_fast_path.py).
+
 An attempt ends ``ok``, ``error`` (the store refuses: it is down, or no node is left for a
 write) or ``timeout`` (no answer before ``policy.deadline(bytes)``: the store hangs, the
 NIC is lost, or the transfer is too slow; the transfer is abandoned). An operation whose
@@ -23,8 +29,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator, Sequence
-from itertools import compress
-from operator import not_
 from typing import TYPE_CHECKING, Any
 
 import simpy
@@ -116,14 +120,48 @@ class L3Client:
         self.fluid.replan()
 
     # ---- operations ------------------------------------------------------------------
+    def _clear(self) -> bool:
+        """The common case: the store is up for this client (no cooldown) and no fault is
+        on its way (so an attempt starting now blames none: :meth:`_culprit`). An
+        operation then makes its first attempt inline, without the guard's and the
+        attempt's generators; if that attempt fails the guard goes on from there
+        (:meth:`_guarded`'s ``failed``), so counters, blame, rows and times are the
+        guard's."""
+        st = self.store
+        return (self.health.down_until is None
+                and not (st.refusing or st.hanging or self.nic_faults or self.host_faults))
+
     def exists(self, keys: Sequence[str], trace: Trace = None) -> Proc:
         """Which of ``keys`` the store holds (a master RPC); all False when it fails.
         ``trace`` (a list) collects the fault blamed for each failed or skipped attempt."""
+        out = yield from self._query(keys, self.store.contains_each, trace)
+        return [False] * len(keys) if out is None else out
+
+    def leading_hits(self, keys: Sequence[str], trace: Trace = None) -> Proc:
+        """:meth:`exists`, answered as how many of ``keys`` from the first the store holds
+        (what a prefetch reads of the answer: it stops at the first miss); 0 when it
+        fails. The same call, times and counters as :meth:`exists`."""
+        return self._query(keys, self.store.count_hits, trace, 0)
+
+    def _query(self, keys: Sequence[str], answer: Callable[[Sequence[str]], Any],
+               trace: Trace = None, fallback: Any = None) -> Proc:
+        """One guarded master RPC about ``keys``: ``answer(keys)`` read from the store
+        when it answers, ``fallback`` when the operation failed (module doc)."""
         def attempt() -> Proc:
             outcome = yield from self._rpc()
-            return outcome, self.store.contains_each(keys)
-        out = yield from self._guarded("exists", 0, attempt, trace)
-        return [False] * len(keys) if out is None else out
+            return outcome, answer(keys)
+        failed = None
+        if self._clear():  # the first attempt inline (_clear): _rpc's healthy branch
+            st = self.store
+            t0 = self.env.now
+            yield self.env.timeout(st.query_latency_s)
+            if not st.refusing:
+                if self.health.answered():
+                    self._count("l3_reconnects")
+                return answer(keys)
+            failed = (t0, ERROR)
+        out = yield from self._guarded("exists", 0, attempt, trace, failed)
+        return fallback if out is None else out
 
     def get(self, keys: Sequence[str], bytes_per_key: int, trace: Trace = None) -> Proc:
         """Fetch ``keys`` into host memory; returns how many leading keys arrived (a key
@@ -132,46 +170,87 @@ class L3Client:
 
         def attempt() -> Proc:
             outcome = yield from self._transfer("read", nbytes)
-            got = self.store.count_hits(keys) if outcome == OK else 0
-            self.store.touch(keys[:got])
-            self.store.bytes_read += got * bytes_per_key
-            return outcome, got
-        got = yield from self._guarded("get", nbytes, attempt, trace)
+            return outcome, self._got(keys, bytes_per_key, outcome)
+        failed = None
+        if self._clear():  # the first attempt inline (_clear)
+            t0 = self.env.now
+            outcome = yield from self._transfer("read", nbytes)
+            got = self._got(keys, bytes_per_key, outcome)
+            if outcome == OK:
+                if self.health.answered():
+                    self._count("l3_reconnects")
+                return got
+            failed = (t0, outcome)
+        got = yield from self._guarded("get", nbytes, attempt, trace, failed)
         return got or 0
+
+    def _got(self, keys: Sequence[str], bytes_per_key: int, outcome: str) -> int:
+        """What a read attempt that ended ``outcome`` delivered: the leading keys still
+        held (none unless ``ok``), their LRU order refreshed and their bytes counted."""
+        got = self.store.count_hits(keys) if outcome == OK else 0
+        self.store.touch(keys[:got])
+        self.store.bytes_read += got * bytes_per_key
+        return got
 
     def put(self, keys: Sequence[str], bytes_per_key: int) -> Proc:
         """Write the keys the store lacks (an exists RPC, then the transfer); returns how
         many were written (0 when the operation failed)."""
-        have = yield from self.exists(keys)  # one answer per key
-        todo = list(compress(keys, map(not_, have)))
+        todo = yield from self._query(keys, self.store.missing)  # an exists RPC
+        if todo is None:
+            todo = list(keys)  # no answer: every key counts as missing
         if not todo:
             return 0
+        nbytes = len(todo) * bytes_per_key
 
         def attempt() -> Proc:
-            outcome = yield from self._transfer("write", len(todo) * bytes_per_key)
-            if outcome != OK:
-                return outcome, 0
-            try:
-                return OK, self.store.insert(todo, bytes_per_key)
-            except NoLiveNode:
-                return ERROR, 0
-        written = yield from self._guarded("put", len(todo) * bytes_per_key, attempt)
+            outcome = yield from self._transfer("write", nbytes)
+            return self._wrote(todo, bytes_per_key, outcome)
+        failed = None
+        if self._clear():  # the first attempt inline (_clear)
+            t0 = self.env.now
+            outcome = yield from self._transfer("write", nbytes)
+            outcome, written = self._wrote(todo, bytes_per_key, outcome)
+            if outcome == OK:
+                if self.health.answered():
+                    self._count("l3_reconnects")
+                return written
+            failed = (t0, outcome)
+        written = yield from self._guarded("put", nbytes, attempt, None, failed)
         if written is None and self.ledger is not None and self.blame is not None:
             self.ledger.count(self.blame, "store_pages_failed", len(todo))
         return written or 0
 
+    def _wrote(self, todo: list[str], bytes_per_key: int, outcome: str) -> tuple[str, int]:
+        """A write attempt that moved its bytes (``outcome`` ok) inserts ``todo``; an error
+        when no node is left to take them."""
+        if outcome != OK:
+            return outcome, 0
+        try:
+            return OK, self.store.insert(todo, bytes_per_key)
+        except NoLiveNode:
+            return ERROR, 0
+
     # ---- the guard ---------------------------------------------------------------------
     def _guarded(self, op: str, nbytes: int, attempt: Callable[[], Proc],
-                 trace: Trace = None) -> Proc:
+                 trace: Trace = None, failed: tuple[float, str] | None = None) -> Proc:
         """Run ``attempt`` under the policy; its value, or None when the operation failed
-        or was skipped (counted, and blamed on the fault behind it)."""
-        admission = self.health.admit(self.env.now)
-        if admission == "skip":
-            self._count("l3_skipped", self.blame)
-            if trace is not None:
-                trace.append(self.blame)
-            return None
-        for k in range(self.policy.attempts(admission == "probe")):
+        or was skipped (counted, and blamed on the fault behind it). ``failed``: the
+        operation's first attempt, made inline while :meth:`_clear` (admitted as a call,
+        no culprit when it started), failed (its start and outcome): go on from there."""
+        if failed is None:
+            admission = self.health.admit(self.env.now)
+            if admission == "skip":
+                self._count("l3_skipped", self.blame)
+                if trace is not None:
+                    trace.append(self.blame)
+                return None
+            first = 0
+            attempts = self.policy.attempts(admission == "probe")
+        else:
+            first = 1
+            attempts = self.policy.attempts(False)
+            self._failed(op, failed[0], None, failed[1], trace)
+        for k in range(first, attempts):
             if k:
                 self._count("l3_retries")
                 yield self.env.timeout(self.policy.backoff(k - 1))
@@ -181,16 +260,21 @@ class L3Client:
                 if self.health.answered():
                     self._count("l3_reconnects")
                 return value
-            self.blame = cause if cause is not None else self._culprit()
-            if trace is not None:
-                trace.append(self.blame)
-            self.timeline.record("l3", f"{op}_{outcome}", t0, self.env.now,
-                                 nbytes=0)
-            if outcome == TIMEOUT:
-                self._count("l3_timeouts", self.blame)
+            self._failed(op, t0, cause, outcome, trace)
         self._count("l3_errors", self.blame)
         self.health.failed(self.env.now)
         return None
+
+    def _failed(self, op: str, t0: float, cause: int | None, outcome: str,
+                trace: Trace) -> None:
+        """An attempt begun at ``t0`` (the fault active then: ``cause``) failed now with
+        ``outcome``: blame, trace, timeline row, timeout count."""
+        self.blame = cause if cause is not None else self._culprit()
+        if trace is not None:
+            trace.append(self.blame)
+        self.timeline.record("l3", f"{op}_{outcome}", t0, self.env.now, nbytes=0)
+        if outcome == TIMEOUT:
+            self._count("l3_timeouts", self.blame)
 
     def _rpc(self) -> Proc:
         """One master round trip: ``ok``, ``error`` (refused) or ``timeout``."""

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from hicache.runtime.handles import CacheExtentRef, Kind, Tier, coalesce
+from hicache.runtime.handles import CacheExtentRef, Kind, PageRun, Tier
 from hicache.runtime.interface import BatchCompletion, PrefetchIntent, StoreIntent
 from hicache.runtime.interface import TransferCompletion as TC
 from hicache.runtime.interface import TransferKind as TK
+from hicache.runtime.page_ids import runs_of
 from sim.batch import BatchState
 from sim.fluid import FluidJob
 
@@ -172,9 +173,8 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[int], generat
     for lo in range(0, len(pf.keys), pf.batch_pages):
         chunk = pf.keys[lo:lo + pf.batch_pages]
         t0 = rt.env.now
-        found = yield from client.exists(chunk, trace)
+        n = yield from client.leading_hits(chunk, trace)  # up to the first miss
         rt.timeline.record("l3", "query", t0, rt.env.now)
-        n = found.index(False) if False in found else len(found)  # the first miss
         hit += n
         if n < len(chunk):
             break
@@ -196,9 +196,21 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[int], generat
         return
     rt.l3_bytes["read"] += got * bpp
     if reserved[got:]:
-        rt.host[Kind.FULL].free(reserved[got:])
+        rt.host[Kind.FULL].free_runs(page_runs(reserved[got:]))
     extent = None
     if got:
-        extent = CacheExtentRef(rt.runtime_id, generation, Tier.HOST, coalesce(reserved[:got]),
-                                Kind.FULL)
+        runs = tuple(PageRun(s, n) for s, n in page_runs(reserved[:got]))
+        extent = CacheExtentRef(rt.runtime_id, generation, Tier.HOST, runs, Kind.FULL)
     rt.complete(TC(pf.job_id, TK.PREFETCH, rt.env.now, got, extent, hit))
+
+
+def page_runs(pages: list[int]) -> list[tuple[int, int]]:
+    """:func:`hicache.runtime.page_ids.runs_of` of a list: one run found with C-level
+    comparisons when the pages are one ascending run (a prefetch's reserved pages usually
+    are), else runs_of's loop."""
+    n = len(pages)
+    if n and pages[-1] - pages[0] == n - 1:
+        first = pages[0]
+        if pages == list(range(first, first + n)):
+            return [(first, n)]
+    return runs_of(pages)

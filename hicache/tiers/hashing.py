@@ -53,7 +53,7 @@ def page_hashes(tokens: Sequence[int], page_size: int, prior: str | None = None)
     if full == 0:
         return []
     prev = bytes.fromhex(prior) if prior is not None else b""
-    return [d.hex() for d in _chain(pack_tokens(tokens[:full]), page_size, prev)]
+    return list(map(bytes.hex, _chain(pack_tokens(tokens[:full]), page_size, prev)))
 
 
 def chain_keys(keys: Sequence[bytes], prior: str | None = None) -> list[str]:
@@ -108,7 +108,7 @@ class PageHasher:
             return []
         digests = _chain(pack_tokens(tokens[done:full]), self.page_size, self._last)
         self._last = digests[-1]
-        new = [d.hex() for d in digests]
+        new = list(map(bytes.hex, digests))
         self._keys.extend(new)
         return new
 
@@ -155,10 +155,11 @@ class BlockChains:
         self.hashed_pages = 0  # pages hashed so far (the rest came from the memo)
 
     def page_hashes(self, ids: Sequence[int], length: int, page_size: int,
-                    tokens: Callable[[int, int], Sequence[int]]) -> list[str] | None:
+                    packed: Callable[[int, int], bytes]) -> list[str] | None:
         """Keys of the full pages of the ``length``-token prompt of block ids ``ids``
-        (a new list); ``tokens(start, stop)`` gives its tokens ``start:stop``. None when
-        ``page_size`` does not divide the block (pages would straddle blocks)."""
+        (a new list); ``packed(start, stop)`` gives its tokens ``start:stop`` packed
+        (:func:`hicache.tree.pagekeys.pack_tokens`). None when ``page_size`` does not
+        divide the block (pages would straddle blocks)."""
         _check_page_size(page_size)
         per, rem = divmod(self.block, page_size)
         if rem:
@@ -195,9 +196,9 @@ class BlockChains:
             have, prev = len(node[1]), node[2]
             out += node[1]
         start = k * self.block + have * page_size
-        digests = _chain(pack_tokens(tokens(start, n_pages * page_size)), page_size, prev)
+        digests = _chain(packed(start, n_pages * page_size), page_size, prev)
         self.hashed_pages += len(digests)
-        new = [d.hex() for d in digests]
+        new = list(map(bytes.hex, digests))
         out += new
         if len(memo) + n_blocks - k > self.limit:
             memo.clear()  # start over (class doc)

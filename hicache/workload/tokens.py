@@ -22,7 +22,7 @@ import random
 import sys
 from array import array
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, Any, overload
 
 if TYPE_CHECKING:
     from hicache.tiers.hashing import BlockChains
@@ -117,14 +117,26 @@ class BlockTokens(LazyTokens):
         out = array("q")
         if stop <= start:
             return out
+        out.frombytes(self._grid(start, stop).astype("=i8", copy=False).tobytes())
+        return out
+
+    def _packed(self, start: int, stop: int) -> bytes:
+        """Tokens ``start:stop`` packed as :func:`hicache.tree.pagekeys.pack_tokens`
+        packs them (little-endian int64), straight from numpy: what the page-hash chain
+        reads, without an ``array`` in between."""
+        if stop <= start:
+            return b""
+        return self._grid(start, stop).astype("<i8", copy=False).tobytes()
+
+    def _grid(self, start: int, stop: int) -> Any:
+        """Tokens ``start:stop`` (``start < stop``) as a numpy int64 vector."""
         import numpy as np  # lazily: the CLI's --help and scenario checks never need it
 
         b = self._block
         k0, k1 = start // b, (stop - 1) // b
         bases = np.asarray(self._ids[k0:k1 + 1], dtype=np.int64) * b
         grid = (bases[:, None] + np.arange(b, dtype=np.int64)[None, :]).ravel()
-        out.frombytes(grid[start - k0 * b: stop - k0 * b].tobytes())
-        return out
+        return grid[start - k0 * b: stop - k0 * b]
 
     def _at(self, i: int) -> int:
         k, off = divmod(i, self._block)
@@ -155,7 +167,7 @@ class BlockTokens(LazyTokens):
         straddle blocks."""
         if self._chains is None:
             return None
-        return self._chains.page_hashes(self._ids, self._len, page_size, self._range)
+        return self._chains.page_hashes(self._ids, self._len, page_size, self._packed)
 
     def __iter__(self) -> Iterator[int]:
         b = self._block

@@ -1,0 +1,121 @@
+"""The L3 client's inline first attempt (sim.l3_client ``_clear``) and prefetch_op's page
+runs (sim.ops ``page_runs``) are shortcuts: each must give exactly what the general path
+gives (answers, times, counters, blame, timeline rows, store contents), faults or not."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+import simpy
+from simtoys import toy_profile
+
+from hicache.runtime.page_ids import runs_of
+from hicache.tiers.l3_guard import RetryPolicy
+from hicache.timeline import Timeline
+from sim.fluid import FluidServer
+from sim.hardware.profile import MooncakeSpec
+from sim.l3 import L3Store
+from sim.l3_client import L3Client
+from sim.link import PcieLink
+from sim.ops import page_runs
+
+
+def _world(seed: int, inline: bool) -> list[Any]:
+    """Two replicas calling a Mooncake store at random times while faults come and go
+    (refusing, hanging, a node down, a slow NIC); returns everything observable."""
+    rng = random.Random(seed)
+    env = simpy.Environment()
+    store = L3Store.mooncake(env, MooncakeSpec(1e-3, 2e-4, 1e6, 2e7, 4e7, 2))
+    policy = RetryPolicy(timeout_s=0.02, min_bytes_per_s=1e8, retries=rng.choice([0, 1, 2]),
+                         backoff_s=0.003, cooldown_s=0.01, cooldown_max_s=0.05)
+    clients = []
+    for _ in range(2):
+        link = PcieLink(toy_profile())
+        c = L3Client(env, store, FluidServer(env, link.allocate), Timeline(), policy=policy)
+        link.l3 = c
+        if not inline:  # the general path only: every attempt under the guard
+            c._clear = lambda: False  # type: ignore[method-assign]
+        clients.append(c)
+    out: list[Any] = []
+
+    def op(c: L3Client, i: int) -> Any:
+        yield env.timeout(rng.uniform(0, 0.3))
+        keys = [f"k{rng.randrange(40)}" for _ in range(rng.randrange(1, 6))]
+        kind = rng.choice(["exists", "get", "put"])
+        trace: list[int | None] = []
+        if kind == "exists":
+            value = yield from c.exists(keys, trace)
+        elif kind == "get":
+            value = yield from c.get(keys, 1000, trace)
+        else:
+            value = yield from c.put(keys, 1000)
+        out.append((i, kind, value, env.now, trace, c.blame))
+
+    def faults() -> Any:
+        for f in range(12):
+            yield env.timeout(rng.uniform(0, 0.03))
+            which = rng.choice(["refuse", "hang", "node", "nic"])
+            if which == "refuse":
+                store.refuse(f, True)
+            elif which == "hang":
+                store.hang(f, True)
+            elif which == "node":
+                store.node_down(f % 2, True)
+            else:
+                clients[f % 2].nic_fault(f, 0.1, True)
+            yield env.timeout(rng.uniform(0, 0.03))
+            if which == "refuse":
+                store.refuse(f, False)
+            elif which == "hang":
+                store.hang(f, False)
+            elif which == "node":
+                store.node_down(f % 2, False)
+            else:
+                clients[f % 2].nic_fault(f, 0.1, False)
+
+    for i in range(80):
+        env.process(op(clients[i % 2], i))
+    env.process(faults())
+    env.run()
+    out.sort(key=lambda r: r[0])
+    rows = [[(r.op, r.start, r.end) for r in c.timeline.rows] for c in clients]
+    return [out, [c.counts for c in clients], rows, list(store.keys.items()), store.evictions]
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_the_inline_first_attempt_is_the_guard_bit_for_bit(seed: int) -> None:
+    inline, guarded = _world(seed, True), _world(seed, False)
+    assert inline == guarded
+
+
+def test_the_worlds_do_fail_calls_in_every_way() -> None:
+    """The comparison above is worth something: its faults fail attempts, first and
+    retried, in every way the guard counts."""
+    totals: dict[str, int] = {}
+    for seed in range(25):
+        for counts in _world(seed, True)[1]:
+            for k, v in counts.items():
+                totals[k] = totals.get(k, 0) + v
+    for counter in ("l3_errors", "l3_timeouts", "l3_retries", "l3_skipped", "l3_reconnects"):
+        assert totals[counter] > 0, counter
+
+
+def test_page_runs_are_runs_of() -> None:
+    rng = random.Random(7)
+    for t in range(3000):
+        n = rng.randrange(0, 50)
+        if t % 3 == 0:
+            pages = sorted(rng.sample(range(80), n))
+        elif t % 3 == 1:
+            pages = [rng.randrange(30) for _ in range(n)]
+        else:  # runs handed out in any order, as a pool's free list gives them
+            pages = []
+            for _ in range(rng.randrange(0, 6)):
+                s = rng.randrange(100)
+                pages.extend(range(s, s + rng.randrange(1, 8)))
+        assert page_runs(pages) == runs_of(pages), pages
+    assert page_runs([4, 5, 6, 9, 10, 3]) == [(4, 3), (9, 2), (3, 1)]
+    assert page_runs([7, 8, 9, 10]) == [(7, 4)]
+    assert page_runs([5, 7, 6, 8]) == [(5, 1), (7, 1), (6, 1), (8, 1)]  # ends as one run's
