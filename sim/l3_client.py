@@ -155,11 +155,10 @@ class L3Client:
             st = self.store
             t0 = self.env.now
             yield self.env.timeout(st.query_latency_s)
-            if not st.refusing:
-                if self.health.answered():
-                    self._count("l3_reconnects")
+            outcome = ERROR if st.refusing else OK
+            if self._ok(outcome):
                 return answer(keys)
-            failed = (t0, ERROR)
+            failed = (t0, outcome)
         out = yield from self._guarded("exists", 0, attempt, trace, failed)
         return fallback if out is None else out
 
@@ -176,9 +175,7 @@ class L3Client:
             t0 = self.env.now
             outcome = yield from self._transfer("read", nbytes)
             got = self._got(keys, bytes_per_key, outcome)
-            if outcome == OK:
-                if self.health.answered():
-                    self._count("l3_reconnects")
+            if self._ok(outcome):
                 return got
             failed = (t0, outcome)
         got = yield from self._guarded("get", nbytes, attempt, trace, failed)
@@ -210,9 +207,7 @@ class L3Client:
             t0 = self.env.now
             outcome = yield from self._transfer("write", nbytes)
             outcome, written = self._wrote(todo, bytes_per_key, outcome)
-            if outcome == OK:
-                if self.health.answered():
-                    self._count("l3_reconnects")
+            if self._ok(outcome):
                 return written
             failed = (t0, outcome)
         written = yield from self._guarded("put", nbytes, attempt, None, failed)
@@ -256,14 +251,21 @@ class L3Client:
                 yield self.env.timeout(self.policy.backoff(k - 1))
             t0, cause = self.env.now, self._culprit()
             outcome, value = yield from attempt()
-            if outcome == OK:
-                if self.health.answered():
-                    self._count("l3_reconnects")
+            if self._ok(outcome):
                 return value
             self._failed(op, t0, cause, outcome, trace)
         self._count("l3_errors", self.blame)
         self.health.failed(self.env.now)
         return None
+
+    def _ok(self, outcome: str) -> bool:
+        """Whether an attempt that ended ``outcome`` succeeded; a success after the store
+        was marked down counts a reconnect."""
+        if outcome != OK:
+            return False
+        if self.health.answered():
+            self._count("l3_reconnects")
+        return True
 
     def _failed(self, op: str, t0: float, cause: int | None, outcome: str,
                 trace: Trace) -> None:
