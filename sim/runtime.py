@@ -181,7 +181,8 @@ class SimRuntime:
         loads: list[tuple[Kind, list[int], list[int]]] = []  # (pool, src, dst)
         slices = self._place_slices(plan, checked, st, loads)
         st.finished = tuple([s.rid for s in plan.slices if s.finishes])
-        st.load_groups = self._load_groups(loads)
+        if loads:
+            st.load_groups = self._load_groups(loads)
         self.host_lane.prepare(st, len(plan.slices),
                                [g.calls if g.nbytes else 0 for g in st.load_groups],
                                admits=bool(st.prefills))
@@ -201,7 +202,8 @@ class SimRuntime:
             reserved = self.host[Kind.FULL].allocate(pf.max_pages)
             self.env.process(ops.prefetch_op(self, pf, reserved, self.generation))
         st.handle = PreparedBatchHandle(self.runtime_id, self.generation, plan.batch_id, slices,
-                                        tuple(b.dst for b in st.backups))
+                                        tuple([b.dst for b in st.backups]) if st.backups
+                                        else ())
         self._prepared[plan.batch_id] = st
         return st.handle
 
