@@ -164,7 +164,9 @@ class SimRuntime:
         self._prepared: dict[int, BatchState] = {}
         self._pending: dict[str, dict[int, simpy.Event]] = {}  # pool -> L2 page -> its backup
         self._completions: list[Completion] = []
-        self._wake: simpy.Event = self.env.event()
+        # what completion_event handed out (None: nothing yet since the last completion,
+        # so nothing waits: a completion then schedules no wake-up that no one reads)
+        self._wake: simpy.Event | None = None
 
     # ---- RuntimeInterface -------------------------------------------------------------
     def info(self) -> RuntimeInfo:
@@ -228,8 +230,9 @@ class SimRuntime:
         if st is None or (st.handle is not handle and st.handle != handle):
             raise ValueError(f"batch {handle.batch_id} was not prepared (or already executed)")
         del self._prepared[handle.batch_id]
-        ops_launched = self.model.num_layers + 1 if (st.prefills or st.decodes) else 1
-        self.host_lane.execute(st, ops_launched, self.backup_calls(st))
+        if self.host_lane.active:  # else it launches at once (st.launched stays None)
+            ops_launched = self.model.num_layers + 1 if (st.prefills or st.decodes) else 1
+            self.host_lane.execute(st, ops_launched, self.backup_calls(st))
         compute: simpy.Event
         if self._chain_compute:  # the same steps as compute_op, without a process
             compute = self.env.event()
@@ -272,21 +275,25 @@ class SimRuntime:
         replaced, so a later wait blocks again."""
         if self._completions:
             return self.env.event().succeed()
-        if self._wake.triggered:
-            self._wake = self.env.event()
-        return self._wake
+        wake = self._wake
+        if wake is None or wake.triggered:
+            wake = self._wake = self.env.event()
+        return wake
 
     def complete(self, completion: Completion) -> None:
         if isinstance(completion, BatchCompletion):
             decode = self._decode.pop(completion.batch_id, 0)
-            self.host_lane.completed(completion.batch_id in self._prefilled,
-                                     len(completion.finished))
+            if self.host_lane.active:  # what it owes is read only by an active lane
+                self.host_lane.completed(completion.batch_id in self._prefilled,
+                                         len(completion.finished))
             self._prefilled.discard(completion.batch_id)
             self.writeback.step_done(completion.batch_id, completion.start, completion.end,
                                      decode)
         self._completions.append(completion)
-        wake, self._wake = self._wake, self.env.event()
-        if not wake.triggered:  # an arrival may have fired it (sim.driver _Feed.wake)
+        wake, self._wake = self._wake, None
+        # an arrival may have fired it (sim.driver _Feed.wake); None: no one waits (an
+        # event without callbacks changes nothing when processed, so none is scheduled)
+        if wake is not None and not wake.triggered:
             wake.succeed()
 
     def pending_events(self, extent: CacheExtentRef) -> list[simpy.Event]:
