@@ -39,6 +39,26 @@ def test_a_completion_after_an_arrival_fired_the_event_is_queued_and_wakes_the_n
     env.run()
 
 
+def test_a_completion_no_one_waits_for_schedules_nothing():
+    """A wake-up exists only once a driver asked for one: a completion before that
+    schedules no event (none could be read), and a wait asked for then still blocks
+    until the next completion fires it."""
+    env, rt = _runtime()
+    env.run()  # the streams' initial tails
+    done = TransferCompletion(job_id=7, kind=TransferKind.BACKUP, end=0.0, pages=1)
+    rt.complete(done)
+    assert env.peek() == float("inf")  # nothing scheduled
+    assert rt.poll() == [done]
+    waiting = rt.completion_event()
+    assert not waiting.triggered and rt.completion_event() is waiting
+    rt.complete(done)
+    assert waiting.triggered and env.peek() == 0.0  # the one wait's wake-up, scheduled
+    env.run()
+    rt.complete(done)  # no one asked again: nothing more scheduled
+    assert env.peek() == float("inf")
+    assert rt.completion_event().triggered  # two queued: a wait returns at once
+
+
 def test_replicas_sharing_a_runtime_each_wake_for_their_own_arrivals():
     """Two replicas on one shared runtime: an arrival kicks only its replica (any_of of the
     shared completion event and its own kick); every request ends."""
