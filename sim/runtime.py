@@ -13,7 +13,7 @@ requests, context, load bytes) for residual plots.
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Mapping
 
 import simpy
@@ -304,9 +304,17 @@ class SimRuntime:
         return [e for e in events if e is not None and not e.processed]
 
     def host_ready(self, extent: CacheExtentRef, done: simpy.Event) -> None:
-        pending = self._pending.get(extent.pool, {})
+        """``done`` fired: its L2 pages of ``extent`` wait for no backup any more (a page
+        another backup took over keeps that one's event)."""
+        pending = self._pending.get(extent.pool)
+        if not pending:
+            return
+        pages = list(extent.pages())
+        if list(map(pending.get, pages)).count(done) == len(pages):  # the usual: all its
+            deque(map(pending.__delitem__, pages), maxlen=0)  # C-level deletes, in order
+            return
         get = pending.get
-        for p in extent.pages():
+        for p in pages:
             if get(p) is done:
                 del pending[p]
 
@@ -389,7 +397,7 @@ class SimRuntime:
         handle as last time when they do not (nothing of it changed); a first slice, or
         any with state pools, :meth:`_prepare_slice`."""
         short = not self.state.active
-        allocate = self.device[Kind.FULL].allocate
+        allocate = self.device[Kind.FULL].allocate_runs
         prefills, decodes, decode = st.prefills, st.decodes, Phase.DECODE
         out = []
         for s, row, new in zip(plan.slices, checked.rows, checked.new, strict=True):
@@ -397,7 +405,8 @@ class SimRuntime:
                 out.append(self._prepare_slice(s, st, loads))
                 continue
             if new:
-                row.append(allocate(new), own=True)
+                runs = allocate(new)  # the row joins runs that continue each other
+                row.append(pages_of(runs), own=True, runs=runs)
             if s.phase is not decode:
                 prefills.append((s.new_tokens, s.context_tokens))
             elif s.new_tokens == 1:
