@@ -133,7 +133,7 @@ def _line(points: Sequence[Sequence[float]], names: tuple[str, ...]) -> LinearFi
 
 class CostModel:
     """Per-layer compute, LM head and host times for a (profile, model) pair. Stateless
-    after construction."""
+    after construction but for memos of pure functions (decode terms, sample times)."""
 
     def __init__(self, profile: HardwareProfile, model: ModelPreset) -> None:
         self.profile, self.model = profile, model
@@ -168,6 +168,12 @@ class CostModel:
                                    ("1", "requests", "tokens", "keys"))
             self.prepare_fit = _line([[b, b * t, s] for b, t, s in h["prepare"]],
                                      ("1", "requests", "tokens"))
+        # decode-only layers take _decode_layer (analytic, no compressed KV), whose terms
+        # per (kind, batch size) are kept here, and sample_time's answers per size
+        self._plain_decode = (self.fitted is None and self.tables is None
+                              and model.compression is None)
+        self._decode_terms: dict[tuple[str, int], tuple[float, float, float, float]] = {}
+        self._samples: dict[int, float] = {}
 
     def _window(self, kind: str) -> int | None:
         return self.model.sliding_window if kind == "swa" else None
@@ -210,8 +216,11 @@ class CostModel:
                    decodes: Sequence[int] = (), ratio: int = 1) -> float:
         """Seconds for one layer of ``kind`` (and compression ``ratio``, see
         ``ModelSpec.layer_classes``) over a (possibly mixed) batch."""
-        if not prefills and not decodes:
-            return 0.0
+        if not prefills:
+            if not decodes:
+                return 0.0
+            if self._plain_decode:
+                return self._decode_layer(kind, decodes)
         if self.fitted is not None:
             return self.fitted(prefills, decodes) * self.in_situ["compute_scale"]
         if self.tables is not None:
@@ -222,6 +231,30 @@ class CostModel:
         tokens = sum(n for n, _ in prefills) + len(decodes)
         return (max(flops / self.flops_per_s, nbytes / self.hbm) + self.launch
                 + self.allreduce_s(tokens))
+
+    def _decode_layer(self, kind: str, decodes: Sequence[int]) -> float:
+        """:meth:`layer_time` of a decode-only batch under the analytic model (no fits, no
+        tables, no compressed KV): the same float operations as :meth:`_work` and the
+        roofline, with the terms that depend on the batch size alone (flops, weight and
+        activation bytes, all-reduce) computed once per (kind, size). Layers with a window
+        or a recurrent state take :meth:`_work` itself."""
+        n = len(decodes)
+        terms = self._decode_terms.get((kind, n))
+        if terms is None:
+            if kind == "mamba" or self._window(kind) is not None:
+                flops, nbytes = self._work(kind, (), decodes)
+                return (max(flops / self.flops_per_s, nbytes / self.hbm) + self.launch
+                        + self.allreduce_s(n))
+            terms = self._decode_terms[(kind, n)] = (
+                2.0 * n * self.params[kind],
+                self.model.weight_bytes_per_layer(kind, n) + n * self.act_bytes_per_token,
+                self.kv_token[kind], self.allreduce_s(n))
+        flops, nbytes, kv, allreduce = terms
+        total = sum(decodes)
+        pairs = 0.0 + (total + n)  # _work: pairs = 0.0, then += total + n
+        flops = flops + self.attn_flops_per_pair * pairs
+        nbytes = nbytes + (total + 2 * n) * kv  # keys = 0, then += total + 2 * n
+        return max(flops / self.flops_per_s, nbytes / self.hbm) + self.launch + allreduce
 
     def allreduce_s(self, tokens: int) -> float:
         """The tensor-parallel all-reduces of one layer (0 without tp or interconnect)."""
@@ -343,7 +376,14 @@ class CostModel:
         return self.embed_fit([1.0, sum(n for n, _ in prefills) + len(decodes)])
 
     def sample_time(self, requests: int) -> float:
-        """LM head over each request's last row, then sampling (0 without a vocabulary)."""
+        """LM head over each request's last row, then sampling (0 without a vocabulary):
+        :meth:`_sample_time`, kept per ``requests`` (a pure function of it)."""
+        t = self._samples.get(requests)
+        if t is None:
+            t = self._samples[requests] = self._sample_time(requests)
+        return t
+
+    def _sample_time(self, requests: int) -> float:
         if requests <= 0 or "lm_head" in self.ablate:
             return 0.0
         if self.sample_fit is not None:

@@ -350,8 +350,9 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa:
         step = sched.step(env.now, arrivals, rt.poll())
         folded = False
         while True:
-            for rid in step.ended:
-                feed.ended(rid, env.now)
+            if step.finished or step.rejected:
+                for rid in step.ended:
+                    feed.ended(rid, env.now)
             if not step.plans:
                 break
             limit = folder.steps_allowed(step.plans) if folder is not None else 0
@@ -363,7 +364,8 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa:
                     break
                 step = took  # the fold stepped at an interruption: on from there, unfolded
                 continue
-            cost = cpu + sum(ipc.plan(len(p.slices)) for p in step.plans)
+            cost = (cpu + sum(ipc.plan(len(p.slices)) for p in step.plans) if ipc.process
+                    else cpu)  # a plan's crossings cost nothing in process (0.0 each)
             if cost > 0:  # driver-thread time: in line with the runtime calls' (sim.host)
                 yield rt.host_lane.run(cost)
             for plan in step.plans:

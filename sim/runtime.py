@@ -13,7 +13,7 @@ requests, context, load bytes) for residual plots.
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Mapping
 
 import simpy
@@ -164,7 +164,9 @@ class SimRuntime:
         self._prepared: dict[int, BatchState] = {}
         self._pending: dict[str, dict[int, simpy.Event]] = {}  # pool -> L2 page -> its backup
         self._completions: list[Completion] = []
-        self._wake: simpy.Event = self.env.event()
+        # what completion_event handed out (None: nothing yet since the last completion,
+        # so nothing waits: a completion then schedules no wake-up that no one reads)
+        self._wake: simpy.Event | None = None
 
     # ---- RuntimeInterface -------------------------------------------------------------
     def info(self) -> RuntimeInfo:
@@ -181,7 +183,8 @@ class SimRuntime:
         loads: list[tuple[Kind, list[int], list[int]]] = []  # (pool, src, dst)
         slices = self._place_slices(plan, checked, st, loads)
         st.finished = tuple([s.rid for s in plan.slices if s.finishes])
-        st.load_groups = self._load_groups(loads)
+        if loads:
+            st.load_groups = self._load_groups(loads)
         self.host_lane.prepare(st, len(plan.slices),
                                [g.calls if g.nbytes else 0 for g in st.load_groups],
                                admits=bool(st.prefills))
@@ -201,7 +204,8 @@ class SimRuntime:
             reserved = self.host[Kind.FULL].allocate(pf.max_pages)
             self.env.process(ops.prefetch_op(self, pf, reserved, self.generation))
         st.handle = PreparedBatchHandle(self.runtime_id, self.generation, plan.batch_id, slices,
-                                        tuple(b.dst for b in st.backups))
+                                        tuple([b.dst for b in st.backups]) if st.backups
+                                        else ())
         self._prepared[plan.batch_id] = st
         return st.handle
 
@@ -226,8 +230,9 @@ class SimRuntime:
         if st is None or (st.handle is not handle and st.handle != handle):
             raise ValueError(f"batch {handle.batch_id} was not prepared (or already executed)")
         del self._prepared[handle.batch_id]
-        ops_launched = self.model.num_layers + 1 if (st.prefills or st.decodes) else 1
-        self.host_lane.execute(st, ops_launched, self.backup_calls(st))
+        if self.host_lane.active:  # else it launches at once (st.launched stays None)
+            ops_launched = self.model.num_layers + 1 if (st.prefills or st.decodes) else 1
+            self.host_lane.execute(st, ops_launched, self.backup_calls(st))
         compute: simpy.Event
         if self._chain_compute:  # the same steps as compute_op, without a process
             compute = self.env.event()
@@ -270,21 +275,25 @@ class SimRuntime:
         replaced, so a later wait blocks again."""
         if self._completions:
             return self.env.event().succeed()
-        if self._wake.triggered:
-            self._wake = self.env.event()
-        return self._wake
+        wake = self._wake
+        if wake is None or wake.triggered:
+            wake = self._wake = self.env.event()
+        return wake
 
     def complete(self, completion: Completion) -> None:
         if isinstance(completion, BatchCompletion):
             decode = self._decode.pop(completion.batch_id, 0)
-            self.host_lane.completed(completion.batch_id in self._prefilled,
-                                     len(completion.finished))
+            if self.host_lane.active:  # what it owes is read only by an active lane
+                self.host_lane.completed(completion.batch_id in self._prefilled,
+                                         len(completion.finished))
             self._prefilled.discard(completion.batch_id)
             self.writeback.step_done(completion.batch_id, completion.start, completion.end,
                                      decode)
         self._completions.append(completion)
-        wake, self._wake = self._wake, self.env.event()
-        if not wake.triggered:  # an arrival may have fired it (sim.driver _Feed.wake)
+        wake, self._wake = self._wake, None
+        # an arrival may have fired it (sim.driver _Feed.wake); None: no one waits (an
+        # event without callbacks changes nothing when processed, so none is scheduled)
+        if wake is not None and not wake.triggered:
             wake.succeed()
 
     def pending_events(self, extent: CacheExtentRef) -> list[simpy.Event]:
@@ -295,9 +304,17 @@ class SimRuntime:
         return [e for e in events if e is not None and not e.processed]
 
     def host_ready(self, extent: CacheExtentRef, done: simpy.Event) -> None:
-        pending = self._pending.get(extent.pool, {})
+        """``done`` fired: its L2 pages of ``extent`` wait for no backup any more (a page
+        another backup took over keeps that one's event)."""
+        pending = self._pending.get(extent.pool)
+        if not pending:
+            return
+        pages = list(extent.pages())
+        if list(map(pending.get, pages)).count(done) == len(pages):  # the usual: all its
+            deque(map(pending.__delitem__, pages), maxlen=0)  # C-level deletes, in order
+            return
         get = pending.get
-        for p in extent.pages():
+        for p in pages:
             if get(p) is done:
                 del pending[p]
 
@@ -380,7 +397,7 @@ class SimRuntime:
         handle as last time when they do not (nothing of it changed); a first slice, or
         any with state pools, :meth:`_prepare_slice`."""
         short = not self.state.active
-        allocate = self.device[Kind.FULL].allocate
+        allocate = self.device[Kind.FULL].allocate_runs
         prefills, decodes, decode = st.prefills, st.decodes, Phase.DECODE
         out = []
         for s, row, new in zip(plan.slices, checked.rows, checked.new, strict=True):
@@ -388,7 +405,8 @@ class SimRuntime:
                 out.append(self._prepare_slice(s, st, loads))
                 continue
             if new:
-                row.append(allocate(new), own=True)
+                runs = allocate(new)  # the row joins runs that continue each other
+                row.append(pages_of(runs), own=True, runs=runs)
             if s.phase is not decode:
                 prefills.append((s.new_tokens, s.context_tokens))
             elif s.new_tokens == 1:

@@ -271,8 +271,14 @@ def new_pages(rt: SimRuntime, s: RequestSlice, existing: int) -> int:
 
 def check_capacity(rt: SimRuntime, plan: BatchPlan, checked: Checked) -> None:
     state = rt.state.active
-    if not (state or checked.firsts or plan.backups or plan.prefetches or any(checked.new)):
-        return  # later slices needing no page, no copy into L2: nothing is allocated
+    if not (state or checked.firsts or plan.backups or plan.prefetches):
+        # later slices only, no copy into L2: they allocate new FULL pages alone, and the
+        # plan's frees and releases return pages first (counted only when the pool's free
+        # pages fall short: the check below, for that one pool)
+        n = sum(checked.new)
+        if n and n > rt.device[Kind.FULL].free_count:
+            _short_full(rt, plan, checked, n)
+        return
     need_device: dict[Kind, int] = {Kind.FULL: sum(checked.new)}
     need_host: dict[Kind, int] = {}
     released = checked.released
@@ -311,3 +317,16 @@ def check_capacity(rt: SimRuntime, plan: BatchPlan, checked: Checked) -> None:
                 raise CapacityError(f"batch {plan.batch_id} needs {n} {tier.value} pages of "
                                     f"pool '{pool}', {free} free (not accounted for)")
 
+
+def _short_full(rt: SimRuntime, plan: BatchPlan, checked: Checked, n: int) -> None:
+    """:func:`check_capacity` of a plan that needs ``n`` new L1 FULL pages and nothing
+    else, more than the pool has free: raise unless its frees and releases return
+    enough (the same sum and message as the general check)."""
+    back = sum(ext.num_pages for ext in plan.frees
+               if ext.tier == Tier.DEVICE and ext.pool == Kind.FULL)
+    for rel in plan.releases:
+        back += sum(k for _, k in checked.released[rel.request.slot_id])
+    free = rt.device[Kind.FULL].free_count + back
+    if n > free:
+        raise CapacityError(f"batch {plan.batch_id} needs {n} {Tier.DEVICE.value} pages of "
+                            f"pool '{Kind.FULL}', {free} free (not accounted for)")

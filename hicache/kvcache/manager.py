@@ -179,9 +179,16 @@ class KVCacheManager:
         return free >= pages
 
     def shrink(self) -> None:
-        """Evict what a shared pool's limit no longer covers (nothing if within it)."""
-        if self.budget.device_free() < 0:
-            self.make_room(Tier.DEVICE, 0)
+        """Evict what a shared pool's limit no longer covers (nothing if within it).
+        Without a shared pool the limit is ``device_total``: the budget's sum, in line
+        (every step calls this)."""
+        b = self.budget
+        if b.share is None:
+            if self.tree.held_pages(Tier.DEVICE) + b.own + b.loads_pending <= b.device_total:
+                return
+        elif b.device_free() >= 0:
+            return
+        self.make_room(Tier.DEVICE, 0)
 
     def apply(self, actions: Iterable[Action]) -> None:
         """Carry out the tree's actions: frees go to the sink, backups start."""

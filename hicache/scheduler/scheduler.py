@@ -80,6 +80,9 @@ class StepResult:
         return self.finished + self.rejected
 
 
+_NOTHING = StepResult()  # a step that planned and ended nothing (immutable: shared)
+
+
 class Scheduler:
     def __init__(self, cache: CacheConfig, info: RuntimeInfo, cfg: SchedulerConfig,
                  replica: int = 0) -> None:
@@ -138,6 +141,8 @@ class Scheduler:
                 plans.append(plan)
         if not plans and self.plans.has_pending:
             plans.append(self.plans.build())  # move or free cache with no compute
+        if not (plans or finished or self._rejected):
+            return _NOTHING  # most steps (the driver's re-step after a prepare): one value
         rejected: tuple[int, ...] = ()
         if self._rejected:
             rejected, self._rejected = tuple(self._rejected), []
@@ -147,15 +152,21 @@ class Scheduler:
         """The runtime prepared a plan: learn request handles, KV and L2 extents."""
         plan = self.plans.inflight[handle.batch_id]
         requests, components = self.requests, self.components
-        for ps, sl in zip(handle.slices, plan.slices, strict=True):
-            st = requests[ps.rid]
-            st.handle, st.kv = ps.request, ps.kv
-            if components is not None:
+        if components is None:
+            loaded = self.kv.loaded
+            for ps, sl in zip(handle.slices, plan.slices, strict=True):
+                st = requests[ps.rid]
+                st.handle, st.kv = ps.request, ps.kv
+                if sl.loads:
+                    loaded(st, ps.loaded)
+        else:
+            for ps, sl in zip(handle.slices, plan.slices, strict=True):
+                st = requests[ps.rid]
+                st.handle, st.kv = ps.request, ps.kv
                 components.prepared(st, sl, ps)
-            elif sl.loads:
-                self.kv.loaded(st, ps.loaded)
-        for intent, host in zip(plan.backups, handle.backups, strict=True):
-            self.kv.backup_placed(intent.job_id, host)
+        if plan.backups or handle.backups:
+            for intent, host in zip(plan.backups, handle.backups, strict=True):
+                self.kv.backup_placed(intent.job_id, host)
 
     @property
     def idle(self) -> bool:

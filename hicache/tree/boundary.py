@@ -35,6 +35,14 @@ def safe_boundary(path: Sequence[Node], spec: TreeSpec, has: Has = on_device) ->
     page = spec.page_size
     swa = spec.get(Kind.SWA)
     mamba = spec.get(Kind.MAMBA) is not None
+    if swa is None and not mamba:  # FULL alone: each node holding it ends a boundary
+        full, pages, nodes = Kind.FULL, 0, 0
+        for node in path:
+            if not (full in node.device if has is on_device else has(node, full)):
+                break
+            pages += len(node.key)  # num_pages
+            nodes += 1
+        return pages * page, nodes
     best_tokens = best_nodes = 0
     pos = 0
     swa_run = 0

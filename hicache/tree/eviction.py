@@ -97,9 +97,11 @@ class LazyHeap:
         """Pop entries in order; yield live ones that satisfy ``ok``. Entries that are
         stale are dropped; live ones failing ``ok`` are dropped too (their owner pushes
         them again when they become eligible, e.g. on unlock)."""
-        while self._heap:
-            *_, stamp, node = heapq.heappop(self._heap)
-            if stamp != node.stamp:
+        heap, pop = self._heap, heapq.heappop
+        while heap:
+            entry = pop(heap)
+            node = entry[4]
+            if entry[3] != node.stamp:  # (key, last access, seq, stamp, node)
                 continue
             if ok(node):
                 yield node

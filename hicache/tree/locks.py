@@ -59,9 +59,17 @@ class LockTable:
             return h
         spec = self.tree.spec
         for kind in (kinds if kinds is not None else spec.kinds):
-            if kind is Kind.FULL:
-                for n in self.tree.path_to_root(node):
-                    self._raise(h, n, Kind.FULL)
+            if kind is Kind.FULL:  # _raise on each node to the root, in line (hot)
+                tree, root, hid, add = self.tree, self.tree.root, h.id, h.entries.append
+                full: Kind = Kind.FULL
+                n: Node | None = node
+                while n is not root and n is not None:
+                    locks = n.locks
+                    locks[full] = locks.get(full, 0) + 1
+                    tree.changes += 1
+                    n.lock_handles.add(hid)
+                    add((n, full))
+                    n = n.parent
             elif kind is Kind.SWA:
                 comp = spec.get(Kind.SWA)
                 assert comp is not None

@@ -49,7 +49,10 @@ class Node:
         return self.locks.get(kind, 0) > 0
 
     def any_device_lock(self) -> bool:
-        return any(v > 0 for k, v in self.locks.items() if k != HOST)
+        for k, v in self.locks.items():  # a loop, not any() over a generator: hot
+            if v > 0 and k != HOST:
+                return True
+        return False
 
     @property
     def on_device(self) -> bool:

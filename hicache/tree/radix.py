@@ -218,8 +218,12 @@ class UnifiedRadixTree:
             result = self._read(pages)
         path = result.path
         if touch and path:
+            touched = self.residency.touched
             for node in path:  # the reused path, the deepest node the most recent
-                self._stamp(node)
+                self.clock += 1  # _stamp, in line: a tick, then the re-queue
+                self.changes += 1
+                node.last_access = self.clock
+                touched(node)
             self.residency.refresh_after_match(path[-1])
         return result
 

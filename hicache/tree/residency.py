@@ -82,10 +82,12 @@ class Residency:
         is the tree's ``last_access`` stamp and the refreshes below, not this.)"""
         node.stamp += 1
         self.tree.changes += 1
-        if node.on_device:
-            if node.is_device_leaf():
-                self.device_heap.push(node)
-        elif node.on_host and not node.children:
+        if Kind.FULL in node.device:  # on_device and is_device_leaf, in line (hot)
+            for c in node.children.values():
+                if Kind.FULL in c.device:
+                    return
+            self.device_heap.push(node)
+        elif Kind.FULL in node.host and not node.children:  # on_host
             self.host_heap.push(node)
 
     added = touched

@@ -184,3 +184,48 @@ def test_a_plan_allocating_nothing_skips_the_capacity_sums(env, profile, model) 
     with pytest.raises(CapacityError, match="needs 1 L1 pages of pool 'full', 0 free"):
         rt.prepare_batch(BatchPlan(3, slices=(
             RequestSlice(1, Phase.DECODE, 2 * PAGE, 1, request=req),)))  # a third page
+
+
+def test_later_slices_beyond_the_free_pages_count_what_the_plan_returns(
+        env, profile, model) -> None:
+    """A plan of later slices alone needs only new L1 pages: when the pool's free pages
+    fall short, the pages its releases and frees return first still count (they apply
+    before the allocation), and past them the plan is refused, changing nothing."""
+    rt = make_runtime(env, profile, model, device_pages={Kind.FULL: 4})
+    h = rt.prepare_batch(BatchPlan(1, slices=(RequestSlice(1, Phase.PREFILL, 0, 2 * PAGE),
+                                              RequestSlice(2, Phase.PREFILL, 0, PAGE))))
+    rt.execute_batch(h)
+    env.run()
+    one, two = (s.request for s in h.slices)
+    assert rt.device[Kind.FULL].free_count == 1
+
+    def grow(tokens: int) -> RequestSlice:  # request 1's next chunk
+        return RequestSlice(1, Phase.PREFILL, 2 * PAGE, tokens, request=one)
+
+    with pytest.raises(CapacityError, match="needs 3 L1 pages of pool 'full', 2 free"):
+        rt.prepare_batch(BatchPlan(2, slices=(grow(2 * PAGE + 1),),
+                                   releases=(Release(two),)))
+    assert sorted(rt.rows) == [one.slot_id, two.slot_id]  # nothing changed
+    assert rt.device[Kind.FULL].free_count == 1
+    h2 = rt.prepare_batch(BatchPlan(2, slices=(grow(2 * PAGE),), releases=(Release(two),)))
+    assert h2.slices[0].kv.num_pages == 4 and rt.device[Kind.FULL].free_count == 0
+
+
+def test_later_slices_count_the_l1_pages_a_free_returns(env, profile, model) -> None:
+    """The same count with a free of cached L1 pages instead of a release."""
+    rt, kv = _cached(env, profile, model, pages=2)
+    h = rt.prepare_batch(BatchPlan(3, slices=(RequestSlice(2, Phase.PREFILL, 0, PAGE),)))
+    rt.execute_batch(h)
+    env.run()
+    free = rt.device[Kind.FULL].free_count
+    req = h.slices[0].request
+
+    def grow(pages: int) -> RequestSlice:
+        return RequestSlice(2, Phase.PREFILL, PAGE, pages * PAGE, request=req)
+
+    with pytest.raises(CapacityError, match=f"needs {free + 3} L1 pages of pool 'full', "
+                                            f"{free + 2} free"):
+        rt.prepare_batch(BatchPlan(4, slices=(grow(free + 3),), frees=(kv,)))
+    h2 = rt.prepare_batch(BatchPlan(4, slices=(grow(free + 2),), frees=(kv,)))
+    assert h2.slices[0].kv.num_pages == free + 3
+    assert rt.device[Kind.FULL].free_count == 0

@@ -105,3 +105,41 @@ def test_layer_work_is_the_per_request_sum_bit_for_bit(model_name: str) -> None:
             weights = (cost.model.weight_bytes_per_layer(kind, tokens)
                        + tokens * cost.act_bytes_per_token)
             assert (flops, nbytes) == (base + per_pair * pairs, weights + keys * kv)
+
+
+def _roofline(cost: CostModel, kind: str, decodes: list[int]) -> float:
+    """layer_time of a decode-only batch as _work and the roofline give it."""
+    flops, nbytes = cost._work(kind, (), decodes)  # noqa: SLF001
+    return (max(flops / cost.flops_per_s, nbytes / cost.hbm) + cost.launch
+            + cost.allreduce_s(len(decodes)))
+
+
+@pytest.mark.parametrize("model_name", ["llama-3-8b", "hybrid-swa-mamba", "llama-3-70b-tp8",
+                                        "qwen3-5-397b-a17b-tp8", "deepseek-v4-flash-tp8"])
+def test_decode_layers_keep_their_size_terms_bit_for_bit(model_name: str) -> None:
+    """A decode-only layer keeps the terms of its batch size (flops, weights, all-reduce)
+    per (kind, size): every kind, asked in turn with the same sizes, gives the floats of
+    _work and the roofline (MoE weights grow with the tokens; a window or a recurrent
+    state takes _work itself; compressed KV the general path)."""
+    from sim.hardware.model import load_model
+
+    fabric = {**TOY_PROFILE, "interconnect": {"allreduce_bytes_per_s": 100e9,
+                                               "latency_s": 1e-6}}
+    for profile in (load_profile("h100-sxm"), load_profile(fabric)):
+        cost = CostModel(profile, load_model(model_name))
+        kinds = sorted(set(cost.model.layer_kinds))
+        if cost.model.compression is not None:  # its classes price compressed entries
+            assert not cost._plain_decode  # noqa: SLF001
+            continue
+        for decodes in ([5], [4090, 17, 4094], [0, 1], [100_000, 3, 3], [7] * 64, [9],
+                        [1] * 4096):  # the last one compute-bound
+            for kind in kinds * 2:  # twice: the kept terms answer the second time
+                assert cost.layer_time(kind, (), decodes) == _roofline(
+                    cost, kind, decodes), (kind, decodes)
+
+
+def test_sample_times_are_kept_per_size(model) -> None:
+    cost = CostModel(toy_profile(), model)
+    for n in (0, 1, 7, 1, 300, 7):
+        assert cost.sample_time(n) == cost._sample_time(n)  # noqa: SLF001
+    assert sorted(cost._samples) == [0, 1, 7, 300]  # noqa: SLF001

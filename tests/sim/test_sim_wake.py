@@ -39,6 +39,26 @@ def test_a_completion_after_an_arrival_fired_the_event_is_queued_and_wakes_the_n
     env.run()
 
 
+def test_a_completion_no_one_waits_for_schedules_nothing():
+    """A wake-up exists only once a driver asked for one: a completion before that
+    schedules no event (none could be read), and a wait asked for then still blocks
+    until the next completion fires it."""
+    env, rt = _runtime()
+    env.run()  # the streams' initial tails
+    done = TransferCompletion(job_id=7, kind=TransferKind.BACKUP, end=0.0, pages=1)
+    rt.complete(done)
+    assert env.peek() == float("inf")  # nothing scheduled
+    assert rt.poll() == [done]
+    waiting = rt.completion_event()
+    assert not waiting.triggered and rt.completion_event() is waiting
+    rt.complete(done)
+    assert waiting.triggered and env.peek() == 0.0  # the one wait's wake-up, scheduled
+    env.run()
+    rt.complete(done)  # no one asked again: nothing more scheduled
+    assert env.peek() == float("inf")
+    assert rt.completion_event().triggered  # two queued: a wait returns at once
+
+
 def test_replicas_sharing_a_runtime_each_wake_for_their_own_arrivals():
     """Two replicas on one shared runtime: an arrival kicks only its replica (any_of of the
     shared completion event and its own kick); every request ends."""
@@ -50,3 +70,24 @@ def test_replicas_sharing_a_runtime_each_wake_for_their_own_arrivals():
         assert isinstance(res.replicas[1].runtime, SimTenantRuntime), name
         assert res.requests == 12 and res.stall is None and not res.unfinished, name
         assert all(r["finish"] is not None for r in res.records), name
+
+
+def test_host_ready_drops_only_the_pages_its_backup_still_holds():
+    """A fired backup's L2 pages wait for nothing any more; a page another backup holds
+    now keeps that one's event (the all-pages-its-own case and the page-by-page one)."""
+    from hicache.runtime.handles import CacheExtentRef, Kind, PageRun, Tier
+
+    env, rt = _runtime()
+    a, b = env.event(), env.event()
+
+    def ext(first: int, n: int) -> CacheExtentRef:
+        return CacheExtentRef(rt.runtime_id, rt.generation, Tier.HOST, (PageRun(first, n),))
+
+    rt._pending[Kind.FULL] = {1: a, 2: a, 3: b, 7: a, 8: a}  # noqa: SLF001
+    rt.host_ready(ext(1, 3), a)
+    assert rt._pending[Kind.FULL] == {3: b, 7: a, 8: a}  # noqa: SLF001
+    rt.host_ready(ext(7, 2), a)
+    assert rt._pending[Kind.FULL] == {3: b}  # noqa: SLF001
+    rt.host_ready(ext(3, 1), a)  # not its page any more
+    assert rt._pending[Kind.FULL] == {3: b}  # noqa: SLF001
+    assert rt.pending_events(ext(1, 3)) == [b]
