@@ -53,27 +53,23 @@ def _world(seed: int, inline: bool) -> list[Any]:
             value = yield from c.put(keys, 1000)
         out.append((i, kind, value, env.now, trace, c.blame))
 
+    def fault(f: int, which: str, on: bool) -> None:
+        if which == "refuse":
+            store.refuse(f, on)
+        elif which == "hang":
+            store.hang(f, on)
+        elif which == "node":
+            store.node_down(f % 2, on)
+        else:
+            clients[f % 2].nic_fault(f, 0.1, on)
+
     def faults() -> Any:
         for f in range(12):
             yield env.timeout(rng.uniform(0, 0.03))
             which = rng.choice(["refuse", "hang", "node", "nic"])
-            if which == "refuse":
-                store.refuse(f, True)
-            elif which == "hang":
-                store.hang(f, True)
-            elif which == "node":
-                store.node_down(f % 2, True)
-            else:
-                clients[f % 2].nic_fault(f, 0.1, True)
+            fault(f, which, True)
             yield env.timeout(rng.uniform(0, 0.03))
-            if which == "refuse":
-                store.refuse(f, False)
-            elif which == "hang":
-                store.hang(f, False)
-            elif which == "node":
-                store.node_down(f % 2, False)
-            else:
-                clients[f % 2].nic_fault(f, 0.1, False)
+            fault(f, which, False)
 
     for i in range(80):
         env.process(op(clients[i % 2], i))
