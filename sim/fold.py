@@ -129,12 +129,20 @@ class DecodeFolder:
         self.beside_cache_only = 0  # folds begun as cache-only plans completed with B
         self.absorbed = 0  # transfer completions a fold took and went on (_absorb)
         self.l3 = sched.kv.l3  # an L3 tier: a backup's completion plans a store
+        # a backup on the d2h stream (queued behind its batch's compute, or copying) when a
+        # fold would start means none starts: its completion comes before batch C - 1's
+        # (with L3 the entry gives it to the driver, _absorb) or the copy kernel still runs
+        # when C - 1's comes (_quiet); nothing else puts work on d2h (a decode plan carries
+        # no backup, and no plan is executed at the entry)
+        self._backup_blocks = bool(self.l3) and self.copies_slow_compute
         self._applied = 0  # completions the scheduler has taken in this fold (_advance)
 
     def steps_allowed(self, plans: tuple[BatchPlan, ...]) -> int:
         """How many steps a fold starting with ``plans`` may take (0: no fold now)."""
         if not self.possible or len(plans) != 1:
             return 0
+        if self._backup_blocks and not self.rt.streams["d2h"].idle():
+            return 0  # no fold can start (__init__): the driver's own path costs less
         steps = self.sched.steady_decode(plans[0])
         return steps if steps >= MIN_STEPS else 0
 
