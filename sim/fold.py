@@ -70,7 +70,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Generator
 from dataclasses import replace
-from operator import attrgetter
+from itertools import chain, compress
+from operator import ne
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import simpy
@@ -106,7 +107,29 @@ class FoldedStep(NamedTuple):
     taken: float
 
 
-_taken = attrgetter("taken")
+class FoldedSteps:
+    """A fold's steps column-wise, one list per :class:`FoldedStep` field (step k: batch
+    C + k): the schedule appends four floats a step, not a tuple built by a Python call,
+    and the timeline, the write-back policy and the fluid server read whole columns."""
+
+    __slots__ = ("work", "start", "compute_end", "end", "taken")
+
+    def __init__(self) -> None:
+        self.work: list[float] = []
+        self.start: list[float] = []
+        self.compute_end: list[float] = []
+        self.end: list[float] = []
+        self.taken: list[float] = []
+
+    def __len__(self) -> int:
+        return len(self.taken)
+
+    def __getitem__(self, k: int) -> FoldedStep:
+        return FoldedStep(self.work[k], self.start[k], self.compute_end[k], self.end[k],
+                          self.taken[k])
+
+
+_NO_STEPS = FoldedSteps()  # no fold (never appended to)
 
 
 class DecodeFolder:
@@ -167,7 +190,7 @@ class DecodeFolder:
             if result is not True:
                 break
         steps = (self._schedule(plan, limit)
-                 if result is False and not inbox() and self._quiet(plan) else [])
+                 if result is False and not inbox() and self._quiet(plan) else _NO_STEPS)
         if len(steps) < MIN_STEPS:  # no fold: C runs as unfolded, prepared a bit later
             self._start(replace(plan, frees=(), releases=()) if freed else plan)
             return result if isinstance(result, StepResult) else None
@@ -175,36 +198,41 @@ class DecodeFolder:
         self.beside_l3 += rt.fluid.kinds.get("l3", 0) > 0
         self.beside_cache_only += len(done) > 1
         rt.fluid.expect(self._changes(plan, steps))
-        timer = env.timeout(exact_delay(env.now, steps[-1].taken))
+        takens, last = steps.taken, steps.taken[-1]
+        timer = env.timeout(exact_delay(env.now, last))
         while True:
             yield env.any_of([timer, wake()])
             t = env.now
-            taken = bisect.bisect_left(steps, t, key=_taken)  # how many < t: never decrease
-            if t >= steps[-1].taken or inbox() or taken + 1 >= len(steps):
+            taken = bisect.bisect_left(takens, t)  # how many < t: never decrease
+            if t >= last or inbox() or taken + 1 >= len(takens):
                 break
-            prepared = (steps[taken - 1].taken if taken else steps[0].start) + self.cpu
-            if not prepared <= t < steps[taken].end:  # the driver busy, or j's completion due
+            prepared = (takens[taken - 1] if taken else steps.start[0]) + self.cpu
+            if not prepared <= t < steps.end[taken]:  # the driver busy, or j's completion due
                 break
             result = self._absorb(plan, taken)
             if result is not True:
                 break
-        if t < steps[-1].taken:
+        if t < last:
             self.interrupted += 1
         yield from self._materialize(plan, steps, taken, t)
         return result if isinstance(result, StepResult) else None
 
     # -- internals --------------------------------------------------------------------
-    def _changes(self, plan: BatchPlan, steps: list[FoldedStep]) -> list[float]:
+    def _changes(self, plan: BatchPlan, steps: FoldedSteps) -> list[float]:
         """When the unfolded steps' compute jobs would start and end on the fluid server
         (a job of no work is never submitted): the splits of other jobs' progress
         (L3 transfers in flight) the fold must keep (:meth:`sim.fluid.FluidServer.expect`)."""
         sampled = self.rt.cost.sample_time(len(plan.slices)) > 0
+        starts, ces, ends = steps.start, steps.compute_end, steps.end
+        if min(steps.work) > 0:  # every step's compute job runs (the usual case)
+            cols = (starts, ces, ces, ends) if sampled else (starts, ces)
+            return list(chain.from_iterable(zip(*cols, strict=True)))
         out: list[float] = []
-        for s in steps:
-            if s.work > 0:
-                out += (s.start, s.compute_end)
+        for w, s, ce, e in zip(steps.work, starts, ces, ends, strict=True):
+            if w > 0:
+                out += (s, ce)
             if sampled:
-                out += (s.compute_end, s.end)
+                out += (ce, e)
         return out
 
     def _take_completions(self) -> list:
@@ -244,29 +272,38 @@ class DecodeFolder:
             rt.streams["d2h"].idle() and rt.streams["h2d"].idle()
             and rt.fluid.kinds.get("l3", 0) == len(rt.fluid.jobs))
 
-    def _schedule(self, plan: BatchPlan, limit: int) -> list[FoldedStep]:
+    def _schedule(self, plan: BatchPlan, limit: int) -> FoldedSteps:
         """The fold's steps: at most ``limit``, the last taken before the horizon."""
         env, rt, cpu = self.env, self.rt, self.cpu
         horizon = self.horizon()
         contexts = [s.context_tokens for s in plan.slices]
         sample = rt.cost.sample_time(len(contexts))
         taken = env.now  # the driver takes batch C - 1's completion now; C starts
-        out: list[FoldedStep] = []
-        make = FoldedStep._make  # one tuple per step
-        append, works = out.append, rt.cost.decode_works
+        out = FoldedSteps()
+        add_start, add_ce = out.start.append, out.compute_end.append
+        add_end, add_taken = out.end.append, out.taken.append
+        takens, works = out.taken, rt.cost.decode_works
         timed, sampled = cpu > 0, sample > 0
-        while len(out) < limit:  # in chunks: the horizon often comes first
-            chunk = min(limit - len(out), max(16, len(out)))
+        n = 0
+        while n < limit:  # in chunks: the horizon often comes first
+            chunk = min(limit - n, max(16, n))
             # compute_op's sum of layer times, step by step
-            for work in works(contexts, chunk, len(out)):
+            chunk_works = works(contexts, chunk, n)
+            for work in chunk_works:
                 prepared = taken + cpu if timed else taken  # the next plan, built now
                 start = taken
                 compute_end = start + work if work > 0 else start  # a fluid job at rate 1
                 end = compute_end + sample if sampled else compute_end
                 taken = end if end >= prepared else prepared
                 if taken >= horizon:
+                    out.work += chunk_works[:len(takens) - n]
                     return out
-                append(make((work, start, compute_end, end, taken)))
+                add_start(start)
+                add_ce(compute_end)
+                add_end(end)
+                add_taken(taken)
+            out.work += chunk_works
+            n = len(takens)
         return out
 
     def _absorb(self, plan: BatchPlan, j: int) -> StepResult | bool:
@@ -306,7 +343,7 @@ class DecodeFolder:
         inflight = self.sched.plans.inflight  # taken already, at an absorbed completion
         return inflight[plan.batch_id + j], inflight.get(plan.batch_id + j + 1)
 
-    def _materialize(self, plan: BatchPlan, steps: list[FoldedStep], j: int, t: float
+    def _materialize(self, plan: BatchPlan, steps: FoldedSteps, j: int, t: float
                      ) -> Proc:
         """The unfolded state at ``t``, when the driver has taken the completions of steps
         0..j-1: step j's batch runs (or has just completed), the plan after it is prepared
@@ -322,7 +359,7 @@ class DecodeFolder:
         sched.prepared(self._handle(running))
         finished = tuple(s.rid for s in running.slices if s.finishes)
         done = step.end <= t
-        self._record(plan, j + 1, steps[:j + 1] if done else steps[:j], observed=j)
+        self._record(plan, j + 1, steps, j + 1 if done else j, observed=j)
         rt._decode[running.batch_id] = len(running.slices)  # the write-back policy's view
         if done:
             rt.complete(BatchCompletion(running.batch_id, step.start, step.end, finished))
@@ -334,7 +371,7 @@ class DecodeFolder:
             rt.complete(c)
         self.folds += 1
         self.folded_steps += j + 1
-        prepared = (steps[j - 1].taken if j else steps[0].start) + self.cpu
+        prepared = (steps.taken[j - 1] if j else steps.start[0]) + self.cpu
         if self.cpu > 0 and t < prepared:
             yield env.timeout(exact_delay(t, prepared))  # the driver's cpu yield for nxt
         if nxt is not None:
@@ -392,32 +429,33 @@ class DecodeFolder:
                        for s in plan.slices)
         return PreparedBatchHandle(rt.runtime_id, rt.generation, plan.batch_id, slices, ())
 
-    def _record(self, plan: BatchPlan, batches: int, steps: list[FoldedStep],
+    def _record(self, plan: BatchPlan, batches: int, steps: FoldedSteps, n: int,
                 observed: int) -> None:
-        """Batch shapes of the first ``batches`` folded batches; timeline rows of
-        ``steps`` (those that ran to their end); the first ``observed`` of them the
-        write-back policy sees complete, in order, as the runtime shows it every batch
+        """Batch shapes of the first ``batches`` folded batches; timeline rows of the
+        first ``n`` ``steps`` (those that ran to their end); the first ``observed`` of them
+        the write-back policy sees complete, in order, as the runtime shows it every batch
         (the runtime's completion of a later one shows it that one)."""
         rt, tl = self.rt, self.rt.timeline
         bid0 = plan.batch_id
         contexts = [s.context_tokens for s in plan.slices]
         n_req, ctx0 = len(contexts), sum(contexts)
         rt.batch_shapes.add_decode_run(bid0, batches, n_req, ctx0)
-        if not steps:
+        if not n:
             rt.writeback.steps_done(bid0, (), (), n_req)
             return
-        _, starts, _, ends, _ = zip(*steps, strict=True)  # the steps' fields, column-wise
+        starts, ends = steps.start[:n], steps.end[:n]
         rt.writeback.steps_done(bid0, starts[:observed], ends[:observed], n_req)
         if self.per_step_rows:  # the rows compute_op writes for each batch
             sampled = rt.cost.sample_time(n_req) > 0
-            for k, st in enumerate(steps):
-                tl.record("compute", "decode", st.start, st.compute_end, batch=bid0 + k)
+            for k, (st, ce, e) in enumerate(zip(starts, steps.compute_end[:n], ends, strict=True)):
+                tl.record("compute", "decode", st, ce, batch=bid0 + k)
                 if sampled:
-                    tl.record("compute", "sample", st.compute_end, st.end, batch=bid0 + k)
+                    tl.record("compute", "sample", ce, e, batch=bid0 + k)
             return
-        n = len(steps)  # one row per run of back-to-back steps
+        # one row per run of back-to-back steps: step k starts a run when it does not
+        # start as step k - 1 ends (the driver's cpu came later)
         first = 0
-        for k in [k for k in range(1, n) if starts[k] != ends[k - 1]] + [n]:
+        for k in [*compress(range(1, n), map(ne, starts[1:], ends)), n]:
             tl.record("compute", "decode", starts[first], ends[k - 1], batch=bid0 + first,
                       steps=k - first)
             first = k
