@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hicache.scenario import load_scenario
-from sim.cost import CostModel
+from sim.cost import VECTOR_STEPS, CostModel
 from sim.driver import SimResult, simulate
 from sim.hardware.model import load_model
 from sim.hardware.profile import load_profile
@@ -163,11 +163,13 @@ def test_decode_works_equal_the_per_step_cost_bit_for_bit(model: str, hardware: 
     times, float for float, across the SWA window (the hybrid model's is 4096), with
     routed experts, tensor-parallel all-reduces (h200-hgx-8gpu) and compressed KV."""
     cost = CostModel(load_profile(hardware), load_model(model))
+    steps = VECTOR_STEPS + 21  # chunks this long add their layer times with numpy
     for contexts in ([0], [4090, 17, 4094, 63, 64, 100_000], list(range(1, 200, 7))):
-        works = cost.decode_works(contexts, 12)
+        works = cost.decode_works(contexts, steps)
         assert works == [sum(cost.batch_layer_times([], [c + k for c in contexts]))
-                         for k in range(12)]
-        assert cost.decode_works(contexts, 5, 7) == works[7:]  # a later chunk
+                         for k in range(steps)]
+        assert cost.decode_works(contexts, 5, 7) == works[7:12]  # a later chunk, short
+        assert cost.decode_works(contexts, VECTOR_STEPS, 9) == works[9:9 + VECTOR_STEPS]
     assert works[11] > works[0]  # context grows: so does the cost
 
 
