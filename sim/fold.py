@@ -68,12 +68,14 @@ Folded batches leave one timeline row per run of back-to-back steps, with
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Callable, Generator
 from dataclasses import replace
 from itertools import chain, compress
 from operator import ne
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
 import simpy
 
 from hicache.runtime.handles import Kind
@@ -130,6 +132,42 @@ class FoldedSteps:
 
 
 _NO_STEPS = FoldedSteps()  # no fold (never appended to)
+VECTOR_CHUNK = 32  # a chunk of this many steps is timed with numpy (_steps_at_once)
+MAX_CHUNK = 512  # steps timed at once when only the limit ends the fold (no horizon)
+
+
+def _steps_at_once(out: FoldedSteps, taken: float, works: list[float], sample: float,
+                   cpu: float, horizon: float) -> tuple[int, bool]:
+    """:meth:`DecodeFolder._schedule`'s loop over ``works`` with numpy, while the steps
+    end after the driver's next plan is ready (``end >= taken + cpu``: then each step
+    starts as the one before ends): one accumulate adds ``taken``, then each step's
+    work and sample in the loop's order (a work of 0 adds 0.0: its start, as the loop
+    keeps it). Appends the steps to ``out`` up to the first whose driver is late or
+    that is taken at or after ``horizon``; returns (steps appended, horizon reached)."""
+    k = len(works)
+    m = 2 if sample > 0 else 1  # (work, sample) or (work) per step
+    seq = np.empty(1 + m * k)
+    seq[0] = taken
+    seq[1::m] = works
+    if m == 2:
+        seq[2::2] = sample
+    acc = np.add.accumulate(seq)
+    starts, ends = acc[0:-1:m], acc[m::m]
+    good = k
+    if cpu > 0:
+        late = np.flatnonzero(ends < starts + cpu)
+        if late.size:
+            good = int(late[0])
+    past = np.flatnonzero(ends[:good] >= horizon)
+    stop = bool(past.size)
+    if stop:
+        good = int(past[0])
+    ends_list = ends[:good].tolist()
+    out.start += starts[:good].tolist()
+    out.compute_end += acc[1:m * good + 1:m].tolist()
+    out.end += ends_list
+    out.taken += ends_list
+    return good, stop
 
 
 class DecodeFolder:
@@ -285,10 +323,24 @@ class DecodeFolder:
         takens, works = out.taken, rt.cost.decode_works
         timed, sampled = cpu > 0, sample > 0
         n = 0
-        while n < limit:  # in chunks: the horizon often comes first
-            chunk = min(limit - n, max(16, n))
+        while n < limit:  # in chunks: the horizon often comes first (when there is one)
+            chunk = min(limit - n, max(16, n) if horizon < math.inf else MAX_CHUNK)
             # compute_op's sum of layer times, step by step
             chunk_works = works(contexts, chunk, n)
+            if chunk >= VECTOR_CHUNK:
+                got, stop = _steps_at_once(out, taken, chunk_works, sample, cpu, horizon)
+                if stop:
+                    out.work += chunk_works[:got]
+                    return out
+                if got:
+                    taken = takens[-1]
+                if got == chunk:
+                    out.work += chunk_works
+                    n = len(takens)
+                    continue
+                out.work += chunk_works[:got]  # the driver's cpu bounds step got: one by one
+                chunk_works = chunk_works[got:]
+                n = len(takens)
             for work in chunk_works:
                 prepared = taken + cpu if timed else taken  # the next plan, built now
                 start = taken
