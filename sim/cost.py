@@ -297,13 +297,22 @@ class CostModel:
             _, flops, nbytes, kv = terms[0]
             rest = len(layer_kinds) - 1
             pairs = below[-1] + first * n + n  # sum of (c + k + 1) at step k = first
-            ts = []
-            add_t = ts.append
-            for _ in range(steps):
-                a = (flops + per_pair * float(pairs)) / flops_per_s
-                b = (nbytes + (pairs + n) * kv) / hbm
-                add_t((b if b > a else a) + launch + allreduce)  # max(a, b), as max picks
-                pairs += n
+            ts: list[float] | np.ndarray
+            if (steps >= 2 * VECTOR_STEPS and _SEQUENTIAL_SUM  # integers exact in both
+                    and (pairs + steps * n) * max(1, abs(kv)) + abs(nbytes) < 2 ** 53):
+                # the loop below, element by element, all steps at once
+                p = np.arange(steps, dtype=np.int64) * n + pairs
+                a = (flops + per_pair * p.astype(np.float64)) / flops_per_s
+                b = (nbytes + (p + n) * kv) / hbm
+                ts = np.where(b > a, b, a) + launch + allreduce
+            else:
+                ts = []
+                add_t = ts.append
+                for _ in range(steps):
+                    a = (flops + per_pair * float(pairs)) / flops_per_s
+                    b = (nbytes + (pairs + n) * kv) / hbm
+                    add_t((b if b > a else a) + launch + allreduce)  # max(a, b), as max picks
+                    pairs += n
             if steps < VECTOR_STEPS or not _SEQUENTIAL_SUM:
                 # sum adds in order from its start
                 return [sum([t] * rest, t + head) for t in ts]
