@@ -55,7 +55,7 @@ Batch = tuple[Sequence[tuple[int, int]], Sequence[int]]  # (prefill (new, ctx)),
 # decode_works adds a chunk's layer times with numpy's accumulate from this many steps on
 # (fewer: sum() per step costs less than numpy's calls), when sum() adds floats one after
 # another as accumulate does (Python 3.12's sum compensates)
-VECTOR_STEPS = 16
+VECTOR_STEPS = 24
 _SEQUENTIAL_SUM = sum([1.0, 1e100, 1.0, -1e100]) == 0.0
 
 

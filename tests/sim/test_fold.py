@@ -166,7 +166,9 @@ def test_decode_works_equal_the_per_step_cost_bit_for_bit(model: str, hardware: 
     times, float for float, across the SWA window (the hybrid model's is 4096), with
     routed experts, tensor-parallel all-reduces (h200-hgx-8gpu) and compressed KV."""
     cost = CostModel(load_profile(hardware), load_model(model))
-    steps = VECTOR_STEPS + 21  # chunks this long add their layer times with numpy
+    # chunks of 2 x VECTOR_STEPS or more: layer times and sums with numpy; of VECTOR_STEPS:
+    # sums with numpy; shorter: Python's loop
+    steps = 2 * VECTOR_STEPS + 5
     for contexts in ([0], [4090, 17, 4094, 63, 64, 100_000], list(range(1, 200, 7))):
         works = cost.decode_works(contexts, steps)
         assert works == [sum(cost.batch_layer_times([], [c + k for c in contexts]))
