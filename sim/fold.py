@@ -19,6 +19,12 @@ brings scheduler and runtime to the state the unfolded run has at that moment::
          fluid job adopted where it stands), the next plan prepared when the driver's cpu
          yield ends: the driver goes on as if it had never folded.
 
+The steps are kept column-wise (:class:`FoldedSteps`). A chunk of many steps is timed at
+once with numpy (:func:`_steps_at_once`: one accumulate makes the loop's additions in its
+order) up to the first step whose driver is late, and ``CostModel.decode_works`` adds a
+long chunk's layer times the same way; with no horizon (several replicas) a fold times
+its steps up to its limit in a few long chunks.
+
 Cache-only plans (batch ids < 0: a transfer's completion while two batches were in
 flight) may be in flight at the entry. They were executed after B and before C, so the
 compute stream reaches them when B's op ends: they complete in B's wake-up
@@ -47,10 +53,12 @@ their work was paced: copy calls pipelined on the copy engine, L3 calls on the N
 store's shared service and host memory, :mod:`sim.l3_client`); prefetch deadlines
 (nothing may wait); L3 traffic of other replicas (it re-plans this replica's fluid
 server, where only L3 and PCIe rates change: compute keeps rate 1); copies that slow
-compute (SGLang's copy kernel: none may be in flight, and a fold starts none; this
-replica's L3 transfers, in flight at its start or started during it, run on, charged at
-the changes the folded compute jobs would have made, :meth:`sim.fluid.FluidServer.expect`,
-so their floats stay the unfolded run's); ``run.max_sim_time`` (a fold ends before it). Fault
+compute (SGLang's copy kernel: none may be in flight, and a fold starts none; with L3
+a backup on the d2h stream when a fold would start means none can, so none is tried,
+:meth:`DecodeFolder.steps_allowed`; this replica's L3 transfers,
+in flight at its start or started during it, run on, charged at the changes the folded
+compute jobs would have made, :meth:`sim.fluid.FluidServer.expect`, so their floats stay
+the unfolded run's); ``run.max_sim_time`` (a fold ends before it). Fault
 windows (:mod:`sim.faults`) need no stop: every kind scales or fails L3, NIC, PCIe or
 host-memory work, never a compute rate, and a steady pipeline takes no decision a fault
 could change; what the fault does to work in flight surfaces as a completion (above).
