@@ -299,3 +299,35 @@ def _spy(calls: list[int], at_once, *args):  # noqa: ANN001, ANN002, ANN202
     got, stop = at_once(*args)
     calls.append(got)
     return got, stop
+
+
+def test_folds_are_not_tried_beside_a_backup_with_l3_and_copy_kernels(monkeypatch) -> None:
+    """With L3 and copy kernels that slow compute, a backup on the d2h stream when a fold
+    would start means none can start (steps_allowed says so at once): without that rule
+    the fold's entry is tried and fails every time, so the same folds happen and the run
+    is the same (and equal to the unfolded one)."""
+    sc = dict(_variants("multiturn_tiers.yaml", SHRUNK["multiturn_tiers.yaml"]))["L1+L2+L3"]
+    allowed = fold.DecodeFolder.steps_allowed
+    refused = []
+
+    def spying(self, plans):  # noqa: ANN001, ANN202
+        refused.append(self._backup_blocks and not self.rt.streams["d2h"].idle())
+        return allowed(self, plans)
+
+    monkeypatch.setattr(fold.DecodeFolder, "steps_allowed", spying)
+    ruled = _run(sc, "L1+L2+L3", True)
+    assert sum(refused) >= 20, "the rule never refused: the test shows nothing"
+
+    def without_rule(self, plans):  # noqa: ANN001, ANN202
+        self._backup_blocks = False
+        return allowed(self, plans)
+
+    monkeypatch.setattr(fold.DecodeFolder, "steps_allowed", without_rule)
+    tried = _run(sc, "L1+L2+L3", True)
+
+    def folds(res: SimResult) -> list[tuple[int, int]]:
+        return [(r.folder.folds, r.folder.folded_steps) for r in res.replicas]
+
+    assert folds(ruled) == folds(tried) and folds(ruled)[0][0] > 0
+    _assert_same(ruled, tried)
+    _assert_same(ruled, _run(sc, "L1+L2+L3", False))
