@@ -79,8 +79,7 @@ import bisect
 import math
 from collections.abc import Callable, Generator
 from dataclasses import replace
-from itertools import chain, compress
-from operator import ne
+from itertools import chain
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -515,7 +514,7 @@ class DecodeFolder:
         # one row per run of back-to-back steps: step k starts a run when it does not
         # start as step k - 1 ends (the driver's cpu came later)
         first = 0
-        for k in [*compress(range(1, n), map(ne, starts[1:], ends)), n]:
+        for k in [k for k in range(1, n) if starts[k] != ends[k - 1]] + [n]:
             tl.record("compute", "decode", starts[first], ends[k - 1], batch=bid0 + first,
                       steps=k - first)
             first = k

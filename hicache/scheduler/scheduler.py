@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
-from operator import attrgetter
 
 from hicache.config import CacheConfig
 from hicache.kvcache.components import ComponentTracker
@@ -62,7 +61,6 @@ class SchedulerConfig:
 
 
 _DECODE = Phase.DECODE
-_rid, _phase = attrgetter("rid"), attrgetter("phase")
 
 # scenario keys of the ``scheduler:`` section (the rest of SchedulerConfig is derived)
 SCHEDULER_KEYS = frozenset(f.name for f in fields(SchedulerConfig)) - {"l3"}
@@ -401,8 +399,9 @@ class Scheduler:
 
 
 def _same_decode(a: BatchPlan, b: BatchPlan) -> bool:
-    """Both plans are decode steps of the same requests, in the same order (C-level
-    scans: the rids of each, then the phases of both)."""
-    sa, sb = a.slices, b.slices
-    return (len(sa) == len(sb) and list(map(_rid, sa)) == list(map(_rid, sb))
-            and list(map(_phase, sa + sb)).count(_DECODE) == 2 * len(sa))
+    """Both plans are decode steps of the same requests, in the same order (a generator
+    over the pairs: Python 3.11 reads slot attributes faster than attrgetter's C calls)."""
+    decode = Phase.DECODE
+    return len(a.slices) == len(b.slices) and all(
+        x.rid == y.rid and x.phase is decode and y.phase is decode
+        for x, y in zip(a.slices, b.slices, strict=True))
