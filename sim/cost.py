@@ -43,12 +43,20 @@ import bisect
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 from sim.attention_work import allreduce_time, compressed_work
 from sim.fit import LinearFit, fit_knee, fit_linear
 from sim.hardware.model import KINDS, ModelPreset
 from sim.hardware.profile import HardwareProfile, Table
 
 Batch = tuple[Sequence[tuple[int, int]], Sequence[int]]  # (prefill (new, ctx)), decode ctxs
+
+# decode_works adds a chunk's layer times with numpy's accumulate from this many steps on
+# (fewer: sum() per step costs less than numpy's calls), when sum() adds floats one after
+# another as accumulate does (Python 3.12's sum compensates)
+VECTOR_STEPS = 24
+_SEQUENTIAL_SUM = sum([1.0, 1e100, 1.0, -1e100]) == 0.0
 
 
 def attended_pairs(new_tokens: int, context_tokens: int, window: int | None) -> float:
@@ -321,15 +329,32 @@ class CostModel:
         if kinds == ["full"]:  # the loop below for its common case, one kind: the same floats
             _, flops, nbytes, kv = terms[0]
             rest = len(layer_kinds) - 1
-            append = out.append
             pairs = below[-1] + first * n + n  # sum of (c + k + 1) at step k = first
-            for _ in range(steps):
-                a = (flops + per_pair * float(pairs)) / flops_per_s
-                b = (nbytes + (pairs + n) * kv) / hbm
-                t = (b if b > a else a) + launch + allreduce  # max(a, b), as max picks
-                append(sum([t] * rest, t + head))  # sum adds in order from its start
-                pairs += n
-            return out
+            ts: list[float] | np.ndarray
+            if (steps >= 2 * VECTOR_STEPS and _SEQUENTIAL_SUM  # integers exact in both
+                    and (pairs + steps * n) * max(1, abs(kv)) + abs(nbytes) < 2 ** 53):
+                # the loop below, element by element, all steps at once
+                p = np.arange(steps, dtype=np.int64) * n + pairs
+                a = (flops + per_pair * p.astype(np.float64)) / flops_per_s
+                b = (nbytes + (p + n) * kv) / hbm
+                ts = np.where(b > a, b, a) + launch + allreduce
+            else:
+                ts = []
+                add_t = ts.append
+                for _ in range(steps):
+                    a = (flops + per_pair * float(pairs)) / flops_per_s
+                    b = (nbytes + (pairs + n) * kv) / hbm
+                    add_t((b if b > a else a) + launch + allreduce)  # max(a, b), as max picks
+                    pairs += n
+            if steps < VECTOR_STEPS or not _SEQUENTIAL_SUM:
+                # sum adds in order from its start
+                return [sum([t] * rest, t + head) for t in ts]
+            # the same additions, step by step, all steps at once: a column a step, its
+            # first row sum's start, then one row a layer added in order
+            times = np.empty((rest + 1, steps))
+            times[:] = ts
+            times[0] += head
+            return np.add.accumulate(times, axis=0, out=times)[-1].tolist()
         for k in range(first, first + steps):
             per_kind = {}
             for kind, flops, nbytes, kv in terms:

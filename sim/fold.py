@@ -19,6 +19,12 @@ brings scheduler and runtime to the state the unfolded run has at that moment::
          fluid job adopted where it stands), the next plan prepared when the driver's cpu
          yield ends: the driver goes on as if it had never folded.
 
+The steps are kept column-wise (:class:`FoldedSteps`). A chunk of many steps is timed at
+once with numpy (:func:`_steps_at_once`: one accumulate makes the loop's additions in its
+order) up to the first step whose driver is late, and ``CostModel.decode_works`` adds a
+long chunk's layer times the same way; with no horizon (several replicas) a fold times
+its steps up to its limit in a few long chunks.
+
 Cache-only plans (batch ids < 0: a transfer's completion while two batches were in
 flight) may be in flight at the entry. They were executed after B and before C, so the
 compute stream reaches them when B's op ends: they complete in B's wake-up
@@ -47,10 +53,12 @@ their work was paced: copy calls pipelined on the copy engine, L3 calls on the N
 store's shared service and host memory, :mod:`sim.l3_client`); prefetch deadlines
 (nothing may wait); L3 traffic of other replicas (it re-plans this replica's fluid
 server, where only L3 and PCIe rates change: compute keeps rate 1); copies that slow
-compute (SGLang's copy kernel: none may be in flight, and a fold starts none; this
-replica's L3 transfers, in flight at its start or started during it, run on, charged at
-the changes the folded compute jobs would have made, :meth:`sim.fluid.FluidServer.expect`,
-so their floats stay the unfolded run's); ``run.max_sim_time`` (a fold ends before it). Fault
+compute (SGLang's copy kernel: none may be in flight, and a fold starts none; with L3
+a backup on the d2h stream when a fold would start means none can, so none is tried,
+:meth:`DecodeFolder.steps_allowed`; this replica's L3 transfers,
+in flight at its start or started during it, run on, charged at the changes the folded
+compute jobs would have made, :meth:`sim.fluid.FluidServer.expect`, so their floats stay
+the unfolded run's); ``run.max_sim_time`` (a fold ends before it). Fault
 windows (:mod:`sim.faults`) need no stop: every kind scales or fails L3, NIC, PCIe or
 host-memory work, never a compute rate, and a steady pipeline takes no decision a fault
 could change; what the fault does to work in flight surfaces as a completion (above).
@@ -68,11 +76,13 @@ Folded batches leave one timeline row per run of back-to-back steps, with
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Callable, Generator
 from dataclasses import replace
-from operator import attrgetter
+from itertools import chain
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
 import simpy
 
 from hicache.runtime.handles import Kind
@@ -106,7 +116,65 @@ class FoldedStep(NamedTuple):
     taken: float
 
 
-_taken = attrgetter("taken")
+class FoldedSteps:
+    """A fold's steps column-wise, one list per :class:`FoldedStep` field (step k: batch
+    C + k): the schedule appends four floats a step, not a tuple built by a Python call,
+    and the timeline, the write-back policy and the fluid server read whole columns."""
+
+    __slots__ = ("work", "start", "compute_end", "end", "taken")
+
+    def __init__(self) -> None:
+        self.work: list[float] = []
+        self.start: list[float] = []
+        self.compute_end: list[float] = []
+        self.end: list[float] = []
+        self.taken: list[float] = []
+
+    def __len__(self) -> int:
+        return len(self.taken)
+
+    def __getitem__(self, k: int) -> FoldedStep:
+        return FoldedStep(self.work[k], self.start[k], self.compute_end[k], self.end[k],
+                          self.taken[k])
+
+
+_NO_STEPS = FoldedSteps()  # no fold (never appended to)
+VECTOR_CHUNK = 32  # a chunk of this many steps is timed with numpy (_steps_at_once)
+MAX_CHUNK = 512  # steps timed at once when only the limit ends the fold (no horizon)
+
+
+def _steps_at_once(out: FoldedSteps, taken: float, works: list[float], sample: float,
+                   cpu: float, horizon: float) -> tuple[int, bool]:
+    """:meth:`DecodeFolder._schedule`'s loop over ``works`` with numpy, while the steps
+    end after the driver's next plan is ready (``end >= taken + cpu``: then each step
+    starts as the one before ends): one accumulate adds ``taken``, then each step's
+    work and sample in the loop's order (a work of 0 adds 0.0: its start, as the loop
+    keeps it). Appends the steps to ``out`` up to the first whose driver is late or
+    that is taken at or after ``horizon``; returns (steps appended, horizon reached)."""
+    k = len(works)
+    m = 2 if sample > 0 else 1  # (work, sample) or (work) per step
+    seq = np.empty(1 + m * k)
+    seq[0] = taken
+    seq[1::m] = works
+    if m == 2:
+        seq[2::2] = sample
+    acc = np.add.accumulate(seq)
+    starts, ends = acc[0:-1:m], acc[m::m]
+    good = k
+    if cpu > 0:
+        late = np.flatnonzero(ends < starts + cpu)
+        if late.size:
+            good = int(late[0])
+    past = np.flatnonzero(ends[:good] >= horizon)
+    stop = bool(past.size)
+    if stop:
+        good = int(past[0])
+    ends_list = ends[:good].tolist()
+    out.start += starts[:good].tolist()
+    out.compute_end += acc[1:m * good + 1:m].tolist()
+    out.end += ends_list
+    out.taken += ends_list
+    return good, stop
 
 
 class DecodeFolder:
@@ -129,12 +197,20 @@ class DecodeFolder:
         self.beside_cache_only = 0  # folds begun as cache-only plans completed with B
         self.absorbed = 0  # transfer completions a fold took and went on (_absorb)
         self.l3 = sched.kv.l3  # an L3 tier: a backup's completion plans a store
+        # a backup on the d2h stream (queued behind its batch's compute, or copying) when a
+        # fold would start means none starts: its completion comes before batch C - 1's
+        # (with L3 the entry gives it to the driver, _absorb) or the copy kernel still runs
+        # when C - 1's comes (_quiet); nothing else puts work on d2h (a decode plan carries
+        # no backup, and no plan is executed at the entry)
+        self._backup_blocks = bool(self.l3) and self.copies_slow_compute
         self._applied = 0  # completions the scheduler has taken in this fold (_advance)
 
     def steps_allowed(self, plans: tuple[BatchPlan, ...]) -> int:
         """How many steps a fold starting with ``plans`` may take (0: no fold now)."""
         if not self.possible or len(plans) != 1:
             return 0
+        if self._backup_blocks and not self.rt.streams["d2h"].idle():
+            return 0  # no fold can start (__init__): the driver's own path costs less
         steps = self.sched.steady_decode(plans[0])
         return steps if steps >= MIN_STEPS else 0
 
@@ -159,7 +235,7 @@ class DecodeFolder:
             if result is not True:
                 break
         steps = (self._schedule(plan, limit)
-                 if result is False and not inbox() and self._quiet(plan) else [])
+                 if result is False and not inbox() and self._quiet(plan) else _NO_STEPS)
         if len(steps) < MIN_STEPS:  # no fold: C runs as unfolded, prepared a bit later
             self._start(replace(plan, frees=(), releases=()) if freed else plan)
             return result if isinstance(result, StepResult) else None
@@ -167,36 +243,41 @@ class DecodeFolder:
         self.beside_l3 += rt.fluid.kinds.get("l3", 0) > 0
         self.beside_cache_only += len(done) > 1
         rt.fluid.expect(self._changes(plan, steps))
-        timer = env.timeout(exact_delay(env.now, steps[-1].taken))
+        takens, last = steps.taken, steps.taken[-1]
+        timer = env.timeout(exact_delay(env.now, last))
         while True:
             yield env.any_of([timer, wake()])
             t = env.now
-            taken = bisect.bisect_left(steps, t, key=_taken)  # how many < t: never decrease
-            if t >= steps[-1].taken or inbox() or taken + 1 >= len(steps):
+            taken = bisect.bisect_left(takens, t)  # how many < t: never decrease
+            if t >= last or inbox() or taken + 1 >= len(takens):
                 break
-            prepared = (steps[taken - 1].taken if taken else steps[0].start) + self.cpu
-            if not prepared <= t < steps[taken].end:  # the driver busy, or j's completion due
+            prepared = (takens[taken - 1] if taken else steps.start[0]) + self.cpu
+            if not prepared <= t < steps.end[taken]:  # the driver busy, or j's completion due
                 break
             result = self._absorb(plan, taken)
             if result is not True:
                 break
-        if t < steps[-1].taken:
+        if t < last:
             self.interrupted += 1
         yield from self._materialize(plan, steps, taken, t)
         return result if isinstance(result, StepResult) else None
 
     # -- internals --------------------------------------------------------------------
-    def _changes(self, plan: BatchPlan, steps: list[FoldedStep]) -> list[float]:
+    def _changes(self, plan: BatchPlan, steps: FoldedSteps) -> list[float]:
         """When the unfolded steps' compute jobs would start and end on the fluid server
         (a job of no work is never submitted): the splits of other jobs' progress
         (L3 transfers in flight) the fold must keep (:meth:`sim.fluid.FluidServer.expect`)."""
         sampled = self.rt.cost.sample_time(len(plan.slices)) > 0
+        starts, ces, ends = steps.start, steps.compute_end, steps.end
+        if min(steps.work) > 0:  # every step's compute job runs (the usual case)
+            cols = (starts, ces, ces, ends) if sampled else (starts, ces)
+            return list(chain.from_iterable(zip(*cols, strict=True)))
         out: list[float] = []
-        for s in steps:
-            if s.work > 0:
-                out += (s.start, s.compute_end)
+        for w, s, ce, e in zip(steps.work, starts, ces, ends, strict=True):
+            if w > 0:
+                out += (s, ce)
             if sampled:
-                out += (s.compute_end, s.end)
+                out += (ce, e)
         return out
 
     def _take_completions(self) -> list:
@@ -236,29 +317,52 @@ class DecodeFolder:
             rt.streams["d2h"].idle() and rt.streams["h2d"].idle()
             and rt.fluid.kinds.get("l3", 0) == len(rt.fluid.jobs))
 
-    def _schedule(self, plan: BatchPlan, limit: int) -> list[FoldedStep]:
+    def _schedule(self, plan: BatchPlan, limit: int) -> FoldedSteps:
         """The fold's steps: at most ``limit``, the last taken before the horizon."""
         env, rt, cpu = self.env, self.rt, self.cpu
         horizon = self.horizon()
         contexts = [s.context_tokens for s in plan.slices]
         sample = rt.cost.sample_time(len(contexts))
         taken = env.now  # the driver takes batch C - 1's completion now; C starts
-        out: list[FoldedStep] = []
-        make = FoldedStep._make  # one tuple per step
-        append, works = out.append, rt.cost.decode_works
+        out = FoldedSteps()
+        add_start, add_ce = out.start.append, out.compute_end.append
+        add_end, add_taken = out.end.append, out.taken.append
+        takens, works = out.taken, rt.cost.decode_works
         timed, sampled = cpu > 0, sample > 0
-        while len(out) < limit:  # in chunks: the horizon often comes first
-            chunk = min(limit - len(out), max(16, len(out)))
+        n = 0
+        while n < limit:  # in chunks: the horizon often comes first (when there is one)
+            chunk = min(limit - n, max(16, n) if horizon < math.inf else MAX_CHUNK)
             # compute_op's sum of layer times, step by step
-            for work in works(contexts, chunk, len(out)):
+            chunk_works = works(contexts, chunk, n)
+            if chunk >= VECTOR_CHUNK:
+                got, stop = _steps_at_once(out, taken, chunk_works, sample, cpu, horizon)
+                if stop:
+                    out.work += chunk_works[:got]
+                    return out
+                if got:
+                    taken = takens[-1]
+                if got == chunk:
+                    out.work += chunk_works
+                    n = len(takens)
+                    continue
+                out.work += chunk_works[:got]  # the driver's cpu bounds step got: one by one
+                chunk_works = chunk_works[got:]
+                n = len(takens)
+            for work in chunk_works:
                 prepared = taken + cpu if timed else taken  # the next plan, built now
                 start = taken
                 compute_end = start + work if work > 0 else start  # a fluid job at rate 1
                 end = compute_end + sample if sampled else compute_end
                 taken = end if end >= prepared else prepared
                 if taken >= horizon:
+                    out.work += chunk_works[:len(takens) - n]
                     return out
-                append(make((work, start, compute_end, end, taken)))
+                add_start(start)
+                add_ce(compute_end)
+                add_end(end)
+                add_taken(taken)
+            out.work += chunk_works
+            n = len(takens)
         return out
 
     def _absorb(self, plan: BatchPlan, j: int) -> StepResult | bool:
@@ -298,7 +402,7 @@ class DecodeFolder:
         inflight = self.sched.plans.inflight  # taken already, at an absorbed completion
         return inflight[plan.batch_id + j], inflight.get(plan.batch_id + j + 1)
 
-    def _materialize(self, plan: BatchPlan, steps: list[FoldedStep], j: int, t: float
+    def _materialize(self, plan: BatchPlan, steps: FoldedSteps, j: int, t: float
                      ) -> Proc:
         """The unfolded state at ``t``, when the driver has taken the completions of steps
         0..j-1: step j's batch runs (or has just completed), the plan after it is prepared
@@ -314,7 +418,7 @@ class DecodeFolder:
         sched.prepared(self._handle(running))
         finished = tuple(s.rid for s in running.slices if s.finishes)
         done = step.end <= t
-        self._record(plan, j + 1, steps[:j + 1] if done else steps[:j], observed=j)
+        self._record(plan, j + 1, steps, j + 1 if done else j, observed=j)
         rt._decode[running.batch_id] = len(running.slices)  # the write-back policy's view
         if done:
             rt.complete(BatchCompletion(running.batch_id, step.start, step.end, finished))
@@ -326,7 +430,7 @@ class DecodeFolder:
             rt.complete(c)
         self.folds += 1
         self.folded_steps += j + 1
-        prepared = (steps[j - 1].taken if j else steps[0].start) + self.cpu
+        prepared = (steps.taken[j - 1] if j else steps.start[0]) + self.cpu
         if self.cpu > 0 and t < prepared:
             yield env.timeout(exact_delay(t, prepared))  # the driver's cpu yield for nxt
         if nxt is not None:
@@ -384,30 +488,31 @@ class DecodeFolder:
                        for s in plan.slices)
         return PreparedBatchHandle(rt.runtime_id, rt.generation, plan.batch_id, slices, ())
 
-    def _record(self, plan: BatchPlan, batches: int, steps: list[FoldedStep],
+    def _record(self, plan: BatchPlan, batches: int, steps: FoldedSteps, n: int,
                 observed: int) -> None:
-        """Batch shapes of the first ``batches`` folded batches; timeline rows of
-        ``steps`` (those that ran to their end); the first ``observed`` of them the
-        write-back policy sees complete, in order, as the runtime shows it every batch
+        """Batch shapes of the first ``batches`` folded batches; timeline rows of the
+        first ``n`` ``steps`` (those that ran to their end); the first ``observed`` of them
+        the write-back policy sees complete, in order, as the runtime shows it every batch
         (the runtime's completion of a later one shows it that one)."""
         rt, tl = self.rt, self.rt.timeline
         bid0 = plan.batch_id
         contexts = [s.context_tokens for s in plan.slices]
         n_req, ctx0 = len(contexts), sum(contexts)
         rt.batch_shapes.add_decode_run(bid0, batches, n_req, ctx0)
-        if not steps:
+        if not n:
             rt.writeback.steps_done(bid0, (), (), n_req)
             return
-        _, starts, _, ends, _ = zip(*steps, strict=True)  # the steps' fields, column-wise
+        starts, ends = steps.start[:n], steps.end[:n]
         rt.writeback.steps_done(bid0, starts[:observed], ends[:observed], n_req)
         if self.per_step_rows:  # the rows compute_op writes for each batch
             sampled = rt.cost.sample_time(n_req) > 0
-            for k, st in enumerate(steps):
-                tl.record("compute", "decode", st.start, st.compute_end, batch=bid0 + k)
+            for k, (st, ce, e) in enumerate(zip(starts, steps.compute_end[:n], ends, strict=True)):
+                tl.record("compute", "decode", st, ce, batch=bid0 + k)
                 if sampled:
-                    tl.record("compute", "sample", st.compute_end, st.end, batch=bid0 + k)
+                    tl.record("compute", "sample", ce, e, batch=bid0 + k)
             return
-        n = len(steps)  # one row per run of back-to-back steps
+        # one row per run of back-to-back steps: step k starts a run when it does not
+        # start as step k - 1 ends (the driver's cpu came later)
         first = 0
         for k in [k for k in range(1, n) if starts[k] != ends[k - 1]] + [n]:
             tl.record("compute", "decode", starts[first], ends[k - 1], batch=bid0 + first,

@@ -75,3 +75,23 @@ def test_timeout_policy_folds_while_the_head_is_not_prefetching(monkeypatch) -> 
     assert seen["prefetching still"] == 0, seen
     assert seen["waiting still"] > 0, f"no still queue with a waiting head: {seen}"
     assert seen["prefetching moving"] > 0, f"no prefetching head: the test shows less: {seen}"
+
+
+def test_same_decode_needs_the_same_requests_in_order_all_decoding() -> None:
+    """Two plans are one steady decode pipeline's steps only if every slice of both is a
+    decode slice and their requests are the same, in the same order."""
+    from hicache.runtime.interface import BatchPlan, Phase, RequestSlice
+    from hicache.scheduler.scheduler import _same_decode
+
+    def plan(bid: int, *slices: tuple[int, Phase]) -> BatchPlan:
+        return BatchPlan(bid, tuple(RequestSlice(rid, ph, 100, 1) for rid, ph in slices))
+
+    d, p = Phase.DECODE, Phase.PREFILL
+    a = plan(1, (4, d), (7, d), (9, d))
+    assert _same_decode(a, plan(2, (4, d), (7, d), (9, d)))
+    assert not _same_decode(a, plan(2, (4, d), (9, d), (7, d)))  # another order
+    assert not _same_decode(a, plan(2, (4, d), (7, d)))  # one fewer
+    assert not _same_decode(a, plan(2, (4, d), (7, d), (9, d), (11, d)))  # one more
+    assert not _same_decode(a, plan(2, (4, d), (7, p), (9, d)))  # one prefilling
+    assert not _same_decode(plan(1, (4, d), (7, d), (9, p)), a)  # in either plan
+    assert _same_decode(plan(1), plan(2))  # no slices: vacuously (steady_decode needs some)

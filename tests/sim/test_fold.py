@@ -4,12 +4,15 @@ unfolded, gives the same decisions, the same per-request times (to the last bit)
 
 from __future__ import annotations
 
+import math
+import random
 from pathlib import Path
 
 import pytest
 
 from hicache.scenario import load_scenario
-from sim.cost import CostModel
+from sim import fold
+from sim.cost import VECTOR_STEPS, CostModel
 from sim.driver import SimResult, simulate
 from sim.hardware.model import load_model
 from sim.hardware.profile import load_profile
@@ -163,11 +166,15 @@ def test_decode_works_equal_the_per_step_cost_bit_for_bit(model: str, hardware: 
     times, float for float, across the SWA window (the hybrid model's is 4096), with
     routed experts, tensor-parallel all-reduces (h200-hgx-8gpu) and compressed KV."""
     cost = CostModel(load_profile(hardware), load_model(model))
+    # chunks of 2 x VECTOR_STEPS or more: layer times and sums with numpy; of VECTOR_STEPS:
+    # sums with numpy; shorter: Python's loop
+    steps = 2 * VECTOR_STEPS + 5
     for contexts in ([0], [4090, 17, 4094, 63, 64, 100_000], list(range(1, 200, 7))):
-        works = cost.decode_works(contexts, 12)
+        works = cost.decode_works(contexts, steps)
         assert works == [sum(cost.batch_layer_times([], [c + k for c in contexts]))
-                         for k in range(12)]
-        assert cost.decode_works(contexts, 5, 7) == works[7:]  # a later chunk
+                         for k in range(steps)]
+        assert cost.decode_works(contexts, 5, 7) == works[7:12]  # a later chunk, short
+        assert cost.decode_works(contexts, VECTOR_STEPS, 9) == works[9:9 + VECTOR_STEPS]
     assert works[11] > works[0]  # context grows: so does the cost
 
 
@@ -231,3 +238,96 @@ def test_folds_take_transfer_completions_that_change_no_step_and_go_on() -> None
     folded = _run(sc, "L1+L2+L3", True)
     assert sum(rep.folder.absorbed for rep in folded.replicas) >= 50
     _assert_same(folded, _run(sc, "L1+L2+L3", False))
+
+
+def _one_by_one(taken: float, works: list[float], sample: float, cpu: float,
+                horizon: float) -> list[tuple[float, float, float, float]]:
+    """DecodeFolder._schedule's loop, step by step: (start, compute end, end, taken)."""
+    out = []
+    for work in works:
+        prepared = taken + cpu if cpu > 0 else taken
+        start = taken
+        compute_end = start + work if work > 0 else start
+        end = compute_end + sample if sample > 0 else compute_end
+        taken = end if end >= prepared else prepared
+        if taken >= horizon:
+            break
+        out.append((start, compute_end, end, taken))
+    return out
+
+
+@pytest.mark.parametrize("sample", [0.0, 3.1e-4])
+@pytest.mark.parametrize("cpu", [0.0, 2e-4, 9e-3])
+def test_steps_timed_at_once_equal_the_loop_up_to_the_first_late_driver(
+        sample: float, cpu: float) -> None:
+    """_steps_at_once times the steps the loop would, float for float, as long as each
+    step ends after the driver's next plan is ready; it stops before the first that does
+    not (the loop goes on from there) and before the first taken at the horizon."""
+    rng = random.Random(7)
+    works = [rng.choice([0.0, rng.uniform(1e-3, 1.2e-2)]) for _ in range(300)]
+    taken = 1234.5678
+    for horizon in (math.inf, taken + 0.4):
+        out = fold.FoldedSteps()
+        got, stop = fold._steps_at_once(out, taken, works, sample, cpu, horizon)
+        loop = _one_by_one(taken, works, sample, cpu, horizon)
+        assert list(zip(out.start, out.compute_end, out.end, out.taken,
+                        strict=True)) == loop[:got]
+        # the first step taken later than it ends: the driver's plan was not ready
+        late = next((i for i, step in enumerate(loop) if step[3] != step[2]), None)
+        if late is None:
+            assert got == len(loop) and stop == (len(loop) < len(works))
+        else:
+            assert got == late and not stop
+        assert (late is None) == (cpu <= sample)  # a zero work ends a sample after it starts
+        assert stop or late is not None or horizon == math.inf
+
+
+def test_long_folds_time_their_steps_at_once_and_equal_unfolded_runs(monkeypatch) -> None:
+    """Several replicas (no horizon: a fold's limit is known) time a fold's steps in long
+    chunks with numpy; the run equals the unfolded one."""
+    calls: list[int] = []
+    at_once = fold._steps_at_once
+    monkeypatch.setattr(fold, "_steps_at_once", lambda *a: _spy(calls, at_once, *a))
+    variants = dict(_variants("mooncake_trace.yaml", ["workload.max_requests=400"]))
+    sc = variants["L1+L2+L3"]
+    folded = _run(sc, "L1+L2+L3", True)
+    assert sum(1 for got in calls if got >= fold.VECTOR_CHUNK) >= 20, calls
+    _assert_same(folded, _run(sc, "L1+L2+L3", False))
+
+
+def _spy(calls: list[int], at_once, *args):  # noqa: ANN001, ANN002, ANN202
+    got, stop = at_once(*args)
+    calls.append(got)
+    return got, stop
+
+
+def test_folds_are_not_tried_beside_a_backup_with_l3_and_copy_kernels(monkeypatch) -> None:
+    """With L3 and copy kernels that slow compute, a backup on the d2h stream when a fold
+    would start means none can start (steps_allowed says so at once): without that rule
+    the fold's entry is tried and fails every time, so the same folds happen and the run
+    is the same (and equal to the unfolded one)."""
+    sc = dict(_variants("multiturn_tiers.yaml", SHRUNK["multiturn_tiers.yaml"]))["L1+L2+L3"]
+    allowed = fold.DecodeFolder.steps_allowed
+    refused = []
+
+    def spying(self, plans):  # noqa: ANN001, ANN202
+        refused.append(self._backup_blocks and not self.rt.streams["d2h"].idle())
+        return allowed(self, plans)
+
+    monkeypatch.setattr(fold.DecodeFolder, "steps_allowed", spying)
+    ruled = _run(sc, "L1+L2+L3", True)
+    assert sum(refused) >= 20, "the rule never refused: the test shows nothing"
+
+    def without_rule(self, plans):  # noqa: ANN001, ANN202
+        self._backup_blocks = False
+        return allowed(self, plans)
+
+    monkeypatch.setattr(fold.DecodeFolder, "steps_allowed", without_rule)
+    tried = _run(sc, "L1+L2+L3", True)
+
+    def folds(res: SimResult) -> list[tuple[int, int]]:
+        return [(r.folder.folds, r.folder.folded_steps) for r in res.replicas]
+
+    assert folds(ruled) == folds(tried) and folds(ruled)[0][0] > 0
+    _assert_same(ruled, tried)
+    _assert_same(ruled, _run(sc, "L1+L2+L3", False))
