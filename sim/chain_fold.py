@@ -306,6 +306,7 @@ class ChainFold:
                 fluid.kept()
                 k_active = True
                 k_launch = tc
+                k_first = False  # it joins after the compute job in flight, if any
             else:  # KDONE of group arg
                 group = groups[arg]
                 rt.link.moved["h2d"] += group.nbytes

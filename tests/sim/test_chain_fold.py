@@ -142,9 +142,9 @@ def test_the_fold_is_exercised_and_saves_events() -> None:
 
 def _entries(sc: object, name: str, fold: bool, monkeypatch: pytest.MonkeyPatch
              ) -> list[tuple]:
-    """Every job's (kind, remaining, rate, due) on the server each time an L3 or d2h job
-    joins or leaves it (an outside entry for a fold): the floats must be the unfolded
-    run's, not only the results they lead to."""
+    """Every job's (kind, remaining, rate, due) on the server, in the server's order, each
+    time an L3 or d2h job joins or leaves it (an outside entry for a fold): the floats and
+    the order must be the unfolded run's, not only the results they lead to."""
     from sim.fluid import FluidServer
     seen: list[tuple] = []
     start, finish = FluidServer._start, FluidServer._finish
@@ -155,8 +155,8 @@ def _entries(sc: object, name: str, fold: bool, monkeypatch: pytest.MonkeyPatch
         if server.folded is not None:
             server.folded.materialise()
         server._advance()  # a second one at the same time charges nothing
-        seen.append((server.env.now, what, tuple(sorted(
-            (j.kind, j.remaining, j.rate, j.due) for j in server.jobs))))
+        seen.append((server.env.now, what, tuple(  # in the server's order
+            (j.kind, j.remaining, j.rate, j.due) for j in server.jobs)))
 
     def patched_start(self: FluidServer, job: object) -> None:
         snap(self, job, "start")
