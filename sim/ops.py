@@ -12,11 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from hicache.runtime.handles import CacheExtentRef, Kind, PageRun, Tier
+from hicache.runtime.handles import CacheExtentRef, Kind, Tier, coalesce
 from hicache.runtime.interface import BatchCompletion, PrefetchIntent, StoreIntent
 from hicache.runtime.interface import TransferCompletion as TC
 from hicache.runtime.interface import TransferKind as TK
-from hicache.runtime.page_ids import runs_of
 from sim.batch import BatchState
 from sim.fluid import FluidJob
 
@@ -196,21 +195,9 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[int], generat
         return
     rt.l3_bytes["read"] += got * bpp
     if reserved[got:]:
-        rt.host[Kind.FULL].free_runs(page_runs(reserved[got:]))
+        rt.host[Kind.FULL].free(reserved[got:])
     extent = None
     if got:
-        runs = tuple(PageRun(s, n) for s, n in page_runs(reserved[:got]))
-        extent = CacheExtentRef(rt.runtime_id, generation, Tier.HOST, runs, Kind.FULL)
+        extent = CacheExtentRef(rt.runtime_id, generation, Tier.HOST, coalesce(reserved[:got]),
+                                Kind.FULL)
     rt.complete(TC(pf.job_id, TK.PREFETCH, rt.env.now, got, extent, hit))
-
-
-def page_runs(pages: list[int]) -> list[tuple[int, int]]:
-    """:func:`hicache.runtime.page_ids.runs_of` of a list: one run found with C-level
-    comparisons when the pages are one ascending run (a prefetch's reserved pages usually
-    are), else runs_of's loop."""
-    n = len(pages)
-    if n and pages[-1] - pages[0] == n - 1:
-        first = pages[0]
-        if pages == list(range(first, first + n)):
-            return [(first, n)]
-    return runs_of(pages)

@@ -34,7 +34,14 @@ Run = tuple[int, int]
 
 
 def runs_of(pages: Iterable[int]) -> list[Run]:
-    """Page ids in order -> ascending runs ``(start, length)`` listing them in that order."""
+    """Page ids in order -> ascending runs ``(start, length)`` listing them in that order.
+    A list that is one ascending run (an allocation handed back whole, the usual case)
+    is found with C-level comparisons, not the loop."""
+    if isinstance(pages, list):
+        n = len(pages)
+        if n and pages[-1] - pages[0] == n - 1 and pages == list(range(pages[0],
+                                                                      pages[0] + n)):
+            return [(pages[0], n)]
     out: list[Run] = []
     start = prev = -2
     n = 0

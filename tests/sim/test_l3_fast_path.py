@@ -1,6 +1,7 @@
-"""The L3 client's inline first attempt (sim.l3_client ``_clear``) and prefetch_op's page
-runs (sim.ops ``page_runs``) are shortcuts: each must give exactly what the general path
-gives (answers, times, counters, blame, timeline rows, store contents), faults or not."""
+"""The L3 client's inline first attempt (sim.l3_client ``_clear``) and the one-run path of
+``hicache.runtime.page_ids.runs_of`` are shortcuts: each must give exactly what the
+general path gives (answers, times, counters, blame, timeline rows, store contents),
+faults or not."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ from sim.hardware.profile import MooncakeSpec
 from sim.l3 import L3Store
 from sim.l3_client import L3Client
 from sim.link import PcieLink
-from sim.ops import page_runs
 
 
 def _world(seed: int, inline: bool) -> list[Any]:
@@ -98,7 +98,9 @@ def test_the_worlds_do_fail_calls_in_every_way() -> None:
         assert totals[counter] > 0, counter
 
 
-def test_page_runs_are_runs_of() -> None:
+def test_runs_of_a_list_is_the_loops() -> None:
+    """runs_of finds a list that is one ascending run without its loop (what an iterator
+    still takes): the same runs either way."""
     rng = random.Random(7)
     for t in range(3000):
         n = rng.randrange(0, 50)
@@ -111,7 +113,7 @@ def test_page_runs_are_runs_of() -> None:
             for _ in range(rng.randrange(0, 6)):
                 s = rng.randrange(100)
                 pages.extend(range(s, s + rng.randrange(1, 8)))
-        assert page_runs(pages) == runs_of(pages), pages
-    assert page_runs([4, 5, 6, 9, 10, 3]) == [(4, 3), (9, 2), (3, 1)]
-    assert page_runs([7, 8, 9, 10]) == [(7, 4)]
-    assert page_runs([5, 7, 6, 8]) == [(5, 1), (7, 1), (6, 1), (8, 1)]  # ends as one run's
+        assert runs_of(pages) == runs_of(iter(pages)), pages
+    assert runs_of([4, 5, 6, 9, 10, 3]) == [(4, 3), (9, 2), (3, 1)]
+    assert runs_of([7, 8, 9, 10]) == [(7, 4)]
+    assert runs_of([5, 7, 6, 8]) == [(5, 1), (7, 1), (6, 1), (8, 1)]  # ends as one run's
