@@ -186,16 +186,24 @@ class CostModel:
     def _window(self, kind: str) -> int | None:
         return self.model.sliding_window if kind == "swa" else None
 
+    def _fixed(self, kind: str, tokens: int, requests: int) -> tuple[float, float]:
+        """(flops, bytes) of one layer of ``kind`` that no context changes: the weights
+        and activations of ``tokens``, and a recurrent layer's state of ``requests``."""
+        flops = 2.0 * tokens * self.params[kind]
+        nbytes = (self.model.weight_bytes_per_layer(kind, tokens)
+                  + tokens * self.act_bytes_per_token)
+        if kind == "mamba":
+            nbytes += 2.0 * self.model.mamba_state_bytes * requests
+        return flops, nbytes
+
     def _work(self, kind: str, prefills: Sequence[tuple[int, int]],
               decodes: Sequence[int], ratio: int = 1) -> tuple[float, float]:
         """(flops, bytes) of one layer of ``kind`` (compression ``ratio`` when the model
         has compressed KV) for prefill (new, context) chunks and decode contexts."""
         m = self.model
         tokens = sum(n for n, _ in prefills) + len(decodes)
-        flops = 2.0 * tokens * self.params[kind]
-        nbytes = m.weight_bytes_per_layer(kind, tokens) + tokens * self.act_bytes_per_token
+        flops, nbytes = self._fixed(kind, tokens, len(prefills) + len(decodes))
         if kind == "mamba":
-            nbytes += 2.0 * m.mamba_state_bytes * (len(prefills) + len(decodes))
             return flops, nbytes
         if m.compression is not None:
             layer = self._class_layer[(kind, ratio)]
@@ -254,9 +262,7 @@ class CostModel:
                 return (max(flops / self.flops_per_s, nbytes / self.hbm) + self.launch
                         + self.allreduce_s(n))
             terms = self._decode_terms[(kind, n)] = (
-                2.0 * n * self.params[kind],
-                self.model.weight_bytes_per_layer(kind, n) + n * self.act_bytes_per_token,
-                self.kv_token[kind], self.allreduce_s(n))
+                *self._fixed(kind, n, n), self.kv_token[kind], self.allreduce_s(n))
         flops, nbytes, kv, allreduce = terms
         total = sum(decodes)
         pairs = 0.0 + (total + n)  # _work: pairs = 0.0, then += total + n
@@ -316,10 +322,7 @@ class CostModel:
             below.append(below[-1] + c)
         terms = []  # per kind: _work's terms that do not depend on the contexts
         for kind in kinds:
-            nbytes = self.model.weight_bytes_per_layer(kind, n) + n * self.act_bytes_per_token
-            if kind == "mamba":
-                nbytes += 2.0 * self.model.mamba_state_bytes * n
-            terms.append((kind, 2.0 * n * self.params[kind], nbytes, self.kv_token[kind]))
+            terms.append((kind, *self._fixed(kind, n, n), self.kv_token[kind]))
         head = self.embed_time((), [0] * n) + self.in_situ["first_op_s"]
         allreduce = self.allreduce_s(n)
         uniform = len(kinds) == 1
