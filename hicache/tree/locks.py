@@ -52,6 +52,19 @@ class LockTable:
         node.lock_handles.add(h.id)
         h.entries.append((node, key))
 
+    def _raise_up(self, h: LockHandle, node: Node, stop: Node | None) -> None:
+        """:meth:`_raise` FULL on ``node`` and each ancestor below ``stop``, deepest first
+        (in line: every lock of a request's path takes this loop)."""
+        tree, hid, add, full = self.tree, h.id, h.entries.append, Kind.FULL
+        n: Node | None = node
+        while n is not stop and n is not None:
+            locks = n.locks
+            locks[full] = locks.get(full, 0) + 1
+            tree.changes += 1
+            n.lock_handles.add(hid)
+            add((n, full))
+            n = n.parent
+
     def lock(self, node: Node | None, kinds: Iterable[Kind] | None = None) -> LockHandle:
         """Lock the data a request reuses when its match ends at ``node``."""
         h = self._handle()
@@ -59,17 +72,8 @@ class LockTable:
             return h
         spec = self.tree.spec
         for kind in (kinds if kinds is not None else spec.kinds):
-            if kind is Kind.FULL:  # _raise on each node to the root, in line (hot)
-                tree, root, hid, add = self.tree, self.tree.root, h.id, h.entries.append
-                full: Kind = Kind.FULL
-                n: Node | None = node
-                while n is not root and n is not None:
-                    locks = n.locks
-                    locks[full] = locks.get(full, 0) + 1
-                    tree.changes += 1
-                    n.lock_handles.add(hid)
-                    add((n, full))
-                    n = n.parent
+            if kind is Kind.FULL:
+                self._raise_up(h, node, self.tree.root)
             elif kind is Kind.SWA:
                 comp = spec.get(Kind.SWA)
                 assert comp is not None
@@ -93,16 +97,13 @@ class LockTable:
         top = h.entries[0][0] if h.entries and not h.released else None
         if top is None or len(self.tree.spec.components) > 1:  # FULL is always one
             return self._relock(h, node)
-        below: list[Node] = []
         n: Node | None = node
         while n is not top:
             if n is None or n is self.tree.root:
                 return self._relock(h, node)  # not below: lock anew
-            below.append(n)
             n = n.parent
         held = len(h.entries)
-        for n in below:
-            self._raise(h, n, Kind.FULL)
+        self._raise_up(h, node, top)
         h.entries[:] = h.entries[held:] + h.entries[:held]  # deepest first, as lock's
         return h
 
