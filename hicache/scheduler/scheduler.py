@@ -83,6 +83,22 @@ class StepResult:
 
 
 _NOTHING = StepResult()  # a step that planned and ended nothing (immutable: shared)
+# _result sets these slots, in this order (checked at import)
+if tuple(f.name for f in fields(StepResult)) != ("plans", "finished", "rejected"):
+    raise TypeError("StepResult's fields changed: update _result")  # pragma: no cover
+_set_plans, _set_finished, _set_rejected = (getattr(StepResult, n).__set__
+                                            for n in ("plans", "finished", "rejected"))
+
+
+def _result(plans: tuple[BatchPlan, ...], finished: tuple[int, ...],
+            rejected: tuple[int, ...]) -> StepResult:
+    """``StepResult(plans, finished, rejected)``, its slots set directly (one per step that
+    plans or ends something; the frozen dataclass's ``__init__`` costs twice as much)."""
+    r = object.__new__(StepResult)
+    _set_plans(r, plans)
+    _set_finished(r, finished)
+    _set_rejected(r, rejected)
+    return r
 
 
 class Scheduler:
@@ -148,7 +164,7 @@ class Scheduler:
         rejected: tuple[int, ...] = ()
         if self._rejected:
             rejected, self._rejected = tuple(self._rejected), []
-        return StepResult(tuple(plans), tuple(finished), rejected)
+        return _result(tuple(plans), tuple(finished), rejected)
 
     def prepared(self, handle: PreparedBatchHandle) -> None:
         """The runtime prepared a plan: learn request handles, KV and L2 extents."""
