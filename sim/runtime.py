@@ -21,10 +21,10 @@ import simpy
 from hicache.runtime.handles import (
     CacheExtentRef,
     Kind,
-    PageRun,
     RequestRuntimeHandle,
     Tier,
     check_generation,
+    page_run,
     pools_of,
 )
 from hicache.runtime.interface import (
@@ -128,6 +128,7 @@ class SimRuntime:
         self.mamba = Kind.MAMBA in device_pages and m.count("mamba") > 0
         self.state_copy_s = m.mamba_state_bytes_per_request() / self.profile.gpu.hbm_bytes_per_s
         self._chain_loads = chain_possible(self)
+        self._one_layer = tuple(range(i, i + 1) for i in range(self.model.num_layers))
         # layer-wise chains fold into one event each (sim.chain_fold, sim.tail_fold);
         # what the folds did: tried, folded, interrupted, ... (instrumentation, tests)
         self.fold_layers = fold_layers
@@ -345,7 +346,7 @@ class SimRuntime:
         """The extent of the pages of ``runs`` (an allocation's: :func:`merged` gives
         ``coalesce`` of its pages, per run)."""
         return CacheExtentRef(self.runtime_id, self.generation, tier,
-                              tuple([PageRun(s, n) for s, n in merged(runs)]), pool)
+                              tuple([page_run(s, n) for s, n in merged(runs)]), pool)
 
     def _prepare_slice(self, s: RequestSlice, st: BatchState,
                        loads: list[tuple[Kind, list[int], list[int]]]) -> PreparedSlice:
@@ -466,7 +467,8 @@ class SimRuntime:
                 if b:
                     nbytes_at[i] += b * n
                     calls_at[i] += one
-        return [LoadGroup(range(i, i + 1), nbytes_at[i], calls_at[i]) for i in range(layers)]
+        # one group per layer, its range shared by every batch (ranges are immutable)
+        return list(map(LoadGroup, self._one_layer, nbytes_at, calls_at))
 
     def backup_calls(self, st: BatchState) -> int:
         """Copy calls of the batch's one all-layer backup op."""

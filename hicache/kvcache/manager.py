@@ -41,6 +41,7 @@ from hicache.runtime.interface import (
     TransferCompletion,
     TransferKind,
 )
+from hicache.runtime.slot_init import slot_init
 from hicache.tiers.hashing import page_hashes
 from hicache.tiers.write_policy import WritePolicy
 from hicache.tree.actions import Action, BackupNode, Deleted, Demoted, FreeDevice, FreeHost
@@ -57,6 +58,7 @@ _ORDER = {Kind.FULL: 0, Kind.SWA: 1, Kind.MAMBA: 2}  # a backup's copies, FULL f
 _L1_FULL = (Tier.DEVICE, Kind.FULL)  # the residency's key of the L1 FULL pages it holds
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Reuse:
     """What a request reuses: ``device_tokens`` of L1 prefix, then ``load_nodes`` (L2-only

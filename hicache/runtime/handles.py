@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 
 from hicache.runtime.page_ids import merged, runs_of
+from hicache.runtime.slot_init import slot_init
 
 
 class Tier(enum.Enum):
@@ -55,6 +56,7 @@ class StaleHandleError(RuntimeError):
     """A handle or extent from another runtime or an older generation was presented."""
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PageRun:
     """``page_count`` consecutive runtime page ids starting at ``first_page``."""
@@ -70,11 +72,28 @@ class PageRun:
         return range(self.first_page, self.first_page + self.page_count)
 
 
+_set_first_page, _set_page_count = PageRun.first_page.__set__, PageRun.page_count.__set__
+
+
+def page_run(first_page: int, page_count: int) -> PageRun:
+    """``PageRun(first_page, page_count)`` of a run its caller knows is valid (a pool's
+    pages: ``first_page >= 0``, ``page_count >= 1``), its slots set directly: equal to the
+    constructor's, without its check (a runtime builds one per run it places)."""
+    r = object.__new__(PageRun)
+    _set_first_page(r, first_page)
+    _set_page_count(r, page_count)
+    return r
+
+
 def coalesce(pages: Iterable[int]) -> tuple[PageRun, ...]:
-    """Page ids in order -> the fewest runs that list them in the same order."""
-    return tuple(PageRun(start, count) for start, count in runs_of(pages))
+    """Page ids in order -> the fewest runs that list them in the same order (a run of
+    ``runs_of`` has a page at least: only a negative start needs the constructor's check,
+    which refuses it)."""
+    return tuple([page_run(start, count) if start >= 0 else PageRun(start, count)
+                  for start, count in runs_of(pages)])
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class CacheExtentRef:
     """An ordered set of runtime pages of one tier, issued by one runtime generation."""
@@ -176,6 +195,7 @@ class CacheExtentRef:
         return CacheExtentRef(self.runtime_id, self.generation, self.tier, runs, self.pool)
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class RequestRuntimeHandle:
     """A request's row in the runtime (its request-to-token table slot)."""

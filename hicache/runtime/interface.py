@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, fields
 from typing import Protocol, runtime_checkable
 
 from hicache.runtime.handles import CacheExtentRef, Kind, RequestRuntimeHandle, pools_of
+from hicache.runtime.slot_init import slot_init
 
 
 class CapacityError(RuntimeError):
@@ -52,6 +53,7 @@ class Phase(enum.Enum):
     DECODE = "decode"  # one token
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class LoadIntent:
     """Restore host pages (L2) to the device before this batch's attention reads them.
@@ -63,6 +65,7 @@ class LoadIntent:
     src: CacheExtentRef
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class BackupIntent:
     """Copy device pages to newly allocated host pages (D2H) after this batch's compute."""
@@ -71,6 +74,7 @@ class BackupIntent:
     job_id: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class StoreIntent:
     """Write host pages to L3 under their page-hash keys (skipping keys L3 already has)."""
@@ -80,6 +84,7 @@ class StoreIntent:
     job_id: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PrefetchIntent:
     """Query L3 for ``keys`` (a page-hash chain) in batches, stop at the first miss, and fetch
@@ -93,6 +98,7 @@ class PrefetchIntent:
     batch_pages: int = 128
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class RequestSlice:
     """One request's work in a batch.
@@ -157,6 +163,7 @@ def decode_slice(rid: int, context_tokens: int, request: RequestRuntimeHandle,
     return s
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Release:
     """Close a request's row. ``keep`` (pages of the request's own KV, in order) passes to
@@ -173,6 +180,7 @@ class Release:
         return self.keep if isinstance(self.keep, tuple) else (self.keep,)
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class BatchPlan:
     """Everything the control side decided for one step; ``slices`` may be empty (a plan
@@ -218,6 +226,7 @@ def batch_plan(batch_id: int, slices: tuple[RequestSlice, ...],
     return p
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PreparedSlice:
     rid: int
@@ -232,6 +241,7 @@ class PreparedSlice:
     state: tuple[CacheExtentRef, ...] = ()
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PreparedBatchHandle:
     runtime_id: str
@@ -264,6 +274,7 @@ def prepared_batch(runtime_id: str, generation: int, batch_id: int,
     return h
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class BatchCompletion:
     """A batch's compute finished at ``end`` (runtime time, seconds)."""
@@ -280,6 +291,7 @@ class TransferKind(enum.Enum):
     PREFETCH = "prefetch"  # L3 -> L2
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class TransferCompletion:
     job_id: int

@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 
-from hicache.runtime.handles import CacheExtentRef, Kind, PageRun, RequestRuntimeHandle, Tier
+from hicache.runtime.handles import (
+    CacheExtentRef,
+    Kind,
+    PageRun,
+    RequestRuntimeHandle,
+    Tier,
+    coalesce,
+    page_run,
+)
 from hicache.runtime.interface import (
     BackupIntent,
     BatchPlan,
@@ -60,3 +68,14 @@ def test_a_step_result_equals_the_constructor() -> None:
     args = ((BatchPlan(3),), (1, 2), (4,))
     _same(_result(*args), StepResult(*args))
     assert _result(*args).ended == (1, 2, 4)
+
+
+def test_page_run_equals_the_constructor_and_coalesce_still_refuses_a_negative_page() -> None:
+    """page_run (pool pages: no re-check) is PageRun's value; coalesce builds its runs so
+    and still refuses what PageRun refuses (a negative page)."""
+    _same(page_run(7, 3), PageRun(7, 3))
+    assert page_run(7, 3).pages() == range(7, 10)
+    assert coalesce([4, 5, 6, 0, 9, 10]) == (PageRun(4, 3), PageRun(0, 1), PageRun(9, 2))
+    assert all(type(r) is PageRun for r in coalesce([4, 5, 0]))
+    with pytest.raises(ValueError, match=r"invalid PageRun\(-2, 2\)"):
+        coalesce([3, -2, -1])
