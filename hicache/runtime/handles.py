@@ -128,8 +128,8 @@ class CacheExtentRef:
                 head.append(run)
                 left -= run.page_count
             elif left > 0:
-                head.append(PageRun(run.first_page, left))
-                tail.append(PageRun(run.first_page + left, run.page_count - left))
+                head.append(page_run(run.first_page, left))  # parts of a valid run
+                tail.append(page_run(run.first_page + left, run.page_count - left))
                 left = 0
             else:
                 tail.append(run)
@@ -157,8 +157,8 @@ class CacheExtentRef:
             count = run.page_count
             if pos + count > start:
                 lo, hi = max(start, pos), min(stop, pos + count)
-                runs.append(run if hi - lo == count else
-                            PageRun(run.first_page + lo - pos, hi - lo))
+                runs.append(run if hi - lo == count else  # a part of a valid run
+                            page_run(run.first_page + lo - pos, hi - lo))
             pos += count
             if pos >= stop:
                 break
@@ -183,7 +183,7 @@ class CacheExtentRef:
             for run in part.page_runs:
                 last = runs[-1] if runs else None
                 if last is not None and last.first_page + last.page_count == run.first_page:
-                    runs[-1] = PageRun(last.first_page, last.page_count + run.page_count)
+                    runs[-1] = page_run(last.first_page, last.page_count + run.page_count)
                 else:
                     runs.append(run)
         return first._with(tuple(runs))

@@ -367,12 +367,16 @@ class Scheduler:
                                 if st.prefill_planned < st.prompt_len - st.prefix_tokens]
         else:
             add, make = slices.append, decode_slice
+            # a running request outside _prefilling has its whole prompt planned (it
+            # leaves the list once planned, and its prefix is fixed at admission): with
+            # the list empty, no request needs the test
+            prefilling = bool(self._prefilling)
             for st in self.running:
                 last = st.req.output_len - 1
                 planned = st.decode_planned
                 handle = st.handle
-                if (planned >= last or handle is None
-                        or st.prefill_planned < st.prompt_len - st.prefix_tokens):
+                if (planned >= last or handle is None or (
+                        prefilling and st.prefill_planned < st.prompt_len - st.prefix_tokens)):
                     continue
                 st.decode_planned = planned = planned + 1
                 add(make(st.rid, st.prompt_len + planned - 1, handle, planned >= last))
