@@ -16,6 +16,7 @@ from hicache.runtime.handles import (
     PageRun,
     RequestRuntimeHandle,
     Tier,
+    page_run,
 )
 from hicache.runtime.interface import PreparedSlice
 from hicache.runtime.page_ids import Run, runs_of
@@ -54,20 +55,25 @@ class RequestRow:
         if not ext.page_runs:
             return
         self._borrow()
+        runs = self.runs
         for r in ext.page_runs:
             self.pages.extend(r.pages())
-            self._join(r.first_page, r.page_count)
+            last = runs[-1] if runs else None
+            if last is not None and last.first_page + last.page_count == r.first_page:
+                runs[-1] = page_run(last.first_page, last.page_count + r.page_count)
+            else:
+                runs.append(r)  # the extent's own run (a frozen value): no copy
         self._extent = None
 
     def _join(self, start: int, n: int) -> None:
-        """Add the run ``start, n`` to ``runs``, joined to the last one if it continues
-        it (so ``runs`` stays coalesce(pages))."""
+        """Add the run ``start, n`` (of pool pages: valid) to ``runs``, joined to the last
+        one if it continues it (so ``runs`` stays coalesce(pages))."""
         runs = self.runs
         last = runs[-1] if runs else None
         if last is not None and last.first_page + last.page_count == start:
-            runs[-1] = PageRun(last.first_page, last.page_count + n)
+            runs[-1] = page_run(last.first_page, last.page_count + n)
         else:
-            runs.append(PageRun(start, n))
+            runs.append(page_run(start, n))
 
     def _borrow(self) -> None:
         if self.own:

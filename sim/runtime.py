@@ -21,10 +21,10 @@ import simpy
 from hicache.runtime.handles import (
     CacheExtentRef,
     Kind,
-    PageRun,
     RequestRuntimeHandle,
     Tier,
     check_generation,
+    page_run,
     pools_of,
 )
 from hicache.runtime.interface import (
@@ -37,6 +37,7 @@ from hicache.runtime.interface import (
     Release,
     RequestSlice,
     RuntimeInfo,
+    prepared_batch,
 )
 from hicache.runtime.page_ids import Run, merged, pages_of
 from hicache.runtime.state import StateKeeper, state_loads
@@ -127,6 +128,7 @@ class SimRuntime:
         self.mamba = Kind.MAMBA in device_pages and m.count("mamba") > 0
         self.state_copy_s = m.mamba_state_bytes_per_request() / self.profile.gpu.hbm_bytes_per_s
         self._chain_loads = chain_possible(self)
+        self._one_layer = tuple(range(i, i + 1) for i in range(self.model.num_layers))
         # layer-wise chains fold into one event each (sim.chain_fold, sim.tail_fold);
         # what the folds did: tried, folded, interrupted, ... (instrumentation, tests)
         self.fold_layers = fold_layers
@@ -155,6 +157,7 @@ class SimRuntime:
         if getattr(self, "_wake", None) is not None and not self._wake.triggered:
             self._wake.succeed()  # a driver waiting on the old generation wakes and re-reads
         order = "lifo" if "page_order" in self.profile.ablate else "lowest"
+        self._lowest = order == "lowest"  # (apply_frees: a pool's frees in one call)
         self.device = TierPools(Tier.DEVICE, self.device_sizes, order)
         self.host = TierPools(Tier.HOST, self.host_sizes, order)
         self.rows: dict[int, RequestRow] = {}
@@ -186,8 +189,8 @@ class SimRuntime:
         if loads:
             st.load_groups = self._load_groups(loads)
         self.host_lane.prepare(st, len(plan.slices),
-                               [g.calls if g.nbytes else 0 for g in st.load_groups],
-                               admits=bool(st.prefills))
+                               [g.calls if g.nbytes else 0 for g in st.load_groups]
+                               if loads else (), admits=bool(st.prefills))
         if loads:
             self._start_loads(st)
         for b in plan.backups:
@@ -203,9 +206,8 @@ class SimRuntime:
         for pf in plan.prefetches:
             reserved = self.host[Kind.FULL].allocate(pf.max_pages)
             self.env.process(ops.prefetch_op(self, pf, reserved, self.generation))
-        st.handle = PreparedBatchHandle(self.runtime_id, self.generation, plan.batch_id, slices,
-                                        tuple([b.dst for b in st.backups]) if st.backups
-                                        else ())
+        st.handle = prepared_batch(self.runtime_id, self.generation, plan.batch_id, slices,
+                                   tuple([b.dst for b in st.backups]) if st.backups else ())
         self._prepared[plan.batch_id] = st
         return st.handle
 
@@ -216,19 +218,26 @@ class SimRuntime:
         checked = validate.check_plan(self, plan)  # nothing changes before both pass
         validate.check_capacity(self, plan, checked)
         released = checked.released
-        for ext in plan.frees:  # check_plan proved each page allocated and freed once
-            self.tier(ext.tier)[ext.pool].free_runs(
-                [(r.first_page, r.page_count) for r in ext.page_runs], checked=True)
+        if plan.frees:  # check_plan proved each page allocated and freed once
+            if self._lowest:  # a pool's runs at once: the same pushes, in the same order
+                for (tier, pool), runs in checked.frees.items():
+                    self.tier(tier)[pool].free_runs(runs, checked=True)
+            else:  # lifo: each extent's first page ends on top, extent by extent
+                for ext in plan.frees:
+                    self.tier(ext.tier)[ext.pool].free_runs(
+                        [(r.first_page, r.page_count) for r in ext.page_runs], checked=True)
         for rel in plan.releases:
             self._release(rel, released[rel.request.slot_id])
         return checked
 
     def execute_batch(self, handle: PreparedBatchHandle) -> None:
-        check_generation(handle, self.runtime_id, self.generation, "prepared batch")
         st = self._prepared.get(handle.batch_id)
-        # by value (a handle may cross a process); the very one prepare returned is equal
-        if st is None or (st.handle is not handle and st.handle != handle):
-            raise ValueError(f"batch {handle.batch_id} was not prepared (or already executed)")
+        if st is None or st.handle is not handle:  # the very one prepare returned is current
+            check_generation(handle, self.runtime_id, self.generation, "prepared batch")
+            # by value (a handle may cross a process)
+            if st is None or st.handle != handle:
+                raise ValueError(f"batch {handle.batch_id} was not prepared (or already "
+                                 "executed)")
         del self._prepared[handle.batch_id]
         if self.host_lane.active:  # else it launches at once (st.launched stays None)
             ops_launched = self.model.num_layers + 1 if (st.prefills or st.decodes) else 1
@@ -337,7 +346,7 @@ class SimRuntime:
         """The extent of the pages of ``runs`` (an allocation's: :func:`merged` gives
         ``coalesce`` of its pages, per run)."""
         return CacheExtentRef(self.runtime_id, self.generation, tier,
-                              tuple([PageRun(s, n) for s, n in merged(runs)]), pool)
+                              tuple([page_run(s, n) for s, n in merged(runs)]), pool)
 
     def _prepare_slice(self, s: RequestSlice, st: BatchState,
                        loads: list[tuple[Kind, list[int], list[int]]]) -> PreparedSlice:
@@ -458,7 +467,8 @@ class SimRuntime:
                 if b:
                     nbytes_at[i] += b * n
                     calls_at[i] += one
-        return [LoadGroup(range(i, i + 1), nbytes_at[i], calls_at[i]) for i in range(layers)]
+        # one group per layer, its range shared by every batch (ranges are immutable)
+        return list(map(LoadGroup, self._one_layer, nbytes_at, calls_at))
 
     def backup_calls(self, st: BatchState) -> int:
         """Copy calls of the batch's one all-layer backup op."""

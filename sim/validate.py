@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from sim.runtime import SimRuntime
 
 Released = dict[int, list[Run]]  # request slot -> runs of the L1 pages its release frees
+Freed = dict[tuple[Tier, Kind], list[Run]]  # (tier, pool) -> runs a plan's frees return
+_NO_FREES: Freed = {}  # a plan that frees nothing (shared: never written)
 
 
 class Checked(NamedTuple):
@@ -41,6 +43,9 @@ class Checked(NamedTuple):
     rows: list[RequestRow | None]  # a later slice's open row; None for a first slice
     new: list[int]  # new FULL pages the slice's tokens need beyond those it holds
     firsts: int  # first slices (rows None): the only ones that load or attach
+    # the runs of the plan's frees by (tier, pool), each pool's in plan order (the
+    # extents' runs one after another): what the prepare frees, checked once here
+    frees: Freed
 
 
 def check_ext(rt: SimRuntime, ext: CacheExtentRef, tier: Tier, what: str) -> None:
@@ -139,8 +144,8 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Checked:
             raise ValueError(f"batch {plan.batch_id} both releases and continues a request")
         for rel in plan.releases:
             released[rel.request.slot_id] = _check_release(rt, rel)
-    _check_frees(rt, plan, released)
-    return Checked(released, slice_rows, new, firsts)
+    frees = _check_frees(rt, plan, released) if plan.frees or released else _NO_FREES
+    return Checked(released, slice_rows, new, firsts, frees)
 
 
 def _twice(slices: tuple[RequestSlice, ...], batch_id: int) -> None:
@@ -200,9 +205,38 @@ def _after_prefix(own: list[Run], keep: list[Run]) -> list[Run] | None:
     return [(s + cut, n - cut), *own[i + 1:]] if cut else own[i:]
 
 
-def _check_frees(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
+def _check_frees(rt: SimRuntime, plan: BatchPlan, released: Released) -> Freed:
     """Every page the plan frees is allocated and freed once (frees and releases), and
-    none is read by the plan's own backups or stores. Works on runs."""
+    none is read by the plan's own backups or stores; return the frees' runs by pool
+    (:attr:`Checked.frees`). Works on runs: one :meth:`PagePool.bad_runs` per pool; only
+    a plan that fails it, or whose backups or stores read pages, is walked again by
+    :func:`_explain_frees`, which names the culprit (and raises in the same order)."""
+    frees: Freed = {}
+    for e in plan.frees:
+        runs = frees.get((e.tier, e.pool))
+        if runs is None:
+            runs = frees[(e.tier, e.pool)] = []
+        runs += [(r.first_page, r.page_count) for r in e.page_runs]
+    if plan.backups or plan.stores:
+        _explain_frees(rt, plan, released)
+        return frees
+    device_full = (Tier.DEVICE, Kind.FULL)
+    if released:  # the releases' runs join L1 FULL's, after its frees (the check's order)
+        extra = [run for rel in plan.releases for run in released[rel.request.slot_id]]
+        checks = dict(frees)
+        checks[device_full] = [*frees.get(device_full, ()), *extra]
+    else:
+        checks = frees
+    for (tier, pool), runs in checks.items():
+        if runs and rt.tier(tier)[pool].bad_runs(runs) is not None:
+            _explain_frees(rt, plan, released)  # raises: it runs the same bad_runs first
+    return frees
+
+
+def _explain_frees(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
+    """:func:`_check_frees`'s checks page run by page run, each with its source: raise
+    for the first page of a pool that is not allocated, read by the plan's own backups or
+    stores, or freed twice."""
     freed: dict[tuple[Tier, Kind], list[tuple[int, int, int]]] = {}  # (start, n, source)
     for i, e in enumerate(plan.frees):
         spans = freed.setdefault((e.tier, e.pool), [])

@@ -13,7 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
+from hicache.runtime.slot_init import slot_init
 
+
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Decision:
     kind: ClassVar[str] = ""
@@ -24,6 +27,7 @@ class Decision:
         return (self.kind, *[getattr(self, name) for name in self.__match_args__])
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Admit(Decision):
     """A request starts: tokens reused from L1, from L2 and (through L2) from L3."""
@@ -35,6 +39,7 @@ class Admit(Decision):
     l3: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Load(Decision):
     """L2 pages are loaded back to L1 for an admitted request."""
@@ -44,6 +49,7 @@ class Load(Decision):
     tokens: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Evict(Decision):
     """A node left L1: ``demote`` (its L2 copy stays) or ``delete`` (gone from the tree)."""
@@ -54,6 +60,7 @@ class Evict(Decision):
     how: Literal["demote", "delete"]
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Backup(Decision):
     """A node's L1 pages are copied to L2 (write policy or write-back eviction)."""
@@ -63,6 +70,7 @@ class Backup(Decision):
     tokens: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Prefetch(Decision):
     """L3 is asked for a request's pages from page ``from_page``, at most ``pages``."""
@@ -73,6 +81,7 @@ class Prefetch(Decision):
     pages: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PrefetchStop(Decision):
     """The stop policy let a prefetching request go (complete, best_effort, timeout)."""
@@ -82,12 +91,14 @@ class PrefetchStop(Decision):
     reason: str
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Finish(Decision):
     kind: ClassVar[str] = "finish"
     rid: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Reject(Decision):
     """A request that can never be served is refused on arrival; ``reason`` is the code

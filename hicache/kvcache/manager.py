@@ -41,6 +41,7 @@ from hicache.runtime.interface import (
     TransferCompletion,
     TransferKind,
 )
+from hicache.runtime.slot_init import slot_init
 from hicache.tiers.hashing import page_hashes
 from hicache.tiers.write_policy import WritePolicy
 from hicache.tree.actions import Action, BackupNode, Deleted, Demoted, FreeDevice, FreeHost
@@ -54,8 +55,10 @@ from hicache.workload.request import token_prefix
 # runtime that copies at once (replay) lets a later round demote what they copied
 MAKE_ROOM_ROUNDS = 4
 _ORDER = {Kind.FULL: 0, Kind.SWA: 1, Kind.MAMBA: 2}  # a backup's copies, FULL first
+_L1_FULL = (Tier.DEVICE, Kind.FULL)  # the residency's key of the L1 FULL pages it holds
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Reuse:
     """What a request reuses: ``device_tokens`` of L1 prefix, then ``load_nodes`` (L2-only
@@ -183,8 +186,9 @@ class KVCacheManager:
         Without a shared pool the limit is ``device_total``: the budget's sum, in line
         (every step calls this)."""
         b = self.budget
-        if b.share is None:
-            if self.tree.held_pages(Tier.DEVICE) + b.own + b.loads_pending <= b.device_total:
+        if b.share is None:  # tree.held_pages(Tier.DEVICE), in line
+            if (self.tree.residency.held.get(_L1_FULL, 0) + b.own + b.loads_pending
+                    <= b.device_total):
                 return
         elif b.device_free() >= 0:
             return

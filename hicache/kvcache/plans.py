@@ -23,6 +23,7 @@ from hicache.runtime.interface import (
     Release,
     RequestSlice,
     StoreIntent,
+    batch_plan,
 )
 
 
@@ -91,8 +92,8 @@ class PlanBuilder:
         else:
             self._cache_plan_id -= 1
             bid = self._cache_plan_id
-        plan = BatchPlan(bid, slices, tuple(self._backups), tuple(self._stores),
-                         tuple(self._prefetches), tuple(self._frees), tuple(self._releases))
+        plan = batch_plan(bid, slices, tuple(self._backups), tuple(self._stores),
+                          tuple(self._prefetches), tuple(self._frees), tuple(self._releases))
         self._backups, self._stores, self._prefetches = [], [], []
         self._frees, self._releases = [], []
         self.inflight[bid] = plan

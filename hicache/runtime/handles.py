@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 
 from hicache.runtime.page_ids import merged, runs_of
+from hicache.runtime.slot_init import slot_init
 
 
 class Tier(enum.Enum):
@@ -55,6 +56,7 @@ class StaleHandleError(RuntimeError):
     """A handle or extent from another runtime or an older generation was presented."""
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PageRun:
     """``page_count`` consecutive runtime page ids starting at ``first_page``."""
@@ -70,11 +72,28 @@ class PageRun:
         return range(self.first_page, self.first_page + self.page_count)
 
 
+_set_first_page, _set_page_count = PageRun.first_page.__set__, PageRun.page_count.__set__
+
+
+def page_run(first_page: int, page_count: int) -> PageRun:
+    """``PageRun(first_page, page_count)`` of a run its caller knows is valid (a pool's
+    pages: ``first_page >= 0``, ``page_count >= 1``), its slots set directly: equal to the
+    constructor's, without its check (a runtime builds one per run it places)."""
+    r = object.__new__(PageRun)
+    _set_first_page(r, first_page)
+    _set_page_count(r, page_count)
+    return r
+
+
 def coalesce(pages: Iterable[int]) -> tuple[PageRun, ...]:
-    """Page ids in order -> the fewest runs that list them in the same order."""
-    return tuple(PageRun(start, count) for start, count in runs_of(pages))
+    """Page ids in order -> the fewest runs that list them in the same order (a run of
+    ``runs_of`` has a page at least: only a negative start needs the constructor's check,
+    which refuses it)."""
+    return tuple([page_run(start, count) if start >= 0 else PageRun(start, count)
+                  for start, count in runs_of(pages)])
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class CacheExtentRef:
     """An ordered set of runtime pages of one tier, issued by one runtime generation."""
@@ -109,8 +128,8 @@ class CacheExtentRef:
                 head.append(run)
                 left -= run.page_count
             elif left > 0:
-                head.append(PageRun(run.first_page, left))
-                tail.append(PageRun(run.first_page + left, run.page_count - left))
+                head.append(page_run(run.first_page, left))  # parts of a valid run
+                tail.append(page_run(run.first_page + left, run.page_count - left))
                 left = 0
             else:
                 tail.append(run)
@@ -138,8 +157,8 @@ class CacheExtentRef:
             count = run.page_count
             if pos + count > start:
                 lo, hi = max(start, pos), min(stop, pos + count)
-                runs.append(run if hi - lo == count else
-                            PageRun(run.first_page + lo - pos, hi - lo))
+                runs.append(run if hi - lo == count else  # a part of a valid run
+                            page_run(run.first_page + lo - pos, hi - lo))
             pos += count
             if pos >= stop:
                 break
@@ -164,7 +183,7 @@ class CacheExtentRef:
             for run in part.page_runs:
                 last = runs[-1] if runs else None
                 if last is not None and last.first_page + last.page_count == run.first_page:
-                    runs[-1] = PageRun(last.first_page, last.page_count + run.page_count)
+                    runs[-1] = page_run(last.first_page, last.page_count + run.page_count)
                 else:
                     runs.append(run)
         return first._with(tuple(runs))
@@ -176,6 +195,7 @@ class CacheExtentRef:
         return CacheExtentRef(self.runtime_id, self.generation, self.tier, runs, self.pool)
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class RequestRuntimeHandle:
     """A request's row in the runtime (its request-to-token table slot)."""

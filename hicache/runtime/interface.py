@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, fields
 from typing import Protocol, runtime_checkable
 
 from hicache.runtime.handles import CacheExtentRef, Kind, RequestRuntimeHandle, pools_of
+from hicache.runtime.slot_init import slot_init
 
 
 class CapacityError(RuntimeError):
@@ -52,6 +53,7 @@ class Phase(enum.Enum):
     DECODE = "decode"  # one token
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class LoadIntent:
     """Restore host pages (L2) to the device before this batch's attention reads them.
@@ -63,6 +65,7 @@ class LoadIntent:
     src: CacheExtentRef
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class BackupIntent:
     """Copy device pages to newly allocated host pages (D2H) after this batch's compute."""
@@ -71,6 +74,7 @@ class BackupIntent:
     job_id: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class StoreIntent:
     """Write host pages to L3 under their page-hash keys (skipping keys L3 already has)."""
@@ -80,6 +84,7 @@ class StoreIntent:
     job_id: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PrefetchIntent:
     """Query L3 for ``keys`` (a page-hash chain) in batches, stop at the first miss, and fetch
@@ -93,6 +98,7 @@ class PrefetchIntent:
     batch_pages: int = 128
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class RequestSlice:
     """One request's work in a batch.
@@ -157,6 +163,7 @@ def decode_slice(rid: int, context_tokens: int, request: RequestRuntimeHandle,
     return s
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Release:
     """Close a request's row. ``keep`` (pages of the request's own KV, in order) passes to
@@ -173,6 +180,7 @@ class Release:
         return self.keep if isinstance(self.keep, tuple) else (self.keep,)
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class BatchPlan:
     """Everything the control side decided for one step; ``slices`` may be empty (a plan
@@ -192,6 +200,33 @@ class BatchPlan:
         return sum(s.new_tokens for s in self.slices)
 
 
+# batch_plan sets these slots, in this order (checked here, at import, as for slices)
+_PLAN_FIELDS = ("batch_id", "slices", "backups", "stores", "prefetches", "frees", "releases")
+if tuple(f.name for f in fields(BatchPlan)) != _PLAN_FIELDS:  # pragma: no cover
+    raise TypeError("BatchPlan's fields changed: update batch_plan")
+_plan_setters = tuple(getattr(BatchPlan, n).__set__ for n in _PLAN_FIELDS)
+
+
+def batch_plan(batch_id: int, slices: tuple[RequestSlice, ...],
+               backups: tuple[BackupIntent, ...], stores: tuple[StoreIntent, ...],
+               prefetches: tuple[PrefetchIntent, ...], frees: tuple[CacheExtentRef, ...],
+               releases: tuple[Release, ...]) -> BatchPlan:
+    """``BatchPlan(batch_id, slices, backups, stores, prefetches, frees, releases)``, equal
+    to it field for field, its slots set directly (a scheduler builds one per step that
+    plans; the frozen dataclass's ``__init__`` costs about twice as much)."""
+    p = object.__new__(BatchPlan)
+    s_id, s_slices, s_backups, s_stores, s_prefetches, s_frees, s_releases = _plan_setters
+    s_id(p, batch_id)
+    s_slices(p, slices)
+    s_backups(p, backups)
+    s_stores(p, stores)
+    s_prefetches(p, prefetches)
+    s_frees(p, frees)
+    s_releases(p, releases)
+    return p
+
+
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PreparedSlice:
     rid: int
@@ -206,6 +241,7 @@ class PreparedSlice:
     state: tuple[CacheExtentRef, ...] = ()
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PreparedBatchHandle:
     runtime_id: str
@@ -215,6 +251,30 @@ class PreparedBatchHandle:
     backups: tuple[CacheExtentRef, ...]  # host extents allocated for plan.backups (same order)
 
 
+# prepared_batch sets these slots, in this order (checked here, at import, as for slices)
+_HANDLE_FIELDS = ("runtime_id", "generation", "batch_id", "slices", "backups")
+if tuple(f.name for f in fields(PreparedBatchHandle)) != _HANDLE_FIELDS:  # pragma: no cover
+    raise TypeError("PreparedBatchHandle's fields changed: update prepared_batch")
+_set_runtime_id, _set_generation, _set_batch_id, _set_slices, _set_backups = (
+    getattr(PreparedBatchHandle, n).__set__ for n in _HANDLE_FIELDS)
+
+
+def prepared_batch(runtime_id: str, generation: int, batch_id: int,
+                   slices: tuple[PreparedSlice, ...], backups: tuple[CacheExtentRef, ...]
+                   ) -> PreparedBatchHandle:
+    """``PreparedBatchHandle(runtime_id, generation, batch_id, slices, backups)``, equal to
+    it field for field, its slots set directly (a runtime returns one per prepare; the
+    frozen dataclass's ``__init__`` costs about twice as much, as for :func:`decode_slice`)."""
+    h = object.__new__(PreparedBatchHandle)
+    _set_runtime_id(h, runtime_id)
+    _set_generation(h, generation)
+    _set_batch_id(h, batch_id)
+    _set_slices(h, slices)
+    _set_backups(h, backups)
+    return h
+
+
+@slot_init
 @dataclass(frozen=True, slots=True)
 class BatchCompletion:
     """A batch's compute finished at ``end`` (runtime time, seconds)."""
@@ -231,6 +291,7 @@ class TransferKind(enum.Enum):
     PREFETCH = "prefetch"  # L3 -> L2
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class TransferCompletion:
     job_id: int

@@ -83,6 +83,22 @@ class StepResult:
 
 
 _NOTHING = StepResult()  # a step that planned and ended nothing (immutable: shared)
+# _result sets these slots, in this order (checked at import)
+if tuple(f.name for f in fields(StepResult)) != ("plans", "finished", "rejected"):
+    raise TypeError("StepResult's fields changed: update _result")  # pragma: no cover
+_set_plans, _set_finished, _set_rejected = (getattr(StepResult, n).__set__
+                                            for n in ("plans", "finished", "rejected"))
+
+
+def _result(plans: tuple[BatchPlan, ...], finished: tuple[int, ...],
+            rejected: tuple[int, ...]) -> StepResult:
+    """``StepResult(plans, finished, rejected)``, its slots set directly (one per step that
+    plans or ends something; the frozen dataclass's ``__init__`` costs twice as much)."""
+    r = object.__new__(StepResult)
+    _set_plans(r, plans)
+    _set_finished(r, finished)
+    _set_rejected(r, rejected)
+    return r
 
 
 class Scheduler:
@@ -148,7 +164,7 @@ class Scheduler:
         rejected: tuple[int, ...] = ()
         if self._rejected:
             rejected, self._rejected = tuple(self._rejected), []
-        return StepResult(tuple(plans), tuple(finished), rejected)
+        return _result(tuple(plans), tuple(finished), rejected)
 
     def prepared(self, handle: PreparedBatchHandle) -> None:
         """The runtime prepared a plan: learn request handles, KV and L2 extents."""
@@ -351,12 +367,16 @@ class Scheduler:
                                 if st.prefill_planned < st.prompt_len - st.prefix_tokens]
         else:
             add, make = slices.append, decode_slice
+            # a running request outside _prefilling has its whole prompt planned (it
+            # leaves the list once planned, and its prefix is fixed at admission): with
+            # the list empty, no request needs the test
+            prefilling = bool(self._prefilling)
             for st in self.running:
                 last = st.req.output_len - 1
                 planned = st.decode_planned
                 handle = st.handle
-                if (planned >= last or handle is None
-                        or st.prefill_planned < st.prompt_len - st.prefix_tokens):
+                if (planned >= last or handle is None or (
+                        prefilling and st.prefill_planned < st.prompt_len - st.prefix_tokens)):
                     continue
                 st.decode_planned = planned = planned + 1
                 add(make(st.rid, st.prompt_len + planned - 1, handle, planned >= last))

@@ -9,9 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hicache.runtime.handles import CacheExtentRef
+from hicache.runtime.slot_init import slot_init
 from hicache.tree.components import Kind
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class FreeDevice:
     """Free these L1 pages (or MAMBA slot) of one component."""
@@ -21,6 +23,7 @@ class FreeDevice:
     extent: CacheExtentRef
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class FreeHost:
     """Free these L2 pages of one component."""
@@ -30,6 +33,7 @@ class FreeHost:
     extent: CacheExtentRef
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class BackupNode:
     """Copy the node's device data (every component present) to L2; the node stays locked
@@ -40,6 +44,7 @@ class BackupNode:
     tokens: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Demoted:
     """The node's device data was dropped; its L2 copy remains (it is now host-only)."""
@@ -48,6 +53,7 @@ class Demoted:
     tokens: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Deleted:
     """The node left the tree (all tiers)."""

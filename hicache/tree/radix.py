@@ -25,6 +25,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from hicache.runtime.handles import CacheExtentRef, Tier
+from hicache.runtime.slot_init import slot_init
 from hicache.tree.actions import Action, FreeDevice, FreeHost
 from hicache.tree.boundary import on_device, on_device_or_host, safe_boundary
 from hicache.tree.components import Kind, TreeSpec
@@ -38,6 +39,7 @@ from hicache.tree.residency import Residency
 __all__ = ["InsertResult", "MatchResult", "UnifiedRadixTree", "page_keys"]
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class MatchResult:
     """``device_tokens``: reusable now from L1; ``host_tokens``: reusable after loading the
@@ -66,6 +68,7 @@ class MatchResult:
         return self.path[self.device_nodes:]
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class InsertResult:
     """``existing_pages``: pages that were already cached in that tier before the insert;

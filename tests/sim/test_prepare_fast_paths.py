@@ -5,16 +5,18 @@ plan of later slices only."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import simpy
 from hypothesis import given
 from hypothesis import strategies as hs
-from simtoys import host_copy_of_prefill, make_runtime
+from simtoys import host_copy_of_prefill, make_runtime, toy_profile
 
-from hicache.runtime.handles import Kind
+from hicache.runtime.handles import CacheExtentRef, Kind, PageRun, StaleHandleError, Tier
 from hicache.runtime.interface import BatchPlan, LoadIntent, Phase, Release, RequestSlice
 from hicache.runtime.page_ids import runs_minus
-from sim.pools import CapacityError
+from sim.pools import CapacityError, PagePool
 from sim.validate import _after_prefix
 
 PAGE = 16
@@ -229,3 +231,51 @@ def test_later_slices_count_the_l1_pages_a_free_returns(env, profile, model) -> 
     h2 = rt.prepare_batch(BatchPlan(4, slices=(grow(free + 2),), frees=(kv,)))
     assert h2.slices[0].kv.num_pages == free + 3
     assert rt.device[Kind.FULL].free_count == 0
+
+
+@pytest.mark.parametrize("order", ["lowest", "lifo"])
+def test_a_plans_frees_leave_each_pool_as_frees_extent_by_extent_do(env, model, order) -> None:
+    """A prepare frees each pool's runs of the plan's frees in one call when the pools
+    hand out the lowest page first (heap pushes in the same order: the same pool); with
+    ``page_order`` ablated (lifo) each extent's first page must end on top, extent by
+    extent, as a twin pool freeing them one at a time shows (and the next pages taken)."""
+    profile = replace(toy_profile(), ablate=frozenset({"page_order"}) if order == "lifo"
+                      else frozenset())
+    rt = make_runtime(env, profile, model, device_pages={Kind.FULL: 40},
+                      host_pages={Kind.FULL: 40})
+    twins = {tier: PagePool(tier, Kind.FULL, 40, order) for tier in (Tier.DEVICE, Tier.HOST)}
+    for tier in twins:
+        assert rt.tier(tier)[Kind.FULL].allocate(30) == twins[tier].allocate(30)
+
+    def ext(tier: Tier, runs: list[tuple[int, int]]) -> CacheExtentRef:
+        return CacheExtentRef(rt.runtime_id, rt.generation, tier,
+                              tuple(PageRun(s, n) for s, n in runs), Kind.FULL)
+
+    frees = (ext(Tier.DEVICE, [(0, 2), (5, 1)]), ext(Tier.HOST, [(3, 4)]),
+             ext(Tier.DEVICE, [(10, 2), (2, 1)]), ext(Tier.HOST, [(20, 1), (8, 2)]),
+             ext(Tier.DEVICE, [(25, 3)]))
+    rt.execute_batch(rt.prepare_batch(BatchPlan(-1, frees=frees)))
+    for e in frees:
+        twins[e.tier].free_runs([(r.first_page, r.page_count) for r in e.page_runs])
+    for tier, twin in twins.items():
+        pool = rt.tier(tier)[Kind.FULL]
+        assert pool.free_count == twin.free_count
+        assert [pool.allocate(1) for _ in range(pool.free_count)] == \
+            [twin.allocate(1) for _ in range(twin.free_count)]
+
+
+def test_execute_checks_a_handle_that_is_not_the_one_prepare_returned(env, profile,
+                                                                       model) -> None:
+    """The very handle prepare returned executes without its generation re-read; a copy
+    is checked: one of another runtime or generation is stale (while its batch waits,
+    prepared), an equal one by value executes the batch."""
+    rt = make_runtime(env, profile, model)
+    h = rt.prepare_batch(BatchPlan(1, slices=(RequestSlice(1, Phase.PREFILL, 0, PAGE),)))
+    for stale in (replace(h, runtime_id="another"), replace(h, generation=h.generation + 1)):
+        with pytest.raises(StaleHandleError):
+            rt.execute_batch(stale)
+    rt.execute_batch(replace(h))  # equal, not identical
+    with pytest.raises(ValueError, match="not prepared"):
+        rt.execute_batch(h)
+    env.run()
+    assert [c.batch_id for c in rt.poll()] == [1]
