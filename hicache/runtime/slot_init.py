@@ -14,6 +14,7 @@ actions, the decision log); a class with a ``default_factory``, ``kw_only`` or
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -27,7 +28,11 @@ def slot_init(cls: type[T]) -> type[T]:
     env: dict[str, Any] = {}
     args: list[str] = []
     body: list[str] = []
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    wanted = [name for name in inspect.signature(cls.__init__).parameters][1:]
+    if wanted != [f.name for f in fields if f.init]:  # an InitVar is an argument, no field
+        raise TypeError(f"{cls.__name__}: slot_init takes no InitVar arguments")
+    for f in fields:
         if f.default_factory is not dataclasses.MISSING or f.kw_only:
             raise TypeError(f"{cls.__name__}.{f.name}: slot_init takes plain fields only")
         env[f"_set_{f.name}"] = getattr(cls, f.name).__set__

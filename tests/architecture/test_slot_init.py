@@ -71,7 +71,15 @@ def test_slot_init_refuses_what_it_does_not_rebuild() -> None:
     class Mutable:
         x: int
 
-    for cls in (Listy, Mutable):
+    @dataclass(frozen=True, slots=True)
+    class Seeded:
+        x: int
+        seed: dataclasses.InitVar[int] = 0
+
+        def __post_init__(self, seed: int) -> None:
+            pass
+
+    for cls in (Listy, Mutable, Seeded):
         with pytest.raises(TypeError):
             slot_init(cls)
 
