@@ -106,6 +106,12 @@ if TYPE_CHECKING:
     from sim.runtime import SimRuntime
 
 MIN_STEPS = 2  # a shorter fold saves nothing
+# with L3, a fold beside a backup's copy kernel (DecodeFolder._copy_kernel) saves less (it
+# ends before the backup's completion, which plans a store, and its L3 jobs are charged
+# at its changes): one of 2 steps costs more than it saves (trace 3,000 L1+L2+L3:
+# 36.155G -> 36.092G instructions with this floor and _copy_fits' guess to match;
+# without L3, 2-step folds pay: trace L1+L2 17.251G with them, 17.377G without)
+MIN_STEPS_BESIDE_COPY_L3 = 3
 Proc = Generator[simpy.Event, Any, None]
 
 
@@ -244,7 +250,9 @@ class DecodeFolder:
                 break
         steps = (self._schedule(plan, limit)
                  if result is False and not inbox() and self._quiet(plan) else _NO_STEPS)
-        if len(steps) < MIN_STEPS:  # no fold: C runs as unfolded, prepared a bit later
+        need = (MIN_STEPS_BESIDE_COPY_L3 if self._backup_blocks and rt.fluid.kinds.get("d2h", 0)
+                else MIN_STEPS)
+        if len(steps) < need:  # no fold: C runs as unfolded, prepared a bit later
             self._start(replace(plan, frees=(), releases=()) if freed else plan)
             return result if isinstance(result, StepResult) else None
         done = self._take_completions()  # batch C - 1's (first step), cache-only plans'
@@ -356,15 +364,16 @@ class DecodeFolder:
 
     def _copy_fits(self) -> bool:
         """With L3 and a backup on the d2h stream (``steps_allowed``): its copy kernel
-        runs (:meth:`_copy_kernel`) and finishes late enough that batch C - 1 and two
-        steps likely complete before it, each as long as the batch that just completed
-        (a guess that only spares fold entries that would fail: the entry decides)."""
+        runs (:meth:`_copy_kernel`) and finishes late enough that batch C - 1 and the
+        steps a fold beside it needs (``MIN_STEPS_BESIDE_COPY_L3``) likely complete
+        before it, each as long as the batch that just completed (a guess that only
+        spares fold entries that would fail: the entry decides)."""
         kernel = self._copy_kernel()
         done = self.rt.writeback.steps
         if kernel is None or not done:
             return False
         start, end, _ = done[-1]
-        return kernel.due > self.env.now + 3.0 * (end - start)
+        return kernel.due > self.env.now + (1 + MIN_STEPS_BESIDE_COPY_L3) * (end - start)
 
     def _schedule(self, plan: BatchPlan, limit: int) -> FoldedSteps:
         """The fold's steps: at most ``limit``, the last taken before the horizon."""
