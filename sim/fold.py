@@ -53,9 +53,14 @@ their work was paced: copy calls pipelined on the copy engine, L3 calls on the N
 store's shared service and host memory, :mod:`sim.l3_client`); prefetch deadlines
 (nothing may wait); L3 traffic of other replicas (it re-plans this replica's fluid
 server, where only L3 and PCIe rates change: compute keeps rate 1); copies that slow
-compute (SGLang's copy kernel: none may be in flight, and a fold starts none; with L3
-a backup on the d2h stream when a fold would start means none can, so none is tried,
-:meth:`DecodeFolder.steps_allowed`; this replica's L3 transfers,
+compute (SGLang's copy kernel: a fold starts none; none may be in flight but a
+backup's kernel already copying, :meth:`DecodeFolder._copy_kernel`: its rate cannot rise,
+so it finishes no earlier than its due, and the fold's steps, timed at the slowed rate
+``1 - compute_slowdown`` as the server times them (``start + work / rate``), all end
+before that due, so no step changes rate; the kernel's floats are charged at the folded
+compute jobs' changes as the L3 jobs' are, below. With L3 a backup on the d2h stream
+that is queued, or whose kernel ends too soon for two steps, means no fold can start,
+so none is tried, :meth:`DecodeFolder.steps_allowed`; this replica's L3 transfers,
 in flight at its start or started during it, run on, charged at the changes the folded
 compute jobs would have made, :meth:`sim.fluid.FluidServer.expect`, so their floats stay
 the unfolded run's); ``run.max_sim_time`` (a fold ends before it). Fault
@@ -101,6 +106,12 @@ if TYPE_CHECKING:
     from sim.runtime import SimRuntime
 
 MIN_STEPS = 2  # a shorter fold saves nothing
+# with L3, a fold beside a backup's copy kernel (DecodeFolder._copy_kernel) saves less (it
+# ends before the backup's completion, which plans a store, and its L3 jobs are charged
+# at its changes): one of 2 steps costs more than it saves (trace 3,000 L1+L2+L3:
+# 36.155G -> 36.092G instructions with this floor and _copy_fits' guess to match;
+# without L3, 2-step folds pay: trace L1+L2 17.251G with them, 17.377G without)
+MIN_STEPS_BESIDE_COPY_L3 = 3
 Proc = Generator[simpy.Event, Any, None]
 
 
@@ -198,18 +209,21 @@ class DecodeFolder:
         self.absorbed = 0  # transfer completions a fold took and went on (_absorb)
         self.l3 = sched.kv.l3  # an L3 tier: a backup's completion plans a store
         # a backup on the d2h stream (queued behind its batch's compute, or copying) when a
-        # fold would start means none starts: its completion comes before batch C - 1's
-        # (with L3 the entry gives it to the driver, _absorb) or the copy kernel still runs
-        # when C - 1's comes (_quiet); nothing else puts work on d2h (a decode plan carries
+        # fold would start means none starts unless its kernel is copying and ends late
+        # enough (_copy_fits): else its completion comes before batch C - 1's (with L3
+        # the entry gives it to the driver, _absorb) or its kernel joins, or ends, too
+        # soon (_quiet, _schedule); nothing else puts work on d2h (a decode plan carries
         # no backup, and no plan is executed at the entry)
         self._backup_blocks = bool(self.l3) and self.copies_slow_compute
+        self.beside_copy = 0  # folds begun beside a backup's copy kernel (_copy_kernel)
         self._applied = 0  # completions the scheduler has taken in this fold (_advance)
 
     def steps_allowed(self, plans: tuple[BatchPlan, ...]) -> int:
         """How many steps a fold starting with ``plans`` may take (0: no fold now)."""
         if not self.possible or len(plans) != 1:
             return 0
-        if self._backup_blocks and not self.rt.streams["d2h"].idle():
+        if (self._backup_blocks and not self.rt.streams["d2h"].idle()
+                and not self._copy_fits()):
             return 0  # no fold can start (__init__): the driver's own path costs less
         steps = self.sched.steady_decode(plans[0])
         return steps if steps >= MIN_STEPS else 0
@@ -236,11 +250,14 @@ class DecodeFolder:
                 break
         steps = (self._schedule(plan, limit)
                  if result is False and not inbox() and self._quiet(plan) else _NO_STEPS)
-        if len(steps) < MIN_STEPS:  # no fold: C runs as unfolded, prepared a bit later
+        need = (MIN_STEPS_BESIDE_COPY_L3 if self._backup_blocks and rt.fluid.kinds.get("d2h", 0)
+                else MIN_STEPS)
+        if len(steps) < need:  # no fold: C runs as unfolded, prepared a bit later
             self._start(replace(plan, frees=(), releases=()) if freed else plan)
             return result if isinstance(result, StepResult) else None
         done = self._take_completions()  # batch C - 1's (first step), cache-only plans'
         self.beside_l3 += rt.fluid.kinds.get("l3", 0) > 0
+        self.beside_copy += rt.fluid.kinds.get("d2h", 0) > 0  # _quiet: its copy kernel
         self.beside_cache_only += len(done) > 1
         rt.fluid.expect(self._changes(plan, steps))
         takens, last = steps.taken, steps.taken[-1]
@@ -313,9 +330,50 @@ class DecodeFolder:
         # charges them at the folded steps' changes (FluidServer.expect). The folds their
         # finishes cut short cost about what they save, the longer ones save 5-6% of the
         # trace's L1+L2+L3 variant (3,000 requests: 308,647 -> 273,781 events)
-        return not self.copies_slow_compute or (
-            rt.streams["d2h"].idle() and rt.streams["h2d"].idle()
-            and rt.fluid.kinds.get("l3", 0) == len(rt.fluid.jobs))
+        if not self.copies_slow_compute:
+            return True
+        if not rt.streams["h2d"].idle():
+            return False
+        if rt.streams["d2h"].idle():
+            return rt.fluid.kinds.get("l3", 0) == len(rt.fluid.jobs)
+        # a backup copying: the fold's steps run at 1 - slowdown and end before its
+        # kernel can finish (_schedule), so none of them changes rate
+        return not rt.fluid.kinds.get("compute", 0) and self._copy_kernel() is not None
+
+    def _copy_kernel(self) -> FluidJob | None:
+        """The copy kernel of the backup on the d2h stream when it is on the fluid server
+        with nothing but L3 transfers and compute beside it (compute takes no link share;
+        a fold starts with none) and its rate cannot rise: it runs at its lone rate (no
+        host-memory squeeze lowers it now) and no PCIe fault is in force (a fault's
+        factor is at most 1: faults, squeezes and copies joining only slow it). It then
+        finishes no earlier than its ``due``, and until then every compute job runs at
+        1 - slowdown (:meth:`sim.link.PcieLink.solo_rate`). None: no such kernel."""
+        fluid, link = self.rt.fluid, self.rt.link
+        kinds = fluid.kinds
+        if (fluid.folded is not None or kinds.get("d2h", 0) != 1 or kinds.get("h2d", 0)
+                or kinds.get("l3", 0) + kinds.get("compute", 0) + 1 != len(fluid.jobs)
+                or link.slowed):
+            return None
+        for job in fluid.jobs:
+            if job.kind == "d2h":
+                if ("kernel" in job.tags and job.rate > 0
+                        and job.rate == link.lone_rate("d2h", True, job.cap)):
+                    return job
+                return None
+        return None
+
+    def _copy_fits(self) -> bool:
+        """With L3 and a backup on the d2h stream (``steps_allowed``): its copy kernel
+        runs (:meth:`_copy_kernel`) and finishes late enough that batch C - 1 and the
+        steps a fold beside it needs (``MIN_STEPS_BESIDE_COPY_L3``) likely complete
+        before it, each as long as the batch that just completed (a guess that only
+        spares fold entries that would fail: the entry decides)."""
+        kernel = self._copy_kernel()
+        done = self.rt.writeback.steps
+        if kernel is None or not done:
+            return False
+        start, end, _ = done[-1]
+        return kernel.due > self.env.now + (1 + MIN_STEPS_BESIDE_COPY_L3) * (end - start)
 
     def _schedule(self, plan: BatchPlan, limit: int) -> FoldedSteps:
         """The fold's steps: at most ``limit``, the last taken before the horizon."""
@@ -323,6 +381,14 @@ class DecodeFolder:
         horizon = self.horizon()
         contexts = [s.context_tokens for s in plan.slices]
         sample = rt.cost.sample_time(len(contexts))
+        rate = 1.0  # the compute jobs' (a solo rate)
+        if self.copies_slow_compute and rt.fluid.kinds.get("d2h", 0):
+            kernel = self._copy_kernel()  # _quiet found it
+            assert kernel is not None
+            # every step taken before the kernel's due runs slowed from start to end
+            horizon = min(horizon, kernel.due)
+            rate = 1.0 - rt.link.slowdown
+            sample = sample / rate  # the job's delay, as FluidServer._schedule divides
         taken = env.now  # the driver takes batch C - 1's completion now; C starts
         out = FoldedSteps()
         add_start, add_ce = out.start.append, out.compute_end.append
@@ -334,8 +400,11 @@ class DecodeFolder:
             chunk = min(limit - n, max(16, n) if horizon < math.inf else MAX_CHUNK)
             # compute_op's sum of layer times, step by step
             chunk_works = works(contexts, chunk, n)
+            # the delay of each step's compute job at ``rate`` (FluidServer._schedule's
+            # ``remaining / rate``; at rate 1 the work itself)
+            delays = chunk_works if rate == 1.0 else [w / rate for w in chunk_works]
             if chunk >= VECTOR_CHUNK:
-                got, stop = _steps_at_once(out, taken, chunk_works, sample, cpu, horizon)
+                got, stop = _steps_at_once(out, taken, delays, sample, cpu, horizon)
                 if stop:
                     out.work += chunk_works[:got]
                     return out
@@ -347,11 +416,12 @@ class DecodeFolder:
                     continue
                 out.work += chunk_works[:got]  # the driver's cpu bounds step got: one by one
                 chunk_works = chunk_works[got:]
+                delays = delays[got:]
                 n = len(takens)
-            for work in chunk_works:
+            for work in delays:
                 prepared = taken + cpu if timed else taken  # the next plan, built now
                 start = taken
-                compute_end = start + work if work > 0 else start  # a fluid job at rate 1
+                compute_end = start + work if work > 0 else start  # a fluid job at ``rate``
                 end = compute_end + sample if sampled else compute_end
                 taken = end if end >= prepared else prepared
                 if taken >= horizon:

@@ -303,15 +303,17 @@ def _spy(calls: list[int], at_once, *args):  # noqa: ANN001, ANN002, ANN202
 
 def test_folds_are_not_tried_beside_a_backup_with_l3_and_copy_kernels(monkeypatch) -> None:
     """With L3 and copy kernels that slow compute, a backup on the d2h stream when a fold
-    would start means none can start (steps_allowed says so at once): without that rule
-    the fold's entry is tried and fails every time, so the same folds happen and the run
-    is the same (and equal to the unfolded one)."""
+    would start means none can start unless its kernel copies and ends late enough
+    (steps_allowed says so at once): without that rule the fold's entry is tried and
+    fails, so the same folds happen and the run is the same (and equal to the unfolded
+    one)."""
     sc = dict(_variants("multiturn_tiers.yaml", SHRUNK["multiturn_tiers.yaml"]))["L1+L2+L3"]
     allowed = fold.DecodeFolder.steps_allowed
     refused = []
 
     def spying(self, plans):  # noqa: ANN001, ANN202
-        refused.append(self._backup_blocks and not self.rt.streams["d2h"].idle())
+        refused.append(self._backup_blocks and not self.rt.streams["d2h"].idle()
+                       and not self._copy_fits())
         return allowed(self, plans)
 
     monkeypatch.setattr(fold.DecodeFolder, "steps_allowed", spying)
@@ -331,3 +333,56 @@ def test_folds_are_not_tried_beside_a_backup_with_l3_and_copy_kernels(monkeypatc
     assert folds(ruled) == folds(tried) and folds(ruled)[0][0] > 0
     _assert_same(ruled, tried)
     _assert_same(ruled, _run(sc, "L1+L2+L3", False))
+
+
+def _fluid_finishes(monkeypatch) -> dict[int, list]:  # noqa: ANN001
+    """Record, on each fluid server, every finish of a job other than compute (which a
+    fold skips): (time, kind, rate, the other such jobs' (kind, remaining, rate)),
+    their remaining just split at that finish as the server splits it (a fold's skipped
+    changes caught up first)."""
+    from sim.fluid import FluidServer
+
+    finishes: dict[int, list] = {}
+    remove = FluidServer._remove  # called by _finish (and cancel) after the split
+
+    def spying(self, job):  # noqa: ANN001, ANN202
+        if job.kind != "compute":
+            others = tuple((j.kind, j.remaining, j.rate) for j in self.jobs
+                           if j.kind != "compute" and j is not job)
+            finishes.setdefault(id(self), []).append(
+                (self.env.now, job.kind, job.rate, others))
+        return remove(self, job)
+
+    monkeypatch.setattr(FluidServer, "_remove", spying)
+    return finishes
+
+
+def test_folds_run_beside_a_backups_copy_kernel_at_the_slowed_compute_rate(monkeypatch) -> None:
+    """With L3 and SGLang's copy kernel, a fold may start while a backup's kernel copies
+    (DecodeFolder.beside_copy): its steps run at 1 - compute_slowdown and it ends before
+    the kernel can finish. The trace's L1+L2+L3 variant has such folds (some ended early
+    by an arrival or a completion: a step resumed at the slowed rate), and equals the
+    unfolded run in records, timelines and every non-compute fluid job's floats at its
+    finish (the kernels' and L3 transfers' remaining, rate and due)."""
+    variants = dict(_variants("mooncake_trace.yaml", ["workload.max_requests=400"]))
+    sc = variants["L1+L2+L3"]
+    assert sc.cache.hicache_io_backend == "kernel"  # type: ignore[attr-defined]
+    stopped: list[int] = []
+    materialize = fold.DecodeFolder._materialize
+
+    def spying(self, plan, steps, j, t):  # noqa: ANN001, ANN202
+        if t < steps.taken[-1] and self.rt.fluid.kinds.get("d2h", 0):
+            stopped.append(j)
+        return materialize(self, plan, steps, j, t)
+
+    monkeypatch.setattr(fold.DecodeFolder, "_materialize", spying)
+    finishes = _fluid_finishes(monkeypatch)
+    folded = _run(sc, "L1+L2+L3", True)
+    assert sum(rep.folder.beside_copy for rep in folded.replicas) >= 10
+    assert stopped, "no fold beside a kernel ended early: the resumed step is untested"
+    folded_floats = [finishes.pop(k) for k in list(finishes)]
+    plain = _run(sc, "L1+L2+L3", False)
+    assert [finishes[k] for k in finishes] == folded_floats
+    assert any(kind == "d2h" for server in folded_floats for _, kind, *_ in server)
+    assert any(others for server in folded_floats for *_, others in server)
+    _assert_same(folded, plain)
