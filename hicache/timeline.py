@@ -75,6 +75,11 @@ class Timeline:
             raise ValueError(f"timeline row on {lane!r} ends ({end}) before it starts ({start})")
         self._tuples.append((lane, op, batch, request, layer, start, end, int(nbytes), steps))
 
+    def record_rows(self, rows: list[tuple]) -> None:
+        """Append ``rows``, tuples in :data:`COLUMNS` order as :meth:`record` builds them
+        (``nbytes`` an int, ``end >= start``: the caller built them so; not checked)."""
+        self._tuples.extend(rows)
+
     @property
     def rows(self) -> list[TimelineRow]:
         """The rows recorded so far, as values (read-only: record to add one)."""

@@ -51,7 +51,6 @@ if TYPE_CHECKING:
 # the tests set it small to exercise that end
 SPAN: int | None = None
 
-LAUNCH, KDONE, CSTART, CDONE = 0, 1, 2, 3
 # a deadline closer than this (relative) to an L3 job's finish: sim.l3_client.watch's
 # check could flip with the splits' rounding, so no fold
 _WATCH_MARGIN = 1e-6
@@ -101,8 +100,15 @@ class ChainFold:
         rt = chain.rt
         self.fluid = rt.fluid
         self.c0_index = rt.fluid.jobs.index(job) if job is not None else -1
-        self.trans: list[tuple] = []  # (time, code, arg, k_rem, c_rem, c_rate, c_due)
-        self.times: list[float] = []  # the server's change times (the L3 jobs' splits)
+        # per transition (a compute start shares the entry of the transition at its
+        # time): its time (a change of the server's job set: the L3 jobs' splits) and
+        # the state after it (plan: k_rem, c_rem, c_rate, c_due, rows so
+        # far, launches so far, bytes landed so far, k_active, c_active, c_fresh,
+        # k_first, chain.g, landed.count, chain.t0, chain.start_t, cc.layer, cc.t0,
+        # cc.start_t); the timeline rows of them all, in order
+        self.times: list[float] = []
+        self.snaps: list[tuple] = []
+        self.rows: list[tuple] = []
         self.end = math.inf
         self.final = False  # the fold ends at the last kernel's landing
         self.final_c = False  # the fold ends at the foreign compute job's finish
@@ -110,7 +116,12 @@ class ChainFold:
 
     # -- the closed form ---------------------------------------------------------------
     def plan(self, k_rate: float, slow: float) -> bool:
-        """Compute the transitions from now to the fold's end; False: too short."""
+        """Compute the transitions from now to the fold's end; False: too short. Each
+        transition appends its time to :attr:`times`, the timeline rows it records to
+        :attr:`rows` and the chain's state after it to :attr:`snaps` (what
+        :meth:`materialise` restores: no replay); a compute job starting at the time of
+        the transition before (a layer's end, a landing) shares its entry, as no entry
+        can come between them (a second change at one time charges nothing)."""
         chain, cc, fluid = self.chain, self.cc, self.fluid
         rt, st = chain.rt, chain.st
         groups = st.load_groups
@@ -120,7 +131,7 @@ class ChainFold:
         assert landed is not None
         overhead = rt.copies.overhead
         now = rt.env.now
-        trans, times = self.trans, self.times
+        times, rows, snaps = self.times, self.rows, self.snaps
         self.k_rate = k_rate
         last = fluid.last_change
         g = chain.g
@@ -130,7 +141,16 @@ class ChainFold:
         k_rem = k_due = 0.0
         c = self.c0
         c_active = c is not None
-        layer = cc.layer if cc is not None else 0
+        c_fresh = not c_active  # the compute job in flight is not c0
+        k_first = False  # the kernel joined before the compute job in flight
+        if cc is not None:
+            layer, op, cc_t0, cc_start = cc.layer, cc.op, cc.t0, cc.start_t
+        else:
+            layer, op, cc_t0, cc_start = 0, "", 0.0, 0.0
+        t0, start_t = chain.t0, chain.start_t
+        bid = st.plan.batch_id
+        n_rows = n_launch = moved = 0
+        merged = 0  # transitions sharing an entry with the one before (the same time)
         if c is not None:
             c_rem, c_rate, c_due = c.remaining, c.rate, c.due
             if not c_due > now:
@@ -168,20 +188,25 @@ class ChainFold:
                         k_rem -= k_rate * dt
                     c_rem -= c_rate * dt
                 last = tc
-                times.append(tc)
                 c_active = False
-                trans.append((tc, CDONE, layer, k_rem, c_rem, c_rate, c_due))
+                rows.append(("compute", op, bid, -1, layer, cc_t0, tc, 0, 1))
+                n_rows += 1
                 layer += 1
-                if layer < count:
+                if layer < count:  # the next layer starts at once: one entry for both
                     c_rem = times_l[layer]
                     c_rate = slow if k_active else 1.0
                     c_due = tc + c_rem / c_rate
-                    c_active = True
-                    times.append(tc)
-                    trans.append((tc, CSTART, layer, k_rem, c_rem, c_rate, c_due))
+                    c_active = c_fresh = True
+                    k_first = k_active
+                    cc_t0 = tc  # layer > 0: start_t stays
+                    merged += 1
                 else:
                     c_due = inf
                     waiting = True
+                times.append(tc)
+                snaps.append((k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active,
+                              c_active, c_fresh, k_first, g, count, t0, start_t, layer, cc_t0,
+                              cc_start))
                 continue
             if not k_active:  # the launch of group g
                 dt = tc - last
@@ -189,15 +214,20 @@ class ChainFold:
                     if c_active:
                         c_rem -= c_rate * dt
                 last = tc
-                times.append(tc)
                 k_rem = float(groups[g].nbytes)
                 k_active = True
+                k_first = False  # it joins after the compute job in flight, if any
                 span -= 1
+                n_launch += 1
+                start_t = tc
                 if c_active and c_rate != slow:
                     c_rate = slow
                     c_due = tc + (c_rem if c_rem > 0.0 else 0.0) / c_rate
                 k_due = tc + k_rem / k_rate
-                trans.append((tc, LAUNCH, g, k_rem, c_rem, c_rate, c_due))
+                times.append(tc)
+                snaps.append((k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, True,
+                              c_active, c_fresh, False, g, count, t0, start_t, layer, cc_t0,
+                              cc_start))
                 continue
             # the kernel of group g lands
             if g >= last_load:  # no group after g has bytes
@@ -209,28 +239,42 @@ class ChainFold:
                 if c_active:
                     c_rem -= c_rate * dt
             last = tc
-            times.append(tc)
             k_active = False
             if c_active and c_rate != 1.0:
                 c_rate = 1.0
                 c_due = tc + (c_rem if c_rem > 0.0 else 0.0) / c_rate
-            trans.append((tc, KDONE, g, 0.0, c_rem, c_rate, c_due))
+            group = groups[g]
+            nbytes = group.nbytes
+            glayers = group.layers
+            glayer = glayers.start if len(glayers) == 1 else -1
+            rows.append(("h2d", "load", bid, -1, glayer, t0, tc, int(nbytes), 1))
+            rows.append(("pcie:h2d", "load", bid, -1, glayer, start_t, tc, int(nbytes), 1))
+            n_rows += 2
+            moved += nbytes
+            t0 = tc
             g += 1
-            count = groups[g - 1].layers.stop
+            count = glayers.stop
             while g < n_groups and not groups[g].nbytes:  # they land with it
                 count = groups[g].layers.stop
                 g += 1
-            if waiting and layer < count:  # the batch's compute goes on at once
+            if waiting and layer < count:  # the batch's compute goes on at once: one entry
                 waiting = False
                 c_rem = times_l[layer]
                 c_rate = 1.0
                 c_due = tc + c_rem / c_rate
-                c_active = True
-                times.append(tc)
-                trans.append((tc, CSTART, layer, 0.0, c_rem, c_rate, c_due))
+                c_active = c_fresh = True
+                k_first = False
+                cc_t0 = tc
+                if layer == 0:
+                    cc_start = tc
+                merged += 1
+            times.append(tc)
+            snaps.append((0.0, c_rem, c_rate, c_due, n_rows, n_launch, moved, False, c_active,
+                          c_fresh, k_first, g, count, t0, start_t, layer, cc_t0, cc_start))
             launch_at = tc + overhead
         self.end = tc
-        return len(trans) >= 2  # shorter: the fold's own timer saves no event
+        # fewer transitions: the fold's own timer saves no event
+        return len(times) + merged >= 2
 
     # -- entering and leaving ----------------------------------------------------------
     def begin(self) -> None:
@@ -267,70 +311,40 @@ class ChainFold:
         landed.fold = None
         if not at_end:
             rt.fold_counts["chain_interrupted"] += 1
-        trans = self.trans
-        n = bisect.bisect_right(trans, now, key=_time)
         # the L3 jobs: charged up to the last applied change, as the server would have
-        expected = self.times
-        m = bisect.bisect_right(expected, now)
-        fluid.charge_folded(expected[:m])
-        # the chain's side effects, in order
-        groups = st.load_groups
-        record = rt.timeline.record
-        bid = st.plan.batch_id
+        times = self.times
+        n = bisect.bisect_right(times, now)
+        fluid.charge_folded(times[:n])
         overhead = rt.copies.overhead
-        slow = 1.0 - rt.link.slowdown
-        k_active = False
-        k_launch = 0.0
-        c_fresh = self.c0 is None  # the compute job in flight is not c0
-        c_active = not c_fresh
-        k_first = False  # the kernel joined before the compute job in flight
-        state = None
-        for tr in trans[:n]:
-            tc, code, arg = tr[0], tr[1], tr[2]
-            state = tr
-            if code == CDONE:
-                assert cc is not None
-                record("compute", cc.op, cc.t0, tc, batch=bid, layer=arg)
-                cc.layer = arg + 1
-                c_active = False
-            elif code == CSTART:
-                assert cc is not None
-                cc.t0 = tc
-                if arg == 0:
-                    cc.start_t = tc
-                c_active = c_fresh = True
-                k_first = k_active
-            elif code == LAUNCH:
-                rt.fold_counts["chain_groups"] += 1
-                chain.start_t = tc
-                fluid.kept()
-                k_active = True
-                k_launch = tc
-                k_first = False  # it joins after the compute job in flight, if any
-            else:  # KDONE of group arg
-                group = groups[arg]
-                rt.link.moved["h2d"] += group.nbytes
-                layer = group.layers.start if len(group.layers) == 1 else -1
-                record("h2d", "load", chain.t0, tc, batch=bid, layer=layer,
-                       nbytes=group.nbytes)
-                record("pcie:h2d", "load", chain.start_t, tc, batch=bid, layer=layer,
-                       nbytes=group.nbytes)
-                g = arg + 1
-                fluid.promise(tc + overhead, slow)  # a group with bytes follows (plan)
-                landed.count = group.layers.stop
-                while not groups[g].nbytes:
-                    landed.count = groups[g].layers.stop
-                    g += 1
-                chain.g = g
-                chain.t0 = tc
-                k_active = False
-        # the jobs in flight, with the remaining their last change left them
+        groups = st.load_groups
+        # the chain's side effects of the transitions up to now: their rows, counts and
+        # the state the last of them left
         k_rem = 0.0
-        if state is not None:
-            _, _, _, k_rem, c_rem, c_rate, c_due = state
-        elif self.c0 is not None:
-            c0 = self.c0
-            c_rem, c_rate, c_due = c0.remaining, c0.rate, c0.due
+        if n:
+            (k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active, c_active,
+             c_fresh, k_first, chain.g, landed.count, chain.t0, k_launch, layer, cc_t0,
+             cc_start) = self.snaps[n - 1]
+            chain.start_t = k_launch
+            if n_rows:
+                rt.timeline.record_rows(self.rows[:n_rows])
+            if n_launch:
+                rt.fold_counts["chain_groups"] += n_launch
+            if moved:  # a landing: a group with bytes follows it (plan)
+                rt.link.moved["h2d"] += moved
+                fluid.promise(chain.t0 + overhead, 1.0 - rt.link.slowdown)
+            if k_active:
+                fluid.kept()  # the last launch joined (after the last landing)
+            if cc is not None:
+                cc.layer, cc.t0, cc.start_t = layer, cc_t0, cc_start
+        else:
+            k_active = k_first = False
+            c_fresh = self.c0 is None
+            c_active = not c_fresh
+            k_launch = 0.0
+            if self.c0 is not None:
+                c0 = self.c0
+                c_rem, c_rate, c_due = c0.remaining, c0.rate, c0.due
+        # the jobs in flight, with the remaining their last change left them
         k = c = final_k = final_c = None
         if k_active:
             group = groups[chain.g]
@@ -433,10 +447,6 @@ def try_fold(chain: LoadChain) -> bool:
         return False
     fold.begin()
     return True
-
-
-def _time(tr: tuple) -> float:
-    return tr[0]
 
 
 _KERNEL = frozenset({"kernel"})

@@ -23,6 +23,19 @@ def test_rows_and_tuples_agree_while_rows_arrive() -> None:
     assert isinstance(tl.as_tuples()[0][7], int)  # bytes are stored as int
 
 
+def test_rows_recorded_at_once_are_those_recorded_one_by_one() -> None:
+    one, many = Timeline(), Timeline()
+    for tl in (one, many):
+        tl.record("cpu", "step", 0.0, 0.5)
+    assert len(many.rows) == 1  # a read before the rows arrive
+    one.record("compute", "prefill", 0.5, 1.0, batch=2, layer=0)
+    one.record("h2d", "load", 0.25, 1.5, batch=2, layer=1, nbytes=64)
+    many.record_rows([("compute", "prefill", 2, -1, 0, 0.5, 1.0, 0, 1),
+                      ("h2d", "load", 2, -1, 1, 0.25, 1.5, 64, 1)])
+    assert many.as_tuples() == one.as_tuples()
+    assert many.rows == one.rows and len(many) == 3
+
+
 def test_a_row_that_ends_before_it_starts_is_refused() -> None:
     tl = Timeline()
     with pytest.raises(ValueError, match="ends"):

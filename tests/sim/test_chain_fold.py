@@ -136,15 +136,17 @@ def test_the_fold_is_exercised_and_saves_events() -> None:
     folded, stats = _run(vsc, variant, True)
     plain, _ = _run(vsc, variant, False)
     assert stats["chain_folded"] > 100 and stats["chain_interrupted"] > 10
+    assert stats["chain_groups"] > stats["chain_folded"]  # kernels launched within folds
     assert stats["tail_folded"] > 10
     assert folded.events < plain.events * 0.8
 
 
 def _entries(sc: object, name: str, fold: bool, monkeypatch: pytest.MonkeyPatch
              ) -> list[tuple]:
-    """Every job's (kind, remaining, rate, due) on the server, in the server's order, each
-    time an L3 or d2h job joins or leaves it (an outside entry for a fold): the floats and
-    the order must be the unfolded run's, not only the results they lead to."""
+    """Every job's (kind, remaining, rate, due) on the server, in the server's order, and
+    the server's promised join, each time an L3 or d2h job joins or leaves it (an outside
+    entry for a fold): the floats and the order must be the unfolded run's, not only the
+    results they lead to."""
     from sim.fluid import FluidServer
     seen: list[tuple] = []
     start, finish = FluidServer._start, FluidServer._finish
@@ -156,7 +158,8 @@ def _entries(sc: object, name: str, fold: bool, monkeypatch: pytest.MonkeyPatch
             server.folded.materialise()
         server._advance()  # a second one at the same time charges nothing
         seen.append((server.env.now, what, tuple(  # in the server's order
-            (j.kind, j.remaining, j.rate, j.due) for j in server.jobs)))
+            (j.kind, j.remaining, j.rate, j.due) for j in server.jobs),
+            server._promised, server._promised_rate))  # the next launch's (FluidServer.promise)
 
     def patched_start(self: FluidServer, job: object) -> None:
         snap(self, job, "start")
