@@ -37,7 +37,6 @@ from hicache.runtime.interface import (
     Release,
     RequestSlice,
     RuntimeInfo,
-    prepared_batch,
 )
 from hicache.runtime.page_ids import Run, merged, pages_of
 from hicache.runtime.state import StateKeeper, state_loads
@@ -206,8 +205,9 @@ class SimRuntime:
         for pf in plan.prefetches:
             reserved = self.host[Kind.FULL].allocate(pf.max_pages)
             self.env.process(ops.prefetch_op(self, pf, reserved, self.generation))
-        st.handle = prepared_batch(self.runtime_id, self.generation, plan.batch_id, slices,
-                                   tuple([b.dst for b in st.backups]) if st.backups else ())
+        st.handle = PreparedBatchHandle(self.runtime_id, self.generation, plan.batch_id, slices,
+                                        tuple([b.dst for b in st.backups]) if st.backups
+                                        else ())
         self._prepared[plan.batch_id] = st
         return st.handle
 

@@ -23,7 +23,6 @@ from hicache.runtime.interface import (
     Release,
     RequestSlice,
     StoreIntent,
-    batch_plan,
 )
 
 
@@ -92,8 +91,8 @@ class PlanBuilder:
         else:
             self._cache_plan_id -= 1
             bid = self._cache_plan_id
-        plan = batch_plan(bid, slices, tuple(self._backups), tuple(self._stores),
-                          tuple(self._prefetches), tuple(self._frees), tuple(self._releases))
+        plan = BatchPlan(bid, slices, tuple(self._backups), tuple(self._stores),
+                         tuple(self._prefetches), tuple(self._frees), tuple(self._releases))
         self._backups, self._stores, self._prefetches = [], [], []
         self._frees, self._releases = [], []
         self.inflight[bid] = plan

@@ -200,32 +200,6 @@ class BatchPlan:
         return sum(s.new_tokens for s in self.slices)
 
 
-# batch_plan sets these slots, in this order (checked here, at import, as for slices)
-_PLAN_FIELDS = ("batch_id", "slices", "backups", "stores", "prefetches", "frees", "releases")
-if tuple(f.name for f in fields(BatchPlan)) != _PLAN_FIELDS:  # pragma: no cover
-    raise TypeError("BatchPlan's fields changed: update batch_plan")
-_plan_setters = tuple(getattr(BatchPlan, n).__set__ for n in _PLAN_FIELDS)
-
-
-def batch_plan(batch_id: int, slices: tuple[RequestSlice, ...],
-               backups: tuple[BackupIntent, ...], stores: tuple[StoreIntent, ...],
-               prefetches: tuple[PrefetchIntent, ...], frees: tuple[CacheExtentRef, ...],
-               releases: tuple[Release, ...]) -> BatchPlan:
-    """``BatchPlan(batch_id, slices, backups, stores, prefetches, frees, releases)``, equal
-    to it field for field, its slots set directly (a scheduler builds one per step that
-    plans; the frozen dataclass's ``__init__`` costs about twice as much)."""
-    p = object.__new__(BatchPlan)
-    s_id, s_slices, s_backups, s_stores, s_prefetches, s_frees, s_releases = _plan_setters
-    s_id(p, batch_id)
-    s_slices(p, slices)
-    s_backups(p, backups)
-    s_stores(p, stores)
-    s_prefetches(p, prefetches)
-    s_frees(p, frees)
-    s_releases(p, releases)
-    return p
-
-
 @slot_init
 @dataclass(frozen=True, slots=True)
 class PreparedSlice:
@@ -249,29 +223,6 @@ class PreparedBatchHandle:
     batch_id: int
     slices: tuple[PreparedSlice, ...]
     backups: tuple[CacheExtentRef, ...]  # host extents allocated for plan.backups (same order)
-
-
-# prepared_batch sets these slots, in this order (checked here, at import, as for slices)
-_HANDLE_FIELDS = ("runtime_id", "generation", "batch_id", "slices", "backups")
-if tuple(f.name for f in fields(PreparedBatchHandle)) != _HANDLE_FIELDS:  # pragma: no cover
-    raise TypeError("PreparedBatchHandle's fields changed: update prepared_batch")
-_set_runtime_id, _set_generation, _set_batch_id, _set_slices, _set_backups = (
-    getattr(PreparedBatchHandle, n).__set__ for n in _HANDLE_FIELDS)
-
-
-def prepared_batch(runtime_id: str, generation: int, batch_id: int,
-                   slices: tuple[PreparedSlice, ...], backups: tuple[CacheExtentRef, ...]
-                   ) -> PreparedBatchHandle:
-    """``PreparedBatchHandle(runtime_id, generation, batch_id, slices, backups)``, equal to
-    it field for field, its slots set directly (a runtime returns one per prepare; the
-    frozen dataclass's ``__init__`` costs about twice as much, as for :func:`decode_slice`)."""
-    h = object.__new__(PreparedBatchHandle)
-    _set_runtime_id(h, runtime_id)
-    _set_generation(h, generation)
-    _set_batch_id(h, batch_id)
-    _set_slices(h, slices)
-    _set_backups(h, backups)
-    return h
 
 
 @slot_init

@@ -41,6 +41,7 @@ from hicache.runtime.interface import (
     TransferKind,
     decode_slice,
 )
+from hicache.runtime.slot_init import slot_init
 from hicache.tiers.hashing import page_hashes
 from hicache.tree.components import Kind, TreeSpec
 from hicache.tree.invariants import TreeInvariantError, check_tree
@@ -66,6 +67,7 @@ _DECODE = Phase.DECODE
 SCHEDULER_KEYS = frozenset(f.name for f in fields(SchedulerConfig)) - {"l3"}
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class StepResult:
     """What one step produced: plans to prepare and execute (at most one; step again
@@ -83,22 +85,6 @@ class StepResult:
 
 
 _NOTHING = StepResult()  # a step that planned and ended nothing (immutable: shared)
-# _result sets these slots, in this order (checked at import)
-if tuple(f.name for f in fields(StepResult)) != ("plans", "finished", "rejected"):
-    raise TypeError("StepResult's fields changed: update _result")  # pragma: no cover
-_set_plans, _set_finished, _set_rejected = (getattr(StepResult, n).__set__
-                                            for n in ("plans", "finished", "rejected"))
-
-
-def _result(plans: tuple[BatchPlan, ...], finished: tuple[int, ...],
-            rejected: tuple[int, ...]) -> StepResult:
-    """``StepResult(plans, finished, rejected)``, its slots set directly (one per step that
-    plans or ends something; the frozen dataclass's ``__init__`` costs twice as much)."""
-    r = object.__new__(StepResult)
-    _set_plans(r, plans)
-    _set_finished(r, finished)
-    _set_rejected(r, rejected)
-    return r
 
 
 class Scheduler:
@@ -164,7 +150,7 @@ class Scheduler:
         rejected: tuple[int, ...] = ()
         if self._rejected:
             rejected, self._rejected = tuple(self._rejected), []
-        return _result(tuple(plans), tuple(finished), rejected)
+        return StepResult(tuple(plans), tuple(finished), rejected)
 
     def prepared(self, handle: PreparedBatchHandle) -> None:
         """The runtime prepared a plan: learn request handles, KV and L2 extents."""

@@ -16,6 +16,7 @@ import pytest
 from hicache.kvcache import decisions, manager
 from hicache.runtime import handles, interface
 from hicache.runtime.slot_init import slot_init
+from hicache.scheduler import scheduler
 from hicache.tree import actions, radix
 
 
@@ -87,13 +88,14 @@ def test_slot_init_refuses_what_it_does_not_rebuild() -> None:
 def test_the_classes_that_use_it_build_with_every_field_set() -> None:
     """Each class's ``__init__`` is slot_init's, and building one from distinct values per
     field reads every value back (a setter bound to the wrong field would not)."""
-    classes = [c for m in (interface, handles, actions, decisions, radix, manager)
+    classes = [c for m in (interface, handles, actions, decisions, radix, manager, scheduler)
                for c in vars(m).values()
                if isinstance(c, type) and dataclasses.is_dataclass(c)
                and any(n.startswith("_set_") for n in c.__init__.__code__.co_names)]
     names = {c.__name__ for c in classes}
     assert {"BatchPlan", "RequestSlice", "BatchCompletion", "PageRun", "CacheExtentRef",
-            "FreeDevice", "Evict", "Admit", "MatchResult", "Reuse"} <= names
+            "FreeDevice", "Evict", "Admit", "MatchResult", "Reuse", "PreparedBatchHandle",
+            "StepResult"} <= names
     for cls in classes:
         flds = [f for f in dataclasses.fields(cls) if f.init]
         values = {f.name: object() for f in flds}
