@@ -55,25 +55,21 @@ class RequestRow:
         if not ext.page_runs:
             return
         self._borrow()
-        runs = self.runs
         for r in ext.page_runs:
             self.pages.extend(r.pages())
-            last = runs[-1] if runs else None
-            if last is not None and last.first_page + last.page_count == r.first_page:
-                runs[-1] = page_run(last.first_page, last.page_count + r.page_count)
-            else:
-                runs.append(r)  # the extent's own run (a frozen value): no copy
+            self._join(r.first_page, r.page_count, r)
         self._extent = None
 
-    def _join(self, start: int, n: int) -> None:
+    def _join(self, start: int, n: int, run: PageRun | None = None) -> None:
         """Add the run ``start, n`` (of pool pages: valid) to ``runs``, joined to the last
-        one if it continues it (so ``runs`` stays coalesce(pages))."""
+        one if it continues it (so ``runs`` stays coalesce(pages)); ``run``: that run as a
+        value already (an extent's, frozen: kept, not copied, when it stands alone)."""
         runs = self.runs
         last = runs[-1] if runs else None
         if last is not None and last.first_page + last.page_count == start:
             runs[-1] = page_run(last.first_page, last.page_count + n)
         else:
-            runs.append(page_run(start, n))
+            runs.append(run if run is not None else page_run(start, n))
 
     def _borrow(self) -> None:
         if self.own:
