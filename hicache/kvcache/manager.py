@@ -254,11 +254,16 @@ class KVCacheManager:
         self._refused = None
         r = self.reuse(st)
         tail = list(r.load_nodes)
-        lock = self.tree.lock(r.match.device_node if not tail else tail[-1])
         st.prefix_tokens = r.device_tokens + r.host_tokens
         load_pages = r.host_tokens // self.page
+        need = self.footprint(st) + load_pages
+        if self._refusal_certain(need, r.match.device_node):
+            st.prefix_tokens = 0
+            self._refused = self._admission_reads(st)
+            return False
+        lock = self.tree.lock(r.match.device_node if not tail else tail[-1])
         changes, refused = self.tree.changes, self._backups_refused
-        if not self.make_room(Tier.DEVICE, self.footprint(st) + load_pages):
+        if not self.make_room(Tier.DEVICE, need):
             quiet = self.tree.changes == changes and self._backups_refused == refused
             self.tree.unlock(lock)
             st.prefix_tokens = 0
@@ -279,6 +284,20 @@ class KVCacheManager:
             self.log(Load(st.rid, r.host_tokens))
         self.release_prefetch_locks(st)
         return True
+
+    def _refusal_certain(self, need: int, end: Node | None) -> bool:
+        """:meth:`admit` (its match just made) would lock the reused path, find L1 short of
+        ``need`` pages and nothing to evict, change nothing in :meth:`make_room`, unlock
+        and refuse, remembering the refusal: here without the lock, the walk or the
+        unlock, whose only lasting effects (the L1 heap's live entries) this leaves too
+        (:meth:`Residency.device_refusal`). FULL only, a pool of its own, no write_back
+        (make_room's waits for eviction backups and its delete round need it)."""
+        res = self.tree.residency
+        if self.budget.share is not None or res.lru or res.write_back:
+            return False
+        if self.budget.device_free() >= need:
+            return False
+        return res.device_refusal(end)
 
     def refusal_stands(self, st: RequestState) -> bool:
         """:meth:`admit` of ``st`` would refuse at once, changing nothing (see there)."""
