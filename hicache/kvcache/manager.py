@@ -248,7 +248,9 @@ class KVCacheManager:
         count, the budget); asked again before any of it changed (a blocked queue head,
         step after step), admit refuses at once: the full attempt would refuse again, and
         its only effect, re-stamping the same path as the most recent, keeps every
-        recency order as it is."""
+        recency order as it is. Once stamps moved, a refusal whose match leaves L1 short
+        with nothing evictable but the head's own prefix is still made without the lock,
+        the eviction walk and the unlock (:meth:`_refusal_certain`)."""
         if self.refusal_stands(st):
             return False
         self._refused = None
