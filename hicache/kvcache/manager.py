@@ -425,20 +425,28 @@ class KVCacheManager:
         the hybrid components it lacks there (SGLang's incremental backup)."""
         if not self.l2 or self.write.threshold is None:
             return
+        from_root = nodes is None  # then the path from the root: pages before a node add up
         if nodes is None and end is not None:
             nodes = self.tree.device_path(end)
         elif nodes is None:
             m = self.tree.match(pages, touch=False)
             nodes = m.path[:m.device_nodes]
+        at = 0  # pages before ``node`` (from_root); backups change no node's span
         for node in nodes:
-            if (node.on_device and not node.backing_up
-                    and any(k not in node.host for k in node.device)
+            first = at
+            at += len(node.key)
+            # a component on L1 with no L2 copy: the device kinds are not all host kinds
+            if (Kind.FULL in node.device and not node.backing_up
+                    and not node.device.keys() <= node.host.keys()
                     and self.write.backup_on_hit(max(node.hit_count, min_hits))):
                 if node.on_host:
                     missing = frozenset(k for k in node.device if k not in node.host)
                     self.start_backup(self.tree.residency.begin_backup(node), None, missing)
                     continue
-                first, count = self.tree.page_span(node)
+                if from_root:
+                    count = node.num_pages
+                else:
+                    first, count = self.tree.page_span(node)
                 keys = tuple(st.hashes[first:first + count])
                 self.start_backup(self.tree.residency.begin_backup(node),
                                   keys if self.l3 and len(keys) == count else None)
