@@ -386,6 +386,23 @@ class UnifiedRadixTree:
         path.reverse()
         return tuple(path[:safe_boundary(path, self.spec, on_device)[1]])
 
+    def reuse_path(self, node: Node) -> tuple[Node, ...]:
+        """``match(pages, touch=False).path`` (the L1+L2 part, as :meth:`_read` cuts it)
+        for pages whose walk ends exactly at ``node`` (the last node of their insert),
+        found by parent links instead of a key walk, as :meth:`device_path` is."""
+        path = []
+        root, n = self.root, node
+        while n is not root and n is not None:
+            path.append(n)
+            n = n.parent
+        path.reverse()
+        dev_tokens, nodes = safe_boundary(path, self.spec, on_device)
+        if self.residency.holds(Tier.HOST):
+            all_tokens, all_nodes = safe_boundary(path, self.spec, on_device_or_host)
+            if all_tokens >= dev_tokens:  # a host-tier hole cannot shorten the L1 boundary
+                nodes = all_nodes
+        return tuple(path[:nodes])
+
     def pages_in(self, tier: Tier, kind: Kind = Kind.FULL) -> int:
         attr = "device" if tier is Tier.DEVICE else "host"
         return sum(getattr(n, attr)[kind].num_pages for n in self.nodes.values()
