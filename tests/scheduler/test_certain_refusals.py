@@ -64,7 +64,7 @@ def _manager() -> KVCacheManager:
 
 
 def _cached(kv: KVCacheManager, tokens: list[int], first: int) -> None:
-    """The tree holds ``tokens`` on L1 at pages ``first``... (a finished request's)."""
+    """The tree holds ``tokens`` on L1 from page ``first`` on (a finished request's)."""
     n = len(tokens) // PAGE
     ext = CacheExtentRef("r", 0, Tier.DEVICE, (PageRun(first, n),))
     kv.tree.insert(page_keys(tokens, PAGE), {Kind.FULL: ext})
@@ -91,11 +91,11 @@ def test_an_evictable_leaf_elsewhere_is_evicted_not_refused() -> None:
 
 
 def test_only_its_own_prefix_evictable_refuses_as_the_full_attempt_does() -> None:
-    kv, twin = _manager(), _manager()
+    kv, twin = _manager(), _manager()  # twin: every refusal attempted in full
     for m in (kv, twin):
         _cached(m, list(range(8 * PAGE)), 0)  # the head's own prefix, unlocked
         m.budget.own = 8  # 0 free
-        m._refusal_certain = (lambda need, end: False) if m is twin else m._refusal_certain
+    twin._refusal_certain = lambda need, end: False
     tokens = list(range(8 * PAGE)) + [7000 + i for i in range(PAGE)]
     taken = []
     certain = kv._refusal_certain
