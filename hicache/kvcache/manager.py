@@ -248,17 +248,24 @@ class KVCacheManager:
         count, the budget); asked again before any of it changed (a blocked queue head,
         step after step), admit refuses at once: the full attempt would refuse again, and
         its only effect, re-stamping the same path as the most recent, keeps every
-        recency order as it is."""
+        recency order as it is. Once stamps moved, a refusal whose match leaves L1 short
+        with nothing evictable but the head's own prefix is still made without the lock,
+        the eviction walk and the unlock (:meth:`_refusal_certain`)."""
         if self.refusal_stands(st):
             return False
         self._refused = None
         r = self.reuse(st)
         tail = list(r.load_nodes)
-        lock = self.tree.lock(r.match.device_node if not tail else tail[-1])
         st.prefix_tokens = r.device_tokens + r.host_tokens
         load_pages = r.host_tokens // self.page
+        need = self.footprint(st) + load_pages
+        if self._refusal_certain(need, r.match.device_node):
+            st.prefix_tokens = 0
+            self._refused = self._admission_reads(st)
+            return False
+        lock = self.tree.lock(r.match.device_node if not tail else tail[-1])
         changes, refused = self.tree.changes, self._backups_refused
-        if not self.make_room(Tier.DEVICE, self.footprint(st) + load_pages):
+        if not self.make_room(Tier.DEVICE, need):
             quiet = self.tree.changes == changes and self._backups_refused == refused
             self.tree.unlock(lock)
             st.prefix_tokens = 0
@@ -279,6 +286,20 @@ class KVCacheManager:
             self.log(Load(st.rid, r.host_tokens))
         self.release_prefetch_locks(st)
         return True
+
+    def _refusal_certain(self, need: int, end: Node | None) -> bool:
+        """:meth:`admit` (its match just made) would lock the reused path, find L1 short of
+        ``need`` pages and nothing to evict, change nothing in :meth:`make_room`, unlock
+        and refuse, remembering the refusal: here without the lock, the walk or the
+        unlock, whose only lasting effects (the L1 heap's live entries) this leaves too
+        (:meth:`Residency.device_refusal`). FULL only, a pool of its own, no write_back
+        (make_room's waits for eviction backups and its delete round need it)."""
+        res = self.tree.residency
+        if self.budget.share is not None or res.lru or res.write_back:
+            return False
+        if self.budget.device_free() >= need:
+            return False
+        return res.device_refusal(end)
 
     def refusal_stands(self, st: RequestState) -> bool:
         """:meth:`admit` of ``st`` would refuse at once, changing nothing (see there)."""
@@ -404,20 +425,28 @@ class KVCacheManager:
         the hybrid components it lacks there (SGLang's incremental backup)."""
         if not self.l2 or self.write.threshold is None:
             return
+        from_root = nodes is None  # then the path from the root: pages before a node add up
         if nodes is None and end is not None:
             nodes = self.tree.device_path(end)
         elif nodes is None:
             m = self.tree.match(pages, touch=False)
             nodes = m.path[:m.device_nodes]
+        at = 0  # pages before ``node`` (from_root); backups change no node's span
         for node in nodes:
-            if (node.on_device and not node.backing_up
-                    and any(k not in node.host for k in node.device)
+            first = at
+            at += len(node.key)
+            # a component on L1 with no L2 copy: the device kinds are not all host kinds
+            if (Kind.FULL in node.device and not node.backing_up
+                    and not node.device.keys() <= node.host.keys()
                     and self.write.backup_on_hit(max(node.hit_count, min_hits))):
                 if node.on_host:
                     missing = frozenset(k for k in node.device if k not in node.host)
                     self.start_backup(self.tree.residency.begin_backup(node), None, missing)
                     continue
-                first, count = self.tree.page_span(node)
+                if from_root:
+                    count = node.num_pages
+                else:
+                    first, count = self.tree.page_span(node)
                 keys = tuple(st.hashes[first:first + count])
                 self.start_backup(self.tree.residency.begin_backup(node),
                                   keys if self.l3 and len(keys) == count else None)

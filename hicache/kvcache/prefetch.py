@@ -248,5 +248,5 @@ class L3Prefetcher:
         if st.admitted is not None:
             return
         st.prefetch_pages = ext.num_pages
-        path = self.tree.match(st.pages[:end], touch=False).path
+        path = self.tree.reuse_path(res.node)  # the match of st.pages[:end], no walk
         st.prefetch_lock = self.tree.locks.lock_host([n for n in path if n.on_host])

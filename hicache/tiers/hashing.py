@@ -22,16 +22,13 @@ from hicache.tree.pagekeys import pack_tokens
 
 
 def _chain(data: bytes, page_size: int, prev: bytes) -> list[bytes]:
-    """Digests of the full pages in ``data`` (packed tokens), chained from ``prev``."""
+    """Digests of the full pages in ``data`` (packed tokens), chained from ``prev``: one
+    hash of ``prev || page`` each (the bytes ``update`` would feed it, in one call; a
+    comprehension, ``prev`` carried by assignment, as each digest is the next prefix)."""
     step = page_size * 8
-    view = memoryview(data)
-    out: list[bytes] = []
-    for start in range(0, len(data) - step + 1, step):
-        h = hashlib.sha256(prev)
-        h.update(view[start : start + step])
-        prev = h.digest()
-        out.append(prev)
-    return out
+    sha256 = hashlib.sha256
+    return [prev := sha256(prev + data[start:start + step]).digest()
+            for start in range(0, len(data) - step + 1, step)]
 
 
 def _check_page_size(page_size: int) -> None:
@@ -60,14 +57,8 @@ def chain_keys(keys: Sequence[bytes], prior: str | None = None) -> list[str]:
     """The hash chain of pages given as bytes page keys (:mod:`hicache.tree.pagekeys`:
     the packed tokens the chain reads), without unpacking them."""
     prev = bytes.fromhex(prior) if prior is not None else b""
-    out = []
     sha256 = hashlib.sha256
-    for key in keys:
-        h = sha256(prev)
-        h.update(key)
-        prev = h.digest()
-        out.append(prev.hex())
-    return out
+    return list(map(bytes.hex, [prev := sha256(prev + key).digest() for key in keys]))
 
 
 class PageHasher:

@@ -93,6 +93,27 @@ class LazyHeap:
         still yield. O(entries), for invariant checks."""
         return {node.id for *_, stamp, node in self._heap if stamp == node.stamp}
 
+    def drop_all_unless(self, ok: Callable[[Node], bool], exempt: Node | None,
+                        keep: Node | None) -> bool:
+        """If no live entry's node but ``exempt`` satisfies ``ok``: drop every entry but
+        ``keep``'s live one (if any) and return True; else change nothing, return False.
+
+        Invariant: True leaves the live entries that draining :meth:`pop_valid` (which
+        then yields nothing, ``exempt`` failing ``ok`` meanwhile) and pushing ``keep``
+        again would leave; the pop order reads only live entries (a node has at most one,
+        and keys with last access tell nodes apart), so no later pop can differ."""
+        kept = None
+        for entry in self._heap:
+            node = entry[4]
+            if entry[3] != node.stamp:  # stale
+                continue
+            if node is keep:
+                kept = entry
+            if node is not exempt and ok(node):
+                return False
+        self._heap = [kept] if kept is not None else []
+        return True
+
     def pop_valid(self, ok: Callable[[Node], bool]) -> Iterator[Node]:
         """Pop entries in order; yield live ones that satisfy ``ok``. Entries that are
         stale are dropped; live ones failing ``ok`` are dropped too (their owner pushes

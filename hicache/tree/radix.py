@@ -283,14 +283,21 @@ class UnifiedRadixTree:
         actions: list[Action] = []
         existing = 0
         node, i = self.root, 0  # i: pages covered by the nodes walked so far
+        # a node ending by the first page any extent reaches gets none of them (_fill
+        # would do nothing): the walk over a cached prefix skips the call
+        reach, fill, touched = min(starts.values(), default=n), self._fill, res.touched
         for node, start in self._walk(pages, starts, attr):
-            i = start + node.num_pages
+            i = start + len(node.key)  # num_pages
             if Kind.FULL in getattr(node, attr):
                 existing = i
-            self._fill(node, attr, values, starts, start, i, actions)
-            if hits and node.on_device and i > inserted:
+            if i > reach:
+                fill(node, attr, values, starts, start, i, actions)
+            if hits and Kind.FULL in node.device and i > inserted:  # on_device
                 node.hit_count += 1
-            self._stamp(node)
+            self.clock += 1  # _stamp, in line: a tick, then the re-queue
+            self.changes += 1
+            node.last_access = self.clock
+            touched(node)
         if i < starts.get(Kind.FULL, n):
             raise ValueError(f"insert of a FULL suffix from page {starts.get(Kind.FULL, n)}: "
                              f"the tree holds only the first {i} pages of its prefix")
@@ -371,9 +378,30 @@ class UnifiedRadixTree:
         exactly at ``node`` (the last node of their insert), ``match(pages).path[:
         device_nodes]``, found by parent links instead of a key walk (a walk after the
         insert splits nothing and a match with ``touch=False`` stamps nothing)."""
-        path = list(self.path_to_root(node))
+        path = []
+        root, n = self.root, node
+        while n is not root and n is not None:  # path_to_root, in line
+            path.append(n)
+            n = n.parent
         path.reverse()
         return tuple(path[:safe_boundary(path, self.spec, on_device)[1]])
+
+    def reuse_path(self, node: Node) -> tuple[Node, ...]:
+        """``match(pages, touch=False).path`` (the L1+L2 part, as :meth:`_read` cuts it)
+        for pages whose walk ends exactly at ``node`` (the last node of their insert),
+        found by parent links instead of a key walk, as :meth:`device_path` is."""
+        path = []
+        root, n = self.root, node
+        while n is not root and n is not None:
+            path.append(n)
+            n = n.parent
+        path.reverse()
+        dev_tokens, nodes = safe_boundary(path, self.spec, on_device)
+        if self.residency.holds(Tier.HOST):
+            all_tokens, all_nodes = safe_boundary(path, self.spec, on_device_or_host)
+            if all_tokens >= dev_tokens:  # a host-tier hole cannot shorten the L1 boundary
+                nodes = all_nodes
+        return tuple(path[:nodes])
 
     def pages_in(self, tier: Tier, kind: Kind = Kind.FULL) -> int:
         attr = "device" if tier is Tier.DEVICE else "host"

@@ -277,6 +277,21 @@ class Residency:
                 break
         return res
 
+    def device_refusal(self, end: Node | None) -> bool:
+        """Would :meth:`evict_device` of FULL pages (any number > 0), run while one more
+        FULL lock holds ``end``'s path to the root (an admission's lock of the prefix it
+        reuses; ``end``: that prefix's last L1 node, whose touch just pushed it), free
+        nothing and start nothing? If so, leave the L1 heap as that eviction and the
+        unlock after it would (every entry popped; ``end`` pushed again by the unlock if
+        that lock was its only one) and return True; else change nothing, return False.
+
+        Exact because that eviction's walk pops every entry and yields only live,
+        evictable ones: ``end``, the one node of the locked path that can be a device
+        leaf, is locked then; the other locked nodes have an L1 child or no L1 data.
+        The caller makes sure no backup is under way for eviction (no write_back)."""
+        keep = end if end is not None and not end.locks.get(Kind.FULL) else None
+        return self.device_heap.drop_all_unless(self.device_evictable, end, keep)
+
     def _aux_evictable(self, n: Node, kind: Kind) -> bool:
         return (n.parent is not None and kind in n.device and not n.locked(kind)
                 and not n.backing_up)

@@ -9,7 +9,8 @@ from array import array
 
 import pytest
 
-from hicache.tiers.hashing import PageHasher, page_hashes
+from hicache.tiers.hashing import PageHasher, chain_keys, page_hashes
+from hicache.tree.pagekeys import page_keys
 
 # Computed once (sha256 chain, int64 little-endian tokens) and pinned: changing the key
 # scheme invalidates every L3 store, so this test must fail if the bytes hashed change.
@@ -107,3 +108,12 @@ def test_page_hasher_rejects_a_shrunken_sequence():
 def test_page_hasher_with_prior_matches_page_hashes_with_prior():
     h = PageHasher(4, prior=PINNED[0])
     assert h.extend_to(range(4, 8)) == PINNED[1:]
+
+
+def test_chain_keys_of_packed_page_keys_are_the_page_hashes_of_their_tokens():
+    tokens = [7 * i + 3 for i in range(5 * 4)]
+    keys = page_keys(tokens, 4)  # bytes: the packed tokens of each page
+    assert chain_keys(keys) == page_hashes(tokens, 4) == page_hashes(tokens, 4, None)
+    head = page_hashes(tokens[:8], 4)
+    assert chain_keys(keys[2:], head[-1]) == page_hashes(tokens, 4)[2:]
+    assert chain_keys([]) == []

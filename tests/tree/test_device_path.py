@@ -1,7 +1,9 @@
 """device_path(node) after an insert equals the L1 part of a fresh match of the inserted
 pages (``match(pages, touch=False).path[:device_nodes]``), and that match would have
 split nothing and stamped nothing: the write policy reads the path from the insert's last
-node instead of walking the keys again (KVCacheManager.write_through's ``end``)."""
+node instead of walking the keys again (KVCacheManager.write_through's ``end``). Likewise
+reuse_path(node) equals the match's whole path, to the L1+L2 boundary (the L3 prefetcher's
+lock of what it fetched, L3Prefetcher._insert)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hicache.runtime.handles import Tier
 from hicache.tree.allocator import OutOfPages
 from hicache.tree.components import ComponentSpec, Kind, TreeSpec
 from tests.tree.tree_harness import Harness
@@ -48,9 +51,24 @@ def test_device_path_is_the_match_after_an_insert(spec: TreeSpec, sequences: lis
             m = h.tree.match(pages, touch=False)
             assert _shape(h) == before  # the second walk splits and stamps nothing
             assert h.tree.device_path(res.node) == m.path[:m.device_nodes]
+            assert h.tree.reuse_path(res.node) == m.path  # the L1+L2 part (prefetch inserts)
         elif op == "backup":
             h.backup_l1(pages)
         elif op == "evict":
             h.evict_device(n)
         else:
             h.evict_host(n)
+
+
+def test_reuse_path_reaches_past_l1_over_fetched_l2_pages() -> None:
+    """The prefetcher's case: fetched pages inserted on L2 below an L1 prefix; the path
+    runs to the fetched node (and stops at a node with data nowhere)."""
+    h = Harness(TreeSpec(2), device_pages=40, host_enabled=True)
+    pages = h.pages([1, 2, 3, 4, 5])
+    h.insert(pages[:2])  # the L1 prefix
+    res = h.tree.insert(pages[:5], {Kind.FULL: h.take(Tier.HOST, Kind.FULL, 3)},
+                        tier=Tier.HOST)
+    m = h.tree.match(pages, touch=False)
+    assert len(m.path) == 2 and m.device_nodes == 1  # L1 node, then the fetched L2 node
+    assert h.tree.reuse_path(res.node) == m.path
+    assert h.tree.reuse_path(m.path[0]) == m.path[:1]
