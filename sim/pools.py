@@ -32,6 +32,7 @@ class PagePool:
             raise ValueError(f"pool '{pool}' size must be >= 0")
         self.tier, self.pool, self.size = tier, pool, size
         self._ids = PageIds(size, order)
+        self.takes = 0  # allocations so far (sim.steady: pages placed since a count)
 
     @property
     def free_count(self) -> int:
@@ -51,6 +52,7 @@ class PagePool:
             raise CapacityError(
                 f"{self.tier.value} pool '{self.pool}': {n} pages requested, "
                 f"{self.free_count} of {self.size} free (allocation not accounted for)")
+        self.takes += 1
         return self._ids.take_runs(n) if n > 0 else []
 
     def free(self, pages: Iterable[int]) -> None:

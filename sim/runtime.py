@@ -43,7 +43,7 @@ from hicache.runtime.state import StateKeeper, state_loads
 from hicache.runtime.writeback import WritebackConfig
 from hicache.tiers.l3_guard import RetryPolicy
 from hicache.timeline import Timeline
-from sim import compute_chain, ops, validate
+from sim import compute_chain, ops, steady, validate
 from sim.batch import BatchShapes, BatchState, LoadGroup, PendingBackup
 from sim.calibration import apply_copy_calibration
 from sim.compute_chain import ComputeChain
@@ -163,6 +163,9 @@ class SimRuntime:
         self.state = StateKeeper(self.device, self.runtime_id, self.generation, self.page_size,
                                  self.swa_window, self.mamba, self.state_copy_s)
         self._next_slot = 0
+        # the rows of the last placed all-decode plan, for the next plan to match
+        # (sim.steady); dropped by any release (and here: every row is new)
+        self.steady: steady.SteadyRows | None = None
         self._prepared: dict[int, BatchState] = {}
         self._pending: dict[str, dict[int, simpy.Event]] = {}  # pool -> L2 page -> its backup
         self._completions: list[Completion] = []
@@ -180,11 +183,16 @@ class SimRuntime:
     def prepare_batch(self, plan: BatchPlan) -> PreparedBatchHandle:
         if plan.batch_id in self._prepared:
             raise ValueError(f"batch {plan.batch_id} is already prepared")
+        if self.steady is not None and not (plan.frees or plan.releases or plan.backups
+                                            or plan.stores or plan.prefetches):
+            handle = self._prepare_steady(plan)
+            if handle is not None:
+                return handle
         checked = self.apply_frees(plan)
         st = BatchState(plan, None, self.generation)  # type: ignore[arg-type]
+        st.finished = tuple([s.rid for s in plan.slices if s.finishes])
         loads: list[tuple[Kind, list[int], list[int]]] = []  # (pool, src, dst)
         slices = self._place_slices(plan, checked, st, loads)
-        st.finished = tuple([s.rid for s in plan.slices if s.finishes])
         if loads:
             st.load_groups = self._load_groups(loads)
         self.host_lane.prepare(st, len(plan.slices),
@@ -208,6 +216,33 @@ class SimRuntime:
         st.handle = PreparedBatchHandle(self.runtime_id, self.generation, plan.batch_id, slices,
                                         tuple([b.dst for b in st.backups]) if st.backups
                                         else ())
+        self._prepared[plan.batch_id] = st
+        return st.handle
+
+    def _prepare_steady(self, plan: BatchPlan) -> PreparedBatchHandle | None:
+        """:meth:`prepare_batch` of a plan of slices alone that repeats the rows of
+        :attr:`steady` exactly (:mod:`sim.steady`), with the pages they need free; else
+        None, and the general prepare decides. The same steps as the general one takes
+        for such a plan (check_plan's match, the capacity of its new pages, the steady
+        placement, the shape of a batch of one-token decodes), without the plan's
+        intents looked at one by one (it has none)."""
+        sd, slices = self.steady, plan.slices
+        matched = sd.match(slices) if len(slices) == len(sd.rows) else None  # type: ignore[union-attr]
+        if matched is None:
+            return None
+        contexts, new = matched
+        if new is not sd.zeros and sum(new) > sd.pool.free_count:  # type: ignore[union-attr]
+            return None  # refused by the general check, with its message
+        st = BatchState(plan, None, self.generation)  # type: ignore[arg-type]
+        st.decodes = contexts
+        prepared = steady.place(sd, new, self.page_size)  # type: ignore[arg-type]
+        st.finished = tuple([s.rid for s in slices if s.finishes])
+        self.steady = steady.without_finished(sd, slices, st.finished)  # type: ignore[arg-type]
+        self.host_lane.prepare(st, len(slices), (), admits=False)
+        self.batch_shapes[plan.batch_id] = {"requests": len(contexts), "tokens": len(contexts),
+                                            "context_tokens": sum(contexts), "load_bytes": 0}
+        st.handle = PreparedBatchHandle(self.runtime_id, self.generation, plan.batch_id,
+                                        prepared, ())
         self._prepared[plan.batch_id] = st
         return st.handle
 
@@ -404,12 +439,42 @@ class SimRuntime:
         of a run: decode steps) takes the short path, with no state pools: the row and new
         page count the plan's check found, new pages if its tokens need them, and the same
         handle as last time when they do not (nothing of it changed); a first slice, or
-        any with state pools, :meth:`_prepare_slice`."""
+        any with state pools, :meth:`_prepare_slice`. A plan that repeats the rows of the
+        plan before (:mod:`sim.steady`) places only the pages its rows need; any other
+        leaves its rows for the next plan to match, when it may."""
+        slices = plan.slices
+        if not slices:  # a cache-only plan: every row stays as it is
+            return ()
+        sd = checked.steady
+        if sd is not None:  # check_plan matched its first slices to these rows
+            st.decodes = checked.contexts  # type: ignore[assignment]  # 1-token decodes
+            head = steady.place(sd, checked.new, self.page_size)
+            if len(head) == len(slices):
+                self.steady = steady.without_finished(sd, slices, st.finished)
+                return head
+            last, head_sd = None, sd
+            prepared = head + self._place_each(slices[len(head):], checked.rows[len(head):],
+                                               checked.new[len(head):], st, loads)
+        else:
+            last = self.steady if self.steady is not None and self.steady.current() else None
+            head_sd = None
+            prepared = self._place_each(slices, checked.rows, checked.new, st, loads)
+        self.steady = (steady.after_prepare(last, head_sd, plan, checked, prepared,
+                                            st.finished, self.device[Kind.FULL],
+                                            self.page_size)
+                       if not self.state.active else None)
+        return prepared
+
+    def _place_each(self, slices: tuple[RequestSlice, ...], rows: list[RequestRow | None],
+                    news: list[int], st: BatchState,
+                    loads: list[tuple[Kind, list[int], list[int]]]
+                    ) -> tuple[PreparedSlice, ...]:
+        """:meth:`_place_slices` slice by slice (``rows``, ``news``: the check's)."""
         short = not self.state.active
         allocate = self.device[Kind.FULL].allocate_runs
         prefills, decodes, decode = st.prefills, st.decodes, Phase.DECODE
         out = []
-        for s, row, new in zip(plan.slices, checked.rows, checked.new, strict=True):
+        for s, row, new in zip(slices, rows, news, strict=True):
             if not short or row is None:
                 out.append(self._prepare_slice(s, st, loads))
                 continue
@@ -505,7 +570,9 @@ class SimRuntime:
 
     def _release(self, rel: Release, freed: list[tuple[int, int]]) -> None:
         """Close the row; ``freed``: the runs of its own pages the tree did not keep."""
-        self.rows.pop(rel.request.slot_id)
+        row = self.rows.pop(rel.request.slot_id)
+        if self.steady is not None and row in self.steady.rows:  # (identity: no __eq__)
+            self.steady = None  # it lists a closed row
         self.device[Kind.FULL].free_runs(freed, checked=True)  # check_plan's runs
         if self.state.active:
             self.state.release(rel.request.slot_id, rel.kept())

@@ -27,6 +27,7 @@ from hicache.runtime.handles import (
 from hicache.runtime.interface import BatchPlan, CapacityError, Release, RequestSlice
 from hicache.runtime.page_ids import Run, runs_minus
 from sim.rows import RequestRow
+from sim.steady import SteadyRows
 
 if TYPE_CHECKING:
     from sim.runtime import SimRuntime
@@ -46,6 +47,11 @@ class Checked(NamedTuple):
     # the runs of the plan's frees by (tier, pool), each pool's in plan order (the
     # extents' runs one after another): what the prepare frees, checked once here
     frees: Freed
+    # a steady plan (sim.steady: its first slices repeat rows placed before, in order):
+    # those rows, and those slices' contexts (their decodes); None for a plan whose
+    # slices were all checked one by one
+    steady: SteadyRows | None = None
+    contexts: list[int] | None = None
 
 
 def check_ext(rt: SimRuntime, ext: CacheExtentRef, tier: Tier, what: str) -> None:
@@ -80,14 +86,60 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Checked:
     """Reject stale or misplaced handles and slices whose context their pages do not
     hold, before anything changes; return what each release will free (prepare frees
     exactly that) and each slice's row and new pages (:class:`Checked`)."""
+    slices = plan.slices
+    sd = rt.steady
+    matched = sd.match(slices) if sd is not None and slices else None
+    if matched is not None:  # its first slices repeat these rows, as checked then
+        contexts, new = matched
+        slice_rows: list[RequestRow | None] = sd.rows  # type: ignore[union-attr,assignment]
+        firsts = 0
+        if len(new) < len(slices):  # requests that joined: checked one by one
+            if len({s.rid for s in slices}) != len(slices):
+                matched = None  # the general check names the slice
+            else:
+                more_rows, more_new, firsts = _check_slices(rt, slices[len(new):],
+                                                            plan.batch_id)
+                slice_rows, new = slice_rows + more_rows, new + more_new
+    if matched is None:
+        slice_rows, new, firsts = _check_slices(rt, slices, plan.batch_id)
+        sd = contexts = None
+    for b in plan.backups:
+        if not _current(rt, b.src, Tier.DEVICE):
+            check_ext(rt, b.src, Tier.DEVICE, f"backup job {b.job_id}")
+    for st in plan.stores:
+        if not _current(rt, st.src, Tier.HOST):
+            check_ext(rt, st.src, Tier.HOST, f"store job {st.job_id}")
+        if len(st.keys) != st.src.num_pages:
+            raise ValueError(f"store job {st.job_id}: {len(st.keys)} keys for "
+                             f"{st.src.num_pages} pages")
+    if (plan.stores or plan.prefetches) and rt.l3 is None:
+        raise ValueError("store/prefetch intents need an L3 (SimRuntime(l3=...))")
+    for ext in plan.frees:
+        check_generation(ext, rt.runtime_id, rt.generation, "freed extent")
+    released: Released = {}
+    if plan.releases:
+        slots = {rel.request.slot_id for rel in plan.releases}
+        if len(slots) != len(plan.releases):
+            raise ValueError(f"batch {plan.batch_id} releases a request twice")
+        if any(s.request is not None and s.request.slot_id in slots for s in plan.slices):
+            raise ValueError(f"batch {plan.batch_id} both releases and continues a request")
+        for rel in plan.releases:
+            released[rel.request.slot_id] = _check_release(rt, rel)
+    frees = _check_frees(rt, plan, released) if plan.frees or released else _NO_FREES
+    return Checked(released, slice_rows, new, firsts, frees, sd, contexts)
+
+
+def _check_slices(rt: SimRuntime, slices: tuple[RequestSlice, ...], batch_id: int
+                  ) -> tuple[list[RequestRow | None], list[int], int]:
+    """:func:`check_plan`'s checks of ``slices``, one by one: (each slice's open row or
+    None, its new pages, how many are first slices)."""
     rows, page = rt.rows, rt.page_size
     slice_rows: list[RequestRow | None] = []
     new: list[int] = []
     add_row, add_new = slice_rows.append, new.append
     firsts = 0
-    slices = plan.slices
     if len({s.rid for s in slices}) != len(slices):
-        _twice(slices, plan.batch_id)
+        _twice(slices, batch_id)
     for s in slices:
         h = s.request
         if h is not None:
@@ -122,30 +174,7 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Checked:
         new.append(new_pages(rt, s, sum(
             e.num_pages for e in s.attach if e.pool is Kind.FULL) + sum(
             ld.src.num_pages for ld in s.loads if ld.src.pool is Kind.FULL)))
-    for b in plan.backups:
-        if not _current(rt, b.src, Tier.DEVICE):
-            check_ext(rt, b.src, Tier.DEVICE, f"backup job {b.job_id}")
-    for st in plan.stores:
-        if not _current(rt, st.src, Tier.HOST):
-            check_ext(rt, st.src, Tier.HOST, f"store job {st.job_id}")
-        if len(st.keys) != st.src.num_pages:
-            raise ValueError(f"store job {st.job_id}: {len(st.keys)} keys for "
-                             f"{st.src.num_pages} pages")
-    if (plan.stores or plan.prefetches) and rt.l3 is None:
-        raise ValueError("store/prefetch intents need an L3 (SimRuntime(l3=...))")
-    for ext in plan.frees:
-        check_generation(ext, rt.runtime_id, rt.generation, "freed extent")
-    released: Released = {}
-    if plan.releases:
-        slots = {rel.request.slot_id for rel in plan.releases}
-        if len(slots) != len(plan.releases):
-            raise ValueError(f"batch {plan.batch_id} releases a request twice")
-        if any(s.request is not None and s.request.slot_id in slots for s in plan.slices):
-            raise ValueError(f"batch {plan.batch_id} both releases and continues a request")
-        for rel in plan.releases:
-            released[rel.request.slot_id] = _check_release(rt, rel)
-    frees = _check_frees(rt, plan, released) if plan.frees or released else _NO_FREES
-    return Checked(released, slice_rows, new, firsts, frees)
+    return slice_rows, new, firsts
 
 
 def _twice(slices: tuple[RequestSlice, ...], batch_id: int) -> None:
