@@ -182,6 +182,8 @@ class CostModel:
                               and model.compression is None)
         self._decode_terms: dict[tuple[str, int], tuple[float, float, float, float]] = {}
         self._samples: dict[int, float] = {}
+        self._works_terms: dict[int, tuple[list[str], list[tuple[str, float, float, float]],
+                                           float, float]] = {}  # decode_works', per size
 
     def _window(self, kind: str) -> int | None:
         return self.model.sliding_window if kind == "swa" else None
@@ -313,18 +315,11 @@ class CostModel:
             return [sum(self.batch_layer_times((), [c + k for c in contexts]))
                     for k in range(first, first + steps)]
         n = len(contexts)
+        fixed = self._works_terms.get(n)
+        if fixed is None:
+            fixed = self._works_terms[n] = self._works_fixed(n)
+        kinds, terms, head, allreduce = fixed
         layer_kinds = self.model.layer_kinds
-        kinds = sorted(set(layer_kinds))
-        window = self.model.sliding_window if "swa" in kinds else None
-        ordered = sorted(contexts)
-        below = [0]  # below[i]: sum of the i smallest contexts
-        for c in ordered:
-            below.append(below[-1] + c)
-        terms = []  # per kind: _work's terms that do not depend on the contexts
-        for kind in kinds:
-            terms.append((kind, *self._fixed(kind, n, n), self.kv_token[kind]))
-        head = self.embed_time((), [0] * n) + self.in_situ["first_op_s"]
-        allreduce = self.allreduce_s(n)
         uniform = len(kinds) == 1
         flops_per_s, hbm, launch, per_pair = self.flops_per_s, self.hbm, self.launch, \
             self.attn_flops_per_pair
@@ -332,7 +327,8 @@ class CostModel:
         if kinds == ["full"]:  # the loop below for its common case, one kind: the same floats
             _, flops, nbytes, kv = terms[0]
             rest = len(layer_kinds) - 1
-            pairs = below[-1] + first * n + n  # sum of (c + k + 1) at step k = first
+            # sum of (c + k + 1) at step k = first (integers: the loop's below[-1] exactly)
+            pairs = sum(contexts) + first * n + n
             ts: list[float] | np.ndarray
             if (steps >= 2 * VECTOR_STEPS and _SEQUENTIAL_SUM  # integers exact in both
                     and (pairs + steps * n) * max(1, abs(kv)) + abs(nbytes) < 2 ** 53):
@@ -358,6 +354,11 @@ class CostModel:
             times[:] = ts
             times[0] += head
             return np.add.accumulate(times, axis=0, out=times)[-1].tolist()
+        window = self.model.sliding_window if "swa" in kinds else None
+        ordered = sorted(contexts)
+        below = [0]  # below[i]: sum of the i smallest contexts
+        for c in ordered:
+            below.append(below[-1] + c)
         for k in range(first, first + steps):
             per_kind = {}
             for kind, flops, nbytes, kv in terms:
@@ -377,6 +378,17 @@ class CostModel:
             times[0] += head
             out.append(sum(times))
         return out
+
+    def _works_fixed(self, n: int) -> tuple[list[str], list[tuple[str, float, float, float]],
+                                            float, float]:
+        """:meth:`decode_works`' terms for a batch of ``n`` that no context changes (kept
+        per ``n``, as ``_decode_terms``): the layer kinds, sorted, with each one's
+        (kind, flops, bytes, KV bytes per token) of :meth:`_fixed`; the embedding and
+        first-op time charged to layer 0; one layer's all-reduce."""
+        kinds = sorted(set(self.model.layer_kinds))
+        terms = [(kind, *self._fixed(kind, n, n), self.kv_token[kind]) for kind in kinds]
+        head = self.embed_time((), [0] * n) + self.in_situ["first_op_s"]
+        return kinds, terms, head, self.allreduce_s(n)
 
     def batch_layer_interpreter(self, prefills: Sequence[tuple[int, int]],
                                 decodes: Sequence[int]) -> tuple[float, ...]:

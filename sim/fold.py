@@ -84,7 +84,8 @@ import bisect
 import math
 from collections.abc import Callable, Generator
 from dataclasses import replace
-from itertools import chain
+from itertools import chain, compress, islice
+from operator import ne
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -531,31 +532,43 @@ class DecodeFolder:
         order their unfolded prepares would (step by step, slice by slice)."""
         rt = self.rt
         page = rt.page_size
-        need: list[tuple[int, int]] = []  # (step, slice index) of each new page
         rows = [rt.rows[s.request.slot_id] for s in plan.slices]  # type: ignore[union-attr]
+        r = len(rows)
+        # each new page as step * r + slice index (sorted: the prepares' order); step k
+        # needs ceil((context + k + 1) / page) pages: one more each time the context
+        # passes the pages the row holds, then every ``page`` steps
+        need: list[int] = []
+        firsts: list[tuple[int, int]] = []  # (first step needing a page, slice index)
         for i, (s, row) in enumerate(zip(plan.slices, rows, strict=True)):
-            # step k needs ceil((context + k + 1) / page) pages: one more each time the
-            # context passes the pages the row holds, then every ``page`` steps
             first = len(row.pages) * page - s.context_tokens
             assert first >= 0, f"request {s.rid}: its pages do not hold its context"
-            need.extend((k, i) for k in range(first, n, page))
+            if first < n:
+                need.extend(range(first * r + i, n * r, page * r))
+                firsts.append((first, i))
         if not need:
             return
         need.sort()
         # one allocation of them all hands out the pages that one-page allocations in
-        # this order would (no page is freed between them); each row takes its own in order
+        # this order would (no page is freed between them); each row takes its own in
+        # order, the rows in the order of their first new page
         pages = rt.device[Kind.FULL].allocate(len(need))
-        per_row: dict[int, list[int]] = {}
-        for (_, i), p in zip(need, pages, strict=True):
-            per_row.setdefault(i, []).append(p)
-        for i, got in per_row.items():
-            rows[i].append(got, own=True)
+        if len(need) == len(firsts):  # a page each (the usual case: n <= page)
+            for v, p in zip(need, pages, strict=True):
+                rows[v % r].append([p], own=True, runs=((p, 1),))
+            return
+        per_row: list[list[int]] = [[] for _ in range(r)]
+        for v, p in zip(need, pages, strict=True):
+            per_row[v % r].append(p)
+        firsts.sort()
+        for _, i in firsts:
+            rows[i].append(per_row[i], own=True)
 
     def _handle(self, plan: BatchPlan) -> PreparedBatchHandle:
         """The handle the unfolded prepare of ``plan`` would have returned."""
         rt = self.rt
-        slices = tuple(rt.rows[s.request.slot_id].prepared_slice()  # type: ignore[union-attr]
-                       for s in plan.slices)
+        rows = rt.rows
+        slices = tuple([rows[s.request.slot_id].prepared_slice()  # type: ignore[union-attr]
+                        for s in plan.slices])
         return PreparedBatchHandle(rt.runtime_id, rt.generation, plan.batch_id, slices, ())
 
     def _record(self, plan: BatchPlan, batches: int, steps: FoldedSteps, n: int,
@@ -584,7 +597,8 @@ class DecodeFolder:
         # one row per run of back-to-back steps: step k starts a run when it does not
         # start as step k - 1 ends (the driver's cpu came later)
         first = 0
-        for k in [k for k in range(1, n) if starts[k] != ends[k - 1]] + [n]:
+        breaks = compress(range(1, n), map(ne, islice(starts, 1, None), ends))
+        for k in chain(breaks, (n,)):
             tl.record("compute", "decode", starts[first], ends[k - 1], batch=bid0 + first,
                       steps=k - first)
             first = k

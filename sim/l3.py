@@ -13,6 +13,9 @@ node (or a restarted master) is remembered in ``lost`` with the fault that lost 
 it is written again (what a healthy store would still hold: :meth:`truth_hits`). The store
 serves ``service_rate(group)`` bytes/s in all, split equally among the replicas with
 transfers in that group (Mooncake: one group for reads and writes; file: one each).
+Keys enter only through :meth:`L3Store.insert`; ``version`` counts the changes of the
+contents, and a put's exists answer carries it (:meth:`L3Store.missing_marked`), so its
+write checks its keys only against the batches placed since, while none left the store.
 Fault state counts overlapping faults: ``refusing`` (down: every call fails at once),
 ``hanging`` (calls get no answer), and the set of nodes down.
 
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
-from itertools import cycle, filterfalse, islice, takewhile
+from itertools import cycle, filterfalse, islice, repeat, takewhile
 from typing import TYPE_CHECKING
 
 import simpy
@@ -36,6 +39,8 @@ from sim.hardware.profile import FileSpec, MooncakeSpec
 
 if TYPE_CHECKING:
     from sim.l3_client import L3Client
+
+PLACED_LOG = 32  # batches whose keys L3Store keeps (an insert checks those since its mark)
 
 
 class L3Store:
@@ -66,6 +71,12 @@ class L3Store:
         self.went_down = env.event()  # fires when the store starts refusing
         self._next_node = 0
         self.epoch = 0  # bumped whenever an input of the clients' L3 split changes
+        # what :meth:`insert` needs to know of keys a :meth:`missing_marked` answer lacked:
+        # ``version`` counts the changes of the contents (a batch of keys placed, keys
+        # evicted or dropped), ``_removed_at`` is the version of the last removal, and
+        # ``_placed`` the keys each of the last ``PLACED_LOG`` batches placed (newest last)
+        self.version = self._removed_at = 0
+        self._placed: deque[list[str]] = deque(maxlen=PLACED_LOG)
 
     def bump(self) -> None:
         """An input of the clients' L3 split changed (module doc: ``epoch``)."""
@@ -136,6 +147,11 @@ class L3Store:
         """The keys the store lacks, in order (those :meth:`contains_each` says False)."""
         return list(filterfalse(self.keys.__contains__, keys))
 
+    def missing_marked(self, keys: Iterable[str]) -> tuple[list[str], int]:
+        """:meth:`missing`, and the contents' ``version`` it answered at: the mark to give
+        :meth:`insert` with those keys (``absent_at``)."""
+        return list(filterfalse(self.keys.__contains__, keys)), self.version
+
     def count_hits(self, keys: Sequence[str]) -> int:
         """Consecutive hits from the start of ``keys`` (no time passes)."""
         return len(list(takewhile(self.keys.__contains__, keys)))
@@ -158,10 +174,15 @@ class L3Store:
         no time passed; an absent key is a KeyError), in order, without asking each again."""
         deque(map(self.keys.move_to_end, keys), maxlen=0)
 
-    def insert(self, keys: Iterable[str], size: int) -> int:
+    def insert(self, keys: Iterable[str], size: int, absent_at: int | None = None) -> int:
         """Place the keys not yet present on live nodes (round-robin); returns how many
-        were written. Raises :class:`NoLiveNode` when every node is down."""
-        new = list(filterfalse(self.keys.__contains__, dict.fromkeys(keys)))
+        were written. Raises :class:`NoLiveNode` when every node is down.
+
+        ``absent_at``: every key was absent at that ``version`` (a :meth:`missing_marked`
+        answer). Keys enter the store only here, so while nothing has left it since, the
+        keys present now are those that the batches placed since placed: the keys are
+        checked against those batches (a few, small) instead of the whole store."""
+        new = self._new(keys, absent_at)
         if new and not self.live_nodes:
             raise NoLiveNode(f"L3 {self.name!r}: all {self.nodes} nodes are down")
         if size > self.node_capacity:
@@ -183,6 +204,7 @@ class L3Store:
                 for key in new:
                     lost.pop(key, None)
             self.bytes_written += n * size
+            self._placed_batch(new)
             return n
         for key in new:
             if self.used > limit:
@@ -197,10 +219,37 @@ class L3Store:
             if lost:
                 lost.pop(key, None)
         self.bytes_written += len(new) * size
+        if new:
+            self._placed_batch(new)
         return len(new)
+
+    def _new(self, keys: Iterable[str], absent_at: int | None) -> list[str]:
+        """The keys not present now, each once, in order (:meth:`insert`)."""
+        fresh = dict.fromkeys(keys)
+        since = self.version - absent_at if absent_at is not None else -1
+        if since < 0 or self._removed_at > absent_at or since > len(self._placed):
+            return list(filterfalse(self.keys.__contains__, fresh))
+        placed = self._placed
+        for b in range(len(placed) - since, len(placed)):  # the batches placed since
+            batch = placed[b]
+            if not fresh.keys().isdisjoint(batch):
+                deque(map(fresh.pop, batch, repeat(None)), maxlen=0)
+        return list(fresh)
+
+    def _placed_batch(self, new: list[str]) -> None:
+        """``new`` were placed (keys evicted to make room for them came first)."""
+        self.version += 1
+        self._placed.append(new)
+
+    def _removed(self) -> None:
+        """Keys left the store (evicted, dropped)."""
+        self.version += 1
+        self._removed_at = self.version
 
     def _evict(self, limit: float) -> None:
         """Evict least recently used keys until ``used <= limit``."""
+        if self.used > limit and self.keys:
+            self._removed()
         while self.used > limit and self.keys:
             _, (old, _) = self.keys.popitem(last=False)
             self.used -= old
@@ -217,6 +266,8 @@ class L3Store:
     def drop(self, fault: int, node: int | None = None) -> int:
         """Lose the keys of ``node`` (None: all of them) to ``fault``; returns how many."""
         gone = [k for k, (_, n) in self.keys.items() if node is None or n == node]
+        if gone:
+            self._removed()
         for key in gone:
             size, _ = self.keys.pop(key)
             self.used -= size

@@ -192,21 +192,21 @@ class L3Client:
     def put(self, keys: Sequence[str], bytes_per_key: int) -> Proc:
         """Write the keys the store lacks (an exists RPC, then the transfer); returns how
         many were written (0 when the operation failed)."""
-        todo = yield from self._query(keys, self.store.missing)  # an exists RPC
-        if todo is None:
-            todo = list(keys)  # no answer: every key counts as missing
+        answer = yield from self._query(keys, self.store.missing_marked)  # an exists RPC
+        # no answer: every key counts as missing (none known absent: no mark)
+        todo, mark = (list(keys), None) if answer is None else answer
         if not todo:
             return 0
         nbytes = len(todo) * bytes_per_key
 
         def attempt() -> Proc:
             outcome = yield from self._transfer("write", nbytes)
-            return self._wrote(todo, bytes_per_key, outcome)
+            return self._wrote(todo, bytes_per_key, outcome, mark)
         failed = None
         if self._clear():  # the first attempt inline (_clear)
             t0 = self.env.now
             outcome = yield from self._transfer("write", nbytes)
-            outcome, written = self._wrote(todo, bytes_per_key, outcome)
+            outcome, written = self._wrote(todo, bytes_per_key, outcome, mark)
             if self._ok(outcome):
                 return written
             failed = (t0, outcome)
@@ -215,13 +215,15 @@ class L3Client:
             self.ledger.count(self.blame, "store_pages_failed", len(todo))
         return written or 0
 
-    def _wrote(self, todo: list[str], bytes_per_key: int, outcome: str) -> tuple[str, int]:
-        """A write attempt that moved its bytes (``outcome`` ok) inserts ``todo``; an error
-        when no node is left to take them."""
+    def _wrote(self, todo: list[str], bytes_per_key: int, outcome: str,
+               mark: int | None = None) -> tuple[str, int]:
+        """A write attempt that moved its bytes (``outcome`` ok) inserts ``todo`` (all
+        absent at the store's version ``mark``, None: not known); an error when no node
+        is left to take them."""
         if outcome != OK:
             return outcome, 0
         try:
-            return OK, self.store.insert(todo, bytes_per_key)
+            return OK, self.store.insert(todo, bytes_per_key, mark)
         except NoLiveNode:
             return ERROR, 0
 

@@ -386,3 +386,68 @@ def test_folds_run_beside_a_backups_copy_kernel_at_the_slowed_compute_rate(monke
     assert any(kind == "d2h" for server in folded_floats for _, kind, *_ in server)
     assert any(others for server in folded_floats for *_, others in server)
     _assert_same(folded, plain)
+
+
+class _Allocator:
+    """Hands out a shuffled free list in order (what several one-page calls would)."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.free = rng.sample(range(1000), 1000)
+
+    def allocate(self, n: int) -> list[int]:
+        out, self.free = self.free[:n], self.free[n:]
+        return out
+
+
+class _Row:
+    """A row that records its appends (the pages, and when: a global order)."""
+
+    def __init__(self, pages: int, log: list) -> None:
+        self.pages, self.log = list(range(-pages, 0)), log
+
+    def append(self, pages: list[int], own: bool, runs: object = None) -> None:
+        assert own and (runs is None or list(runs) == [(p, 1) for p in pages])
+        self.log.append((id(self), list(pages)))
+        self.pages += pages
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_place_pages_allocates_as_one_page_prepares_would(seed: int) -> None:
+    """Pages for decode steps 0..n-1 of a plan's rows: each row gets the pages it needs,
+    the same page ids in the same order (and the rows in the same order) as the unfolded
+    prepares, step by step and slice by slice, one page at a time, would give."""
+    from types import SimpleNamespace as NS
+
+    from hicache.runtime.handles import Kind
+
+    rng = random.Random(seed)
+    page, n = rng.choice([1, 4, 16]), rng.randint(1, 40)
+    shapes = [(rng.randint(0, 3), rng.randint(0, page)) for _ in range(rng.randint(1, 6))]
+    outs = []
+    for folded in (True, False):
+        log: list = []
+        rows = {i: _Row(held, log) for i, (held, _) in enumerate(shapes)}
+        # a context that fits in the pages held, ``slack`` tokens short of filling them
+        slices = [NS(request=NS(slot_id=i), rid=i,
+                     context_tokens=max(0, held * page - min(slack, held * page)))
+                  for i, (held, slack) in enumerate(shapes)]
+        alloc = _Allocator(random.Random(seed))
+        rt = NS(page_size=page, rows=rows, device={Kind.FULL: alloc})
+        if folded:
+            folder = fold.DecodeFolder.__new__(fold.DecodeFolder)
+            folder.rt = rt
+            folder._place_pages(NS(slices=slices), n)
+        else:
+            for k in range(n):
+                for s in slices:
+                    row = rows[s.request.slot_id]
+                    if len(row.pages) * page < s.context_tokens + k + 1:
+                        row.append(alloc.allocate(1), own=True)
+        outs.append(([rows[i].pages for i in rows], alloc.free,
+                     [(list(rows).index(next(i for i in rows if id(rows[i]) == r)), p)
+                      for r, p in log]))
+    folded_out, plain_out = outs
+    assert folded_out[:2] == plain_out[:2]
+    # rows take their pages in one append each, in the order of their first new page
+    firsts = [r for r, _ in plain_out[2]]
+    assert [r for r, _ in folded_out[2]] == list(dict.fromkeys(firsts))

@@ -4,7 +4,7 @@ skips the per-key loop only where no key's turn evicts)."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 import simpy
 from hypothesis import given, settings
@@ -64,3 +64,80 @@ def test_batch_insert_equals_key_by_key(calls, nodes, capacity, down, lost):
             (ref.used, ref.evictions, ref.written)
         assert store._next_node == ref.next
         assert not set(store.lost) & set(store.keys)  # a key written is no longer lost
+
+
+# a writer's operations: ask which keys are missing (kept, with the store's mark), write
+# what an earlier answer said was missing, or a node's keys lost (a fault)
+ops = st.lists(st.one_of(
+    st.tuples(st.just("ask"), st.lists(st.integers(0, 20), max_size=8)),
+    st.tuples(st.just("write"), st.integers(0, 40)),
+    st.tuples(st.just("drop"), st.integers(0, 1))), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=ops, capacity=st.integers(1, 40), log=st.integers(1, 4))
+def test_inserts_of_marked_answers_equal_unmarked_ones(ops, capacity, log):
+    """``insert(todo, size, absent_at)`` of a ``missing_marked`` answer checks ``todo``
+    only against the batches placed since the mark (while nothing left the store): the
+    same contents, evictions, bytes and next node as checking the whole store, however
+    other writes, evictions (a small capacity), lost nodes and a short log interleave."""
+    marked, plain = (L3Store.mooncake(simpy.Environment(),
+                                      MooncakeSpec(1e-3, 0.0, float(capacity), 1e9, 1e9, 2))
+                     for _ in range(2))
+    marked._placed = deque(maxlen=log)  # a short log: old marks check the whole store
+    answers: list[tuple[list[str], int]] = []
+    for op, arg in ops:
+        if op == "ask":
+            todo, mark = marked.missing_marked([f"k{i}" for i in arg])
+            assert todo == plain.missing([f"k{i}" for i in arg])
+            answers.append((todo, mark))
+        elif op == "write" and answers:
+            todo, mark = answers[arg % len(answers)]
+            assert marked.insert(todo, 1, mark) == plain.insert(todo, 1)
+        elif op == "drop":
+            assert marked.drop(0, arg) == plain.drop(0, arg)
+        assert list(marked.keys.items()) == list(plain.keys.items())
+        assert (marked.used, marked.evictions, marked.bytes_written, marked._next_node) == \
+            (plain.used, plain.evictions, plain.bytes_written, plain._next_node)
+
+
+def _pair(capacity: float = 100.0, log: int = 4) -> tuple[L3Store, L3Store]:
+    marked, plain = (L3Store.mooncake(simpy.Environment(),
+                                      MooncakeSpec(1e-3, 0.0, capacity, 1e9, 1e9, 2))
+                     for _ in range(2))
+    marked._placed = deque(maxlen=log)
+    return marked, plain
+
+
+def _both(stores: tuple[L3Store, L3Store], todo: list[str], mark: int | None) -> None:
+    marked, plain = stores
+    assert marked.insert(todo, 1, mark) == plain.insert(todo, 1)
+    assert list(marked.keys.items()) == list(plain.keys.items())
+    assert marked.bytes_written == plain.bytes_written
+
+
+def test_a_key_placed_since_the_mark_and_lost_again_is_written() -> None:
+    """Placed by another writer after the answer, then lost with its node: absent again,
+    so the answer's write places it (the batches since the mark no longer tell)."""
+    stores = _pair()
+    marked, plain = stores
+    _both(stores, ["a", "b"], None)  # an older batch in the log
+    todo, mark = marked.missing_marked(["x", "y"])
+    _both(stores, ["x"], marked.version)  # another writer places x (on node 0)
+    assert marked.drop(0, 0) == plain.drop(0, 0)  # node 0's keys lost: x among them
+    _both(stores, todo, mark)
+    assert "x" in marked.keys
+
+
+def test_a_mark_older_than_the_log_checks_the_whole_store() -> None:
+    """More batches placed since the answer than the log keeps: a key of one it forgot is
+    present and not written again."""
+    stores = _pair(log=2)
+    marked, _ = stores
+    todo, mark = marked.missing_marked(["x", "y"])
+    _both(stores, ["x"], marked.version)
+    _both(stores, ["p"], marked.version)
+    _both(stores, ["q"], marked.version)  # x's batch has left the log
+    _both(stores, todo, mark)
+    assert marked.bytes_written == 4  # x once, y, p, q
+
