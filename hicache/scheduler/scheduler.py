@@ -156,15 +156,24 @@ class Scheduler:
         """The runtime prepared a plan: learn request handles, KV and L2 extents."""
         plan = self.plans.inflight[handle.batch_id]
         requests, components = self.requests, self.components
-        if components is None:
+        slices = plan.slices
+        if components is None and slices and slices[0].phase is _DECODE:
+            # a decode plan (_next_plan never mixes phases): no slice loads anything
+            if len(handle.slices) != len(slices):
+                raise ValueError(f"batch {handle.batch_id}: {len(handle.slices)} prepared "
+                                 f"slices for {len(slices)} planned")
+            for ps in handle.slices:
+                st = requests[ps.rid]
+                st.handle, st.kv = ps.request, ps.kv
+        elif components is None:
             loaded = self.kv.loaded
-            for ps, sl in zip(handle.slices, plan.slices, strict=True):
+            for ps, sl in zip(handle.slices, slices, strict=True):
                 st = requests[ps.rid]
                 st.handle, st.kv = ps.request, ps.kv
                 if sl.loads:
                     loaded(st, ps.loaded)
         else:
-            for ps, sl in zip(handle.slices, plan.slices, strict=True):
+            for ps, sl in zip(handle.slices, slices, strict=True):
                 st = requests[ps.rid]
                 st.handle, st.kv = ps.request, ps.kv
                 components.prepared(st, sl, ps)
@@ -375,7 +384,16 @@ class Scheduler:
         plan = self.plans.complete(c.batch_id)
         done = []
         requests, prefill = self.requests, Phase.PREFILL
-        for sl in plan.slices:
+        slices = plan.slices
+        if slices and slices[0].phase is _DECODE:  # a decode plan: every slice decodes
+            for sl in slices:
+                st = requests[sl.rid]
+                st.decode_done += 1
+                if sl.finishes:
+                    self._finish(st, c.end)
+                    done.append(st.rid)
+            return done
+        for sl in slices:
             st = requests[sl.rid]
             if sl.phase is prefill:
                 st.prefill_done += sl.new_tokens

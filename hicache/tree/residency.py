@@ -79,16 +79,30 @@ class Residency:
     # -- hooks from the tree -----------------------------------------------------------
     def touched(self, node: Node) -> None:
         """The node's eviction key or eligibility may have changed: re-queue it. (Recency
-        is the tree's ``last_access`` stamp and the refreshes below, not this.)"""
+        is the tree's ``last_access`` stamp and the refreshes below, not this.)
+
+        The stamp bump makes every older entry of the node stale. A leaf that holds a lock
+        its heap's evictor refuses (a device lock for L1: FULL, SWA or MAMBA; the host
+        lock for L2) gets no new entry: such an entry could never be yielded, because
+        :meth:`LockTable.unlock` touches the node again (a new stamp, a new entry) when
+        its last such lock goes, before anything can evict it. Until then an entry would
+        only be popped and dropped (:meth:`LazyHeap.pop_valid`) or skipped
+        (:meth:`LazyHeap.drop_all_unless`), and entry order is by (key, last access,
+        push sequence), so the entries pushed keep their order: every eviction and every
+        answer of the heaps stays the same, with fewer entries to push and pop."""
         node.stamp += 1
         self.tree.changes += 1
         if Kind.FULL in node.device:  # on_device and is_device_leaf, in line (hot)
             for c in node.children.values():
                 if Kind.FULL in c.device:
                     return
+            locks = node.locks  # a key is present only while its count is > 0
+            if locks and (len(locks) > 1 or HOST not in locks):
+                return  # device-locked (any_device_lock, in line): the unlock pushes
             self.device_heap.push(node)
         elif Kind.FULL in node.host and not node.children:  # on_host
-            self.host_heap.push(node)
+            if HOST not in node.locks:  # host-locked: the unlock pushes
+                self.host_heap.push(node)
 
     added = touched
     unlocked = touched
