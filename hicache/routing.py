@@ -77,8 +77,8 @@ class SchedulerView:
 
     def match_tokens(self, request: Request) -> int:
         s = self.scheduler
-        keys = page_keys(request.tokens, s.page)  # a trace prompt's own list: memo=True
-        return s.tree.match(keys, touch=False, memo=True).total_tokens
+        # a trace prompt's own list (memo-safe where the tree takes match)
+        return s.tree.reusable_tokens(page_keys(request.tokens, s.page))
 
 
 class Router:

@@ -370,10 +370,12 @@ class DecodeFolder:
         before it, each as long as the batch that just completed (a guess that only
         spares fold entries that would fail: the entry decides)."""
         kernel = self._copy_kernel()
-        done = self.rt.writeback.steps
-        if kernel is None or not done:
+        if kernel is None:
             return False
-        start, end, _ = done[-1]
+        done = self.rt.writeback.last_step()
+        if done is None:
+            return False
+        start, end = done
         return kernel.due > self.env.now + (1 + MIN_STEPS_BESIDE_COPY_L3) * (end - start)
 
     def _schedule(self, plan: BatchPlan, limit: int) -> FoldedSteps:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from itertools import repeat
+from itertools import islice, repeat
 from typing import TYPE_CHECKING
 
 from hicache.runtime.writeback import ChunkLog, WritebackConfig, WritebackPolicy, make_policy
@@ -24,32 +24,91 @@ if TYPE_CHECKING:
     from sim.runtime import SimRuntime
 
 
+class _FoldRun:
+    """A fold's observed steps, kept as one record: batch ``first + k`` ran from
+    ``starts[k]`` to ``ends[k]`` (``len(starts) == len(ends) > 0``) with ``decode``
+    requests."""
+
+    __slots__ = ("first", "starts", "ends", "decode")
+
+    def __init__(self, first: int, starts: Sequence[float], ends: Sequence[float],
+                 decode: int) -> None:
+        self.first, self.starts, self.ends, self.decode = first, starts, ends, decode
+
+
 class Writeback:
-    """A runtime's write-back policy and what it has seen of chunks and steps."""
+    """A runtime's write-back policy and what it has seen of chunks and steps.
+
+    Invariant: :attr:`steps` and :attr:`ends` are what :meth:`step_done` per step would
+    have built. Reports are logged as they come (a step: ``(start, end, decode batch,
+    batch id)``; a fold: one :class:`_FoldRun`) and expanded into per-step rows only when
+    read (the default policy reads none of them)."""
 
     def __init__(self, cfg: WritebackConfig | str | None) -> None:
         self.policy: WritebackPolicy = make_policy(cfg)
         self.chunks = ChunkLog()
-        self.steps: list[tuple[float, float, int]] = []  # (start, end, decode batch or 0)
-        self.ends: dict[int, float] = {}  # batch id -> when its compute completed
+        self._log: list[tuple[float, float, int, int] | _FoldRun] = []
+        self._steps: list[tuple[float, float, int]] = []  # expanded from _log[:_expanded]
+        self._ends: dict[int, float] = {}
+        self._expanded = 0
+
+    @property
+    def steps(self) -> list[tuple[float, float, int]]:
+        """(start, end, decode batch or 0) per reported step, in report order."""
+        self._expand()
+        return self._steps
+
+    @property
+    def ends(self) -> dict[int, float]:
+        """Batch id -> when its compute completed (the latest report of that id)."""
+        self._expand()
+        return self._ends
+
+    def last_step(self) -> tuple[float, float] | None:
+        """(start, end) of the last reported step (``steps[-1][:2]``), None before any."""
+        if not self._log:
+            return None
+        last = self._log[-1]
+        if type(last) is tuple:
+            return last[0], last[1]
+        return last.starts[-1], last.ends[-1]  # type: ignore[union-attr]
+
+    def _expand(self) -> None:
+        log, done = self._log, self._expanded
+        if done == len(log):
+            return
+        steps, ends = self._steps, self._ends
+        for entry in islice(log, done, None):
+            if type(entry) is tuple:
+                start, end, decode, batch = entry
+                steps.append((start, end, decode))
+                ends[batch] = end
+            else:
+                run: _FoldRun = entry  # type: ignore[assignment]
+                steps.extend(zip(run.starts, run.ends, repeat(run.decode), strict=False))
+                ends.update(zip(range(run.first, run.first + len(run.ends)), run.ends,
+                                strict=True))
+        self._expanded = len(log)
 
     def step_done(self, batch: int, start: float, end: float, decode_batch: int) -> None:
-        self.steps.append((start, end, decode_batch))
-        self.ends[batch] = end
-        self.policy.observe_step(end, decode_batch, end - start,
-                                 self.chunks.overlap(start, end))
+        self._log.append((start, end, decode_batch, batch))
+        if type(self.policy) is not WritebackPolicy:  # none's observe_step does nothing
+            self.policy.observe_step(end, decode_batch, end - start,
+                                     self.chunks.overlap(start, end))
 
     def steps_done(self, first: int, starts: Sequence[float], ends: Sequence[float],
                    decode_batch: int) -> None:
         """:meth:`step_done` of batches ``first, first + 1, ...`` from ``starts[k]`` to
-        ``ends[k]`` (a fold's steps): in one pass under ``none``, which observes nothing
-        (no chunks)."""
-        if type(self.policy) is not WritebackPolicy or self.chunks.recent:
+        ``ends[k]`` (a fold's steps): one record under ``none``, which observes nothing.
+        The sequences are kept: the caller never mutates them."""
+        if type(self.policy) is not WritebackPolicy:
             for k, (start, end) in enumerate(zip(starts, ends, strict=True)):
                 self.step_done(first + k, start, end, decode_batch)
             return
-        self.steps.extend(zip(starts, ends, repeat(decode_batch), strict=False))  # repeat: endless
-        self.ends.update(zip(range(first, first + len(ends)), ends, strict=True))
+        if len(starts) != len(ends):
+            raise ValueError(f"{len(starts)} starts for {len(ends)} ends")
+        if ends:
+            self._log.append(_FoldRun(first, starts, ends, decode_batch))
 
 
 def chunked_backup_op(rt: SimRuntime, st: BatchState, ready: dict[str, float]) -> Proc:

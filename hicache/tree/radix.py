@@ -106,6 +106,8 @@ class UnifiedRadixTree:
         self.session_leaves: dict[str, set[Node]] = {}  # session -> the ends of its paths
         swa = spec.get(Kind.SWA)
         self._window_pages = -(-swa.window // spec.page_size) if swa is not None else 0
+        # FULL alone: a node ends a safe boundary iff it and every node above hold FULL
+        self._full_only = swa is None and spec.get(Kind.MAMBA) is None
 
     @property
     def window_pages(self) -> int:
@@ -229,6 +231,45 @@ class UnifiedRadixTree:
                 touched(node)
             self.residency.refresh_after_match(path[-1])
         return result
+
+    def reusable_tokens(self, pages: Sequence[PageKey]) -> int:
+        """``match(pages, touch=False, memo=True).total_tokens``: the L1+L2 reusable
+        tokens, for a router that needs only that length.
+
+        Exact: the walk makes the very splits :meth:`_read` makes (same nodes, clock and
+        shape) and stamps nothing. A FULL-only tree counts the pages of the nodes from the
+        root that hold FULL on L1 or L2, which is :meth:`_read`'s L1+L2 boundary (where no
+        node holds L2 data it is the L1 one); it builds no path, no result and no memo
+        entry (a later memo match reads afresh, as after any walk that changed nothing).
+        Other trees take :meth:`match`."""
+        if not self._full_only:
+            return self.match(pages, touch=False, memo=True).total_tokens
+        full, split = Kind.FULL, self.split
+        node, i, n = self.root, 0, len(pages)
+        held = 0  # pages of the nodes from the root holding FULL on L1 or L2
+        reusing = True
+        while i < n:  # _walk without starts, in line
+            child = node.children.get(pages[i])
+            if child is None:
+                break
+            key = child.key
+            limit = min(len(key), n - i)
+            if key[1:limit] == pages[i + 1:i + limit]:  # one C-level compare per node
+                m = limit
+            else:
+                m = 1
+                while key[m] == pages[i + m]:
+                    m += 1
+            if m < len(key):
+                child = split(child, m)
+            if reusing:
+                if full in child.device or full in child.host:
+                    held += m
+                else:
+                    reusing = False
+            i += m
+            node = child
+        return held * self.spec.page_size
 
     def _read(self, pages: Sequence[PageKey]) -> MatchResult:
         """The match of ``pages`` (splitting where it diverges inside a node), unstamped."""

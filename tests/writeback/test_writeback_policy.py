@@ -107,3 +107,33 @@ def test_a_folds_steps_reported_at_once_leave_what_one_by_one_reports_leave(poli
     assert many.steps == one.steps and many.ends == one.ends
     assert vars(many.policy) == vars(one.policy)
     assert len(one.steps) == 40
+
+
+@pytest.mark.parametrize("policy", ["none", "static"])
+def test_steps_and_ends_read_between_reports_are_the_per_step_ones(policy):
+    """Steps one by one, folds (one record each under none, empty ones included) and reads
+    of steps/ends in between (the expansion resumes where it stopped): steps, ends and
+    last_step always equal what step_done per step builds, in report order, a re-reported
+    batch id keeping its latest end."""
+    from sim.writeback import Writeback
+    one, many = Writeback(policy), Writeback(policy)
+    assert many.last_step() is None and many.steps == [] and many.ends == {}
+    script = [("step", 1, [(0.0, 1.0)], 0), ("fold", 2, [(1.0, 2.0), (2.5, 3.0)], 4),
+              ("fold", 4, [], 4), ("step", 4, [(3.0, 3.5)], 0),
+              ("fold", 5, [(3.5, 4.0), (4.0, 4.25), (4.5, 5.0)], 3),
+              ("step", 3, [(5.0, 6.0)], 2)]  # batch 3 again: its end moves
+    for kind, first, spans, decode in script:
+        for k, (s, e) in enumerate(spans):
+            one.step_done(first + k, s, e, decode)
+        if kind == "step":
+            (s, e), = spans
+            many.step_done(first, s, e, decode)
+        else:
+            many.steps_done(first, [s for s, _ in spans], [e for _, e in spans], decode)
+        assert many.last_step() == (one.steps[-1][:2] if one.steps else None)
+        if first % 2:
+            assert many.steps == one.steps and many.ends == one.ends
+    assert many.steps == one.steps and many.ends == one.ends
+    assert len(many.steps) == 8 and many.ends[3] == 6.0 and many.last_step() == (5.0, 6.0)
+    with pytest.raises(ValueError):  # strict lengths, as zip(strict=True) per step
+        many.steps_done(9, [0.0], [], 1)
