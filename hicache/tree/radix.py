@@ -21,6 +21,7 @@ Locks, eviction and sessions live in their own modules and operate on this struc
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -244,31 +245,14 @@ class UnifiedRadixTree:
         Other trees take :meth:`match`."""
         if not self._full_only:
             return self.match(pages, touch=False, memo=True).total_tokens
-        full, split = Kind.FULL, self.split
-        node, i, n = self.root, 0, len(pages)
+        full = Kind.FULL
         held = 0  # pages of the nodes from the root holding FULL on L1 or L2
-        reusing = True
-        while i < n:  # _walk without starts, in line
-            child = node.children.get(pages[i])
-            if child is None:
+        walk = self._walk(pages)  # each node it yields is cut to the pages it matched
+        for child, i in walk:
+            if full not in child.device and full not in child.host:
+                deque(walk, maxlen=0)  # the rest of the walk: its splits still happen
                 break
-            key = child.key
-            limit = min(len(key), n - i)
-            if key[1:limit] == pages[i + 1:i + limit]:  # one C-level compare per node
-                m = limit
-            else:
-                m = 1
-                while key[m] == pages[i + m]:
-                    m += 1
-            if m < len(key):
-                child = split(child, m)
-            if reusing:
-                if full in child.device or full in child.host:
-                    held += m
-                else:
-                    reusing = False
-            i += m
-            node = child
+            held = i + len(child.key)
         return held * self.spec.page_size
 
     def _read(self, pages: Sequence[PageKey]) -> MatchResult:

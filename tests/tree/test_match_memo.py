@@ -19,13 +19,6 @@ ops = st.lists(st.tuples(st.sampled_from(["match", "peek", "insert", "evict", "b
                          st.integers(0, 4), st.integers(1, 6)), max_size=40)
 
 
-def _state(h: Harness) -> tuple:
-    t = h.tree
-    nodes = sorted((n.id, n.parent.id if n.parent else None, tuple(n.key), n.last_access,
-                    sorted(k.value for k in n.device), sorted(k.value for k in n.host))
-                   for n in t.nodes.values())
-    return t.clock, t.changes, t.shape, nodes
-
 
 def _summary(m) -> tuple:  # noqa: ANN001
     return (m.device_tokens, m.host_tokens, m.matched_pages, m.device_nodes,
@@ -52,7 +45,7 @@ def test_memo_matches_equal_fresh_walks(sequences: list[list[int]], script: list
             else:
                 h.evict_host(n)
         assert results[:1] == results[1:]
-    assert _state(trees[0]) == _state(trees[1])
+    assert trees[0].state() == trees[1].state()
 
 
 def test_a_repeat_skips_the_walk_until_the_shape_changes(monkeypatch) -> None:

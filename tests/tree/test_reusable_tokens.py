@@ -26,13 +26,6 @@ SPECS = {
 }
 
 
-def _state(h: Harness) -> tuple:
-    t = h.tree
-    nodes = sorted((n.id, n.parent.id if n.parent else None, tuple(n.key), n.last_access,
-                    sorted(k.value for k in n.device), sorted(k.value for k in n.host))
-                   for n in t.nodes.values())
-    return t.clock, t.changes, t.shape, nodes
-
 
 @pytest.mark.parametrize("host", [True, False], ids=["l2", "l1"])
 @pytest.mark.parametrize("spec", SPECS.values(), ids=SPECS.keys())
@@ -60,7 +53,7 @@ def test_reusable_tokens_is_the_peeks_total(spec: TreeSpec, host: bool,
             elif host:
                 h.evict_host(n)
         assert results[:1] == results[1:]
-    assert _state(trees[0]) == _state(trees[1])
+    assert trees[0].state() == trees[1].state()
 
 
 def _l2_trunk_l1_leaf() -> Harness:
@@ -84,7 +77,7 @@ def test_an_l2_trunk_counts_and_a_divergence_inside_a_node_splits_it() -> None:
     assert h.tree.reusable_tokens(peek) == 8
     assert ref.tree.match(peek, touch=False, memo=True).total_tokens == 8
     assert h.tree.shape == shape + 1 and h.tree.clock == clock + 2  # the split's two ticks
-    assert _state(h) == _state(ref)
+    assert h.state() == ref.state()
     assert h.tree.reusable_tokens(peek) == 8 and h.tree.shape == shape + 1  # a repeat
     assert h.tree.reusable_tokens(h.pages([2, 1])) == 0
 
@@ -101,4 +94,4 @@ def test_the_walk_goes_on_past_a_node_held_nowhere() -> None:
     assert trees[0].tree.reusable_tokens(peek) == 0
     assert trees[1].tree.match(peek, touch=False, memo=True).total_tokens == 0
     assert trees[0].tree.shape == shape + 1
-    assert _state(trees[0]) == _state(trees[1])
+    assert trees[0].state() == trees[1].state()

@@ -41,6 +41,15 @@ class Harness:
         self.test_held: dict[tuple[Tier, Kind], int] = {}  # pages held by live requests
 
     # -- building inputs ---------------------------------------------------------------
+
+    def state(self) -> tuple:
+        """The tree as a twin run must leave it: clock, changes, shape, and every node's
+        id, parent, key, last access and tiers' components."""
+        t = self.tree
+        nodes = sorted((n.id, n.parent.id if n.parent else None, tuple(n.key), n.last_access,
+                        sorted(k.value for k in n.device), sorted(k.value for k in n.host))
+                       for n in t.nodes.values())
+        return t.clock, t.changes, t.shape, nodes
     def tokens(self, page_ids: list[int], extra: int = 0) -> list[int]:
         """Token ids whose page keys are one distinct tuple per page id (+ a partial page)."""
         p = self.spec.page_size
