@@ -209,7 +209,7 @@ class SimRuntime:
             st.backups.append(pending)
             self._pending.setdefault(b.src.pool, {}).update(dict.fromkeys(dst, pending.done))
             self.bytes_accounted["d2h"] += len(src) * self.bytes_per_page[b.src.pool]
-        self._record_shape(st, loads)
+        self._record_shape(st)
         for pf in plan.prefetches:
             reserved = self.host[Kind.FULL].allocate(pf.max_pages)
             self.env.process(ops.prefetch_op(self, pf, reserved, self.generation))
@@ -239,8 +239,7 @@ class SimRuntime:
         st.finished = tuple([s.rid for s in slices if s.finishes])
         self.steady = steady.without_finished(sd, slices, st.finished)  # type: ignore[arg-type]
         self.host_lane.prepare(st, len(slices), (), admits=False)
-        self.batch_shapes[plan.batch_id] = {"requests": len(contexts), "tokens": len(contexts),
-                                            "context_tokens": sum(contexts), "load_bytes": 0}
+        self._record_shape(st)
         st.handle = PreparedBatchHandle(self.runtime_id, self.generation, plan.batch_id,
                                         prepared, ())
         self._prepared[plan.batch_id] = st
@@ -559,8 +558,7 @@ class SimRuntime:
         st.loads_done = st.layer_events[-1]  # the h2d stream completes layers in order
         self.streams["h2d"].submit(lambda: ops.load_op(self, st))
 
-    def _record_shape(self, st: BatchState, loads: list[tuple[Kind, list[int], list[int]]]
-                      ) -> None:
+    def _record_shape(self, st: BatchState) -> None:
         pre, dec = st.prefills, st.decodes
         self.batch_shapes[st.plan.batch_id] = {
             "requests": len(pre) + len(dec),

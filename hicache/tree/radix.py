@@ -259,14 +259,19 @@ class UnifiedRadixTree:
         """The match of ``pages`` (splitting where it diverges inside a node), unstamped."""
         path = [node for node, _ in self._walk(pages)]
         matched = sum(n.num_pages for n in path)
-        dev_tokens, dev_nodes = safe_boundary(path, self.spec, on_device)
-        all_tokens, all_nodes = dev_tokens, dev_nodes  # the same walk while L2 holds nothing
-        if self.residency.holds(Tier.HOST):
-            all_tokens, all_nodes = safe_boundary(path, self.spec, on_device_or_host)
-            if all_tokens < dev_tokens:  # a host-tier hole cannot shorten the L1 boundary
-                all_tokens, all_nodes = dev_tokens, dev_nodes
+        dev_tokens, dev_nodes, all_tokens, all_nodes = self._boundaries(path)
         return MatchResult(dev_tokens, all_tokens - dev_tokens, matched,
                            tuple(path[:all_nodes]), dev_nodes)
+
+    def _boundaries(self, path: list[Node]) -> tuple[int, int, int, int]:
+        """(tokens, nodes) of ``path``'s L1 safe boundary, then of its L1+L2 one (the L1
+        one while L2 holds nothing, or where a host-tier hole would shorten it)."""
+        dev_tokens, dev_nodes = safe_boundary(path, self.spec, on_device)
+        if self.residency.holds(Tier.HOST):
+            all_tokens, all_nodes = safe_boundary(path, self.spec, on_device_or_host)
+            if all_tokens >= dev_tokens:  # a host-tier hole cannot shorten the L1 boundary
+                return dev_tokens, dev_nodes, all_tokens, all_nodes
+        return dev_tokens, dev_nodes, dev_tokens, dev_nodes
 
     # -- insert ----------------------------------------------------------------------
     def insert(self, pages: Sequence[PageKey], values: dict[Kind, CacheExtentRef], *,
@@ -403,30 +408,26 @@ class UnifiedRadixTree:
         exactly at ``node`` (the last node of their insert), ``match(pages).path[:
         device_nodes]``, found by parent links instead of a key walk (a walk after the
         insert splits nothing and a match with ``touch=False`` stamps nothing)."""
-        path = []
-        root, n = self.root, node
-        while n is not root and n is not None:  # path_to_root, in line
-            path.append(n)
-            n = n.parent
-        path.reverse()
+        path = self._root_path(node)
         return tuple(path[:safe_boundary(path, self.spec, on_device)[1]])
 
     def reuse_path(self, node: Node) -> tuple[Node, ...]:
         """``match(pages, touch=False).path`` (the L1+L2 part, as :meth:`_read` cuts it)
         for pages whose walk ends exactly at ``node`` (the last node of their insert),
         found by parent links instead of a key walk, as :meth:`device_path` is."""
+        path = self._root_path(node)
+        return tuple(path[:self._boundaries(path)[3]])
+
+    def _root_path(self, node: Node) -> list[Node]:
+        """The nodes from the root's child down to ``node`` (:meth:`path_to_root`,
+        reversed, in line: admissions and prefetches ask it)."""
         path = []
         root, n = self.root, node
         while n is not root and n is not None:
             path.append(n)
             n = n.parent
         path.reverse()
-        dev_tokens, nodes = safe_boundary(path, self.spec, on_device)
-        if self.residency.holds(Tier.HOST):
-            all_tokens, all_nodes = safe_boundary(path, self.spec, on_device_or_host)
-            if all_tokens >= dev_tokens:  # a host-tier hole cannot shorten the L1 boundary
-                nodes = all_nodes
-        return tuple(path[:nodes])
+        return path
 
     def pages_in(self, tier: Tier, kind: Kind = Kind.FULL) -> int:
         attr = "device" if tier is Tier.DEVICE else "host"
