@@ -17,9 +17,12 @@ case, so figures compare across machines. Cases (targets from issue 9, CPU time)
 - ``long_context``: 32k-token prompts with per-layer loads (no target; watched).
 
 ``--scaling`` adds cost per request (CPU ms) at 10/20/40 rounds and 500/2,000/12,031 trace
-requests (target: flat within 20%), split into events per request (the model's work: a
-request that loads its prefix layer by layer from L2 or L3 takes more events than one that
-hits L1) and CPU per event (the simulator's cost), and ``--replay`` the CLI replay of the
+requests (target: flat within 20%), split two ways: into the modelled engine's batches per
+request (compute batches, folded decode steps included, and cache-only plans: longer
+conversations make prefill and loads longer, so fewer requests decode at once and each
+takes more, smaller decode batches) and CPU per batch (the simulator's cost); and into
+events per request (a request that loads its prefix layer by layer from L2 or L3 takes more
+events than one that hits L1) and CPU per event. ``--replay`` times the CLI replay of the
 trace at one capacity, start-up included (target: under 2 s), measured as a child process.
 
 The trace resolves as the bundled ``mooncake_trace`` scenario resolves it (beside the
@@ -95,7 +98,8 @@ def run_case(label: str, path: str, sets: list[str], variants: list[str] | None 
         if res.unfinished:
             raise SystemExit(f"{label}/{name}: {len(res.unfinished)} requests unfinished")
         row = {"scenario": label, "variant": name, "requests": res.requests,
-               "simulated_s": round(res.sim_time, 2), "events": res.events}
+               "simulated_s": round(res.sim_time, 2), "events": res.events,
+               "batches": res.batches}
         del res
         gc.collect()  # a run's objects form cycles (SimPy processes, the tree): freeing
         cpu, wall = time.process_time() - c0, time.perf_counter() - w0  # them is its cost
@@ -119,8 +123,10 @@ def scaling_rows(trace: Path | None) -> list[dict]:
                               [f"workload.path={trace}", f"workload.max_requests={n}",
                                "run.layerwise=true"], ["L1+L2+L3"]):
                 out.append({**r, "scenario": f"mooncake_trace requests={n}"})
-    for r in out:  # what grows: the model's work per request, or the CPU per event
+    for r in out:  # what grows: the modelled engine's work per request, or the simulator's
         r["cpu_ms_per_request"] = round(1000 * r["cpu_s"] / r["requests"], 3)
+        r["batches_per_request"] = round(r["batches"] / r["requests"], 2)
+        r["cpu_us_per_batch"] = round(1e6 * r["cpu_s"] / r["batches"], 1)
         r["events_per_request"] = round(r["events"] / r["requests"], 1)
         r["cpu_us_per_event"] = round(1e6 * r["cpu_s"] / r["events"], 2)
     return out
@@ -164,10 +170,14 @@ def verdicts(rows: list[dict]) -> list[str]:
         if len(mine) < 2:
             continue
         grow = {k: mine[-1][k] / mine[0][k]
-                for k in ("cpu_ms_per_request", "events_per_request", "cpu_us_per_event")}
+                for k in ("cpu_ms_per_request", "batches_per_request", "cpu_us_per_batch",
+                          "events_per_request", "cpu_us_per_event")}
         sizes = "/".join(r["scenario"][len(family):] for r in mine)
         lines.append(f"{family[:-1]} {sizes}: cost per request x{grow['cpu_ms_per_request']:.2f} "
-                     f"(target within 1.2), events per request x{grow['events_per_request']:.2f}, "
+                     f"(target within 1.2) = engine batches per request "
+                     f"x{grow['batches_per_request']:.2f} (the modelled engine's work) "
+                     f"x CPU per batch x{grow['cpu_us_per_batch']:.2f} (the simulator's); "
+                     f"events per request x{grow['events_per_request']:.2f}, "
                      f"CPU per event x{grow['cpu_us_per_event']:.2f}")
     return lines
 

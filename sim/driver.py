@@ -72,6 +72,9 @@ class SimResult:
     stall: str | None = None  # the diagnosis when the run stalled
     faults: FaultLedger | None = None  # what each injected fault did (sim.faults)
     events: int = 0  # SimPy events scheduled (a cost figure for benchmarks)
+    # the modelled engine's batches: compute batches (folded steps included) and cache-only
+    # plans, over all replicas (the work a benchmark divides the simulator's cost by)
+    batches: int = 0
 
     @property
     def rejected(self) -> dict[int, str]:
@@ -220,7 +223,8 @@ def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<sc
     if bar is not None:
         bar.close()
     res = SimResult(name, replicas, records, decisions, env.now, feed.issued, faults=ledger,
-                    events=events_scheduled(env))
+                    events=events_scheduled(env),
+                    batches=sum(sum(rep.scheduler.plans.planned) for rep in replicas))
     if sc.faults and sc.run.fault_twin:
         twin = simulate(dataclasses.replace(sc, faults=()), name=f"{name} (fault-free twin)",
                         progress=False)

@@ -98,6 +98,12 @@ class PlanBuilder:
         self.inflight[bid] = plan
         return plan
 
+    @property
+    def planned(self) -> tuple[int, int]:
+        """(compute batches, cache-only plans) numbered so far; folded steps count as the
+        compute batches they stand for (:meth:`skip_batches`)."""
+        return self._batch_id, -self._cache_plan_id
+
     def skip_batches(self, n: int) -> None:
         """``n`` compute batches were planned, run and completed elsewhere (a simulator's
         folded decode steps): the next compute batch id moves on by ``n``."""
