@@ -14,6 +14,9 @@ import simpy
 from simpy.events import URGENT
 
 OpBody = Callable[[], Generator[simpy.Event, Any, Any]]
+# submit_chain appends ``start`` to a running op's callbacks at once, when the kick would
+# be the next event and append it there (False: always the kick; tests twin the two)
+DIRECT = True
 
 
 def after(event: simpy.Event, step: Callable[[simpy.Event], None]) -> None:
@@ -50,8 +53,26 @@ class Stream:
         """Enqueue an op run by callbacks: ``start`` is called when a process submitted
         here would start its body (its initialization, then the op before it), and the
         op ends when it fires ``done`` (the new tail). Same event order as :meth:`submit`
-        with no ``waits``."""
+        with no ``waits``.
+
+        The kick (what simpy's Initialize is: an urgent event now) only appends ``start``
+        to the op before's callbacks when that op is still running. With ``DIRECT`` that
+        is done here, with no kick, when nothing can come between: the op before is not
+        processed, and no urgent event is queued at this instant, so the kick would be
+        the next event processed (an event scheduled later gets a later id; the op
+        before, not yet processed, cannot be processed first: only urgent events precede
+        the kick and a finished op is scheduled normal). Until then only the submitter's
+        own step runs (the driver's process: prepare_batch, execute_batch), and it cannot
+        wait on the op before: that event is no longer this stream's tail, and what else
+        holds it (a process's ``waits``) appends only when an event resumes it. So
+        ``start`` lands at the very place in those callbacks the kick would put it."""
         env, prev = self.env, self.tail
+        if DIRECT and prev.callbacks is not None:
+            queue = env._queue
+            if not queue or queue[0][1] != URGENT or queue[0][0] != env.now:
+                prev.callbacks.append(start)
+                self.tail = done
+                return done
         kick = env.event()  # what simpy's Initialize is: triggered, scheduled urgent
         kick._ok, kick._value = True, None
         env.schedule(kick, URGENT)
