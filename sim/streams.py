@@ -2,7 +2,10 @@
 
 Invariant: ops on one stream run one after another in submission order; an op may also
 wait on events of other streams (like cudaStreamWaitEvent) before it starts. An op is a
-generator function; its process is the op's completion event.
+generator function; its process is the op's completion event. Ops run by callbacks
+(:meth:`Stream.submit_chain`) start in the very order a process would start, and
+:func:`call_at` queues a timer exactly where ``env.timeout`` would: what runs, when and
+in which order is unchanged; only SimPy work is saved (a kick, a Timeout's set-up).
 """
 
 from __future__ import annotations
