@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 from sim.compute_chain import ComputeChain
 from sim.fluid import FluidJob
-from sim.simtime import exact_delay
+from sim.streams import call_at
 
 if TYPE_CHECKING:
     from sim.fluid import FluidServer
@@ -290,7 +290,7 @@ class ChainFold:
         st_landed = self.chain.st.landed
         assert st_landed is not None
         st_landed.fold = self  # the batch's compute arriving at its layers: an entry
-        env.timeout(exact_delay(env.now, self.end)).callbacks.append(self._ended)
+        call_at(env, self.end, self._ended)
         self.chain.rt.fold_counts["chain_folded"] += 1
 
     def _ended(self, _ev: object) -> None:
@@ -384,16 +384,16 @@ class ChainFold:
         # their live timers (and the pending launch's)
         if k is not None:
             if final_k is None:
-                fluid._arm(k, k.due, exact_delay(now, k.due))
+                fluid._arm(k, k.due)
         else:
             launch_at = chain.t0 + overhead  # the landing (or the fold's step) + overhead
-            env.timeout(exact_delay(now, launch_at)).callbacks.append(chain._launched)
+            call_at(env, launch_at, chain._launched)
         if c is not None and final_c is None:
             if final_k is not None and c.rate != 1.0:
                 c.token += 1  # the landing re-plans it now
                 c.timer_at = math.inf
             else:
-                fluid._arm(c, c.due, exact_delay(now, c.due))
+                fluid._arm(c, c.due)
         if final_k is not None:
             fluid._finish(final_k)
         elif final_c is not None:

@@ -53,7 +53,7 @@ from typing import Any, Protocol
 
 import simpy
 
-from sim.simtime import exact_delay
+from sim.streams import call_at
 
 
 class FluidJob:
@@ -291,14 +291,14 @@ class FluidServer:
         if job.kind == "compute" and (
                 job.timer_at <= due or (PLAN_AHEAD and self._planned(job, now, due))):
             return
-        self._arm(job, due, delay)
+        self._arm(job, due)
 
-    def _arm(self, job: FluidJob, at: float, delay: float) -> None:
-        """A new live timer for ``job`` firing at ``at`` (= now + ``delay``, as simpy
-        computes it); any earlier timer of the job goes stale (its token)."""
+    def _arm(self, job: FluidJob, at: float) -> None:
+        """A new live timer for ``job`` firing at ``at`` (>= now); any earlier timer of
+        the job goes stale (its token)."""
         job.token += 1
         job.timer_at = at
-        self.env.timeout(delay).callbacks.append(partial(self._fire, job, job.token))
+        call_at(self.env, at, partial(self._fire, job, job.token))
 
     def _planned(self, job: FluidJob, now: float, due: float) -> bool:
         """Plan the timer of a compute job (due at ``due``, its live timer later) ahead:
@@ -317,7 +317,7 @@ class FluidServer:
         at = self._settled(job, due)
         if at >= due:
             return False
-        self._arm(job, at, exact_delay(now, at))
+        self._arm(job, at)
         return True
 
     def _settled(self, job: FluidJob, due: float) -> float:
@@ -361,8 +361,7 @@ class FluidServer:
         now = self.env.now
         if now < job.due:  # slowed since: wait on for the finish its rate gives now
             job.timer_at = job.due
-            self.env.timeout(exact_delay(now, job.due)).callbacks.append(
-                partial(self._fire, job, token))
+            call_at(self.env, job.due, partial(self._fire, job, token))
             return
         self._finish(job)
 
@@ -454,9 +453,8 @@ class FluidServer:
             return job.done  # stalled until a re-plan gives it a rate
         token = job.token
         finish = since + max(0.0, job.work) / job.rate
-        timer = self.env.timeout(exact_delay(self.env.now, max(finish, self.env.now)))
         job.due = job.timer_at = max(finish, self.env.now)
-        timer.callbacks.append(partial(self._fire, job, token))
+        call_at(self.env, job.due, partial(self._fire, job, token))
         return job.done
 
     def _adopt_solo(self, job: FluidJob, since: float, rate: float, marks: list[float]
@@ -481,8 +479,7 @@ class FluidServer:
         now = self.env.now
         finish = since + max(0.0, job.work) / rate
         job.due = job.timer_at = max(finish, now)
-        self.env.timeout(exact_delay(now, job.due)).callbacks.append(
-            partial(self._fire, job, token))
+        call_at(self.env, job.due, partial(self._fire, job, token))
         assert job.done is not None
         return job.done
 

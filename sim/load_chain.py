@@ -34,6 +34,7 @@ import simpy
 from sim import chain_fold
 from sim.batch import BatchState
 from sim.fluid import FluidJob
+from sim.streams import call_at
 
 if TYPE_CHECKING:
     from sim.runtime import SimRuntime
@@ -104,8 +105,8 @@ class LoadChain:
                 self.t0 = rt.env.now
                 if rt.fold_layers and chain_fold.try_fold(self):
                     return  # the fold runs its groups (sim.chain_fold)
-                timer = rt.env.timeout(rt.copies.overhead)
-                timer.callbacks.append(self._launched)
+                env = rt.env
+                call_at(env, env.now + rt.copies.overhead, self._launched)  # timeout's
                 return
             landed.land(group.layers.stop)
             self.g += 1

@@ -31,7 +31,7 @@ import bisect
 from typing import TYPE_CHECKING
 
 from sim.fluid import FluidJob
-from sim.simtime import exact_delay
+from sim.streams import call_at
 
 if TYPE_CHECKING:
     from sim.compute_chain import ComputeChain
@@ -52,7 +52,7 @@ class TailFold:
         rt = self.cc.rt
         rt.fluid.folded = self
         env = rt.env
-        env.timeout(exact_delay(env.now, self.end)).callbacks.append(self._ended)
+        call_at(env, self.end, self._ended)
         rt.fold_counts["tail_folded"] += 1
 
     def _ended(self, _ev: object) -> None:
@@ -90,7 +90,7 @@ class TailFold:
             rt.fold_counts["tail_layers"] += 1
             fluid._finish(job)
         else:
-            fluid._arm(job, due, exact_delay(now, due))
+            fluid._arm(job, due)
 
 
 def try_fold(cc: ComputeChain) -> bool:
