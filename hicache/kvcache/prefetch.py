@@ -227,25 +227,19 @@ class L3Prefetcher:
         # if L2 evicted it (now, or while the request queues), the fetched pages would
         # hang on nothing (SGLang host-locks last_host_node first, too)
         # m.path ends where the L1/L2 prefix does: what a match of st.pages[:reused] walks
-        # One that makes no room (on arrival) locks only once it starts: its answer reads
-        # no lock (the share, L2's free pages), and a lock undone at once would leave only
-        # stamps and heap entries that order nothing (Residency.touched)
-        room = at_head or whole
-        lock = self.tree.locks.lock_host(m.path) if room else None
-        budget = rest if room else self._share_left()
-        if room and rest > self.budget.host_free():
+        lock = self.tree.locks.lock_host(m.path)
+        budget = rest if at_head or whole else self._share_left()
+        if (at_head or whole) and rest > self.budget.host_free():
             self.kv.make_room(Tier.HOST, rest)
         max_pages = min(rest, budget, self.budget.host_free())
-        if max_pages < self.threshold_pages or (max_pages < rest and not at_head):
+        if max_pages < self.threshold_pages or (max_pages < rest
+                                                                 and not at_head):
             # no room: a partial prefetch would fetch a sliver; wait for room or the head
             # (``whole``: skipped for good)
-            if lock is not None:
-                self.tree.unlock(lock)
-            if room:
+            self.tree.unlock(lock)
+            if at_head or whole:
                 st.prefetch_job = 0
-            return room
-        if lock is None:
-            lock = self.tree.locks.lock_host(m.path)
+            return at_head or whole
         job = self.kv.sink.next_job_id()
         self.reserved += max_pages
         self.budget.host_reserved += max_pages

@@ -1,10 +1,7 @@
-"""Two L3 prefetcher short cuts against the code they replaced, kept here verbatim:
-
-- under ``timeout`` a queue head whose own prefetch runs is told to wait by
-  ``L3Prefetcher._waits`` (a remembered timeout per page count, ``_timeout``) without
-  ``stop_decision``, and ``next_deadline`` reads the same timeouts;
-- an arrival-time prefetch (no room made) takes its host lock only once it starts; the
-  old ``start`` took it first and undid it on a refusal.
+"""The L3 prefetcher's timeout short cut against the code it replaced, kept here verbatim:
+under ``timeout`` a queue head whose own prefetch runs is told to wait by
+``L3Prefetcher._waits`` (a remembered timeout per page count, ``_timeout``) without
+``stop_decision``, and ``next_deadline`` reads the same timeouts.
 
 Property tests compare ``_waits`` and ``next_deadline`` with ``stop_decision`` on random
 times, configurations and page counts; twin runs (the new code, then the old) over random
@@ -18,16 +15,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
 from hicache.config import CacheConfig
-from hicache.kvcache.decisions import Prefetch, PrefetchStop
+from hicache.kvcache.decisions import PrefetchStop
 from hicache.kvcache.manager import KVCacheManager
 from hicache.kvcache.plans import PlanBuilder
 from hicache.kvcache.prefetch import L3Prefetcher
 from hicache.kvcache.state import RequestState, Status
-from hicache.runtime.handles import Kind, Tier
-from hicache.runtime.interface import PrefetchIntent, RuntimeInfo
+from hicache.runtime.handles import Kind
+from hicache.runtime.interface import RuntimeInfo
 from hicache.scenario import load_scenario
-from hicache.tiers.prefetch import should_query, stop_decision
-from hicache.tree.radix import MatchResult, page_keys
+from hicache.tiers.prefetch import stop_decision
+from hicache.tree.radix import page_keys
 from hicache.workload.request import Request
 from sim.driver import simulate
 
@@ -72,37 +69,6 @@ def _old_next_deadline(self: L3Prefetcher, waiting, now: float) -> float | None:
     return min(times) if times else None
 
 
-def _old_start(self: L3Prefetcher, st: RequestState, m: MatchResult, at_head: bool = False,
-               whole: bool = False) -> bool:
-    reused = m.total_tokens // self.page
-    rest = len(st.pages) - reused
-    if rest <= 0 or not should_query(rest * self.page, self.cache):
-        st.prefetch_job = 0
-        return True
-    lock = self.tree.locks.lock_host(m.path)
-    budget = rest if at_head or whole else self._share_left()
-    if (at_head or whole) and rest > self.budget.host_free():
-        self.kv.make_room(Tier.HOST, rest)
-    max_pages = min(rest, budget, self.budget.host_free())
-    if max_pages < self.threshold_pages or (max_pages < rest and not at_head):
-        self.tree.unlock(lock)
-        if at_head or whole:
-            st.prefetch_job = 0
-        return at_head or whole
-    job = self.kv.sink.next_job_id()
-    self.reserved += max_pages
-    self.budget.host_reserved += max_pages
-    self.jobs[job] = st
-    st.prefetch_job, st.prefetch_from, st.prefetch_reserved = job, reused, max_pages
-    st.status = Status.PREFETCHING
-    st.prefix_lock = lock
-    self.kv.log(Prefetch(st.rid, reused, max_pages))
-    self.kv.sink.prefetch(PrefetchIntent(
-        tuple(st.hashes[reused:reused + max_pages]), max_pages,
-        self.threshold_pages, job, self.cache.prefetch_batch_pages))
-    return True
-
-
 # -- properties: the short answers are stop_decision's -------------------------------------
 def _prefetcher(base: float, per_ki: float, most: float) -> L3Prefetcher:
     extra = {"prefetch_timeout_base": base, "prefetch_timeout_per_ki_token": per_ki,
@@ -138,6 +104,9 @@ def test_waits_answers_as_stop_decision(base, per_ki, most, arrival, now, pages)
         assert l3._waits(st, now) is (not d.proceed)
         assert l3.ready(st, now) is d.proceed  # the long way says the same
         assert st.status is (Status.WAITING if d.proceed else Status.PREFETCHING)
+        done = _prefetching(rid + 100, arrival, n)
+        done.prefetch_done = True  # completed: goes whatever the time
+        assert l3.ready(done, now) and done.status is Status.WAITING
 
 
 @settings(max_examples=200, deadline=None)
@@ -163,8 +132,8 @@ def _observed(sc) -> tuple:  # noqa: ANN001
 
 
 def _world(seed: int, base: float, share: float, over: str, policy: str, l1: int):  # noqa: ANN202
-    """Conversations that outgrow a small L1 and L2: arrival-time prefetches find no room
-    in the share, and short timeouts let heads go before their prefetch completes."""
+    """Conversations that outgrow a small L1 and L2 (heads wait for room and for their
+    prefetches); short timeouts let heads go before their prefetch completes."""
     return dict(load_scenario(ROOT / "scenarios/multiturn_tiers.yaml", [
         f"seed={seed}", "workload.num_clients=16", "workload.num_rounds=6",
         f"cache.device_tokens={l1}", "cache.hicache_ratio=2",
@@ -175,32 +144,24 @@ def _world(seed: int, base: float, share: float, over: str, policy: str, l1: int
 
 
 def _twin(sc) -> tuple[tuple, tuple, dict[str, int]]:  # noqa: ANN001
-    """(new run, old run, how often the new run took each short cut)."""
-    seen = {"wait": 0, "go": 0, "refused": 0}
-    waits, start = L3Prefetcher._waits, L3Prefetcher.start
+    """(new run, old run, how often the new run's short cut said wait and go on)."""
+    seen = {"wait": 0, "go": 0}
+    waits = L3Prefetcher._waits
 
-    def counting_waits(self, st, now):  # noqa: ANN001, ANN202
+    def counting(self, st, now):  # noqa: ANN001, ANN202
         out = waits(self, st, now)
         seen["wait" if out else "go"] += 1
         return out
 
-    def counting_start(self, st, m, at_head=False, whole=False):  # noqa: ANN001, ANN202
-        out = start(self, st, m, at_head, whole)
-        seen["refused"] += not out
-        return out
-
-    saved = (L3Prefetcher._waits, L3Prefetcher.start, L3Prefetcher.ready,
-             L3Prefetcher.next_deadline)
+    saved = L3Prefetcher._waits, L3Prefetcher.ready, L3Prefetcher.next_deadline
     try:
-        L3Prefetcher._waits, L3Prefetcher.start = counting_waits, counting_start
+        L3Prefetcher._waits = counting
         new = _observed(sc)
-        L3Prefetcher._waits = saved[0]
-        L3Prefetcher.start, L3Prefetcher.ready, L3Prefetcher.next_deadline = (
-            _old_start, _old_ready, _old_next_deadline)
+        L3Prefetcher._waits = waits
+        L3Prefetcher.ready, L3Prefetcher.next_deadline = _old_ready, _old_next_deadline
         old = _observed(sc)
     finally:
-        (L3Prefetcher._waits, L3Prefetcher.start, L3Prefetcher.ready,
-         L3Prefetcher.next_deadline) = saved
+        L3Prefetcher._waits, L3Prefetcher.ready, L3Prefetcher.next_deadline = saved
     return new, old, seen
 
 
@@ -215,9 +176,8 @@ def test_short_cuts_change_nothing(seed, base, share, over, policy, l1) -> None:
 
 
 def test_worlds_take_every_short_cut() -> None:
-    """Worlds where each short cut is taken, and the twins agree (the first needs the
-    prefix lock of a prefetch that started on arrival: L2 evicts while it queues)."""
-    seen = {"wait": 0, "go": 0, "refused": 0}
+    """Worlds where heads wait and go on their timeout, and the twins agree."""
+    seen = {"wait": 0, "go": 0}
     for world in [(1, 0.0, 0.05, "wait", "timeout", 6000),
                   (0, 0.002, 0.05, "wait", "timeout", 12000)]:
         new, old, took = _twin(_world(*world))
