@@ -39,7 +39,7 @@ from hicache.kvcache.manager import KVCacheManager
 from hicache.kvcache.state import RequestState, Status
 from hicache.runtime.handles import CacheExtentRef, Tier
 from hicache.runtime.interface import PrefetchIntent, TransferCompletion
-from hicache.tiers.prefetch import should_query, stop_decision
+from hicache.tiers.prefetch import prefetch_timeout, should_query, stop_decision
 from hicache.tree.components import Kind
 from hicache.tree.radix import MatchResult
 
@@ -67,6 +67,8 @@ class L3Prefetcher:
         self.threshold_pages = self.cache.prefetch_threshold_pages
         # ready()'s short answer for a head waiting for its own prefetch (see there)
         self.waits_own = self.cache.hicache_storage_prefetch_policy == "wait_complete"
+        self.times_out = self.cache.hicache_storage_prefetch_policy == "timeout"
+        self._timeouts: dict[int, float] = {}  # prefetch pages -> timeout (see _timeout)
 
     def _share_left(self) -> int:
         return int(self.budget.host_total * self.share) - self.reserved
@@ -118,10 +120,11 @@ class L3Prefetcher:
 
     def ready(self, st: RequestState, now: float) -> bool:
         """At the queue head: may ``st`` be admitted now (its stop policy says go)?
-        Under ``wait_complete`` a head whose own prefetch runs gets no at once: the steps
-        below would change nothing and say no (it has its job, and a lost prefix needs
-        the prefetch done)."""
-        if self.waits_own and st.status is Status.PREFETCHING and not st.prefetch_done:
+        A head whose own prefetch runs gets its policy's answer at once when that is no
+        (:meth:`_waits`): the steps below would change nothing and ask the policy (it has
+        its job, and a lost prefix needs the prefetch done)."""
+        if st.status is Status.PREFETCHING and not st.prefetch_done and (
+                self.waits_own or self._waits(st, now)):
             return False
         if self.skip_over_share and st.prefetch_job is None:
             self._start_or_skip(st)  # not seen on arrival: decided as one
@@ -140,6 +143,20 @@ class L3Prefetcher:
         self.kv.log(PrefetchStop(st.rid, d.reason))
         st.status = Status.WAITING
         return True
+
+    def _waits(self, st: RequestState, now: float) -> bool:
+        """``not stop_decision(...).proceed`` for ``st``, prefetching and not completed,
+        under ``timeout`` (``wait_complete`` is :attr:`waits_own`, ``best_effort`` goes):
+        the same comparison, its timeout from :meth:`_timeout`."""
+        return self.times_out and now - st.req.arrival < self._timeout(st.prefetch_pages)
+
+    def _timeout(self, pages: int) -> float:
+        """:func:`prefetch_timeout` of a prefetch that brought ``pages`` (a pure function
+        of them and the config: remembered per value, never stale)."""
+        timeout = self._timeouts.get(pages)
+        if timeout is None:
+            timeout = self._timeouts[pages] = prefetch_timeout(pages * self.page, self.cache)
+        return timeout
 
     def still(self, head: RequestState) -> bool:
         """Until a completion or an arrival, :meth:`on_arrivals` and :meth:`ready` of the
@@ -160,15 +177,16 @@ class L3Prefetcher:
         return True
 
     def next_deadline(self, waiting: Iterable[RequestState], now: float) -> float | None:
-        if self.cache.hicache_storage_prefetch_policy != "timeout":
+        """The earliest ``timeout`` deadline after ``now`` of a prefetching request
+        (:func:`stop_decision`'s ``arrival + timeout``, its timeout from :meth:`_timeout`)."""
+        if not self.times_out:
             return None
         times = []
         for st in waiting:
             if st.status is Status.PREFETCHING:
-                d = stop_decision("timeout", now=now, arrival=st.req.arrival, completed=False,
-                                  hit_tokens=st.prefetch_pages * self.page, cfg=self.cache)
-                if d.deadline is not None and d.deadline > now:
-                    times.append(d.deadline)
+                deadline = st.req.arrival + self._timeout(st.prefetch_pages)
+                if deadline > now:
+                    times.append(deadline)
         return min(times) if times else None
 
     def done(self, c: TransferCompletion) -> None:
