@@ -18,6 +18,7 @@ import simpy
 
 from hicache.runtime.handles import CacheExtentRef
 from hicache.runtime.interface import BackupIntent, BatchPlan, PreparedBatchHandle
+from hicache.runtime.page_ids import Run
 
 if TYPE_CHECKING:
     from sim.load_chain import Landed
@@ -27,8 +28,8 @@ if TYPE_CHECKING:
 class PendingBackup:
     intent: BackupIntent
     dst: CacheExtentRef
-    src_pages: list[int]
-    dst_pages: list[int]
+    src_runs: list[Run]  # the pages copied, as runs (start, length)
+    dst_runs: list[Run]
     done: simpy.Event
 
 
@@ -58,17 +59,6 @@ class BatchState:
     load_issue_end: list[float] = field(default_factory=list)
     launched: list[simpy.Event] | None = None
     landed: Landed | None = None  # chained loads (sim.load_chain) instead of layer_events
-
-
-def paired_runs(src: list[int], dst: list[int]) -> int:
-    """Copy calls needed when both source and destination runs must be contiguous."""
-    runs = 0
-    prev_s = prev_d = -2
-    for s, d in zip(src, dst, strict=True):
-        if s != prev_s + 1 or d != prev_d + 1:
-            runs += 1
-        prev_s, prev_d = s, d
-    return runs
 
 
 class BatchShapes(Mapping[int, dict[str, int]]):
