@@ -114,10 +114,8 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Checked:
                              f"{st.src.num_pages} pages")
     if (plan.stores or plan.prefetches) and rt.l3 is None:
         raise ValueError("store/prefetch intents need an L3 (SimRuntime(l3=...))")
-    rid, gen = rt.runtime_id, rt.generation
     for ext in plan.frees:
-        if ext.generation != gen or ext.runtime_id != rid:
-            check_generation(ext, rid, gen, "freed extent")  # raises
+        check_generation(ext, rt.runtime_id, rt.generation, "freed extent")
     released: Released = {}
     if plan.releases:
         slots = {rel.request.slot_id for rel in plan.releases}

@@ -28,8 +28,6 @@ import bisect
 import heapq
 from collections import deque
 from collections.abc import Iterable, Sequence
-from itertools import islice
-from operator import itemgetter, lt
 from typing import Literal
 
 Run = tuple[int, int]
@@ -203,27 +201,19 @@ class PageIds:
     def bad_runs(self, runs: Sequence[Run]) -> int | None:
         """A page of ``runs`` that is not handed out, or listed twice, else None."""
         used, fresh = self._used, self._fresh
-        find = used.find
         for s, n in runs:
             if n == 1 and 0 <= s < fresh:  # fragmented extents: many one-page runs
                 if not used[s]:
                     return s
-            elif 0 <= s and s + n <= fresh:  # unused_in's first case, in line
-                i = find(0, s, s + n)
-                if i >= 0:
-                    return i
-            else:
-                p = self.unused_in(s, n)
-                if p is not None:
-                    return p
-        if len(runs) > 1:  # a run that starts inside the one before it, by start
+                continue
+            p = self.unused_in(s, n)
+            if p is not None:
+                return p
+        if len(runs) > 1:
             ordered = sorted(runs)
-            starts = list(map(itemgetter(0), ordered))
-            ends = list(map(sum, ordered))  # s + n of each (s, n)
-            if any(map(lt, islice(starts, 1, None), ends)):  # (C-level: the usual none)
-                for s1, e0 in zip(islice(starts, 1, None), ends, strict=False):
-                    if s1 < e0:
-                        return s1
+            for (s0, n0), (s1, _) in zip(ordered, ordered[1:], strict=False):
+                if s1 < s0 + n0:
+                    return s1
         return None
 
     def bad(self, pages: Sequence[int]) -> int | None:
@@ -241,8 +231,6 @@ class PageIds:
         if p is not None:
             raise ValueError(f"page {p} is not handed out")
         used, stack = self._used, self._runs
-        lowest = self.order == "lowest"
-        heap, push = self._heap, heapq.heappush  # lowest: each run pushed, in order
         total = 0
         for s, n in runs:
             if n == 1:
@@ -250,10 +238,10 @@ class PageIds:
             else:
                 used[s:s + n] = bytes(n)
             total += n
-            if lowest:
-                push(heap, (s, n))
-        if lowest:
-            pass
+        if self.order == "lowest":
+            heap = self._heap
+            for s, n in runs:
+                heapq.heappush(heap, (s, n))
         elif self.order == "fresh":
             pass  # retired: counted free below, never handed out again
         elif self.order == "fifo":
