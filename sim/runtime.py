@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 from collections.abc import Mapping
+from itertools import starmap
 
 import simpy
 
@@ -38,7 +39,7 @@ from hicache.runtime.interface import (
     RequestSlice,
     RuntimeInfo,
 )
-from hicache.runtime.page_ids import Run, merged, pages_of, runs_of
+from hicache.runtime.page_ids import Run, pages_of, runs_of
 from hicache.runtime.state import StateKeeper, state_loads
 from hicache.runtime.writeback import WritebackConfig
 from hicache.tiers.l3_guard import RetryPolicy
@@ -381,10 +382,10 @@ class SimRuntime:
         raise ValueError(f"the runtime places no pages on tier {tier}")
 
     def _extent(self, tier: Tier, runs: list[Run], pool: Kind) -> CacheExtentRef:
-        """The extent of the pages of ``runs`` (an allocation's: :func:`merged` gives
-        ``coalesce`` of its pages, per run)."""
+        """The extent of the pages of ``runs`` (an allocation's: coalesced already, so
+        its runs are ``coalesce`` of its pages)."""
         return CacheExtentRef(self.runtime_id, self.generation, tier,
-                              tuple([page_run(s, n) for s, n in merged(runs)]), pool)
+                              tuple(starmap(page_run, runs)), pool)
 
     def _prepare_slice(self, s: RequestSlice, st: BatchState, loads: list[Load]
                        ) -> PreparedSlice:
