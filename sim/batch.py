@@ -10,7 +10,7 @@ it launched compute op i (None: no host lane modelled).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -44,6 +44,9 @@ class LoadGroup:
 
 @dataclass(slots=True)
 class BatchState:
+    """A prepared batch. The lists a batch without backups or loads leaves empty default
+    to one shared empty tuple (never appended to: prepare assigns them)."""
+
     plan: BatchPlan
     handle: PreparedBatchHandle
     generation: int
@@ -52,11 +55,11 @@ class BatchState:
     finished: tuple[int, ...] = ()
     layer_events: list[simpy.Event] | None = None
     loads_done: simpy.Event | None = None
-    backups: list[PendingBackup] = field(default_factory=list)
+    backups: Sequence[PendingBackup] = ()
     extra_s: float = 0.0  # state copies (MAMBA checkpoints, copy-on-write) added to compute
-    load_groups: list[LoadGroup] = field(default_factory=list)
-    load_issued: list[simpy.Event | None] = field(default_factory=list)  # None: at once
-    load_issue_end: list[float] = field(default_factory=list)
+    load_groups: Sequence[LoadGroup] = ()
+    load_issued: Sequence[simpy.Event | None] = ()  # None: at once
+    load_issue_end: Sequence[float] = ()
     launched: list[simpy.Event] | None = None
     landed: Landed | None = None  # chained loads (sim.load_chain) instead of layer_events
 

@@ -219,7 +219,10 @@ class HostLane:
                 admits: bool = False) -> None:
         """Queue prepare_batch's host work (after the scheduler's admission work when the
         batch ``admits``); ``st.load_issued[g]`` fires when load op g's first call is
-        issued (``st.load_issue_end[g]``: when its last one is)."""
+        issued (``st.load_issue_end[g]``: when its last one is). An inactive lane with
+        no loads leaves ``st`` as it is (both empty)."""
+        if not load_calls and not self.active:
+            return
         st.load_issue_end = [0.0] * len(load_calls)
         if not self.active:
             st.load_issued = [None] * len(load_calls)  # issued at once: nothing to wait on

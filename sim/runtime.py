@@ -204,13 +204,15 @@ class SimRuntime:
                                if loads else (), admits=bool(st.prefills))
         if loads:
             self._start_loads(st)
+        if plan.backups:
+            st.backups = []
         for b in plan.backups:
             pool, n = b.src.pool, b.src.num_pages
             runs = self.host[pool].allocate_runs(n)
             ext = self._extent(Tier.HOST, runs, pool)
             pending = PendingBackup(b, ext, [(r.first_page, r.page_count)
                                              for r in b.src.page_runs], runs, self.env.event())
-            st.backups.append(pending)
+            st.backups.append(pending)  # type: ignore[attr-defined]  # the list above
             self._pending.setdefault(pool, {}).update(dict.fromkeys(pages_of(runs),
                                                                     pending.done))
             self.bytes_accounted["d2h"] += n * self.bytes_per_page[pool]
