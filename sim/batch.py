@@ -10,7 +10,7 @@ it launched compute op i (None: no host lane modelled).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -18,6 +18,7 @@ import simpy
 
 from hicache.runtime.handles import CacheExtentRef
 from hicache.runtime.interface import BackupIntent, BatchPlan, PreparedBatchHandle
+from hicache.runtime.page_ids import Run
 
 if TYPE_CHECKING:
     from sim.load_chain import Landed
@@ -27,8 +28,8 @@ if TYPE_CHECKING:
 class PendingBackup:
     intent: BackupIntent
     dst: CacheExtentRef
-    src_pages: list[int]
-    dst_pages: list[int]
+    src_runs: list[Run]  # the pages copied, as runs (start, length)
+    dst_runs: list[Run]
     done: simpy.Event
 
 
@@ -43,6 +44,9 @@ class LoadGroup:
 
 @dataclass(slots=True)
 class BatchState:
+    """A prepared batch. The lists a batch without backups or loads leaves empty default
+    to one shared empty tuple (never appended to: prepare assigns them)."""
+
     plan: BatchPlan
     handle: PreparedBatchHandle
     generation: int
@@ -51,24 +55,13 @@ class BatchState:
     finished: tuple[int, ...] = ()
     layer_events: list[simpy.Event] | None = None
     loads_done: simpy.Event | None = None
-    backups: list[PendingBackup] = field(default_factory=list)
+    backups: Sequence[PendingBackup] = ()
     extra_s: float = 0.0  # state copies (MAMBA checkpoints, copy-on-write) added to compute
-    load_groups: list[LoadGroup] = field(default_factory=list)
-    load_issued: list[simpy.Event | None] = field(default_factory=list)  # None: at once
-    load_issue_end: list[float] = field(default_factory=list)
+    load_groups: Sequence[LoadGroup] = ()
+    load_issued: Sequence[simpy.Event | None] = ()  # None: at once
+    load_issue_end: Sequence[float] = ()
     launched: list[simpy.Event] | None = None
     landed: Landed | None = None  # chained loads (sim.load_chain) instead of layer_events
-
-
-def paired_runs(src: list[int], dst: list[int]) -> int:
-    """Copy calls needed when both source and destination runs must be contiguous."""
-    runs = 0
-    prev_s = prev_d = -2
-    for s, d in zip(src, dst, strict=True):
-        if s != prev_s + 1 or d != prev_d + 1:
-            runs += 1
-        prev_s, prev_d = s, d
-    return runs
 
 
 class BatchShapes(Mapping[int, dict[str, int]]):

@@ -542,7 +542,7 @@ class DecodeFolder:
         need: list[int] = []
         firsts: list[tuple[int, int]] = []  # (first step needing a page, slice index)
         for i, (s, row) in enumerate(zip(plan.slices, rows, strict=True)):
-            first = len(row.pages) * page - s.context_tokens
+            first = row.size * page - s.context_tokens
             assert first >= 0, f"request {s.rid}: its pages do not hold its context"
             if first < n:
                 need.extend(range(first * r + i, n * r, page * r))
@@ -556,7 +556,7 @@ class DecodeFolder:
         pages = rt.device[Kind.FULL].allocate(len(need))
         if len(need) == len(firsts):  # a page each (the usual case: n <= page)
             for v, p in zip(need, pages, strict=True):
-                rows[v % r].append([p], own=True, runs=((p, 1),))
+                rows[v % r].append_runs(((p, 1),), own=True)
             return
         per_row: list[list[int]] = [[] for _ in range(r)]
         for v, p in zip(need, pages, strict=True):

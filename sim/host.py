@@ -52,7 +52,8 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from sim.batch import BatchState, paired_runs
+from hicache.runtime.page_ids import Run
+from sim.batch import BatchState
 from sim.fluid import FluidJob, FluidServer
 from sim.interpreter import DRIVER, INTERPRETER, PYTHON
 from sim.streams import Stream
@@ -72,28 +73,45 @@ def interpreter_on(profile: HardwareProfile) -> bool:
             and "host_lane" not in profile.ablate)
 
 
-def host_runs(pages: Sequence[int]) -> int:
-    return paired_runs(list(pages), list(pages))
+def _starts(runs: Sequence[Run]) -> set[int]:
+    """The offsets (in pages) at which ``runs``' pages stop being consecutive: where a
+    run starts that does not continue the one before (offset 0 always)."""
+    out: set[int] = set()
+    off, end = 0, -1
+    for s, n in runs:
+        if s != end:
+            out.add(off)
+        off += n
+        end = s + n
+    return out
 
 
-def copy_calls(backend: str, mechanism: str, layout: str, src: Sequence[int],
-               dst: Sequence[int], host: Sequence[int], layers: int, all_layers: bool,
+def paired_runs(src: Sequence[Run], dst: Sequence[Run]) -> int:
+    """Copy calls needed when both source and destination runs must be contiguous: the
+    pieces the two lists of runs (the same pages' count) cut each other into."""
+    return len(_starts(src) | _starts(dst))
+
+
+def copy_calls(backend: str, mechanism: str, layout: str, pages: int, src: Sequence[Run],
+               dst: Sequence[Run], host: Sequence[Run], layers: int, all_layers: bool,
                legacy: bool = False) -> int:
-    """Copy calls one op issues (module doc); ``legacy``: the old count (one per run and
-    layer for direct, one per op for kernel)."""
-    if not src or not layers:
+    """Copy calls one op issues (module doc) moving ``pages`` pages from the runs ``src``
+    to the runs ``dst`` (``host``: whichever of them lives in L2); ``legacy``: the old
+    count (one per run and layer for direct, one per op for kernel). Runs are
+    ``(start, length)``, in page order, adjacent ones possibly apart: counted per run."""
+    if not pages or not layers:
         return 0
     if legacy:
-        return paired_runs(list(src), list(dst)) * layers if backend == "direct" else 1
+        return paired_runs(src, dst) * layers if backend == "direct" else 1
     if backend == "direct":
-        per = paired_runs(list(src), list(dst)) if layout == "layer_first" else len(src)
+        per = paired_runs(src, dst) if layout == "layer_first" else pages
         return 2 * per * layers
     if mechanism == "sm_zero_copy":
         return 1
-    h = host_runs(host)
+    h = len(_starts(host))
     if layout == "layer_first":
         return 2 * h * layers
-    return 2 * h if all_layers else 2 * len(src)
+    return 2 * h if all_layers else 2 * pages
 
 
 class HostLane:
@@ -201,7 +219,10 @@ class HostLane:
                 admits: bool = False) -> None:
         """Queue prepare_batch's host work (after the scheduler's admission work when the
         batch ``admits``); ``st.load_issued[g]`` fires when load op g's first call is
-        issued (``st.load_issue_end[g]``: when its last one is)."""
+        issued (``st.load_issue_end[g]``: when its last one is). An inactive lane with
+        no loads leaves ``st`` as it is (both empty)."""
+        if not load_calls and not self.active:
+            return
         st.load_issue_end = [0.0] * len(load_calls)
         if not self.active:
             st.load_issued = [None] * len(load_calls)  # issued at once: nothing to wait on

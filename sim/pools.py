@@ -46,8 +46,8 @@ class PagePool:
         return pages_of(self.allocate_runs(n))
 
     def allocate_runs(self, n: int) -> list[Run]:
-        """:meth:`allocate`'s pages as runs ``(start, length)`` in hand-out order (runs
-        that continue each other may stay apart: :func:`merged` joins them)."""
+        """:meth:`allocate`'s pages as runs ``(start, length)`` in hand-out order,
+        coalesced (:meth:`PageIds.take_runs`)."""
         if n > self.free_count:
             raise CapacityError(
                 f"{self.tier.value} pool '{self.pool}': {n} pages requested, "

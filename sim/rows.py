@@ -1,14 +1,16 @@
-"""A request's row: its device KV pages in token order and which of them it owns.
+"""A request's row: how many device KV pages it holds, their runs in token order, and
+how many of them it owns.
 
-Invariant: ``pages`` = attached pages + loaded pages + own pages, in token order (no
-borrowed page after an own one: checked); ``runs`` always equals coalesce(pages)
-(maintained incrementally, O(1) per appended page); only ``own`` pages (allocated for the
-request's new tokens) may be freed by a Release: they are the last ``len(own)`` pages.
+Invariant: the row's pages are attached pages + loaded pages + own pages, in token order
+(no borrowed page after an own one: checked); ``runs`` always equals coalesce(pages)
+(maintained incrementally, per appended run); ``size`` counts the pages and ``owned`` the
+own pages (allocated for the request's new tokens, the last ``owned`` pages): only those
+may be freed by a Release. Pages are never listed one by one: a row costs per run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from hicache.runtime.handles import (
     CacheExtentRef,
@@ -19,35 +21,49 @@ from hicache.runtime.handles import (
     page_run,
 )
 from hicache.runtime.interface import PreparedSlice
-from hicache.runtime.page_ids import Run, runs_of
+from hicache.runtime.page_ids import Run, pages_of, runs_of
 
 
 class RequestRow:
-    __slots__ = ("handle", "rid", "pages", "runs", "own", "_extent", "_slice")
+    __slots__ = ("handle", "rid", "size", "owned", "runs", "_extent", "_slice")
 
     def __init__(self, handle: RequestRuntimeHandle, rid: int) -> None:
         self.handle, self.rid = handle, rid
-        self.pages: list[int] = []
+        self.size = 0  # pages held
+        self.owned = 0  # own pages: the last ``owned`` of them
         self.runs: list[PageRun] = []
-        self.own: set[int] = set()
         self._extent: CacheExtentRef | None = None
         self._slice: PreparedSlice | None = None  # for this row's current extent
 
-    def append(self, pages: Iterable[int], own: bool, runs: Iterable[Run] | None = None
-               ) -> None:
-        """Append ``pages`` (``runs``: their runs in order, adjacent ones possibly apart,
-        when the caller has them: an allocation's)."""
-        pages = pages if isinstance(pages, list) else list(pages)
-        if not pages:
-            return
-        if not own:
+    @property
+    def pages(self) -> list[int]:
+        """The page ids held, in token order (listed on demand: tests, messages)."""
+        return pages_of((r.first_page, r.page_count) for r in self.runs)
+
+    @property
+    def own(self) -> set[int]:
+        """The own page ids (listed on demand)."""
+        return set(pages_of(self.own_runs()))
+
+    def append(self, pages: Iterable[int], own: bool) -> None:
+        """Append ``pages``, page ids in order: :meth:`append_runs` of their runs."""
+        self.append_runs(runs_of(pages if isinstance(pages, list) else list(pages)), own)
+
+    def append_runs(self, runs: Sequence[Run], own: bool) -> None:
+        """Append the pages of ``runs`` ``(start, length)``, each run a page at least, in
+        order (adjacent ones possibly apart: an allocation's)."""
+        if not own and runs:
             self._borrow()
-        self.pages.extend(pages)
-        if own:
-            self.own.update(pages)
-        for s, n in runs_of(pages) if runs is None else runs:
-            self._join(s, n)
-        self._extent = None
+        n = 0
+        join = self._join
+        for s, k in runs:
+            join(s, k)
+            n += k
+        if n:
+            self.size += n
+            if own:
+                self.owned += n
+            self._extent = None
 
     def append_extent(self, ext: CacheExtentRef) -> None:
         """:meth:`append` of ``ext``'s pages, borrowed (not own), run by run: the same
@@ -55,9 +71,13 @@ class RequestRow:
         if not ext.page_runs:
             return
         self._borrow()
+        n = 0
+        join = self._join
         for r in ext.page_runs:
-            self.pages.extend(r.pages())
-            self._join(r.first_page, r.page_count, r)
+            k = r.page_count
+            join(r.first_page, k, r)
+            n += k
+        self.size += n
         self._extent = None
 
     def _join(self, start: int, n: int, run: PageRun | None = None) -> None:
@@ -72,13 +92,13 @@ class RequestRow:
             runs.append(run if run is not None else page_run(start, n))
 
     def _borrow(self) -> None:
-        if self.own:
+        if self.owned:
             raise ValueError(f"request {self.rid}: borrowed pages after its own ones")
 
     def own_runs(self) -> list[Run]:
         """``runs_of`` the own pages in token order: ``runs`` less the borrowed pages
         before them, at a cost per run (not per page)."""
-        skip = len(self.pages) - len(self.own)
+        skip = self.size - self.owned
         out: list[Run] = []
         for r in self.runs:
             if skip >= r.page_count:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 from collections.abc import Mapping
+from itertools import starmap
 
 import simpy
 
@@ -38,7 +39,7 @@ from hicache.runtime.interface import (
     RequestSlice,
     RuntimeInfo,
 )
-from hicache.runtime.page_ids import Run, merged, pages_of
+from hicache.runtime.page_ids import Run, pages_of, runs_of
 from hicache.runtime.state import StateKeeper, state_loads
 from hicache.runtime.writeback import WritebackConfig
 from hicache.tiers.l3_guard import RetryPolicy
@@ -62,6 +63,9 @@ from sim.pools import TierPools
 from sim.rows import RequestRow
 from sim.streams import Stream
 from sim.writeback import Writeback, chunked_backup_op
+
+# a load: (pool, pages, source runs, destination runs), runs as (start, length)
+Load = tuple[Kind, int, list[Run], list[Run]]
 
 
 class SimRuntime:
@@ -191,7 +195,7 @@ class SimRuntime:
         checked = self.apply_frees(plan)
         st = BatchState(plan, None, self.generation)  # type: ignore[arg-type]
         st.finished = tuple([s.rid for s in plan.slices if s.finishes])
-        loads: list[tuple[Kind, list[int], list[int]]] = []  # (pool, src, dst)
+        loads: list[Load] = []
         slices = self._place_slices(plan, checked, st, loads)
         if loads:
             st.load_groups = self._load_groups(loads)
@@ -200,15 +204,18 @@ class SimRuntime:
                                if loads else (), admits=bool(st.prefills))
         if loads:
             self._start_loads(st)
+        if plan.backups:
+            st.backups = []
         for b in plan.backups:
-            src = list(b.src.pages())
-            runs = self.host[b.src.pool].allocate_runs(len(src))
-            dst = pages_of(runs)
-            ext = self._extent(Tier.HOST, runs, b.src.pool)
-            pending = PendingBackup(b, ext, src, dst, self.env.event())
-            st.backups.append(pending)
-            self._pending.setdefault(b.src.pool, {}).update(dict.fromkeys(dst, pending.done))
-            self.bytes_accounted["d2h"] += len(src) * self.bytes_per_page[b.src.pool]
+            pool, n = b.src.pool, b.src.num_pages
+            runs = self.host[pool].allocate_runs(n)
+            ext = self._extent(Tier.HOST, runs, pool)
+            pending = PendingBackup(b, ext, [(r.first_page, r.page_count)
+                                             for r in b.src.page_runs], runs, self.env.event())
+            st.backups.append(pending)  # type: ignore[attr-defined]  # the list above
+            self._pending.setdefault(pool, {}).update(dict.fromkeys(pages_of(runs),
+                                                                    pending.done))
+            self.bytes_accounted["d2h"] += n * self.bytes_per_page[pool]
         self._record_shape(st)
         for pf in plan.prefetches:
             reserved = self.host[Kind.FULL].allocate(pf.max_pages)
@@ -377,13 +384,13 @@ class SimRuntime:
         raise ValueError(f"the runtime places no pages on tier {tier}")
 
     def _extent(self, tier: Tier, runs: list[Run], pool: Kind) -> CacheExtentRef:
-        """The extent of the pages of ``runs`` (an allocation's: :func:`merged` gives
-        ``coalesce`` of its pages, per run)."""
+        """The extent of the pages of ``runs`` (an allocation's: coalesced already, so
+        its runs are ``coalesce`` of its pages)."""
         return CacheExtentRef(self.runtime_id, self.generation, tier,
-                              tuple([page_run(s, n) for s, n in merged(runs)]), pool)
+                              tuple(starmap(page_run, runs)), pool)
 
-    def _prepare_slice(self, s: RequestSlice, st: BatchState,
-                       loads: list[tuple[Kind, list[int], list[int]]]) -> PreparedSlice:
+    def _prepare_slice(self, s: RequestSlice, st: BatchState, loads: list[Load]
+                       ) -> PreparedSlice:
         """A slice's pages, loads and shape (:meth:`_place_slices`: the short path that
         prepare_batch takes when it may)."""
         if s.request is None:
@@ -399,7 +406,7 @@ class SimRuntime:
                     s.attach, lambda pool, n: self.device[pool].allocate(n), self.runtime_id,
                     self.generation)
                 for pool, src, dst in copies:
-                    loads.append((pool, src, dst))
+                    loads.append((pool, len(src), runs_of(src), runs_of(dst)))
                     self.bytes_accounted["h2d"] += len(src) * self.bytes_per_page[pool]
                 st.extra_s += self.state.open(handle.slot_id, attach, sum(
                     ld.src.num_pages for ld in s.loads if ld.src.pool is Kind.FULL))
@@ -407,23 +414,23 @@ class SimRuntime:
             row = self.rows[s.request.slot_id]
             landed = []
         loaded = []
-        for ld in s.loads:
-            src = list(ld.src.pages())
-            runs = self.device[ld.src.pool].allocate_runs(len(src))
-            dst = pages_of(runs)
-            loads.append((ld.src.pool, src, dst))
-            ext = self._extent(Tier.DEVICE, runs, ld.src.pool)
+        for ld in s.loads:  # the source's runs and the runs placed: no page listed
+            src = ld.src
+            pool, n = src.pool, src.num_pages
+            runs = self.device[pool].allocate_runs(n)
+            loads.append((pool, n, [(r.first_page, r.page_count) for r in src.page_runs],
+                          runs))
+            ext = self._extent(Tier.DEVICE, runs, pool)
             loaded.append(ext)
-            if ld.src.pool is Kind.FULL:
+            if pool is Kind.FULL:
                 row.append_extent(ext)
-            self.bytes_accounted["h2d"] += len(src) * self.bytes_per_page[ld.src.pool]
-        runs = self.device[Kind.FULL].allocate_runs(
-            validate.new_pages(self, s, len(row.pages)))
-        new = pages_of(runs)
-        row.append(new, own=True, runs=runs)
+            self.bytes_accounted["h2d"] += n * self.bytes_per_page[pool]
+        runs = self.device[Kind.FULL].allocate_runs(validate.new_pages(self, s, row.size))
+        row.append_runs(runs, own=True)
         state: tuple[CacheExtentRef, ...] = ()
         if self.state.active:
-            state, seconds = self.state.advance(row.handle.slot_id, s, len(row.pages), new)
+            state, seconds = self.state.advance(row.handle.slot_id, s, row.size,
+                                                pages_of(runs))
             st.extra_s += seconds
         if s.phase is Phase.PREFILL:
             st.prefills.append((s.new_tokens, s.context_tokens))
@@ -432,8 +439,7 @@ class SimRuntime:
         return PreparedSlice(s.rid, row.handle, row.extent(), (*loaded, *landed), state)
 
     def _place_slices(self, plan: BatchPlan, checked: validate.Checked, st: BatchState,
-                      loads: list[tuple[Kind, list[int], list[int]]]
-                      ) -> tuple[PreparedSlice, ...]:
+                      loads: list[Load]) -> tuple[PreparedSlice, ...]:
         """Each slice's pages and shape, in plan order. A request's later slice (most slices
         of a run: decode steps) takes the short path, with no state pools: the row and new
         page count the plan's check found, new pages if its tokens need them, and the same
@@ -465,8 +471,7 @@ class SimRuntime:
         return prepared
 
     def _place_each(self, slices: tuple[RequestSlice, ...], rows: list[RequestRow | None],
-                    news: list[int], st: BatchState,
-                    loads: list[tuple[Kind, list[int], list[int]]]
+                    news: list[int], st: BatchState, loads: list[Load]
                     ) -> tuple[PreparedSlice, ...]:
         """:meth:`_place_slices` slice by slice (``rows``, ``news``: the check's)."""
         short = not self.state.active
@@ -478,8 +483,7 @@ class SimRuntime:
                 out.append(self._prepare_slice(s, st, loads))
                 continue
             if new:
-                runs = allocate(new)  # the row joins runs that continue each other
-                row.append(pages_of(runs), own=True, runs=runs)
+                row.append_runs(allocate(new), own=True)  # joins runs that continue
             if s.phase is not decode:
                 prefills.append((s.new_tokens, s.context_tokens))
             elif s.new_tokens == 1:
@@ -489,21 +493,21 @@ class SimRuntime:
             out.append(row.prepared_slice())
         return tuple(out)
 
-    def _calls(self, pool: Kind, src: list[int], dst: list[int], layers: range,
-               host: list[int]) -> int:
-        """Copy calls of one op moving ``src`` -> ``dst`` over ``layers`` (sim.host);
-        ``host`` is whichever of the two lives in L2."""
+    def _calls(self, pool: Kind, pages: int, src: list[Run], dst: list[Run], layers: range,
+               host: list[Run]) -> int:
+        """Copy calls of one op moving ``pages`` pages, runs ``src`` -> ``dst``, over
+        ``layers`` (sim.host); ``host`` is whichever of the two lives in L2."""
         touched = sum(1 for i in layers if self.layer_bytes[pool][i])
-        return self._calls_touching(pool, src, dst, host, touched)
+        return self._calls_touching(pool, pages, src, dst, host, touched)
 
-    def _calls_touching(self, pool: Kind, src: list[int], dst: list[int], host: list[int],
-                        touched: int) -> int:
+    def _calls_touching(self, pool: Kind, pages: int, src: list[Run], dst: list[Run],
+                        host: list[Run], touched: int) -> int:
         return copy_calls(self.copies.io_backend, self.profile.io_kernel.mechanism,
-                          self.mem_layout, src, dst, host, touched,
+                          self.mem_layout, pages, src, dst, host, touched,
                           touched == self.layers_touched[pool],
                           legacy="copy_calls" in self.profile.ablate)
 
-    def _load_groups(self, loads: list[tuple[Kind, list[int], list[int]]]) -> list[LoadGroup]:
+    def _load_groups(self, loads: list[Load]) -> list[LoadGroup]:
         """One h2d op per layer (layer-wise) or one for all layers, as the torch runtime.
         A load's calls depend on the layers it touches only through their count: counted
         once per load and count, not once per layer (byte and call sums are integers: any
@@ -513,17 +517,17 @@ class SimRuntime:
         layers = self.model.num_layers
         if not self.layerwise:
             nbytes = calls = 0
-            for pool, src, dst in loads:
-                nbytes += self.bytes_per_page[pool] * len(src)
-                calls += self._calls(pool, src, dst, range(layers), src)  # src lives in L2
+            for pool, n, src, dst in loads:
+                nbytes += self.bytes_per_page[pool] * n
+                calls += self._calls(pool, n, src, dst, range(layers), src)  # src in L2
             return [LoadGroup(range(layers), nbytes, calls)]
         # per pool, the pages and one-layer calls of its loads, summed: a layer's bytes are
         # its per-page bytes times the pages (integers: the same as load by load)
         pages: dict[Kind, int] = {}
         calls: dict[Kind, int] = {}
-        for pool, src, dst in loads:
-            pages[pool] = pages.get(pool, 0) + len(src)
-            calls[pool] = calls.get(pool, 0) + self._calls_touching(pool, src, dst, src, 1)
+        for pool, n, src, dst in loads:
+            pages[pool] = pages.get(pool, 0) + n
+            calls[pool] = calls.get(pool, 0) + self._calls_touching(pool, n, src, dst, src, 1)
         nbytes_at, calls_at = [0] * layers, [0] * layers
         for pool, n in pages.items():
             one = calls[pool]
@@ -540,12 +544,13 @@ class SimRuntime:
         # concatenated, so runs continue across backups
         if not st.backups:
             return 0
-        pools: dict[str, tuple[list[int], list[int]]] = {}
+        pools: dict[Kind, tuple[list[Run], list[Run]]] = {}
         for b in st.backups:
             src, dst = pools.setdefault(b.intent.src.pool, ([], []))
-            src += b.src_pages
-            dst += b.dst_pages
-        return sum(self._calls(pool, src, dst, range(self.model.num_layers), dst)
+            src += b.src_runs
+            dst += b.dst_runs
+        return sum(self._calls(pool, sum(n for _, n in src), src, dst,
+                               range(self.model.num_layers), dst)
                    for pool, (src, dst) in pools.items())
 
     def _start_loads(self, st: BatchState) -> None:

@@ -32,7 +32,6 @@ from operator import eq
 from typing import TYPE_CHECKING
 
 from hicache.runtime.interface import BatchPlan, Phase, PreparedSlice, RequestSlice
-from hicache.runtime.page_ids import pages_of
 from sim.pools import PagePool
 from sim.rows import RequestRow
 
@@ -98,8 +97,7 @@ def place(sd: SteadyRows, new: list[int], page_size: int) -> tuple[PreparedSlice
     rows, caps, allocate = sd.rows, sd.caps, sd.pool.allocate_runs
     for i in compress(range(len(out)), new):
         row = rows[i]
-        runs = allocate(1)
-        row.append(pages_of(runs), own=True, runs=runs)
+        row.append_runs(allocate(1), own=True)
         caps[i] += page_size
         out[i] = row.prepared_slice()
     sd.prepared = prepared = tuple(out)
@@ -126,7 +124,7 @@ def after_prepare(last: SteadyRows | None, head: SteadyRows | None, plan: BatchP
         return None
     rows: list[RequestRow] = checked.rows  # type: ignore[assignment]  # no first slice
     m = len(head.rows) if head is not None else 0
-    caps = [len(r.pages) * page_size for r in (rows[m:] if m else rows)]
+    caps = [r.size * page_size for r in (rows[m:] if m else rows)]
     if head is not None:
         caps = head.caps + caps
     return without_finished(SteadyRows(rows, caps, prepared, pool), slices, finished)

@@ -153,7 +153,7 @@ def _check_slices(rt: SimRuntime, slices: tuple[RequestSlice, ...], batch_id: in
             if s.attach or s.loads:
                 raise ValueError(f"request {s.rid}: attach/loads only on its first slice")
             add_row(row)
-            existing, ctx = len(row.pages), s.context_tokens  # new_pages, in line
+            existing, ctx = row.size, s.context_tokens  # new_pages, in line
             if ctx > existing * page:
                 new_pages(rt, s, existing)  # raises
             n = -(-(ctx + s.new_tokens) // page) - existing
@@ -200,7 +200,8 @@ def _check_release(rt: SimRuntime, rel: Release) -> list[Run]:
         if not _current(rt, ext, Tier.DEVICE):
             check_ext(rt, ext, Tier.DEVICE, "release keep")
         if ext.pool is Kind.FULL:
-            ok = rest is not None or row.own.issuperset(ext.pages())
+            ok = rest is not None or not runs_minus(
+                [(r.first_page, r.page_count) for r in ext.page_runs], own)
         else:
             ok = rt.state.check_keep(rel.request.slot_id, ext)
         if not ok:

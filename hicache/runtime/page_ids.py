@@ -128,14 +128,16 @@ class PageIds:
         return pages_of(self.take_runs(n))
 
     def take_runs(self, n: int) -> list[Run]:
-        """``n`` free page ids as runs, in hand-out order (the caller checked ``n <= free``;
-        :func:`merged` joins runs that continue each other)."""
+        """``n`` free page ids as runs, in hand-out order, coalesced: no run continues the
+        one before it (the caller checked ``n <= free``). Freed runs never do (``lowest``
+        joins neighbours as it pops them; a stack or queue joins a run given next to the
+        one it would be taken after), and fresh ids join a freed run that ends at them."""
         out: list[Run] = []
         left = n
         if self.order == "fresh":  # new names for all n pages, one run
             self._grow(n, out)
             left = 0
-        elif self.order == "lowest":
+        elif self.order == "lowest":  # freed runs by start (never adjacent), then fresh
             left -= self._take_lowest(out, left)
         elif self.order == "fifo":
             left -= self._take_fresh(out, left)
@@ -150,7 +152,8 @@ class PageIds:
             left -= k
             if not run[1]:
                 runs.popleft() if self.order == "fifo" else runs.pop()
-        self._take_fresh(out, left)
+        if left > 0:
+            self._take_fresh(out, left)
         used = self._used
         for s, k in out:
             used[s:s + k] = b"\x01" * k
@@ -181,8 +184,13 @@ class PageIds:
         return k
 
     def _grow(self, k: int, out: list[Run]) -> None:
-        """Hand out the ``k`` ids from ``_fresh`` on as one run (marked by the caller)."""
-        out.append((self._fresh, k))
+        """Hand out the ``k`` ids from ``_fresh`` on as one run (marked by the caller),
+        joined to the last run of ``out`` when that ends where they start."""
+        last = out[-1] if out else None
+        if last is not None and last[0] + last[1] == self._fresh:
+            out[-1] = (last[0], last[1] + k)
+        else:
+            out.append((self._fresh, k))
         self._fresh += k
         if len(self._used) < self._fresh:  # grow geometrically, up to what is used
             self._used.extend(bytes(max(self._fresh - len(self._used), len(self._used))))

@@ -25,3 +25,32 @@ def test_runs_minus_keeps_the_order_and_joins_what_continues() -> None:
                                                                  (15, 2)]
     assert runs_minus([(0, 4), (4, 4)], []) == [(0, 8)]
     assert runs_minus([(0, 8)], [(0, 8), (2, 3)]) == []
+
+
+@given(st.sampled_from(["lowest", "lifo", "fifo", "fresh"]),
+       st.lists(st.tuples(st.booleans(), st.integers(1, 9), st.integers(0, 7)), max_size=40))
+def test_taken_runs_are_coalesced_and_hand_out_what_the_order_says(order, steps) -> None:
+    """Every take's runs are coalesced (no run continues the one before it: a runtime
+    builds extents from them as they are), over any sequence of takes and frees, with
+    freed runs ending where fresh ids begin; ``lowest`` hands out the lowest free ids."""
+    from hicache.runtime.page_ids import PageIds, pages_of
+
+    ids = PageIds(48, order)
+    held: list[list[int]] = []
+    free = set(range(48))  # lowest's reference: the free ids
+    for take, n, i in steps:
+        if take or not held:
+            if n > ids.free:
+                continue
+            runs = ids.take_runs(n)
+            got = pages_of(runs)
+            assert len(got) == n and runs == runs_of(got)
+            if order == "lowest":
+                assert got == sorted(free)[:n]
+            free -= set(got)
+            held.append(got)
+        else:
+            pages = held.pop(i % len(held))
+            ids.give(pages[::-1] if i % 2 else pages)  # any order, a run or pieces
+            free |= set(pages)
+        ids.check()

@@ -405,10 +405,17 @@ class _Row:
     def __init__(self, pages: int, log: list) -> None:
         self.pages, self.log = list(range(-pages, 0)), log
 
-    def append(self, pages: list[int], own: bool, runs: object = None) -> None:
-        assert own and (runs is None or list(runs) == [(p, 1) for p in pages])
+    @property
+    def size(self) -> int:
+        return len(self.pages)
+
+    def append(self, pages: list[int], own: bool) -> None:
+        assert own
         self.log.append((id(self), list(pages)))
         self.pages += pages
+
+    def append_runs(self, runs: list[tuple[int, int]], own: bool) -> None:
+        self.append([p for s, n in runs for p in range(s, s + n)], own)
 
 
 @pytest.mark.parametrize("seed", range(40))

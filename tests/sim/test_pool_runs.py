@@ -58,6 +58,7 @@ def test_a_row_appended_with_its_runs_is_the_row_appended_page_by_page() -> None
                 runs.append((nxt, n))
                 nxt += n
             plain.append(pages_of(runs), own=True)
-            with_runs.append(pages_of(runs), own=True, runs=runs)
+            with_runs.append_runs(runs, own=True)
         assert with_runs.pages == plain.pages and with_runs.own == plain.own
+        assert (with_runs.size, with_runs.owned) == (len(plain.pages), len(plain.own))
         assert with_runs.runs == plain.runs == list(coalesce(plain.pages))

@@ -11,6 +11,7 @@ import pytest
 
 from gpu_backend.io import Mover
 from hicache.runtime.handles import Kind
+from hicache.runtime.page_ids import runs_of
 from sim.host import copy_calls
 from tests.gpu_backend.builders import make_pools
 
@@ -35,8 +36,8 @@ def test_the_simulator_counts_the_runtime_s_copy_calls(backend, layout, directio
             got = mover.calls - before
             src, dst = ((host_pages, dev_pages) if direction == "h2d"
                         else (dev_pages, host_pages))
-            want = copy_calls(backend, "gather_dma", layout, src, dst, host_pages,
-                              len(layers), len(layers) == LAYERS)
+            want = copy_calls(backend, "gather_dma", layout, n, runs_of(src), runs_of(dst),
+                              runs_of(host_pages), len(layers), len(layers) == LAYERS)
             assert got == want, (backend, layout, dev_pages, host_pages, layers)
 
 
