@@ -168,6 +168,7 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[int], generat
     truth = client.store.truth_hits(pf.keys) if ledger is not None else None
     trace: list[int | None] = []  # faults behind failed attempts (sim.faults' ledger)
     on_path = client.on_path() if ledger is not None else []  # e.g. a slow NIC
+    held = client.store.version  # every hit a query finds is held since (L3Client.get)
     hit = 0
     for lo in range(0, len(pf.keys), pf.batch_pages):
         chunk = pf.keys[lo:lo + pf.batch_pages]
@@ -183,7 +184,7 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[int], generat
     for lo in range(0, fetch, pf.batch_pages):
         hi = min(fetch, lo + pf.batch_pages)
         t0 = rt.env.now
-        n = yield from client.get(pf.keys[lo:hi], bpp, trace)
+        n = yield from client.get(pf.keys[lo:hi], bpp, trace, held)
         if n:
             rt.timeline.record("l3", "prefetch", t0, rt.env.now, nbytes=n * bpp)
         got += n
