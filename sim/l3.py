@@ -189,11 +189,15 @@ class L3Store:
         ``absent_at``: every key was absent at that ``version`` (a :meth:`missing_marked`
         answer). Keys enter the store only here, so while nothing has left it since, the
         keys present now are those that the batches placed since placed: the keys are
-        checked against those batches (a few, small) instead of the whole store; while
-        nothing has changed since that version, not at all (only a repeated key is
-        looked for, by the count the batch placement adds)."""
-        unseen = absent_at is not None and absent_at == self.version  # every key absent
-        new = list(keys) if unseen else self._new(keys, absent_at)  # unseen: may repeat
+        checked against those batches (a few, small) instead of the whole store. The keys
+        are all absent while nothing has changed since that version, or when the store
+        holds none of them (asked first: the usual), and are then placed unchecked (a
+        repeated key is seen by the count the batch placement adds)."""
+        new = list(keys)
+        # every key absent (``unseen``; one may repeat): else the keys not present, once each
+        unseen = absent_at == self.version or not any(map(self.keys.__contains__, new))
+        if not unseen:
+            new = self._new(new, absent_at)
         if new and not self.live_nodes:
             raise NoLiveNode(f"L3 {self.name!r}: all {self.nodes} nodes are down")
         if size > self.node_capacity:
