@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from hicache.runtime.handles import CacheExtentRef, Kind, Tier, coalesce
+from hicache.runtime.handles import Kind, Tier
 from hicache.runtime.interface import BatchCompletion, PrefetchIntent, StoreIntent
 from hicache.runtime.interface import TransferCompletion as TC
 from hicache.runtime.interface import TransferKind as TK
+from hicache.runtime.page_ids import Run, merged
 from sim.batch import BatchState
 from sim.fluid import FluidJob
 
@@ -157,11 +158,12 @@ def store_op(rt: SimRuntime, store: StoreIntent, generation: int) -> Proc:
         rt.complete(TC(store.job_id, TK.STORE, rt.env.now, written))
 
 
-def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[int], generation: int
+def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[Run], generation: int
                 ) -> Proc:
     """Query L3 in batches (stop at the first miss); revoke below min_hit_pages, else fetch
-    the hit prefix (at most max_pages) into the reserved host pages, batch by batch. A
-    failed call answers misses (sim.l3_client): what it did not fetch is recomputed."""
+    the hit prefix (at most max_pages) into the reserved host pages (``reserved``: their
+    allocation's runs), batch by batch. A failed call answers misses (sim.l3_client):
+    what it did not fetch is recomputed."""
     client = rt.l3_client
     assert client is not None
     ledger = client.ledger
@@ -195,10 +197,20 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[int], generat
     if generation != rt.generation:
         return
     rt.l3_bytes["read"] += got * bpp
-    if reserved[got:]:
-        rt.host[Kind.FULL].free(reserved[got:])
-    extent = None
-    if got:
-        extent = CacheExtentRef(rt.runtime_id, generation, Tier.HOST, coalesce(reserved[:got]),
-                                Kind.FULL)
+    fetched, rest = split_runs(reserved, got)
+    if rest:  # the pages of runs_of(pages[got:]), freed as free(pages[got:]) frees them
+        rt.host[Kind.FULL].free_runs(merged(rest))
+    extent = rt._extent(Tier.HOST, fetched, Kind.FULL) if got else None
     rt.complete(TC(pf.job_id, TK.PREFETCH, rt.env.now, got, extent, hit))
+
+
+def split_runs(runs: list[Run], k: int) -> tuple[list[Run], list[Run]]:
+    """``runs`` cut after their first ``k`` pages: the runs of those pages and of the rest
+    (a run the cut falls in is split in two), each in order."""
+    for i, (s, n) in enumerate(runs):
+        if k < n:
+            if k == 0:
+                return runs[:i], runs[i:]
+            return [*runs[:i], (s, k)], [(s + k, n - k), *runs[i + 1:]]
+        k -= n
+    return runs, []
