@@ -15,7 +15,9 @@ serves ``service_rate(group)`` bytes/s in all, split equally among the replicas 
 transfers in that group (Mooncake: one group for reads and writes; file: one each).
 Keys enter only through :meth:`L3Store.insert`; ``version`` counts the changes of the
 contents, and a put's exists answer carries it (:meth:`L3Store.missing_marked`), so its
-write checks its keys only against the batches placed since, while none left the store.
+write checks its keys only against the batches placed since, while none left the store
+(none placed: not at all); a prefetch's get trusts its queries' hits while none left the
+store since the version before them (:meth:`L3Store.kept_since`).
 Fault state counts overlapping faults: ``refusing`` (down: every call fails at once),
 ``hanging`` (calls get no answer), and the set of nodes down.
 
@@ -169,6 +171,12 @@ class L3Store:
             blame = fault if blame is None else blame
         return len(keys), blame
 
+    def kept_since(self, mark: int) -> bool:
+        """Whether no key has left the store since its ``version`` was ``mark``: then every
+        key present at that version or after it is present now (keys leave only evicted
+        or dropped, and either marks the version: :meth:`_removed`)."""
+        return self._removed_at <= mark
+
     def touch(self, keys: Iterable[str]) -> None:
         """Refresh the LRU position of ``keys``, all present (a :meth:`count_hits` prefix,
         no time passed; an absent key is a KeyError), in order, without asking each again."""
@@ -181,8 +189,15 @@ class L3Store:
         ``absent_at``: every key was absent at that ``version`` (a :meth:`missing_marked`
         answer). Keys enter the store only here, so while nothing has left it since, the
         keys present now are those that the batches placed since placed: the keys are
-        checked against those batches (a few, small) instead of the whole store."""
-        new = self._new(keys, absent_at)
+        checked against those batches (a few, small) instead of the whole store. The keys
+        are all absent while nothing has changed since that version, or when the store
+        holds none of them (asked first: the usual), and are then placed unchecked (a
+        repeated key is seen by the count the batch placement adds)."""
+        new = list(keys)
+        # every key absent (``unseen``; one may repeat): else the keys not present, once each
+        unseen = absent_at == self.version or not any(map(self.keys.__contains__, new))
+        if not unseen:
+            new = self._new(new, absent_at)
         if new and not self.live_nodes:
             raise NoLiveNode(f"L3 {self.name!r}: all {self.nodes} nodes are down")
         if size > self.node_capacity:
@@ -197,7 +212,11 @@ class L3Store:
             # round-robin in one go, as the loop below would
             turn = self._next_node % nodes
             places = [(size, node) for node in range(nodes)]
+            before = len(keys)
             keys.update(zip(new, islice(cycle(places[turn:] + places[:turn]), n), strict=True))
+            if len(keys) - before < n:  # a key repeats (only unseen keys may): undo, once each
+                deque(map(keys.pop, new, repeat(None)), maxlen=0)
+                return self.insert(dict.fromkeys(new), size, absent_at)
             self._next_node += n
             self.used += n * size
             if lost:
@@ -206,6 +225,8 @@ class L3Store:
             self.bytes_written += n * size
             self._placed_batch(new)
             return n
+        if unseen:
+            new = list(dict.fromkeys(new))
         for key in new:
             if self.used > limit:
                 self._evict(limit)

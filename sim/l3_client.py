@@ -162,31 +162,42 @@ class L3Client:
         out = yield from self._guarded("exists", 0, attempt, trace, failed)
         return fallback if out is None else out
 
-    def get(self, keys: Sequence[str], bytes_per_key: int, trace: Trace = None) -> Proc:
+    def get(self, keys: Sequence[str], bytes_per_key: int, trace: Trace = None,
+            held: int | None = None) -> Proc:
         """Fetch ``keys`` into host memory; returns how many leading keys arrived (a key
-        lost meanwhile, or a failed operation, ends the prefix)."""
+        lost meanwhile, or a failed operation, ends the prefix). ``held``: a store
+        ``version`` since which every key was found present (a prefetch's query hits;
+        None: not known), so while nothing left the store they all still are."""
         nbytes = len(keys) * bytes_per_key
 
         def attempt() -> Proc:
             outcome = yield from self._transfer("read", nbytes)
-            return outcome, self._got(keys, bytes_per_key, outcome)
+            return outcome, self._got(keys, bytes_per_key, outcome, held)
         failed = None
         if self._clear():  # the first attempt inline (_clear)
             t0 = self.env.now
             outcome = yield from self._transfer("read", nbytes)
-            got = self._got(keys, bytes_per_key, outcome)
+            got = self._got(keys, bytes_per_key, outcome, held)
             if self._ok(outcome):
                 return got
             failed = (t0, outcome)
         got = yield from self._guarded("get", nbytes, attempt, trace, failed)
         return got or 0
 
-    def _got(self, keys: Sequence[str], bytes_per_key: int, outcome: str) -> int:
+    def _got(self, keys: Sequence[str], bytes_per_key: int, outcome: str,
+             held: int | None = None) -> int:
         """What a read attempt that ended ``outcome`` delivered: the leading keys still
-        held (none unless ``ok``), their LRU order refreshed and their bytes counted."""
-        got = self.store.count_hits(keys) if outcome == OK else 0
-        self.store.touch(keys[:got])
-        self.store.bytes_read += got * bytes_per_key
+        held (none unless ``ok``; all of them, not asked again, while none left the store
+        since ``held``: :meth:`get`), their LRU order refreshed and their bytes counted."""
+        store = self.store
+        if outcome != OK:
+            got = 0
+        elif held is not None and store.kept_since(held):
+            got = len(keys)
+        else:
+            got = store.count_hits(keys)
+        store.touch(keys[:got])
+        store.bytes_read += got * bytes_per_key
         return got
 
     def put(self, keys: Sequence[str], bytes_per_key: int) -> Proc:

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from hicache.runtime.handles import CacheExtentRef, Kind, Tier, coalesce
+from hicache.runtime.handles import Kind, Tier
 from hicache.runtime.interface import BatchCompletion, PrefetchIntent, StoreIntent
 from hicache.runtime.interface import TransferCompletion as TC
 from hicache.runtime.interface import TransferKind as TK
+from hicache.runtime.page_ids import Run, merged
 from sim.batch import BatchState
 from sim.fluid import FluidJob
 
@@ -157,17 +158,19 @@ def store_op(rt: SimRuntime, store: StoreIntent, generation: int) -> Proc:
         rt.complete(TC(store.job_id, TK.STORE, rt.env.now, written))
 
 
-def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[int], generation: int
+def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[Run], generation: int
                 ) -> Proc:
     """Query L3 in batches (stop at the first miss); revoke below min_hit_pages, else fetch
-    the hit prefix (at most max_pages) into the reserved host pages, batch by batch. A
-    failed call answers misses (sim.l3_client): what it did not fetch is recomputed."""
+    the hit prefix (at most max_pages) into the reserved host pages (``reserved``: their
+    allocation's runs), batch by batch. A failed call answers misses (sim.l3_client):
+    what it did not fetch is recomputed."""
     client = rt.l3_client
     assert client is not None
     ledger = client.ledger
     truth = client.store.truth_hits(pf.keys) if ledger is not None else None
     trace: list[int | None] = []  # faults behind failed attempts (sim.faults' ledger)
     on_path = client.on_path() if ledger is not None else []  # e.g. a slow NIC
+    held = client.store.version  # every hit a query finds is held since (L3Client.get)
     hit = 0
     for lo in range(0, len(pf.keys), pf.batch_pages):
         chunk = pf.keys[lo:lo + pf.batch_pages]
@@ -183,7 +186,7 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[int], generat
     for lo in range(0, fetch, pf.batch_pages):
         hi = min(fetch, lo + pf.batch_pages)
         t0 = rt.env.now
-        n = yield from client.get(pf.keys[lo:hi], bpp, trace)
+        n = yield from client.get(pf.keys[lo:hi], bpp, trace, held)
         if n:
             rt.timeline.record("l3", "prefetch", t0, rt.env.now, nbytes=n * bpp)
         got += n
@@ -194,10 +197,20 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[int], generat
     if generation != rt.generation:
         return
     rt.l3_bytes["read"] += got * bpp
-    if reserved[got:]:
-        rt.host[Kind.FULL].free(reserved[got:])
-    extent = None
-    if got:
-        extent = CacheExtentRef(rt.runtime_id, generation, Tier.HOST, coalesce(reserved[:got]),
-                                Kind.FULL)
+    fetched, rest = split_runs(reserved, got)
+    if rest:  # the pages of runs_of(pages[got:]), freed as free(pages[got:]) frees them
+        rt.host[Kind.FULL].free_runs(merged(rest))
+    extent = rt._extent(Tier.HOST, fetched, Kind.FULL) if got else None
     rt.complete(TC(pf.job_id, TK.PREFETCH, rt.env.now, got, extent, hit))
+
+
+def split_runs(runs: list[Run], k: int) -> tuple[list[Run], list[Run]]:
+    """``runs`` cut after their first ``k`` pages: the runs of those pages and of the rest
+    (a run the cut falls in is split in two), each in order."""
+    for i, (s, n) in enumerate(runs):
+        if k < n:
+            if k == 0:
+                return runs[:i], runs[i:]
+            return [*runs[:i], (s, k)], [(s + k, n - k), *runs[i + 1:]]
+        k -= n
+    return runs, []

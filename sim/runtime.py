@@ -218,7 +218,7 @@ class SimRuntime:
             self.bytes_accounted["d2h"] += n * self.bytes_per_page[pool]
         self._record_shape(st)
         for pf in plan.prefetches:
-            reserved = self.host[Kind.FULL].allocate(pf.max_pages)
+            reserved = self.host[Kind.FULL].allocate_runs(pf.max_pages)
             self.env.process(ops.prefetch_op(self, pf, reserved, self.generation))
         st.handle = PreparedBatchHandle(self.runtime_id, self.generation, plan.batch_id, slices,
                                         tuple([b.dst for b in st.backups]) if st.backups

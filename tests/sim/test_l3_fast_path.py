@@ -22,12 +22,15 @@ from sim.l3_client import L3Client
 from sim.link import PcieLink
 
 
-def _world(seed: int, inline: bool) -> list[Any]:
+def _world(seed: int, inline: bool, held: bool = True, capacity: float = 1e6,
+           kinds: tuple[str, ...] = ("exists", "get", "put"), space: int = 40) -> list[Any]:
     """Two replicas calling a Mooncake store at random times while faults come and go
-    (refusing, hanging, a node down, a slow NIC); returns everything observable."""
+    (refusing, hanging, a node down, a slow NIC); returns everything observable. A
+    ``fetch`` queries its keys' leading hits, then gets them as a prefetch does, with the
+    store's version before the query (``held``; else without: asked again)."""
     rng = random.Random(seed)
     env = simpy.Environment()
-    store = L3Store.mooncake(env, MooncakeSpec(1e-3, 2e-4, 1e6, 2e7, 4e7, 2))
+    store = L3Store.mooncake(env, MooncakeSpec(1e-3, 2e-4, capacity, 2e7, 4e7, 2))
     policy = RetryPolicy(timeout_s=0.02, min_bytes_per_s=1e8, retries=rng.choice([0, 1, 2]),
                          backoff_s=0.003, cooldown_s=0.01, cooldown_max_s=0.05)
     clients = []
@@ -42,10 +45,14 @@ def _world(seed: int, inline: bool) -> list[Any]:
 
     def op(c: L3Client, i: int) -> Any:
         yield env.timeout(rng.uniform(0, 0.3))
-        keys = [f"k{rng.randrange(40)}" for _ in range(rng.randrange(1, 6))]
-        kind = rng.choice(["exists", "get", "put"])
+        keys = [f"k{rng.randrange(space)}" for _ in range(rng.randrange(1, 6))]
+        kind = rng.choice(kinds)
         trace: list[int | None] = []
-        if kind == "exists":
+        if kind == "fetch":
+            mark = store.version if held else None
+            n = yield from c.leading_hits(keys, trace)
+            value = (n, (yield from c.get(keys[:n], 1000, trace, mark)) if n else 0)
+        elif kind == "exists":
             value = yield from c.exists(keys, trace)
         elif kind == "get":
             value = yield from c.get(keys, 1000, trace)
@@ -84,6 +91,41 @@ def _world(seed: int, inline: bool) -> list[Any]:
 def test_the_inline_first_attempt_is_the_guard_bit_for_bit(seed: int) -> None:
     inline, guarded = _world(seed, True), _world(seed, False)
     assert inline == guarded
+
+
+FETCHES = ("fetch", "put")  # ten keys, a store of six: puts evict what fetches found
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_a_get_of_query_hits_is_the_get_that_asks_again(seed: int) -> None:
+    """A get given the version since which its keys were hits counts them all while
+    nothing left the store (L3Store.kept_since), else asks again: the same as a get that
+    always asks, however evictions (puts into a store of six keys) and lost nodes fall
+    between the query and the get."""
+    assert (_world(seed, True, True, 6e3, FETCHES, 10)
+            == _world(seed, True, False, 6e3, FETCHES, 10))
+
+
+def test_a_key_evicted_between_query_and_get_is_not_fetched() -> None:
+    """The query found a, b, c; a put evicts a before the get: the get fetches nothing
+    (the leading key is gone), though every key was a hit at the version it was given."""
+    env = simpy.Environment()
+    store = L3Store.mooncake(env, MooncakeSpec(1e-3, 2e-4, 4e3, 2e7, 4e7, 1))  # 4 keys
+    link = PcieLink(toy_profile())
+    client = L3Client(env, store, FluidServer(env, link.allocate), Timeline())
+    link.l3 = client
+    store.insert(["a", "b", "c"], 1000)
+    out: list[int] = []
+
+    def fetch() -> Any:
+        mark = store.version
+        out.append((yield from client.leading_hits(["a", "b", "c"])))
+        store.insert(["x", "y"], 1000)  # y's turn evicts the least recent: a
+        out.append((yield from client.get(["a", "b", "c"], 1000, None, mark)))
+
+    env.process(fetch())
+    env.run()
+    assert out == [3, 0] and "a" not in store.keys and store.bytes_read == 0
 
 
 def test_the_worlds_do_fail_calls_in_every_way() -> None:

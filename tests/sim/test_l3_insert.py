@@ -141,3 +141,18 @@ def test_a_mark_older_than_the_log_checks_the_whole_store() -> None:
     _both(stores, todo, mark)
     assert marked.bytes_written == 4  # x once, y, p, q
 
+
+
+def test_an_answer_nothing_changed_since_places_a_repeated_key_once() -> None:
+    """Nothing placed or removed since the answer: its keys are all absent and placed
+    without checking them (L3Store.insert's ``unseen``), a repeated key still once, in
+    one go or key by key (a store that must evict for them)."""
+    for capacity in (100.0, 2.0):
+        stores = _pair(capacity)
+        marked, _ = stores
+        _both(stores, ["a"], None)
+        todo, mark = marked.missing_marked(["x", "y", "x", "a"])
+        assert todo == ["x", "y", "x"] and mark == marked.version
+        _both(stores, todo, mark)
+        assert list(marked.keys) == (["a", "x", "y"] if capacity > 2 else ["x", "y"])
+        assert marked.bytes_written == 3 and marked._placed[-1] == ["x", "y"]
