@@ -118,3 +118,15 @@ def layer_pipeline(env: simpy.Environment, fluid: FluidServer, slowdown: float,
         fluid.then_submit(FluidJob(loads[i], "h2d", None, KERNEL), moved)
 
     return state, launch
+
+
+def split_pages(pages: list[int], cuts: set[int] | list[int] = ()) -> list[tuple[int, int]]:
+    """``pages`` as (first, count) runs, cut wherever they are not consecutive and before
+    each index in ``cuts`` too (runs need not be coalesced)."""
+    out: list[tuple[int, int]] = []
+    for i, p in enumerate(pages):
+        if out and out[-1][0] + out[-1][1] == p and i not in cuts:
+            out[-1] = (out[-1][0], out[-1][1] + 1)
+        else:
+            out.append((p, 1))
+    return out

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as hs
+from simtoys import split_pages
 
 from sim.host import copy_calls
 
@@ -23,15 +24,6 @@ def _pieces(*sides: list[int]) -> int:
     return out
 
 
-def _split(pages: list[int], cuts: set[int]) -> list[tuple[int, int]]:
-    """``pages`` as runs, cut wherever they are not consecutive and at ``cuts`` too."""
-    out: list[tuple[int, int]] = []
-    for i, p in enumerate(pages):
-        if out and out[-1][0] + out[-1][1] == p and i not in cuts:
-            out[-1] = (out[-1][0], out[-1][1] + 1)
-        else:
-            out.append((p, 1))
-    return out
 
 
 pages_pair = hs.integers(1, 30).flatmap(lambda n: hs.tuples(
@@ -58,8 +50,8 @@ def test_calls_from_runs_are_calls_from_pages(backend, mechanism, layout, legacy
     else:
         h = _pieces(src)  # src lives in L2 (a load)
         want = 2 * h * layers if layout == "layer_first" else (2 * h if all_layers else 2 * n)
-    src_runs = _split(src, src_cuts)
-    got = copy_calls(backend, mechanism, layout, n, src_runs, _split(dst, dst_cuts),
+    src_runs = split_pages(src, src_cuts)
+    got = copy_calls(backend, mechanism, layout, n, src_runs, split_pages(dst, dst_cuts),
                      src_runs, layers, all_layers, legacy=legacy)
     assert got == want
 
@@ -70,7 +62,7 @@ def test_concatenated_runs_count_as_the_concatenated_pages(parts) -> None:
     """Backups of one batch are counted over their runs one after another: a run of one
     backup that the next backup's first run continues is one piece, as the pages are."""
     pages = [p for part in parts for p in part]
-    runs = [r for part in parts for r in _split(part, set())]
+    runs = [r for part in parts for r in split_pages(part, set())]
     got = copy_calls("kernel", "gather_dma", "layer_first", len(pages), runs, runs, runs, 1,
                      True)
     assert got == 2 * _pieces(pages)

@@ -11,7 +11,7 @@ import pytest
 import simpy
 from hypothesis import given
 from hypothesis import strategies as hs
-from simtoys import host_copy_of_prefill, make_runtime, toy_profile
+from simtoys import host_copy_of_prefill, make_runtime, split_pages, toy_profile
 
 from hicache.runtime.handles import CacheExtentRef, Kind, PageRun, StaleHandleError, Tier
 from hicache.runtime.interface import BatchPlan, LoadIntent, Phase, Release, RequestSlice
@@ -26,15 +26,6 @@ def _pages(runs) -> list[int]:
     return [p for s, n in runs for p in range(s, s + n)]
 
 
-def _split(pages: list[int], cuts: list[int] = ()) -> list[tuple[int, int]]:
-    """``pages`` as coalesced runs, cut at ``cuts`` too (a keep need not be coalesced)."""
-    out: list[tuple[int, int]] = []
-    for i, p in enumerate(pages):
-        if out and out[-1][0] + out[-1][1] == p and i not in cuts:
-            out[-1] = (out[-1][0], out[-1][1] + 1)
-        else:
-            out.append((p, 1))
-    return out
 
 
 own_pages = hs.lists(hs.integers(0, 60), unique=True, max_size=24)
@@ -42,10 +33,10 @@ own_pages = hs.lists(hs.integers(0, 60), unique=True, max_size=24)
 
 @given(own_pages, hs.data())
 def test_a_prefix_keep_leaves_what_runs_minus_leaves(pages, data) -> None:
-    own = _split(pages)
+    own = split_pages(pages)
     k = data.draw(hs.integers(0, len(pages)))
     cuts = data.draw(hs.lists(hs.integers(0, max(k - 1, 0)), max_size=4))
-    keep = _split(pages[:k], cuts)
+    keep = split_pages(pages[:k], cuts)
     rest = _after_prefix(own, keep)
     assert rest == runs_minus(own, keep)
     assert _pages(rest) == pages[k:]
@@ -55,9 +46,9 @@ def test_a_prefix_keep_leaves_what_runs_minus_leaves(pages, data) -> None:
 def test_any_other_keep_is_left_to_the_general_check(pages, kept, data) -> None:
     """None unless keep is exactly the first own pages in order (a wrong shortcut would
     skip the check that keep holds own pages only, or free the wrong pages)."""
-    own = _split(pages)
+    own = split_pages(pages)
     cuts = data.draw(hs.lists(hs.integers(0, max(len(kept) - 1, 0)), max_size=4))
-    keep = _split(kept, cuts)
+    keep = split_pages(kept, cuts)
     rest = _after_prefix(own, keep)
     if kept == pages[:len(kept)]:
         assert rest is not None and _pages(rest) == pages[len(kept):]
