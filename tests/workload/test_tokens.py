@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
+import struct
 from array import array
 
 import pytest
@@ -20,6 +22,23 @@ def test_draws_are_deterministic_and_namespaced():
     assert {namespace_of(t) for t in draw_tokens(random.Random(1), 6, 1000)} == {6}
     assert a.typecode == "q" and len(set(a)) > 990  # random, not constant
     assert len(draw_tokens(random.Random(1), 0, 0)) == 0
+
+
+def test_draws_are_pinned():
+    """The exact ids (every workload's prompts, fingerprints, caches keyed by them)."""
+    a = draw_tokens(random.Random(1), 5, 1000)
+    assert hashlib.sha256(a.tobytes()).hexdigest() == (
+        "641096f6645c329d6d2d224cf55d8ee3f03ef7104d0d512730946d6cefc18170")
+
+
+@given(seed=st.integers(0, 2**64), ns=st.integers(0, 2**30 - 1), n=st.integers(0, 300))
+def test_draws_match_their_definition(seed, ns, n):
+    """Token i is ``(ns + 1) << 32 | w_i``, ``w`` the native 32-bit words of
+    ``randbytes(4 * n)``, and the stream goes on as after that one draw."""
+    rng, ref = random.Random(seed), random.Random(seed)
+    words = struct.unpack(f"={n}I", ref.randbytes(4 * n))
+    assert list(draw_tokens(rng, ns, n)) == [(ns + 1) << 32 | w for w in words]
+    assert rng.random() == ref.random()
 
 
 def test_namespace_bounds():
