@@ -210,8 +210,7 @@ class SimRuntime:
             pool, n = b.src.pool, b.src.num_pages
             runs = self.host[pool].allocate_runs(n)
             ext = self._extent(Tier.HOST, runs, pool)
-            pending = PendingBackup(b, ext, [(r.first_page, r.page_count)
-                                             for r in b.src.page_runs], runs, self.env.event())
+            pending = PendingBackup(b, ext, b.src.runs(), runs, self.env.event())
             st.backups.append(pending)  # type: ignore[attr-defined]  # the list above
             self._pending.setdefault(pool, {}).update(dict.fromkeys(pages_of(runs),
                                                                     pending.done))
@@ -265,8 +264,7 @@ class SimRuntime:
                     self.tier(tier)[pool].free_runs(runs, checked=True)
             else:  # lifo: each extent's first page ends on top, extent by extent
                 for ext in plan.frees:
-                    self.tier(ext.tier)[ext.pool].free_runs(
-                        [(r.first_page, r.page_count) for r in ext.page_runs], checked=True)
+                    self.tier(ext.tier)[ext.pool].free_runs(ext.runs(), checked=True)
         for rel in plan.releases:
             self._release(rel, released[rel.request.slot_id])
         return checked
@@ -418,8 +416,7 @@ class SimRuntime:
             src = ld.src
             pool, n = src.pool, src.num_pages
             runs = self.device[pool].allocate_runs(n)
-            loads.append((pool, n, [(r.first_page, r.page_count) for r in src.page_runs],
-                          runs))
+            loads.append((pool, n, src.runs(), runs))
             ext = self._extent(Tier.DEVICE, runs, pool)
             loaded.append(ext)
             if pool is Kind.FULL:

@@ -200,8 +200,7 @@ def _check_release(rt: SimRuntime, rel: Release) -> list[Run]:
         if not _current(rt, ext, Tier.DEVICE):
             check_ext(rt, ext, Tier.DEVICE, "release keep")
         if ext.pool is Kind.FULL:
-            ok = rest is not None or not runs_minus(
-                [(r.first_page, r.page_count) for r in ext.page_runs], own)
+            ok = rest is not None or not runs_minus(ext.runs(), own)
         else:
             ok = rt.state.check_keep(rel.request.slot_id, ext)
         if not ok:
@@ -246,7 +245,7 @@ def _check_frees(rt: SimRuntime, plan: BatchPlan, released: Released) -> Freed:
         runs = frees.get((e.tier, e.pool))
         if runs is None:
             runs = frees[(e.tier, e.pool)] = []
-        runs += [(r.first_page, r.page_count) for r in e.page_runs]
+        runs += e.runs()
     if plan.backups or plan.stores:
         _explain_frees(rt, plan, released)
         return frees
@@ -285,8 +284,7 @@ def _explain_frees(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
 
     reads: dict[tuple[Tier, Kind], list[tuple[int, int]]] = {}
     for ext in [b.src for b in plan.backups] + [s.src for s in plan.stores]:
-        reads.setdefault((ext.tier, ext.pool), []).extend(
-            (r.first_page, r.page_count) for r in ext.page_runs)
+        reads.setdefault((ext.tier, ext.pool), []).extend(ext.runs())
     for (tier, pool), spans in freed.items():
         pages_pool = rt.tier(tier)[pool]
         # one pass over the runs finds whether any page is unallocated or freed twice; only

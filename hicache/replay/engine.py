@@ -156,10 +156,9 @@ class ZeroTimeExecutor:
             return  # the common case: the tree took the row's one extent whole
         keep: dict[Kind, list[tuple[int, int]]] = {}
         for e in kept:
-            keep.setdefault(e.pool, []).extend((r.first_page, r.page_count)
-                                               for r in e.page_runs)
+            keep.setdefault(e.pool, []).extend(e.runs())
         for own in rows:
-            runs = [(r.first_page, r.page_count) for r in own.page_runs]
+            runs = own.runs()
             rest = runs_minus(runs, keep[own.pool]) if own.pool in keep else runs
             if rest:
                 self.free(own.with_runs(rest))

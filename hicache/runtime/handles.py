@@ -139,6 +139,11 @@ class CacheExtentRef:
         """An extent of the same runtime, generation, tier and pool over ``pages`` (in order)."""
         return self._with(coalesce(pages))
 
+    def runs(self) -> list[tuple[int, int]]:
+        """The page runs as ``(start, count)`` pairs (:mod:`hicache.runtime.page_ids`'
+        ``Run``), in order: :meth:`with_runs`' input form."""
+        return [(r.first_page, r.page_count) for r in self.page_runs]
+
     def with_runs(self, runs: Iterable[tuple[int, int]]) -> CacheExtentRef:
         """:meth:`with_pages` of runs ``(start, count)`` (joined where they continue)."""
         return self._with(tuple(PageRun(s, n) for s, n in merged(runs)))

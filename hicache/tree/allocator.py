@@ -58,7 +58,7 @@ class PageAllocator:
         if extent.tier is not self.tier or extent.pool is not self.pool:
             raise ValueError(f"extent of {extent.tier.value}/{extent.pool} freed to "
                              f"{self.tier.value}/{self.pool}")
-        runs = [(r.first_page, r.page_count) for r in extent.page_runs]
+        runs = extent.runs()
         p = self._ids.bad_runs(runs)
         if p is not None:
             raise ValueError(f"page {p} of {self.tier.value}/{self.pool} freed twice")
