@@ -9,11 +9,15 @@ unevictable).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tree_harness import Harness
 
 from hicache.tree.actions import Deleted, Demoted
 from hicache.tree.components import TreeSpec
+from hicache.tree.eviction import LazyHeap
 from hicache.tree.node import Node
+from hicache.tree.residency import EvictResult
 
 
 def _leaf(h: Harness, pages: list) -> Node:
@@ -22,21 +26,26 @@ def _leaf(h: Harness, pages: list) -> Node:
     return node
 
 
+def _back_at_unlock(h: Harness, leaf: Node, heap: LazyHeap, lock: object,
+                    evict: Callable[[int], EvictResult]) -> None:
+    """``leaf``, held by ``lock`` against ``heap``'s evictor (``evict``), is touched and
+    gets no entry; the unlock pushes it again, and the next eviction deletes it."""
+    h.tree.residency.touched(leaf)
+    assert leaf.id not in heap.live()  # locked: nothing the evictor could yield
+    assert not evict(1).actions
+    h.tree.unlock(lock)
+    assert leaf.id in heap.live()  # the unlock pushed it again
+    res = evict(1)
+    assert [a.node_id for a in res.actions if isinstance(a, Deleted)] == [leaf.id]
+    h.check_accounting()
+
+
 def test_a_device_locked_leaf_gets_its_entry_back_at_unlock() -> None:
     h = Harness(TreeSpec(page_size=4))
     p = h.pages([1, 2])
     h.insert(p)
     leaf = _leaf(h, p)
-    heap = h.tree.residency.device_heap
-    lock = h.tree.lock(leaf)
-    h.tree.residency.touched(leaf)
-    assert leaf.id not in heap.live()  # locked: nothing the evictor could yield
-    assert not h.evict_device(1).actions
-    h.tree.unlock(lock)
-    assert leaf.id in heap.live()  # the unlock pushed it again
-    res = h.evict_device(1)
-    assert [a.node_id for a in res.actions if isinstance(a, Deleted)] == [leaf.id]
-    h.check_accounting()
+    _back_at_unlock(h, leaf, h.tree.residency.device_heap, h.tree.lock(leaf), h.evict_device)
 
 
 def test_a_host_lock_does_not_keep_an_l1_leaf_out_of_the_heap() -> None:
@@ -62,13 +71,5 @@ def test_a_host_locked_l2_leaf_gets_its_entry_back_at_unlock() -> None:
     h.evict_device(2)  # both demoted: L2 only
     leaf = _leaf(h, p)
     assert leaf.on_host and not leaf.on_device
-    heap = h.tree.residency.host_heap
-    pin = h.tree.locks.lock_host([leaf])
-    h.tree.residency.touched(leaf)
-    assert leaf.id not in heap.live()
-    assert not h.evict_host(1).actions
-    h.tree.unlock(pin)
-    assert leaf.id in heap.live()
-    res = h.evict_host(1)
-    assert [a.node_id for a in res.actions if isinstance(a, Deleted)] == [leaf.id]
-    h.check_accounting()
+    _back_at_unlock(h, leaf, h.tree.residency.host_heap, h.tree.locks.lock_host([leaf]),
+                    h.evict_host)
