@@ -62,3 +62,23 @@ def test_both_key_schemes_simulate_the_same_run(name: str, sets: list[str]) -> N
     assert keys["sha256"] == {str}
     # block prompts key by chain64, conversations keep SHA-256
     assert keys["chain64"] == ({int} if name.startswith("mooncake") else {str})
+
+
+@pytest.mark.parametrize("policy", ["write_through", "write_back"])
+def test_both_key_schemes_replay_the_same_trace(policy: str) -> None:
+    from hicache.config import CacheConfig
+    from hicache.replay.engine import L3Set, ReplayCache, replay
+    from hicache.workload.traces import load_trace
+
+    if not TRACE.exists():
+        pytest.skip("shared traces absent")
+    out = {}
+    for scheme in ("sha256", "chain64"):
+        cfg = CacheConfig(page_size=64, device_tokens=60000, enable_hierarchical_cache=True,
+                          hicache_write_policy=policy, l3_key_scheme=scheme)
+        l3 = L3Set(20000)  # LRU: keys leave as well as enter
+        records = replay(load_trace(TRACE, max_requests=400), ReplayCache(
+            cfg, l3=l3, host_tokens=60000))
+        out[scheme] = (records, len(l3))
+    assert out["chain64"] == out["sha256"]
+    assert sum(r.l3_hit for r in out["sha256"][0]) > 0
