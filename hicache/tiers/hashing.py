@@ -35,7 +35,8 @@ def chain64(pages: Sequence[int], prior: int = CHAIN64_SEED) -> list[int]:
 
     Equal iff the chains are, up to 64-bit hash collisions: Python hashes tuples of ints
     without a salt (unlike str and bytes, salted by PYTHONHASHSEED), so the keys are the
-    same in every process and run. For a fixed ``key_{i-1}`` the step is a bijection of
+    same in every process and run of one Python version (the tuple hash may change between
+    versions; keys never leave a run). For a fixed ``key_{i-1}`` the step is a bijection of
     the page key (CPython's xxHash-style tuple hash: add, rotate, multiply by odd
     constants; an int below 2**61 - 1 hashes to itself; only a -1 is remapped), so equal
     prefixes followed by different pages do not collide; different prefixes collide with
