@@ -73,6 +73,16 @@ def load_shape(name: str | Path) -> ModelShape:
 
 
 
+def real_store_cache(cache: CacheConfig) -> CacheConfig:
+    """``cache`` with SGLang's L3 keys (``l3_key_scheme: sha256``): the torch runtime's
+    stores are real (a file store, a Mooncake shared with SGLang), so its schedulers key
+    pages as SGLang does whatever the scenario says (the simulator's ``chain64`` default
+    only suits a store that compares keys); decisions do not depend on the scheme."""
+    if cache.l3_key_scheme == "sha256":
+        return cache
+    return dataclasses.replace(cache, l3_key_scheme="sha256")
+
+
 def make_l3(cache: CacheConfig, directory: str) -> L3Store | None:
     """The L3 client the cache config names: a FileL3 under ``directory`` or Mooncake."""
     backend = cache.hicache_storage_backend
@@ -156,7 +166,8 @@ def run_scenario(scenario: Scenario | dict, *, device: str = "cpu", shape: Model
             rt = (open_process_runtime(sc, shape, device, l3_dir, call_timeout_s=stall_timeout)
                   if process else build_runtime(sc, cache, shape, device, l3))
             with rt:
-                scheduler = Scheduler(cache, rt.info(), sc.scheduler_config(l3=has_l3),
+                scheduler = Scheduler(real_store_cache(cache), rt.info(),
+                                      sc.scheduler_config(l3=has_l3),
                                       replica=0)
                 workload = make_workload(sc.workload, sc.seed)
                 limit = run.max_sim_time if run.max_sim_time is not None else math.inf

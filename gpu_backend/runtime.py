@@ -412,6 +412,12 @@ class TorchRuntime:
             if len(st.keys) != st.src.num_pages:
                 raise ValueError(f"store job {st.job_id}: {len(st.keys)} keys for "
                                  f"{st.src.num_pages} pages")
+        for job, keys in [*((s.job_id, s.keys) for s in plan.stores),
+                          *((p.job_id, p.keys) for p in plan.prefetches)]:
+            if keys and type(keys[0]) is not str:  # real stores take SGLang's keys
+                raise ValueError(f"L3 job {job}: {type(keys[0]).__name__} keys; the torch "
+                                 f"runtime's stores take SHA-256 hex keys "
+                                 f"(cache.l3_key_scheme: sha256)")
         if (plan.stores or plan.prefetches) and self.l3 is None:
             raise ValueError("plan has stores or prefetches but the runtime has no l3")
         self._check_capacity(plan, released, rows)

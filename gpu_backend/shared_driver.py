@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gpu_backend.driver import TorchResult, _Loop, build_runtime, make_l3
+from gpu_backend.driver import TorchResult, _Loop, build_runtime, make_l3, real_store_cache
 from gpu_backend.shapes import ModelShape
 from hicache.routing import Router, SchedulerView
 from hicache.runtime.handles import Kind
@@ -64,7 +64,8 @@ def run_shared(sc: Scenario, shape: ModelShape, device: str, l3_dir: str, name: 
         schedulers = []
         for i, t in enumerate(tenants):
             view: TenantRuntime = shared.tenant(t)
-            sched = Scheduler(sc.cache, view.info(), sc.scheduler_config(l3=has_l3),
+            sched = Scheduler(real_store_cache(sc.cache), view.info(),
+                              sc.scheduler_config(l3=has_l3),
                               replica=i)
             shared.attach(t, sched.kv.budget)
             schedulers.append(sched)

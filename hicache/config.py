@@ -37,6 +37,7 @@ IO_BACKENDS = ("kernel", "direct")
 MEM_LAYOUTS = ("layer_first", "page_first", "page_first_direct")
 STORAGE_BACKENDS = (None, "mooncake", "file")
 PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
+L3_KEY_SCHEMES = ("chain64", "sha256")  # hicache.tiers.hashing.L3KeyScheme
 EVICTION_POLICIES = ("lru", "lfu", "fifo", "mru", "filo", "priority", "slru")
 MOONCAKE_PROTOCOLS = ("tcp", "rdma")
 DERIVED_KEYS = {"write_through_threshold": "it is derived from hicache_write_policy "
@@ -184,6 +185,14 @@ class CacheConfig(Plain):
     hicache_buffer_only: Bool = False
     load_back_threshold: NonNegInt = 10
     prefetch_batch_pages: PosInt = 128
+    # how L3 page keys are made (ours; hicache.tiers.hashing). sha256: SGLang's chain,
+    # sha256(previous digest || page tokens) as hex, what a store shared with SGLang (a real
+    # Mooncake) needs. chain64 (default): block prompts' pages chain a 64-bit tuple hash per
+    # page instead of a SHA-256 (conversations and other token lists keep SHA-256): a
+    # simulated store only compares keys for equality, so results are the same unless two
+    # different chains collide (about n**2 / 2**62 for n pages). The torch runtime, whose
+    # stores are real, always uses sha256 (gpu_backend.driver.real_store_cache).
+    l3_key_scheme: Literal[L3_KEY_SCHEMES] = "chain64"
     # departures from SGLang's tree decisions, all off by default (hicache.tree.options)
     tree_options: TreeOptions = TreeOptions()
 

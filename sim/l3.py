@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 import simpy
 
+from hicache.runtime.interface import L3Key
 from sim.hardware.profile import FileSpec, MooncakeSpec
 
 if TYPE_CHECKING:
@@ -60,11 +61,11 @@ class L3Store:
         self.nic = nic_bytes_per_s  # each replica's NIC (None: no network in between)
         self.latency_s, self.query_latency_s = latency_s, query_latency_s
         self.duplex_shared = duplex_shared
-        self.keys: OrderedDict[str, tuple[int, int]] = OrderedDict()  # key -> (bytes, node)
+        self.keys: OrderedDict[L3Key, tuple[int, int]] = OrderedDict()  # key -> (bytes, node)
         self.used = 0
         self.bytes_read = self.bytes_written = 0  # served to and taken from replicas
         self.evictions = 0
-        self.lost: dict[str, int] = {}  # key -> index of the fault that lost it
+        self.lost: dict[L3Key, int] = {}  # key -> index of the fault that lost it
         self.attached: set[str] = set()
         self.clients: list[L3Client] = []
         self.refusing: list[int] = []  # faults (indices) making every call fail now
@@ -78,7 +79,7 @@ class L3Store:
         # evicted or dropped), ``_removed_at`` is the version of the last removal, and
         # ``_placed`` the keys each of the last ``PLACED_LOG`` batches placed (newest last)
         self.version = self._removed_at = 0
-        self._placed: deque[list[str]] = deque(maxlen=PLACED_LOG)
+        self._placed: deque[list[L3Key]] = deque(maxlen=PLACED_LOG)
 
     def bump(self) -> None:
         """An input of the clients' L3 split changed (module doc: ``epoch``)."""
@@ -138,27 +139,27 @@ class L3Store:
                 c.replan()
 
     # ---- contents ----------------------------------------------------------------------
-    def contains(self, key: str) -> bool:
+    def contains(self, key: L3Key) -> bool:
         return key in self.keys
 
-    def contains_each(self, keys: Iterable[str]) -> list[bool]:
+    def contains_each(self, keys: Iterable[L3Key]) -> list[bool]:
         """:meth:`contains` of each key, in order."""
         return list(map(self.keys.__contains__, keys))
 
-    def missing(self, keys: Iterable[str]) -> list[str]:
+    def missing(self, keys: Iterable[L3Key]) -> list[L3Key]:
         """The keys the store lacks, in order (those :meth:`contains_each` says False)."""
         return list(filterfalse(self.keys.__contains__, keys))
 
-    def missing_marked(self, keys: Iterable[str]) -> tuple[list[str], int]:
+    def missing_marked(self, keys: Iterable[L3Key]) -> tuple[list[L3Key], int]:
         """:meth:`missing`, and the contents' ``version`` it answered at: the mark to give
         :meth:`insert` with those keys (``absent_at``)."""
         return list(filterfalse(self.keys.__contains__, keys)), self.version
 
-    def count_hits(self, keys: Sequence[str]) -> int:
+    def count_hits(self, keys: Sequence[L3Key]) -> int:
         """Consecutive hits from the start of ``keys`` (no time passes)."""
         return len(list(takewhile(self.keys.__contains__, keys)))
 
-    def truth_hits(self, keys: Sequence[str]) -> tuple[int, int | None]:
+    def truth_hits(self, keys: Sequence[L3Key]) -> tuple[int, int | None]:
         """Consecutive hits a store without faults would report (lost keys count), and the
         fault that lost the first lost key among them (None: nothing lost)."""
         blame = None
@@ -177,12 +178,12 @@ class L3Store:
         or dropped, and either marks the version: :meth:`_removed`)."""
         return self._removed_at <= mark
 
-    def touch(self, keys: Iterable[str]) -> None:
+    def touch(self, keys: Iterable[L3Key]) -> None:
         """Refresh the LRU position of ``keys``, all present (a :meth:`count_hits` prefix,
         no time passed; an absent key is a KeyError), in order, without asking each again."""
         deque(map(self.keys.move_to_end, keys), maxlen=0)
 
-    def insert(self, keys: Iterable[str], size: int, absent_at: int | None = None) -> int:
+    def insert(self, keys: Iterable[L3Key], size: int, absent_at: int | None = None) -> int:
         """Place the keys not yet present on live nodes (round-robin); returns how many
         were written. Raises :class:`NoLiveNode` when every node is down.
 
@@ -244,7 +245,7 @@ class L3Store:
             self._placed_batch(new)
         return len(new)
 
-    def _new(self, keys: Iterable[str], absent_at: int | None) -> list[str]:
+    def _new(self, keys: Iterable[L3Key], absent_at: int | None) -> list[L3Key]:
         """The keys not present now, each once, in order (:meth:`insert`)."""
         fresh = dict.fromkeys(keys)
         since = self.version - absent_at if absent_at is not None else -1
@@ -257,7 +258,7 @@ class L3Store:
                 deque(map(fresh.pop, batch, repeat(None)), maxlen=0)
         return list(fresh)
 
-    def _placed_batch(self, new: list[str]) -> None:
+    def _placed_batch(self, new: list[L3Key]) -> None:
         """``new`` were placed (keys evicted to make room for them came first)."""
         self.version += 1
         self._placed.append(new)

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
+from hicache.runtime.interface import L3Key
 from hicache.tiers.l3_guard import COUNTERS, L3Health, RetryPolicy
 from sim.fluid import FluidJob, FluidServer
 from sim.l3 import L3Store, NoLiveNode
@@ -131,19 +132,19 @@ class L3Client:
         return (self.health.down_until is None
                 and not (st.refusing or st.hanging or self.nic_faults or self.host_faults))
 
-    def exists(self, keys: Sequence[str], trace: Trace = None) -> Proc:
+    def exists(self, keys: Sequence[L3Key], trace: Trace = None) -> Proc:
         """Which of ``keys`` the store holds (a master RPC); all False when it fails.
         ``trace`` (a list) collects the fault blamed for each failed or skipped attempt."""
         out = yield from self._query(keys, self.store.contains_each, trace)
         return [False] * len(keys) if out is None else out
 
-    def leading_hits(self, keys: Sequence[str], trace: Trace = None) -> Proc:
+    def leading_hits(self, keys: Sequence[L3Key], trace: Trace = None) -> Proc:
         """:meth:`exists`, answered as how many of ``keys`` from the first the store holds
         (what a prefetch reads of the answer: it stops at the first miss); 0 when it
         fails. The same call, times and counters as :meth:`exists`."""
         return self._query(keys, self.store.count_hits, trace, 0)
 
-    def _query(self, keys: Sequence[str], answer: Callable[[Sequence[str]], Any],
+    def _query(self, keys: Sequence[L3Key], answer: Callable[[Sequence[L3Key]], Any],
                trace: Trace = None, fallback: Any = None) -> Proc:
         """One guarded master RPC about ``keys``: ``answer(keys)`` read from the store
         when it answers, ``fallback`` when the operation failed (module doc)."""
@@ -162,7 +163,7 @@ class L3Client:
         out = yield from self._guarded("exists", 0, attempt, trace, failed)
         return fallback if out is None else out
 
-    def get(self, keys: Sequence[str], bytes_per_key: int, trace: Trace = None,
+    def get(self, keys: Sequence[L3Key], bytes_per_key: int, trace: Trace = None,
             held: int | None = None) -> Proc:
         """Fetch ``keys`` into host memory; returns how many leading keys arrived (a key
         lost meanwhile, or a failed operation, ends the prefix). ``held``: a store
@@ -184,7 +185,7 @@ class L3Client:
         got = yield from self._guarded("get", nbytes, attempt, trace, failed)
         return got or 0
 
-    def _got(self, keys: Sequence[str], bytes_per_key: int, outcome: str,
+    def _got(self, keys: Sequence[L3Key], bytes_per_key: int, outcome: str,
              held: int | None = None) -> int:
         """What a read attempt that ended ``outcome`` delivered: the leading keys still
         held (none unless ``ok``; all of them, not asked again, while none left the store
@@ -200,7 +201,7 @@ class L3Client:
         store.bytes_read += got * bytes_per_key
         return got
 
-    def put(self, keys: Sequence[str], bytes_per_key: int) -> Proc:
+    def put(self, keys: Sequence[L3Key], bytes_per_key: int) -> Proc:
         """Write the keys the store lacks (an exists RPC, then the transfer); returns how
         many were written (0 when the operation failed)."""
         answer = yield from self._query(keys, self.store.missing_marked)  # an exists RPC
@@ -226,7 +227,7 @@ class L3Client:
             self.ledger.count(self.blame, "store_pages_failed", len(todo))
         return written or 0
 
-    def _wrote(self, todo: list[str], bytes_per_key: int, outcome: str,
+    def _wrote(self, todo: list[L3Key], bytes_per_key: int, outcome: str,
                mark: int | None = None) -> tuple[str, int]:
         """A write attempt that moved its bytes (``outcome`` ok) inserts ``todo`` (all
         absent at the store's version ``mark``, None: not known); an error when no node

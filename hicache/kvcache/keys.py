@@ -1,5 +1,8 @@
 """L3 keys of tree nodes: the page-hash chain of the tokens from the root to each page.
 
+Under the ``chain64`` scheme integer page keys (block prompts) chain as
+:func:`hicache.tiers.hashing.chain64`, other page keys as SHA-256, the choice
+:func:`hicache.tiers.hashing.l3_page_keys` makes for a request's tokens.
 A node's page keys are its tokens (packed bytes, first ids of block pages, or tuples), so a
 node's L3 keys follow from its path. The last key of each node is memoized by node id: a
 node's end never moves (a split gives the *upper* part a new id, the lower part keeps its
@@ -14,21 +17,29 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from hicache.tiers.hashing import chain_keys, page_hashes
+from hicache.tiers.hashing import (
+    CHAIN64_SEED,
+    L3Key,
+    L3KeyScheme,
+    chain64,
+    chain_keys,
+    page_hashes,
+)
 from hicache.tree.node import Node
 
 MEMO_NODES = 1 << 16  # last keys kept (LRU); a miss only costs rehashing from an ancestor
 
 
 class NodeKeys:
-    def __init__(self, page_size: int) -> None:
+    def __init__(self, page_size: int, scheme: L3KeyScheme = "sha256") -> None:
         self.page = page_size
-        self._last: OrderedDict[int, str] = OrderedDict()  # node id -> key of its last page
+        self.chain64 = scheme == "chain64"
+        self._last: OrderedDict[int, L3Key] = OrderedDict()  # node id -> key of its last page
 
-    def span(self, nodes: list[Node]) -> tuple[str, ...]:
+    def span(self, nodes: list[Node]) -> tuple[L3Key, ...]:
         """The keys of the pages of consecutive ``nodes`` (a path segment, top first)."""
         todo = nodes[::-1]  # bottom-up: the span, then ancestors up to a known end
-        prior: str | None = None
+        prior: L3Key | None = None
         n = nodes[0].parent
         while n is not None and n.parent is not None:
             known = self._last.get(n.id)
@@ -39,9 +50,12 @@ class NodeKeys:
             todo.append(n)
             n = n.parent
         todo.reverse()
-        out: list[str] = []
+        out: list[L3Key] = []
         for node in todo:
-            if node.key and isinstance(node.key[0], bytes):  # packed tokens already
+            first = node.key[0] if node.key else None
+            if self.chain64 and type(first) is int:  # block prompts' first token ids
+                keys = chain64(node.key, CHAIN64_SEED if prior is None else prior)
+            elif isinstance(first, bytes):  # packed tokens already
                 keys = chain_keys(node.key, prior)
             else:
                 keys = page_hashes(self._tokens(node.key), self.page, prior)
@@ -65,7 +79,7 @@ class NodeKeys:
         out.frombytes(np.ascontiguousarray(grid, dtype="<i8").tobytes())
         return out
 
-    def _remember(self, node_id: int, key: str) -> None:
+    def _remember(self, node_id: int, key: L3Key) -> None:
         self._last[node_id] = key
         self._last.move_to_end(node_id)
         if len(self._last) > MEMO_NODES:

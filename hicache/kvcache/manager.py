@@ -42,7 +42,7 @@ from hicache.runtime.interface import (
     TransferKind,
 )
 from hicache.runtime.slot_init import slot_init
-from hicache.tiers.hashing import page_hashes
+from hicache.tiers.hashing import L3Key, l3_page_keys
 from hicache.tiers.write_policy import WritePolicy
 from hicache.tree.actions import Action, BackupNode, Deleted, Demoted, FreeDevice, FreeHost
 from hicache.tree.components import Kind, TreeSpec
@@ -75,7 +75,7 @@ class _BackupJob:
     """One node's backup: a copy (job id) per component, complete when all have landed."""
 
     node_id: int
-    keys: tuple[str, ...] | None  # L3 keys when known at start (write-through)
+    keys: tuple[L3Key, ...] | None  # L3 keys when known at start (write-through)
     parts: dict[int, tuple[Kind, int]] = field(default_factory=dict)  # job -> kind, pages
     hosts: dict[Kind, CacheExtentRef] = field(default_factory=dict)  # landed copies
     evicting: bool = False  # an eviction under write_back: the node leaves L1 once copied
@@ -114,7 +114,8 @@ class KVCacheManager:
         self._backup_hosts: dict[int, CacheExtentRef] = {}
         self._stores: dict[int, tuple[list[Node], LockHandle]] = {}  # job -> (nodes, pin)
         self._backups_refused = 0  # backups that found no L2 room
-        self._keys = NodeKeys(self.page)
+        self.key_scheme = cache.l3_key_scheme
+        self._keys = NodeKeys(self.page, self.key_scheme)
         self._refused: tuple | None = None  # what admit read when it last refused (admit)
         self._orphans: dict[int, list[CacheExtentRef]] = {}  # rid -> loads it owns (land)
 
@@ -464,7 +465,7 @@ class KVCacheManager:
             pages = page_keys(kv, self.page)
             if len(pages) > len(st.pages) and (tail := self.cache_kv(st, pages)) is not None:
                 if self.l3:
-                    st.hashes = page_hashes(kv, self.page)
+                    st.hashes = l3_page_keys(kv, pages, self.page, self.key_scheme)
                 self.write_through(st, pages, end=tail)
         self.budget.own -= self.footprint(st)
         if component_keep is not None:
@@ -485,7 +486,7 @@ class KVCacheManager:
         self.log(Finish(st.rid))
 
     # -- copies between tiers --------------------------------------------------------
-    def start_backup(self, a: BackupNode, keys: tuple[str, ...] | None = None,
+    def start_backup(self, a: BackupNode, keys: tuple[L3Key, ...] | None = None,
                      kinds: frozenset[Kind] | None = None, *, evicting: bool = False) -> None:
         """Copy a node to L2 (write policy, or an eviction under write_back): FULL, and each
         other component on L1 (hybrid models) that finds room in its own L2 pool, one
@@ -570,7 +571,7 @@ class KVCacheManager:
         self._stores[store] = (nodes, self.tree.locks.lock_host(nodes))
         self.sink.store(StoreIntent(host, keys, store))
 
-    def l3_keys(self, nodes: list[Node]) -> tuple[str, ...]:
+    def l3_keys(self, nodes: list[Node]) -> tuple[L3Key, ...]:
         """The page-hash keys of consecutive ``nodes`` (a backed-up span)."""
         return self._keys.span(nodes)
 

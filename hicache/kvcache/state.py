@@ -21,6 +21,7 @@ import enum
 from dataclasses import dataclass, field
 
 from hicache.runtime.handles import CacheExtentRef, RequestRuntimeHandle
+from hicache.tiers.hashing import L3Key
 from hicache.tree.components import Kind
 from hicache.tree.locks import LockHandle
 from hicache.workload.request import Request
@@ -40,7 +41,7 @@ class RequestState:
     pages: list  # page keys of the prompt's full pages
     replica: int = 0
     status: Status = Status.WAITING
-    hashes: list[str] = field(default_factory=list)  # page-hash chain (L3 only)
+    hashes: list[L3Key] = field(default_factory=list)  # L3 page keys (L3 only)
     prefix_tokens: int = 0  # reused from the tree (attached + loaded), page aligned
     prefill_planned: int = 0  # prompt tokens planned beyond the prefix
     prefill_done: int = 0

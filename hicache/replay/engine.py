@@ -48,7 +48,7 @@ from hicache.runtime.interface import (
 )
 from hicache.runtime.page_ids import runs_minus
 from hicache.runtime.state import host_state_pool_sizes
-from hicache.tiers.hashing import page_hashes
+from hicache.tiers.hashing import L3Key, l3_page_keys
 from hicache.tree.allocator import PageAllocator
 from hicache.tree.components import Kind, TreeSpec
 from hicache.tree.radix import page_keys
@@ -76,15 +76,15 @@ class L3Set:
 
     def __init__(self, capacity_pages: int | None = None) -> None:
         self.capacity = capacity_pages
-        self._keys: OrderedDict[str, None] = OrderedDict()
+        self._keys: OrderedDict[L3Key, None] = OrderedDict()
 
-    def __contains__(self, key: str) -> bool:
+    def __contains__(self, key: L3Key) -> bool:
         return key in self._keys
 
     def __len__(self) -> int:
         return len(self._keys)
 
-    def hit_prefix(self, keys: Iterable[str], batch_pages: int = 128) -> int:
+    def hit_prefix(self, keys: Iterable[L3Key], batch_pages: int = 128) -> int:
         """Consecutive hits from the start, stopping at the first miss (the batches of the
         query do not change the answer in zero time)."""
         hits = 0
@@ -95,7 +95,7 @@ class L3Set:
             hits += 1
         return hits
 
-    def store(self, keys: Iterable[str]) -> int:
+    def store(self, keys: Iterable[L3Key]) -> int:
         """Add ``keys``; return how many were new (pages written)."""
         written = 0
         for k in keys:
@@ -241,7 +241,7 @@ class ReplayCache:
         if self.components is not None:
             return self._process_components(st)
         if self.kv.l3:
-            st.hashes = page_hashes(req.tokens, page)
+            st.hashes = l3_page_keys(req.tokens, st.pages, page, self.kv.key_scheme)
         if self.prefetcher is not None:
             self.prefetcher.start(st, self.tree.match(st.pages, touch=False), at_head=True)
         if not self.kv.admit(st):  # L1 cannot hold the prompt: reuse what L1 has, cache none

@@ -38,10 +38,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, fields
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeAlias, runtime_checkable
 
 from hicache.runtime.handles import CacheExtentRef, Kind, RequestRuntimeHandle, pools_of
 from hicache.runtime.slot_init import slot_init
+
+# an L3 page key (hicache.tiers.hashing): SGLang's hex SHA-256 (cache.l3_key_scheme sha256,
+# what real stores take) or a chain64 int (simulated stores, which only compare keys)
+L3Key: TypeAlias = str | int
 
 
 class CapacityError(RuntimeError):
@@ -80,7 +84,7 @@ class StoreIntent:
     """Write host pages to L3 under their page-hash keys (skipping keys L3 already has)."""
 
     src: CacheExtentRef
-    keys: tuple[str, ...]
+    keys: tuple[L3Key, ...]
     job_id: int
 
 
@@ -91,7 +95,7 @@ class PrefetchIntent:
     the hit prefix into at most ``max_pages`` new host pages. Revoked (nothing fetched) when
     fewer than ``min_hit_pages`` pages hit. ``batch_pages`` is the query/fetch batch size."""
 
-    keys: tuple[str, ...]
+    keys: tuple[L3Key, ...]
     max_pages: int
     min_hit_pages: int
     job_id: int

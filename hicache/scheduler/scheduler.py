@@ -42,7 +42,7 @@ from hicache.runtime.interface import (
     decode_slice,
 )
 from hicache.runtime.slot_init import slot_init
-from hicache.tiers.hashing import page_hashes
+from hicache.tiers.hashing import l3_page_keys
 from hicache.tree.components import Kind, TreeSpec
 from hicache.tree.invariants import TreeInvariantError, check_tree
 from hicache.tree.radix import UnifiedRadixTree, page_keys
@@ -289,7 +289,7 @@ class Scheduler:
     def _arrive(self, req: Request) -> None:
         st = RequestState(req, page_keys(req.tokens, self.page), self.replica)
         if self.kv.l3:
-            st.hashes = page_hashes(req.tokens, self.page)
+            st.hashes = l3_page_keys(req.tokens, st.pages, self.page, self.kv.key_scheme)
         self.requests[req.rid] = st
         reason = self._never_servable(st)
         if reason is None:

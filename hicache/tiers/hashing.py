@@ -1,7 +1,9 @@
 """Page-hash chains: the L3 (storage) keys of KV pages (docs/SOURCES.md §2).
 
 ``key_i = sha256(raw(key_{i-1}) || tokens of page i as little-endian int64)``, with an empty
-prefix for the first page of a sequence, rendered as 64 lowercase hex characters.
+prefix for the first page of a sequence, rendered as 64 lowercase hex characters: SGLang's
+keys (``cache.l3_key_scheme: sha256``). The ``chain64`` scheme (:func:`l3_page_keys`, the
+simulator's default) keys integer page keys by :func:`chain64` instead, equal iff these are.
 
 Invariants: a key depends on the page's tokens *and* on every token before it (the chain);
 keys are identical across processes and machines (hashlib only, fixed byte order, never
@@ -17,8 +19,45 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
+from typing import Literal, TypeAlias
 
+from hicache.runtime.interface import L3Key
 from hicache.tree.pagekeys import pack_tokens
+
+L3KeyScheme: TypeAlias = Literal["chain64", "sha256"]  # config.L3_KEY_SCHEMES
+CHAIN64_SEED = 0x5EED_C4A1_6400  # chain64's "previous key" of a sequence's first page
+
+
+def chain64(pages: Sequence[int], prior: int = CHAIN64_SEED) -> list[int]:
+    """The ``chain64`` L3 keys of integer page keys (block prompts' first token ids):
+    ``key_i = hash((key_{i-1}, page_i))`` from ``prior`` (the key of the page before, or
+    :data:`CHAIN64_SEED` at a sequence's start).
+
+    Equal iff the chains are, up to 64-bit hash collisions: Python hashes tuples of ints
+    without a salt (unlike str and bytes, salted by PYTHONHASHSEED), so the keys are the
+    same in every process and run of one Python version (the tuple hash may change between
+    versions; keys never leave a run). For a fixed ``key_{i-1}`` the step is a bijection of
+    the page key (CPython's xxHash-style tuple hash: add, rotate, multiply by odd
+    constants; an int below 2**61 - 1 hashes to itself; only a -1 is remapped), so equal
+    prefixes followed by different pages do not collide; different prefixes collide with
+    about 2**-61 chance a pair (the previous key enters reduced mod 2**61 - 1): n keys,
+    about n**2 / 2**62 (n = 2M pages: about 1e-6). A collision would make an L3 lookup
+    hit where SHA-256's would miss, i.e. change a result; keys enter no result otherwise
+    (they are only compared for equality).
+    One hash of a 2-tuple a page, where :func:`page_hashes` costs a SHA-256 (~0.6 us)."""
+    return [prior := hash((prior, k)) for k in pages]
+
+
+def l3_page_keys(tokens: Sequence[int], pages: Sequence, page_size: int,
+                 scheme: L3KeyScheme) -> list[L3Key]:
+    """The L3 keys of the full pages of ``tokens``, whose page keys
+    (:func:`hicache.tree.pagekeys.page_keys`) are ``pages``: :func:`chain64` of integer
+    page keys under ``chain64``; :func:`page_hashes` (SHA-256) otherwise (``sha256``,
+    and bytes page keys: conversations, plain token lists, which a salted ``hash`` cannot
+    key). :class:`hicache.kvcache.keys.NodeKeys` makes the same choice per tree node."""
+    if scheme == "chain64" and pages and type(pages[0]) is int:
+        return chain64(pages)
+    return page_hashes(tokens, page_size)
 
 
 def _chain(data: bytes, page_size: int, prev: bytes) -> list[bytes]:
