@@ -8,6 +8,8 @@ bit for bit, fault scenarios included."""
 
 from __future__ import annotations
 
+import gc
+from collections import Counter
 from collections.abc import Generator
 from typing import Any
 
@@ -215,3 +217,23 @@ def test_a_spawned_store_waits_on_its_pages_backup_as_a_process_does(monkeypatch
     starts = {r[1]: r[5] for r in base[1] if r[0] in ("d2h", "l3")}
     assert starts["store"] == ends["backup"]  # (waiting: it went on once the copy ended)
 
+
+def test_l3_ops_leave_no_cyclic_garbage() -> None:
+    """A spawned op and an L3 transfer's job hold no reference cycle (the op's resume is
+    bound per wait; the job drops its bound ``arrived`` when the transfer ends), so
+    refcounting frees them as they end, and the collector never has to."""
+    sc = load_scenario("scenarios/multiturn_tiers.yaml", VARIANTS[0][2])
+    vsc = next(v for n, v in sc.expand() if n == "L1+L2+L3")
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # keep what the collection finds, to look at it
+    try:
+        res = simulate(vsc, name="L1+L2+L3", progress=False)
+        gc.collect()
+        kinds = Counter(type(o).__name__ for o in gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert res.replicas[0].runtime.l3_bytes["write"] > 0  # stores ran
+    assert kinds["L3Job"] == 0 and kinds["_Op"] == 0, kinds.most_common(5)
