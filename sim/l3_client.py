@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import simpy
@@ -114,8 +115,21 @@ class L3Client:
             if job.armed or (job.rate > 0 and now + job.remaining / job.rate <= job.deadline):
                 continue
             job.armed = True
-            timer = self.env.timeout(max(0.0, job.deadline - now))
-            timer.callbacks.append(lambda _ev, j=job: j.expire())
+            alarm = self.env.timeout(max(0.0, job.deadline - now))
+            alarm.callbacks.append(lambda _ev, j=job: self._expire(j))
+
+    def _expire(self, job: L3Job) -> None:
+        """``job``'s deadline passed with it still running: fire its ``expired``. A
+        transfer makes none (:meth:`_transfer`): it is made here, with the transfer's
+        wake-up as its callback while the transfer waits, which is what the event made
+        with the job would hold now (the wake-up appended when the wait began, removed
+        when it ended); an event is not scheduled until it fires, so the order of every
+        event is the same."""
+        if job.expired is None:
+            job.expired = self.env.event()
+            if job.waiting:
+                job.expired.callbacks.append(job.woken)  # type: ignore[union-attr]
+        job.expire()
 
     def replan(self) -> None:
         self.fluid.replan()
@@ -148,9 +162,6 @@ class L3Client:
                trace: Trace = None, fallback: Any = None) -> Proc:
         """One guarded master RPC about ``keys``: ``answer(keys)`` read from the store
         when it answers, ``fallback`` when the operation failed (module doc)."""
-        def attempt() -> Proc:
-            outcome = yield from self._rpc()
-            return outcome, answer(keys)
         failed = None
         if self._clear():  # the first attempt inline (_clear): _rpc's healthy branch
             st = self.store
@@ -160,8 +171,15 @@ class L3Client:
             if self._ok(outcome):
                 return answer(keys)
             failed = (t0, outcome)
-        out = yield from self._guarded("exists", 0, attempt, trace, failed)
+        # (the guard's attempts as partials, not closures: no cells made on the way here)
+        out = yield from self._guarded("exists", 0, partial(self._ask, keys, answer), trace,
+                                       failed)
         return fallback if out is None else out
+
+    def _ask(self, keys: Sequence[L3Key], answer: Callable[[Sequence[L3Key]], Any]) -> Proc:
+        """One attempt of :meth:`_query` (the guard's): the RPC, then ``answer(keys)``."""
+        outcome = yield from self._rpc()
+        return outcome, answer(keys)
 
     def get(self, keys: Sequence[L3Key], bytes_per_key: int, trace: Trace = None,
             held: int | None = None) -> Proc:
@@ -170,10 +188,6 @@ class L3Client:
         ``version`` since which every key was found present (a prefetch's query hits;
         None: not known), so while nothing left the store they all still are."""
         nbytes = len(keys) * bytes_per_key
-
-        def attempt() -> Proc:
-            outcome = yield from self._transfer("read", nbytes)
-            return outcome, self._got(keys, bytes_per_key, outcome, held)
         failed = None
         if self._clear():  # the first attempt inline (_clear)
             t0 = self.env.now
@@ -182,8 +196,16 @@ class L3Client:
             if self._ok(outcome):
                 return got
             failed = (t0, outcome)
-        got = yield from self._guarded("get", nbytes, attempt, trace, failed)
+        got = yield from self._guarded(
+            "get", nbytes, partial(self._read, keys, bytes_per_key, nbytes, held), trace,
+            failed)
         return got or 0
+
+    def _read(self, keys: Sequence[L3Key], bytes_per_key: int, nbytes: int,
+              held: int | None) -> Proc:
+        """One attempt of :meth:`get` (the guard's): the transfer, then what arrived."""
+        outcome = yield from self._transfer("read", nbytes)
+        return outcome, self._got(keys, bytes_per_key, outcome, held)
 
     def _got(self, keys: Sequence[L3Key], bytes_per_key: int, outcome: str,
              held: int | None = None) -> int:
@@ -210,10 +232,6 @@ class L3Client:
         if not todo:
             return 0
         nbytes = len(todo) * bytes_per_key
-
-        def attempt() -> Proc:
-            outcome = yield from self._transfer("write", nbytes)
-            return self._wrote(todo, bytes_per_key, outcome, mark)
         failed = None
         if self._clear():  # the first attempt inline (_clear)
             t0 = self.env.now
@@ -222,10 +240,18 @@ class L3Client:
             if self._ok(outcome):
                 return written
             failed = (t0, outcome)
-        written = yield from self._guarded("put", nbytes, attempt, None, failed)
+        written = yield from self._guarded(
+            "put", nbytes, partial(self._write, todo, bytes_per_key, nbytes, mark), None,
+            failed)
         if written is None and self.ledger is not None and self.blame is not None:
             self.ledger.count(self.blame, "store_pages_failed", len(todo))
         return written or 0
+
+    def _write(self, todo: list[L3Key], bytes_per_key: int, nbytes: int, mark: int | None
+               ) -> Proc:
+        """One attempt of :meth:`put` (the guard's): the transfer, then the insert."""
+        outcome = yield from self._transfer("write", nbytes)
+        return self._wrote(todo, bytes_per_key, outcome, mark)
 
     def _wrote(self, todo: list[L3Key], bytes_per_key: int, outcome: str,
                mark: int | None = None) -> tuple[str, int]:
@@ -316,7 +342,7 @@ class L3Client:
         if st.refusing:
             yield env.timeout(st.latency_s)
             return ERROR
-        job = L3Job(nbytes, direction, env.now + self.policy.deadline(nbytes), env.event())
+        job = L3Job(nbytes, direction, env.now + self.policy.deadline(nbytes))
         yield env.timeout(st.latency_s)
         was_moving = self.moving(st.group(direction))
         job.wake = wake = env.event()
@@ -324,19 +350,23 @@ class L3Client:
         if not was_moving:
             st.changed(self)
         # wait for the first of: the bytes moved, the store going down, the deadline
-        # (an any_of's wake-ups, less its own event after the finish: job.arrived)
+        # (an any_of's wake-ups, less its own event after the finish: job.arrived); the
+        # deadline's event is made only if it fires (:meth:`_expire`)
         down, woken = st.went_down, job.woken
-        for event in (down, job.expired):
-            if event.callbacks is None:
-                woken(event)  # processed already: the any_of would trigger at once
-            else:
-                event.callbacks.append(woken)
+        if down.callbacks is None:
+            woken(down)  # processed already: the any_of would trigger at once
+        else:
+            down.callbacks.append(woken)
+        job.waiting = True
         yield wake
+        job.waiting = False
         for event in (down, job.expired):
-            if event.callbacks and woken in event.callbacks:
+            if event is not None and event.callbacks and woken in event.callbacks:
                 event.callbacks.remove(woken)
         if not job.moved:
             self.fluid.cancel(job)
+        job.then = None  # (called or cancelled): the job and its bound ``arrived`` no
+        # longer hold each other, so refcounting frees the job, not the collector
         if not self.moving(st.group(direction)):
             st.changed(self)
         if st.refusing:
@@ -367,19 +397,22 @@ class L3Client:
 
 class L3Job(FluidJob):
     """A transfer between this replica's host memory and the store (kind ``l3``), due by
-    ``deadline``; ``expired`` fires if it is still running then (:meth:`L3Client.watch`)."""
+    ``deadline``; ``expired`` fires if it is still running then (:meth:`L3Client.watch`;
+    None: made when it fires, :meth:`L3Client._expire`)."""
 
-    __slots__ = ("direction", "deadline", "expired", "armed", "wake", "moved")
+    __slots__ = ("direction", "deadline", "expired", "armed", "wake", "moved", "waiting")
 
     def __init__(self, nbytes: float, direction: str, deadline: float,
-                 expired: simpy.Event) -> None:
+                 expired: simpy.Event | None = None) -> None:
         super().__init__(nbytes, "l3")
         self.direction, self.deadline, self.expired = direction, deadline, expired
         self.armed = False
         self.wake: simpy.Event | None = None  # what the transfer waits on (_transfer)
         self.moved = False  # all its bytes moved (the fluid finish)
+        self.waiting = False  # the transfer waits on ``wake`` (_transfer)
 
     def expire(self) -> None:
+        assert self.expired is not None
         if not self.expired.triggered:
             self.expired.succeed()
 

@@ -168,8 +168,9 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[Run], generat
     assert client is not None
     ledger = client.ledger
     truth = client.store.truth_hits(pf.keys) if ledger is not None else None
-    trace: list[int | None] = []  # faults behind failed attempts (sim.faults' ledger)
-    on_path = client.on_path() if ledger is not None else []  # e.g. a slow NIC
+    # faults behind failed attempts (sim.faults' ledger; no ledger: nobody reads them)
+    trace: list[int | None] | None = [] if ledger is not None else None
+    on_path = client.on_path() if ledger is not None else ()  # e.g. a slow NIC
     held = client.store.version  # every hit a query finds is held since (L3Client.get)
     hit = 0
     for lo in range(0, len(pf.keys), pf.batch_pages):
@@ -192,7 +193,7 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[Run], generat
         got += n
         if n < hi - lo:
             break
-    if ledger is not None and truth is not None:
+    if ledger is not None and truth is not None and trace is not None:
         ledger.prefetched(rt, pf, truth, [*trace, *on_path, *client.on_path()], got)
     if generation != rt.generation:
         return

@@ -44,7 +44,7 @@ from hicache.runtime.state import StateKeeper, state_loads
 from hicache.runtime.writeback import WritebackConfig
 from hicache.tiers.l3_guard import RetryPolicy
 from hicache.timeline import Timeline
-from sim import compute_chain, ops, steady, validate
+from sim import compute_chain, detached, ops, steady, validate
 from sim.batch import BatchShapes, BatchState, LoadGroup, PendingBackup
 from sim.calibration import apply_copy_calibration
 from sim.compute_chain import ComputeChain
@@ -218,7 +218,7 @@ class SimRuntime:
         self._record_shape(st)
         for pf in plan.prefetches:
             reserved = self.host[Kind.FULL].allocate_runs(pf.max_pages)
-            self.env.process(ops.prefetch_op(self, pf, reserved, self.generation))
+            detached.start(self.env, ops.prefetch_op(self, pf, reserved, self.generation))
         st.handle = PreparedBatchHandle(self.runtime_id, self.generation, plan.batch_id, slices,
                                         tuple([b.dst for b in st.backups]) if st.backups
                                         else ())
@@ -299,7 +299,7 @@ class SimRuntime:
         elif st.backups:
             self.streams["d2h"].submit(lambda: ops.backup_op(self, st), waits=(compute,))
         for store in st.plan.stores:
-            self.env.process(ops.store_op(self, store, self.generation))
+            detached.start(self.env, ops.store_op(self, store, self.generation))
 
     def poll(self) -> list[Completion]:
         out, self._completions = self._completions, []
