@@ -256,7 +256,39 @@ class UnifiedRadixTree:
         return held * self.spec.page_size
 
     def _read(self, pages: Sequence[PageKey]) -> MatchResult:
-        """The match of ``pages`` (splitting where it diverges inside a node), unstamped."""
+        """The match of ``pages`` (splitting where it diverges inside a node), unstamped.
+
+        A FULL-only tree reads both boundaries in the walk's own loop: the L1 one ends at
+        the first node without FULL on L1, the L1+L2 one at the first without FULL on
+        either tier (:meth:`_boundaries`' answer: while L2 holds nothing, no node holds
+        FULL there and the two agree)."""
+        if not self._full_only:
+            return self._read_components(pages)
+        full = Kind.FULL
+        path: list[Node] = []
+        add = path.append
+        end = dev_pages = dev_nodes = all_pages = all_nodes = 0
+        dev_open = all_open = True  # no node without FULL on L1 (on either tier) yet
+        for node, start in self._walk(pages):
+            add(node)
+            end = start + len(node.key)  # pages up to the end of ``node``
+            if all_open:
+                if full in node.device:
+                    if dev_open:
+                        dev_pages, dev_nodes = end, dev_nodes + 1
+                elif full in node.host:
+                    dev_open = False
+                else:
+                    all_open = dev_open = False
+                    continue
+                all_pages, all_nodes = end, all_nodes + 1
+        page = self.spec.page_size
+        return MatchResult(dev_pages * page, (all_pages - dev_pages) * page, end,
+                           tuple(path[:all_nodes]), dev_nodes)
+
+    def _read_components(self, pages: Sequence[PageKey]) -> MatchResult:
+        """:meth:`_read` of a tree with SWA or MAMBA: each boundary by
+        :func:`safe_boundary` over the walked path."""
         path = [node for node, _ in self._walk(pages)]
         matched = sum(n.num_pages for n in path)
         dev_tokens, dev_nodes, all_tokens, all_nodes = self._boundaries(path)

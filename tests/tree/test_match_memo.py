@@ -78,3 +78,31 @@ def test_values_moving_between_tiers_change_the_shape() -> None:
     (node,) = demoted.path
     h.tree.residency.put_value(node, Tier.DEVICE, Kind.FULL, h.take(Tier.DEVICE, Kind.FULL, 3))
     assert h.tree.match(a, touch=False, memo=True).device_tokens == 6
+
+
+@given(seqs, ops)
+def test_every_lists_memo_follows_changes_elsewhere(sequences: list[list[int]],
+                                                    script: list) -> None:
+    """After each operation every list is matched again (unstamped), with the memo in one
+    tree and fresh walks in its twin: a memoised walk must read what a fresh walk reads
+    after any change elsewhere (splits of its nodes by a shorter list's walk, new children
+    at its path's end, demotions, backups and evictions)."""
+    trees = [Harness(TreeSpec(2), device_pages=40, host_enabled=True) for _ in range(2)]
+    lists = [[h.pages(s) for s in sequences] for h in trees]
+    for op, i, n in script:
+        results: list[list] = [[], []]
+        for h, pages, memo, seen in zip(trees, lists, (True, False), results, strict=True):
+            p = pages[i % len(pages)]
+            if op in ("match", "peek"):  # a prefix of a list: it may split a node of others
+                seen.append(_summary(h.tree.match(p[:n], touch=op == "match")))
+            elif op == "insert":
+                h.insert(p[:n])
+            elif op == "backup":
+                h.backup_l1(p)
+            elif op == "evict":
+                h.evict_device(n)
+            else:
+                h.evict_host(n)
+            seen.extend(_summary(h.tree.match(q, touch=False, memo=memo)) for q in pages)
+        assert results[0] == results[1]
+    assert trees[0].state() == trees[1].state()
