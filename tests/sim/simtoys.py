@@ -130,3 +130,28 @@ def split_pages(pages: list[int], cuts: set[int] | list[int] = ()) -> list[tuple
         else:
             out.append((p, 1))
     return out
+
+
+def twin_run_events_saved(monkeypatch: Any, module: Any, flag: str, name: str,
+                          variant: str | None, overrides: list[str]) -> int:
+    """Simulate ``scenarios/<name>`` (every variant, or only ``variant``) with the shortcut
+    ``module.<flag>`` off and on; assert the runs equal (records, timeline rows, simulated
+    time, decisions, fault costs) and return the SimPy events the shortcut saved."""
+    from hicache.scenario import load_scenario
+    from sim.driver import simulate
+
+    saved = 0
+    for vname, vsc in load_scenario(f"scenarios/{name}", overrides).expand():
+        if variant is not None and vname != variant:
+            continue
+        runs = {}
+        for on in (False, True):
+            monkeypatch.setattr(module, flag, on)
+            res = simulate(vsc, name=vname, progress=False)
+            rows = [repr(sorted(rep.timeline.as_tuples())) for rep in res.replicas]
+            faults = [c.counts for c in res.faults.costs] if res.faults else None
+            runs[on] = ((repr(res.records), rows, repr(res.sim_time), repr(res.decisions),
+                         repr(faults)), res.events)
+        assert runs[True][0] == runs[False][0], vname
+        saved += runs[False][1] - runs[True][1]
+    return saved

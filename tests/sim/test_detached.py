@@ -17,7 +17,7 @@ import pytest
 import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from simtoys import make_runtime, toy_model, toy_profile
+from simtoys import make_runtime, toy_model, toy_profile, twin_run_events_saved
 
 import sim.detached as detached
 from hicache.runtime.interface import (
@@ -159,22 +159,7 @@ VARIANTS = [
 @pytest.mark.parametrize(("name", "variant", "overrides"), VARIANTS)
 def test_a_run_with_spawned_l3_ops_is_the_run_with_processes(
         monkeypatch, name: str, variant: str | None, overrides: list[str]) -> None:
-    sc = load_scenario(f"scenarios/{name}", overrides)
-    saved = 0
-    for vname, vsc in sc.expand():
-        if variant is not None and vname != variant:
-            continue
-        runs = {}
-        for on in (False, True):
-            monkeypatch.setattr(detached, "ON", on)
-            res = simulate(vsc, name=vname, progress=False)
-            rows = [repr(sorted(rep.timeline.as_tuples())) for rep in res.replicas]
-            faults = [c.counts for c in res.faults.costs] if res.faults else None
-            runs[on] = (repr(res.records), rows, repr(res.sim_time), repr(res.decisions),
-                        repr(faults), res.events)
-        assert runs[True][:5] == runs[False][:5], vname
-        saved += runs[False][5] - runs[True][5]
-    assert saved > 0
+    assert twin_run_events_saved(monkeypatch, detached, "ON", name, variant, overrides) > 0
 
 
 def _store_behind_backup(wait: bool, detach: bool, monkeypatch: pytest.MonkeyPatch

@@ -15,10 +15,9 @@ import pytest
 import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from simtoys import twin_run_events_saved
 
 import sim.streams as streams
-from hicache.scenario import load_scenario
-from sim.driver import simulate
 from sim.simtime import exact_delay
 from sim.streams import Stream, call_at
 
@@ -138,21 +137,7 @@ VARIANTS = [
 @pytest.mark.parametrize(("name", "variant", "overrides"), VARIANTS)
 def test_a_run_with_direct_chains_is_the_run_with_their_events(
         monkeypatch, name: str, variant: str | None, overrides: list[str]) -> None:
-    sc = load_scenario(f"scenarios/{name}", overrides)
-    saved = 0
-    for vname, vsc in sc.expand():
-        if variant is not None and vname != variant:
-            continue
-        runs = {}
-        for direct in (False, True):
-            monkeypatch.setattr(streams, "DIRECT", direct)
-            res = simulate(vsc, name=vname, progress=False)
-            rows = [repr(sorted(rep.timeline.as_tuples())) for rep in res.replicas]
-            runs[direct] = (repr(res.records), rows, repr(res.sim_time),
-                            repr(res.decisions), res.events)
-        assert runs[True][:4] == runs[False][:4], vname
-        saved += runs[False][4] - runs[True][4]
-    assert saved > 0
+    assert twin_run_events_saved(monkeypatch, streams, "DIRECT", name, variant, overrides) > 0
 
 
 _times = st.floats(0.0, 1e6, allow_nan=False, allow_infinity=False)

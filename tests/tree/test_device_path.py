@@ -52,12 +52,8 @@ def test_device_path_is_the_match_after_an_insert(spec: TreeSpec, sequences: lis
             assert _shape(h) == before  # the second walk splits and stamps nothing
             assert h.tree.device_path(res.node) == m.path[:m.device_nodes]
             assert h.tree.reuse_path(res.node) == m.path  # the L1+L2 part (prefetch inserts)
-        elif op == "backup":
-            h.backup_l1(pages)
-        elif op == "evict":
-            h.evict_device(n)
         else:
-            h.evict_host(n)
+            h.change(op, pages, n)
 
 
 def test_reuse_path_reaches_past_l1_over_fetched_l2_pages() -> None:

@@ -36,14 +36,8 @@ def test_memo_matches_equal_fresh_walks(sequences: list[list[int]], script: list
             p = pages[i % len(pages)]
             if op in ("match", "peek"):
                 results.append(_summary(h.tree.match(p, touch=op == "match", memo=memo)))
-            elif op == "insert":
-                h.insert(p[:n])
-            elif op == "backup":  # the L1 nodes of p without an L2 copy, copied at once
-                h.backup_l1(p)
-            elif op == "evict":
-                h.evict_device(n)
             else:
-                h.evict_host(n)
+                h.change(op, p, n)
         assert results[:1] == results[1:]
     assert trees[0].state() == trees[1].state()
 
@@ -95,14 +89,8 @@ def test_every_lists_memo_follows_changes_elsewhere(sequences: list[list[int]],
             p = pages[i % len(pages)]
             if op in ("match", "peek"):  # a prefix of a list: it may split a node of others
                 seen.append(_summary(h.tree.match(p[:n], touch=op == "match")))
-            elif op == "insert":
-                h.insert(p[:n])
-            elif op == "backup":
-                h.backup_l1(p)
-            elif op == "evict":
-                h.evict_device(n)
             else:
-                h.evict_host(n)
+                h.change(op, p, n)
             seen.extend(_summary(h.tree.match(q, touch=False, memo=memo)) for q in pages)
         assert results[0] == results[1]
     assert trees[0].state() == trees[1].state()

@@ -79,14 +79,8 @@ def test_the_walks_boundaries_equal_safe_boundary(sequences: list[list[int]],
             if op in ("match", "peek"):
                 q = p[:n] if op == "peek" and n < 4 else p
                 seen.append(_summary(h.tree.match(q, touch=op == "match")))
-            elif op == "insert":
-                h.insert(p[:n])
-            elif op == "backup":
-                h.backup_l1(p)
-            elif op == "evict":
-                h.evict_device(n)
-            elif op == "evict_host":
-                h.evict_host(n)
+            elif h.change(op, p, n):
+                pass
             elif op == "load":
                 _load(h, p, n)
             elif op == "hole":

@@ -104,6 +104,22 @@ class Harness:
     def complete_backup(self, job: int):  # noqa: ANN201
         return self.tree.residency.complete_backup(job, self.pending.pop(job))
 
+    def change(self, op: str, pages: list, n: int) -> bool:
+        """One tree-changing step of a random script: ``insert`` (the first ``n`` of
+        ``pages``), ``backup`` (``pages``' L1 nodes to L2 at once), ``evict`` or
+        ``evict_host`` (``n`` pages); False for any other ``op`` (the caller's own)."""
+        if op == "insert":
+            self.insert(pages[:n])
+        elif op == "backup":
+            self.backup_l1(pages)
+        elif op == "evict":
+            self.evict_device(n)
+        elif op == "evict_host":
+            self.evict_host(n)
+        else:
+            return False
+        return True
+
     def backup_l1(self, pages: list) -> None:
         """Copy the L1 nodes on ``pages``' path that have no L2 copy yet, at once."""
         for node in self.tree.match(pages, touch=False).path:
