@@ -106,6 +106,7 @@ if TYPE_CHECKING:
     from hicache.scheduler.scheduler import Scheduler
     from sim.runtime import SimRuntime
 
+_BACKUP = TransferKind.BACKUP  # read per absorbed completion (hicache.runtime.interface._DECODE)
 MIN_STEPS = 2  # a shorter fold saves nothing
 # with L3, a fold beside a backup's copy kernel (DecodeFolder._copy_kernel) saves less (it
 # ends before the backup's completion, which plans a store, and its L3 jobs are charged
@@ -453,7 +454,7 @@ class DecodeFolder:
         if not done or any(isinstance(c, BatchCompletion)
                            # with L3, a backup's completion plans its store (the step
                            # would end the fold): the driver takes it for less
-                           or (c.kind is TransferKind.BACKUP and self.l3) for c in done):
+                           or (c.kind is _BACKUP and self.l3) for c in done):
             return False
         self._place_pages(plan, j + 2)  # steps 0..j + 1: as their prepares placed them
         _, nxt = self._advance(plan, j)

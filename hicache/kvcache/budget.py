@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 
 from hicache.runtime.handles import Kind, Tier
 
+_DEVICE, _HOST = Tier.DEVICE, Tier.HOST  # read per admission test (interface._DECODE)
+
 if TYPE_CHECKING:
     from hicache.runtime.sharing import TenantShare
     from hicache.tree.radix import UnifiedRadixTree
@@ -39,7 +41,7 @@ class PageBudget:
         self.host_pool_reserved: dict[Kind, int] = {}  # backups in flight, per state pool
 
     def device_used(self) -> int:
-        return self.tree.held_pages(Tier.DEVICE) + self.own + self.loads_pending
+        return self.tree.held_pages(_DEVICE) + self.own + self.loads_pending
 
     def device_limit(self) -> int:
         if self.share is None:
@@ -51,15 +53,15 @@ class PageBudget:
         return self.device_limit() - self.device_used()
 
     def host_free(self) -> int:
-        return self.host_total - self.tree.held_pages(Tier.HOST) - self.host_reserved
+        return self.host_total - self.tree.held_pages(_HOST) - self.host_reserved
 
     def free(self, tier: Tier) -> int:
-        return self.device_free() if tier is Tier.DEVICE else self.host_free()
+        return self.device_free() if tier is _DEVICE else self.host_free()
 
     def total(self, tier: Tier) -> int:
-        return self.device_total if tier is Tier.DEVICE else self.host_total
+        return self.device_total if tier is _DEVICE else self.host_total
 
     def host_pool_free(self, pool: Kind) -> int:
         """Free pages of an L2 state pool (SWA, MAMBA); 0 for a pool it lacks."""
-        return (self.host_pools.get(pool, 0) - self.tree.held_pages(Tier.HOST, pool)
+        return (self.host_pools.get(pool, 0) - self.tree.held_pages(_HOST, pool)
                 - self.host_pool_reserved.get(pool, 0))

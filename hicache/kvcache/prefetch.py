@@ -43,6 +43,8 @@ from hicache.tiers.prefetch import prefetch_timeout, should_query, stop_decision
 from hicache.tree.components import Kind
 from hicache.tree.radix import MatchResult
 
+_PREFETCHING = Status.PREFETCHING  # read per queued request per step (interface._DECODE)
+
 PREFETCH_SHARE = 0.25  # at most this share of L2 is reserved for L3 prefetches in flight
 OVER_SHARE_MODES = ("wait", "skip")  # what a prefetch over the share does (module doc)
 
@@ -123,14 +125,14 @@ class L3Prefetcher:
         A head whose own prefetch runs gets its policy's answer at once when that is no
         (:meth:`_waits`): the steps below would change nothing and ask the policy (it has
         its job, and a lost prefix needs the prefetch done)."""
-        if st.status is Status.PREFETCHING and not st.prefetch_done and (
+        if st.status is _PREFETCHING and not st.prefetch_done and (
                 self.waits_own or self._waits(st, now)):
             return False
         if self.skip_over_share and st.prefetch_job is None:
             self._start_or_skip(st)  # not seen on arrival: decided as one
         if st.prefetch_job is None or self._lost_prefix(st):
             self.start(st, self.tree.match(st.pages, touch=False, memo=True), at_head=True)
-        if st.status is not Status.PREFETCHING:
+        if st.status is not _PREFETCHING:
             return True
         policy = self.cache.hicache_storage_prefetch_policy
         if policy == "wait_complete" and not st.prefetch_done:
@@ -172,7 +174,7 @@ class L3Prefetcher:
         if undecided and (self.skip_over_share  # skip decides every arrival at once
                           or self._share_left() >= self.threshold_pages):
             return False
-        if head.status is Status.PREFETCHING:
+        if head.status is _PREFETCHING:
             return not head.prefetch_done and policy == "wait_complete"
         return True
 
@@ -183,7 +185,7 @@ class L3Prefetcher:
             return None
         times = []
         for st in waiting:
-            if st.status is Status.PREFETCHING:
+            if st.status is _PREFETCHING:
                 deadline = st.req.arrival + self._timeout(st.prefetch_pages)
                 if deadline > now:
                     times.append(deadline)

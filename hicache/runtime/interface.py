@@ -57,6 +57,12 @@ class Phase(enum.Enum):
     DECODE = "decode"  # one token
 
 
+# read in decode_slice, once per running request per decode step: a module constant, not
+# the Enum class attribute (on CPython 3.11 a read of one goes through EnumType's slow
+# __getattr__ hook, ~10x a global's: ARCHITECTURE.md)
+_DECODE = Phase.DECODE
+
+
 @slot_init
 @dataclass(frozen=True, slots=True)
 class LoadIntent:
@@ -156,7 +162,7 @@ def decode_slice(rid: int, context_tokens: int, request: RequestRuntimeHandle,
     ``object.__setattr__`` per field) costs twice as much."""
     s = object.__new__(RequestSlice)
     _set_rid(s, rid)
-    _set_phase(s, Phase.DECODE)
+    _set_phase(s, _DECODE)
     _set_context(s, context_tokens)
     _set_new(s, 1)
     _set_request(s, request)

@@ -62,6 +62,7 @@ class SchedulerConfig:
 
 
 _DECODE = Phase.DECODE
+_FULL, _PREFETCH = Kind.FULL, TransferKind.PREFETCH  # hot reads (interface._DECODE)
 
 # scenario keys of the ``scheduler:`` section (the rest of SchedulerConfig is derived)
 SCHEDULER_KEYS = frozenset(f.name for f in fields(SchedulerConfig)) - {"l3"}
@@ -133,7 +134,7 @@ class Scheduler:
         for c in completions:
             if isinstance(c, BatchCompletion):
                 finished.extend(self._batch_done(c))
-            elif not self.kv.on_transfer(c) and c.kind is TransferKind.PREFETCH:
+            elif not self.kv.on_transfer(c) and c.kind is _PREFETCH:
                 assert self.l3 is not None, "a prefetch completed without an L3"
                 self.l3.done(c)
         self.kv.shrink()  # a pool shared with other schedulers may want pages back
@@ -353,7 +354,7 @@ class Scheduler:
                 st.rid, Phase.PREFILL, st.prefix_tokens + st.prefill_planned, chunk,
                 request=None if first else st.handle,
                 attach=st.attach if first else (),
-                loads=tuple(LoadIntent(n.host[Kind.FULL]) for n in st.load_nodes)
+                loads=tuple(LoadIntent(n.host[_FULL]) for n in st.load_nodes)
                 if first else (),
                 finishes=last and st.req.output_len <= 1, checkpoint=ckpt))
             st.prefill_planned += chunk
