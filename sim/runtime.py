@@ -15,8 +15,7 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 from collections.abc import Mapping
-from itertools import repeat, starmap
-from operator import mul
+from itertools import starmap
 
 import simpy
 
@@ -119,11 +118,6 @@ class SimRuntime:
         self.layer_bytes = self._layer_bytes(set(device_pages) | set(host_pages))
         self.bytes_per_page = {p: sum(b) for p, b in self.layer_bytes.items()}
         self.layers_touched = {p: sum(1 for x in b if x) for p, b in self.layer_bytes.items()}
-        # per pool whose layer bytes are ints (all, as models give them): 1 for each layer
-        # its pages hold bytes in, else 0 (:meth:`_load_groups`' one-pool products)
-        self._touched = {p: tuple([1 if x else 0 for x in b])
-                         for p, b in self.layer_bytes.items()
-                         if all(type(x) is int for x in b)}
         self.bytes_accounted = {"h2d": 0, "d2h": 0}
         self.l3_bytes = {"read": 0, "write": 0}
         self.l3_client: L3Client | None = None  # this replica's NIC and guarded L3 calls
@@ -531,14 +525,6 @@ class SimRuntime:
         for pool, n, src, dst in loads:
             pages[pool] = pages.get(pool, 0) + n
             calls[pool] = calls.get(pool, 0) + self._calls_touching(pool, n, src, dst, src, 1)
-        if len(pages) == 1 and loads[0][0] in self._touched:
-            # one pool (the usual): its layer bytes times its pages, its one-layer calls
-            # where it holds bytes: in ints, the sums below (0 where it holds none)
-            (pool, n), = pages.items()
-            one = calls[pool]
-            nbytes_at = list(map(mul, self.layer_bytes[pool], repeat(n)))
-            calls_at = list(map(mul, self._touched[pool], repeat(one)))
-            return list(map(LoadGroup, self._one_layer, nbytes_at, calls_at))
         nbytes_at, calls_at = [0] * layers, [0] * layers
         for pool, n in pages.items():
             one = calls[pool]

@@ -270,28 +270,3 @@ def test_execute_checks_a_handle_that_is_not_the_one_prepare_returned(env, profi
         rt.execute_batch(h)
     env.run()
     assert [c.batch_id for c in rt.poll()] == [1]
-
-
-def test_one_pool_load_groups_are_the_layer_by_layer_sums(env, profile) -> None:
-    """_load_groups of one pool's loads (products over its layer bytes) equals the
-    layer-by-layer sums it stands for (``_touched`` emptied: the general loop), on a
-    model whose FULL pages hold no bytes in its mamba layers (zeros, as ints)."""
-    from hicache.runtime.handles import Kind
-    from sim.hardware.model import load_model
-    from sim.runtime import SimRuntime
-
-    rt = SimRuntime(env, profile=profile, model=load_model("hybrid-swa-mamba"), page_size=16,
-                    device_pages={Kind.FULL: 256}, host_pages={Kind.FULL: 256})
-    assert 0 in rt.layer_bytes[Kind.FULL] and any(rt.layer_bytes[Kind.FULL])
-    loads = [(Kind.FULL, 5, [(0, 3), (10, 2)], [(40, 5)]),
-             (Kind.FULL, 2, [(20, 2)], [(50, 2)])]
-    fast = rt._load_groups(loads)
-    assert Kind.FULL in rt._touched
-    rt._touched = {}
-    slow = rt._load_groups(loads)
-
-    def seen(groups):
-        return [(g.layers, g.nbytes, type(g.nbytes), g.calls, type(g.calls)) for g in groups]
-
-    assert seen(fast) == seen(slow)
-    assert any(g.nbytes == 0 for g in fast) and any(g.calls for g in fast)
