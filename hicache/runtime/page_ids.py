@@ -221,7 +221,7 @@ class PageIds:
                     if i >= 0:
                         return i
                 continue
-            p = self.unused_in(s, n)  # (an empty run past the mark finds nothing)
+            p = self.unused_in(s, n)  # a negative start, or a run reaching past the mark
             if p is not None:
                 return p
         if len(runs) > 1:
