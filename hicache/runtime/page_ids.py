@@ -28,6 +28,7 @@ import bisect
 import heapq
 from collections import deque
 from collections.abc import Iterable, Sequence
+from itertools import pairwise
 from typing import Literal
 
 Run = tuple[int, int]
@@ -209,17 +210,22 @@ class PageIds:
     def bad_runs(self, runs: Sequence[Run]) -> int | None:
         """A page of ``runs`` that is not handed out, or listed twice, else None."""
         used, fresh = self._used, self._fresh
+        find = used.find
         for s, n in runs:
-            if n == 1 and 0 <= s < fresh:  # fragmented extents: many one-page runs
-                if not used[s]:
-                    return s
+            if 0 <= s and s + n <= fresh:  # handed-out ids: :meth:`unused_in`, in line
+                if n == 1:  # fragmented extents: many one-page runs
+                    if not used[s]:
+                        return s
+                else:
+                    i = find(0, s, s + n)
+                    if i >= 0:
+                        return i
                 continue
-            p = self.unused_in(s, n)
+            p = self.unused_in(s, n)  # a negative start, or a run reaching past the mark
             if p is not None:
                 return p
         if len(runs) > 1:
-            ordered = sorted(runs)
-            for (s0, n0), (s1, _) in zip(ordered, ordered[1:], strict=False):
+            for (s0, n0), (s1, _) in pairwise(sorted(runs)):
                 if s1 < s0 + n0:
                     return s1
         return None
@@ -240,17 +246,24 @@ class PageIds:
             raise ValueError(f"page {p} is not handed out")
         used, stack = self._used, self._runs
         total = 0
+        if self.order == "lowest":  # one pass: unmark each run and push it, in order
+            heap, push = self._heap, heapq.heappush
+            for s, n in runs:
+                if n == 1:
+                    used[s] = 0
+                else:
+                    used[s:s + n] = bytes(n)
+                total += n
+                push(heap, (s, n))
+            self._n_runs += total
+            return
         for s, n in runs:
             if n == 1:
                 used[s] = 0
             else:
                 used[s:s + n] = bytes(n)
             total += n
-        if self.order == "lowest":
-            heap = self._heap
-            for s, n in runs:
-                heapq.heappush(heap, (s, n))
-        elif self.order == "fresh":
+        if self.order == "fresh":
             pass  # retired: counted free below, never handed out again
         elif self.order == "fifo":
             for s, n in runs:

@@ -54,3 +54,47 @@ def test_taken_runs_are_coalesced_and_hand_out_what_the_order_says(order, steps)
             ids.give(pages[::-1] if i % 2 else pages)  # any order, a run or pieces
             free |= set(pages)
         ids.check()
+
+
+def _bad_page_by_page(ids, runs) -> int | None:
+    """:meth:`PageIds.bad_runs` page by page: the first page (runs in order) not handed
+    out, else the later start of the first overlapping pair (runs sorted), else None."""
+    for s, n in runs:
+        if not n:  # an empty run: past the fresh mark it names the mark (unused_in)
+            p = ids.unused_in(s, 0)
+            if p is not None:
+                return p
+        for p in range(s, s + n):
+            if not ids.is_used(p):
+                return p
+    ordered = sorted(runs)
+    for (s0, n0), (s1, _) in zip(ordered, ordered[1:], strict=False):
+        if s1 < s0 + n0:
+            return s1
+    return None
+
+
+@given(st.sampled_from(["lowest", "lifo"]), st.integers(0, 48),
+       st.lists(st.tuples(st.integers(0, 47), st.integers(1, 6)), max_size=6),
+       st.lists(st.tuples(st.integers(-2, 56), st.integers(0, 9)), max_size=8))
+def test_bad_runs_names_the_page_the_page_by_page_check_names(order, taken, freed,
+                                                              runs) -> None:
+    """bad_runs reads handed-out ids in line (one-page runs by index, longer ones by
+    ``find``) and leaves runs outside them to ``unused_in``: the same page as a page by
+    page check, for runs inside, across and past the fresh mark, empty and negative."""
+    from hicache.runtime.page_ids import PageIds, pages_of
+
+    ids = PageIds(64, order)
+    held = set(pages_of(ids.take_runs(taken)))
+    for s, n in freed:  # holes, so runs cross freed pages too
+        gone = [p for p in range(s, s + n) if p in held]
+        if gone:
+            ids.give(gone)
+            held -= set(gone)
+    assert ids.bad_runs(runs) == _bad_page_by_page(ids, runs)
+    if held:  # a clean list of the held pages, as runs (and their reverse)
+        good = runs_of(sorted(held))
+        assert ids.bad_runs(good) is None and ids.bad_runs(good[::-1]) is None
+        for s, n in good:  # a held run with the free page after or before it: named
+            for run in ((s, n + 1), (s - 1, n + 1)):
+                assert ids.bad_runs([run]) == _bad_page_by_page(ids, [run]) is not None
