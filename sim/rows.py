@@ -23,6 +23,8 @@ from hicache.runtime.handles import (
 from hicache.runtime.interface import PreparedSlice
 from hicache.runtime.page_ids import Run, pages_of, runs_of
 
+_FULL, _DEVICE = Kind.FULL, Tier.DEVICE  # hot: Enum reads (ARCHITECTURE.md)
+
 
 class RequestRow:
     __slots__ = ("handle", "rid", "size", "owned", "runs", "_extent", "_slice")
@@ -111,8 +113,8 @@ class RequestRow:
     def extent(self) -> CacheExtentRef:
         if self._extent is None:
             h = self.handle
-            self._extent = CacheExtentRef(h.runtime_id, h.generation, Tier.DEVICE,
-                                          tuple(self.runs), Kind.FULL)
+            self._extent = CacheExtentRef(h.runtime_id, h.generation, _DEVICE,
+                                          tuple(self.runs), _FULL)
         return self._extent
 
     def prepared_slice(self) -> PreparedSlice:

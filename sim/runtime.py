@@ -64,6 +64,8 @@ from sim.rows import RequestRow
 from sim.streams import Stream
 from sim.writeback import Writeback, chunked_backup_op
 
+_FULL, _DEVICE, _HOST = Kind.FULL, Tier.DEVICE, Tier.HOST  # hot: Enum reads (ARCHITECTURE.md)
+
 # a load: (pool, pages, source runs, destination runs), runs as (start, length)
 Load = tuple[Kind, int, list[Run], list[Run]]
 
@@ -82,7 +84,7 @@ class SimRuntime:
         if page_size <= 0:
             raise ValueError("page_size must be > 0")
         device_pages, host_pages = pools_of(device_pages), pools_of(host_pages)
-        if Kind.FULL not in device_pages:
+        if _FULL not in device_pages:
             raise ValueError("device_pages needs a 'full' pool (request KV lives there)")
         self.env = env
         if not isinstance(profile, HardwareProfile):
@@ -145,7 +147,7 @@ class SimRuntime:
         FULL pages unless an SWA pool exists; a MAMBA page is one request's state (the
         model names its layers' kinds: "full", "swa", "mamba")."""
         m, ps = self.model, self.page_size
-        out = {Kind.FULL: m.layer_page_bytes(("full",) if Kind.SWA in pools
+        out = {_FULL: m.layer_page_bytes(("full",) if Kind.SWA in pools
                                              else ("full", "swa"), ps)}
         if Kind.SWA in pools:
             out[Kind.SWA] = m.swa_page_bytes(ps)
@@ -161,8 +163,8 @@ class SimRuntime:
             self._wake.succeed()  # a driver waiting on the old generation wakes and re-reads
         order = "lifo" if "page_order" in self.profile.ablate else "lowest"
         self._lowest = order == "lowest"  # (apply_frees: a pool's frees in one call)
-        self.device = TierPools(Tier.DEVICE, self.device_sizes, order)
-        self.host = TierPools(Tier.HOST, self.host_sizes, order)
+        self.device = TierPools(_DEVICE, self.device_sizes, order)
+        self.host = TierPools(_HOST, self.host_sizes, order)
         self.rows: dict[int, RequestRow] = {}
         self.state = StateKeeper(self.device, self.runtime_id, self.generation, self.page_size,
                                  self.swa_window, self.mamba, self.state_copy_s)
@@ -209,7 +211,7 @@ class SimRuntime:
         for b in plan.backups:
             pool, n = b.src.pool, b.src.num_pages
             runs = self.host[pool].allocate_runs(n)
-            ext = self._extent(Tier.HOST, runs, pool)
+            ext = self._extent(_HOST, runs, pool)
             pending = PendingBackup(b, ext, b.src.runs(), runs, self.env.event())
             st.backups.append(pending)  # type: ignore[attr-defined]  # the list above
             self._pending.setdefault(pool, {}).update(dict.fromkeys(pages_of(runs),
@@ -217,7 +219,7 @@ class SimRuntime:
             self.bytes_accounted["d2h"] += n * self.bytes_per_page[pool]
         self._record_shape(st)
         for pf in plan.prefetches:
-            reserved = self.host[Kind.FULL].allocate_runs(pf.max_pages)
+            reserved = self.host[_FULL].allocate_runs(pf.max_pages)
             detached.start(self.env, ops.prefetch_op(self, pf, reserved, self.generation))
         st.handle = PreparedBatchHandle(self.runtime_id, self.generation, plan.batch_id, slices,
                                         tuple([b.dst for b in st.backups]) if st.backups
@@ -375,9 +377,9 @@ class SimRuntime:
 
     # ---- internals ----------------------------------------------------------------
     def tier(self, tier: Tier) -> TierPools:
-        if tier is Tier.DEVICE:
+        if tier is _DEVICE:
             return self.device
-        if tier is Tier.HOST:
+        if tier is _HOST:
             return self.host
         raise ValueError(f"the runtime places no pages on tier {tier}")
 
@@ -396,7 +398,7 @@ class SimRuntime:
             self._next_slot += 1
             row = self.rows[handle.slot_id] = RequestRow(handle, s.rid)
             for ext in s.attach:
-                if ext.pool is Kind.FULL:
+                if ext.pool is _FULL:
                     row.append_extent(ext)
             landed: list[CacheExtentRef] = []
             if self.state.active:  # hybrid: the attach's L2 state pieces are loaded back
@@ -407,7 +409,7 @@ class SimRuntime:
                     loads.append((pool, len(src), runs_of(src), runs_of(dst)))
                     self.bytes_accounted["h2d"] += len(src) * self.bytes_per_page[pool]
                 st.extra_s += self.state.open(handle.slot_id, attach, sum(
-                    ld.src.num_pages for ld in s.loads if ld.src.pool is Kind.FULL))
+                    ld.src.num_pages for ld in s.loads if ld.src.pool is _FULL))
         else:
             row = self.rows[s.request.slot_id]
             landed = []
@@ -417,12 +419,12 @@ class SimRuntime:
             pool, n = src.pool, src.num_pages
             runs = self.device[pool].allocate_runs(n)
             loads.append((pool, n, src.runs(), runs))
-            ext = self._extent(Tier.DEVICE, runs, pool)
+            ext = self._extent(_DEVICE, runs, pool)
             loaded.append(ext)
-            if pool is Kind.FULL:
+            if pool is _FULL:
                 row.append_extent(ext)
             self.bytes_accounted["h2d"] += n * self.bytes_per_page[pool]
-        runs = self.device[Kind.FULL].allocate_runs(validate.new_pages(self, s, row.size))
+        runs = self.device[_FULL].allocate_runs(validate.new_pages(self, s, row.size))
         row.append_runs(runs, own=True)
         state: tuple[CacheExtentRef, ...] = ()
         if self.state.active:
@@ -462,7 +464,7 @@ class SimRuntime:
             head_sd = None
             prepared = self._place_each(slices, checked.rows, checked.new, st, loads)
         self.steady = (steady.after_prepare(last, head_sd, plan, checked, prepared,
-                                            st.finished, self.device[Kind.FULL],
+                                            st.finished, self.device[_FULL],
                                             self.page_size)
                        if not self.state.active else None)
         return prepared
@@ -472,7 +474,7 @@ class SimRuntime:
                     ) -> tuple[PreparedSlice, ...]:
         """:meth:`_place_slices` slice by slice (``rows``, ``news``: the check's)."""
         short = not self.state.active
-        allocate = self.device[Kind.FULL].allocate_runs
+        allocate = self.device[_FULL].allocate_runs
         prefills, decodes, decode = st.prefills, st.decodes, Phase.DECODE
         out = []
         for s, row, new in zip(slices, rows, news, strict=True):
@@ -573,7 +575,7 @@ class SimRuntime:
         row = self.rows.pop(rel.request.slot_id)
         if self.steady is not None and row in self.steady.rows:  # (identity: no __eq__)
             self.steady = None  # it lists a closed row
-        self.device[Kind.FULL].free_runs(freed, checked=True)  # check_plan's runs
+        self.device[_FULL].free_runs(freed, checked=True)  # check_plan's runs
         if self.state.active:
             self.state.release(rel.request.slot_id, rel.kept())
 

@@ -32,6 +32,9 @@ from sim.steady import SteadyRows
 if TYPE_CHECKING:
     from sim.runtime import SimRuntime
 
+
+_FULL, _DEVICE, _HOST = Kind.FULL, Tier.DEVICE, Tier.HOST  # hot: Enum reads (ARCHITECTURE.md)
+
 Released = dict[int, list[Run]]  # request slot -> runs of the L1 pages its release frees
 Freed = dict[tuple[Tier, Kind], list[Run]]  # (tier, pool) -> runs a plan's frees return
 _NO_FREES: Freed = {}  # a plan that frees nothing (shared: never written)
@@ -104,11 +107,11 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Checked:
         slice_rows, new, firsts = _check_slices(rt, slices, plan.batch_id)
         sd = contexts = None
     for b in plan.backups:
-        if not _current(rt, b.src, Tier.DEVICE):
-            check_ext(rt, b.src, Tier.DEVICE, f"backup job {b.job_id}")
+        if not _current(rt, b.src, _DEVICE):
+            check_ext(rt, b.src, _DEVICE, f"backup job {b.job_id}")
     for st in plan.stores:
-        if not _current(rt, st.src, Tier.HOST):
-            check_ext(rt, st.src, Tier.HOST, f"store job {st.job_id}")
+        if not _current(rt, st.src, _HOST):
+            check_ext(rt, st.src, _HOST, f"store job {st.job_id}")
         if len(st.keys) != st.src.num_pages:
             raise ValueError(f"store job {st.job_id}: {len(st.keys)} keys for "
                              f"{st.src.num_pages} pages")
@@ -161,19 +164,19 @@ def _check_slices(rt: SimRuntime, slices: tuple[RequestSlice, ...], batch_id: in
             continue  # a later slice: nothing more to check
         firsts += 1
         for ext in s.attach:  # state pieces may come from L2 (hybrid load-back)
-            tier = Tier.HOST if ext.tier is Tier.HOST and ext.pool is not Kind.FULL else Tier.DEVICE
+            tier = _HOST if ext.tier is _HOST and ext.pool is not _FULL else _DEVICE
             if not _current(rt, ext, tier):
                 check_ext(rt, ext, tier, f"attach of request {s.rid}")
-            if ext.pool is not Kind.FULL and not rt.state.active:
+            if ext.pool is not _FULL and not rt.state.active:
                 raise ValueError(f"attach of request {s.rid}: pool '{ext.pool}' is not kept "
                                  "by this runtime")
         for load in s.loads:
-            if not _current(rt, load.src, Tier.HOST):
-                check_ext(rt, load.src, Tier.HOST, f"load of request {s.rid}")
+            if not _current(rt, load.src, _HOST):
+                check_ext(rt, load.src, _HOST, f"load of request {s.rid}")
         slice_rows.append(None)
         new.append(new_pages(rt, s, sum(
-            e.num_pages for e in s.attach if e.pool is Kind.FULL) + sum(
-            ld.src.num_pages for ld in s.loads if ld.src.pool is Kind.FULL)))
+            e.num_pages for e in s.attach if e.pool is _FULL) + sum(
+            ld.src.num_pages for ld in s.loads if ld.src.pool is _FULL)))
     return slice_rows, new, firsts
 
 
@@ -192,14 +195,14 @@ def _check_release(rt: SimRuntime, rel: Release) -> list[Run]:
     kept = rel.kept()
     own = row.own_runs()
     keep: list[Run] = [(r.first_page, r.page_count)  # the FULL pages kept, as runs
-                       for ext in kept if ext.pool is Kind.FULL for r in ext.page_runs]
+                       for ext in kept if ext.pool is _FULL for r in ext.page_runs]
     # the common keep (the prompt's pages the tree took): the first own pages, in order;
     # then they are own pages, and the rest of ``own`` is what runs_minus would give
     rest = _after_prefix(own, keep)
     for ext in kept:
-        if not _current(rt, ext, Tier.DEVICE):
-            check_ext(rt, ext, Tier.DEVICE, "release keep")
-        if ext.pool is Kind.FULL:
+        if not _current(rt, ext, _DEVICE):
+            check_ext(rt, ext, _DEVICE, "release keep")
+        if ext.pool is _FULL:
             ok = rest is not None or not runs_minus(ext.runs(), own)
         else:
             ok = rt.state.check_keep(rel.request.slot_id, ext)
@@ -249,7 +252,7 @@ def _check_frees(rt: SimRuntime, plan: BatchPlan, released: Released) -> Freed:
     if plan.backups or plan.stores:
         _explain_frees(rt, plan, released)
         return frees
-    device_full = (Tier.DEVICE, Kind.FULL)
+    device_full = (_DEVICE, _FULL)
     if released:  # the releases' runs join L1 FULL's, after its frees (the check's order)
         extra = [run for rel in plan.releases for run in released[rel.request.slot_id]]
         checks = dict(frees)
@@ -271,7 +274,7 @@ def _explain_frees(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
         spans = freed.setdefault((e.tier, e.pool), [])
         spans.extend((r.first_page, r.page_count, i) for r in e.page_runs)
     if released:
-        spans = freed.setdefault((Tier.DEVICE, Kind.FULL), [])
+        spans = freed.setdefault((_DEVICE, _FULL), [])
         for j, rel in enumerate(plan.releases):
             spans.extend((s, n, ~j) for s, n in released[rel.request.slot_id])
     if not freed:
@@ -338,10 +341,10 @@ def check_capacity(rt: SimRuntime, plan: BatchPlan, checked: Checked) -> None:
         # plan's frees and releases return pages first (counted only when the pool's free
         # pages fall short: the check below, for that one pool)
         n = sum(checked.new)
-        if n and n > rt.device[Kind.FULL].free_count:
+        if n and n > rt.device[_FULL].free_count:
             _short_full(rt, plan, checked, n)
         return
-    need_device: dict[Kind, int] = {Kind.FULL: sum(checked.new)}
+    need_device: dict[Kind, int] = {_FULL: sum(checked.new)}
     need_host: dict[Kind, int] = {}
     released = checked.released
     # without state pools only first slices need more than their new FULL pages
@@ -355,22 +358,22 @@ def check_capacity(rt: SimRuntime, plan: BatchPlan, checked: Checked) -> None:
         for ld in s.loads:
             need_device[ld.src.pool] = need_device.get(ld.src.pool, 0) + ld.src.num_pages
         for ext in s.attach:
-            if ext.tier is Tier.HOST:  # hybrid load-back: L2 state lands in L1
+            if ext.tier is _HOST:  # hybrid load-back: L2 state lands in L1
                 need_device[ext.pool] = need_device.get(ext.pool, 0) + ext.num_pages
     for b in plan.backups:
         need_host[b.src.pool] = need_host.get(b.src.pool, 0) + b.src.num_pages
     for pf in plan.prefetches:
-        need_host[Kind.FULL] = need_host.get(Kind.FULL, 0) + pf.max_pages
+        need_host[_FULL] = need_host.get(_FULL, 0) + pf.max_pages
     back: dict[tuple[Tier, Kind], int] = {}  # what the frees and releases return first
     for ext in plan.frees:
         back[(ext.tier, ext.pool)] = back.get((ext.tier, ext.pool), 0) + ext.num_pages
     for rel in plan.releases:
-        key = (Tier.DEVICE, Kind.FULL)
+        key = (_DEVICE, _FULL)
         back[key] = back.get(key, 0) + sum(n for _, n in released[rel.request.slot_id])
         if state:
             for pool, n in rt.state.releasable(rel.request.slot_id, rel.kept()).items():
-                back[(Tier.DEVICE, pool)] = back.get((Tier.DEVICE, pool), 0) + n
-    for tier, need in ((Tier.DEVICE, need_device), (Tier.HOST, need_host)):
+                back[(_DEVICE, pool)] = back.get((_DEVICE, pool), 0) + n
+    for tier, need in ((_DEVICE, need_device), (_HOST, need_host)):
         for pool, n in need.items():
             if not n:
                 continue
@@ -385,10 +388,10 @@ def _short_full(rt: SimRuntime, plan: BatchPlan, checked: Checked, n: int) -> No
     else, more than the pool has free: raise unless its frees and releases return
     enough (the same sum and message as the general check)."""
     back = sum(ext.num_pages for ext in plan.frees
-               if ext.tier == Tier.DEVICE and ext.pool == Kind.FULL)
+               if ext.tier == _DEVICE and ext.pool == _FULL)
     for rel in plan.releases:
         back += sum(k for _, k in checked.released[rel.request.slot_id])
-    free = rt.device[Kind.FULL].free_count + back
+    free = rt.device[_FULL].free_count + back
     if n > free:
-        raise CapacityError(f"batch {plan.batch_id} needs {n} {Tier.DEVICE.value} pages of "
-                            f"pool '{Kind.FULL}', {free} free (not accounted for)")
+        raise CapacityError(f"batch {plan.batch_id} needs {n} {_DEVICE.value} pages of "
+                            f"pool '{_FULL}', {free} free (not accounted for)")
