@@ -278,7 +278,7 @@ class Residency:
         pool = kind
         if pages <= 0:
             return res
-        if kind is Kind.FULL:
+        if kind is _FULL:
             skipped = []  # popped but kept (an L2 child is pinned): they stay candidates
             for node in self.device_heap.pop_valid(self.device_evictable):
                 self._evict_leaf(node, res)
@@ -377,7 +377,7 @@ class Residency:
             self.touched(node)
         elif self.host_enabled and self.write_back:
             res.actions.append(self.begin_backup(node))
-            res.backing_up += node.device[Kind.FULL].num_pages
+            res.backing_up += node.device[_FULL].num_pages
             return None
         else:
             subtree = self._subtree(node)
@@ -441,6 +441,6 @@ class Residency:
             res.actions.append(Deleted(node.id, node.num_pages * self.tree.spec.page_size))
             if parent is not None and parent is not self.tree.root:
                 self.touched(parent)
-            if res.freed.get(Kind.FULL, 0) >= pages:
+            if res.freed.get(_FULL, 0) >= pages:
                 break
         return res
