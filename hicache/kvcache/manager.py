@@ -433,11 +433,12 @@ class KVCacheManager:
             m = self.tree.match(pages, touch=False)
             nodes = m.path[:m.device_nodes]
         at = 0  # pages before ``node`` (from_root); backups change no node's span
+        full = Kind.FULL  # a local: an Enum class's attribute read is slow
         for node in nodes:
             first = at
             at += len(node.key)
             # a component on L1 with no L2 copy: the device kinds are not all host kinds
-            if (Kind.FULL in node.device and not node.backing_up
+            if (full in node.device and not node.backing_up
                     and not node.device.keys() <= node.host.keys()
                     and self.write.backup_on_hit(max(node.hit_count, min_hits))):
                 if node.on_host:

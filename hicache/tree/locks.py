@@ -124,17 +124,31 @@ class LockTable:
         h.released = True
         self.tree.changes += 1
         del self.live[h.id]
-        residency, hid = self.tree.residency, h.id
+        tree, hid = self.tree, h.id
+        residency = tree.residency
+        device_heap, host_heap, full = residency.device_heap, residency.host_heap, Kind.FULL
         for node, key in h.entries:
-            count = node.locks[key] - 1
+            locks = node.locks
+            count = locks[key] - 1
             if count < 0:
                 raise AssertionError(f"lock count of {node} for {key} went negative")
+            node.lock_handles.discard(hid)  # touched reads no lock_handles: either order
             if count:
-                node.locks[key] = count
-            else:
-                del node.locks[key]
-                residency.unlocked(node)  # reads no lock_handles: discarded in this loop
-            node.lock_handles.discard(hid)
+                locks[key] = count
+                continue
+            del locks[key]
+            # residency.unlocked(node) (Residency.touched), in line: every lock's path
+            node.stamp += 1
+            tree.changes += 1
+            if full in node.device:
+                for c in node.children.values():
+                    if full in c.device:
+                        break
+                else:
+                    if not locks or (len(locks) == 1 and HOST in locks):
+                        device_heap.push(node)
+            elif full in node.host and not node.children and HOST not in locks:
+                host_heap.push(node)
 
     def on_split(self, tail: Node, head: Node) -> None:
         for hid in list(tail.lock_handles):

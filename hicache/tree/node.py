@@ -16,6 +16,7 @@ from hicache.tree.components import Kind
 
 PageKey = Hashable
 HOST = "host"  # lock key of the L2 copy
+_FULL = Kind.FULL  # read once: an Enum class's attribute read is slow (see residency.py)
 
 
 class Node:
@@ -56,11 +57,11 @@ class Node:
 
     @property
     def on_device(self) -> bool:
-        return Kind.FULL in self.device
+        return _FULL in self.device
 
     @property
     def on_host(self) -> bool:
-        return Kind.FULL in self.host
+        return _FULL in self.host
 
     @property
     def session_refs(self) -> int:
@@ -68,10 +69,10 @@ class Node:
 
     def is_device_leaf(self) -> bool:
         """Holds FULL on L1 and no child does: the FULL eviction frontier."""
-        if Kind.FULL not in self.device:
+        if _FULL not in self.device:
             return False
         for c in self.children.values():
-            if Kind.FULL in c.device:
+            if _FULL in c.device:
                 return False
         return True
 

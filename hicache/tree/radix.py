@@ -348,13 +348,14 @@ class UnifiedRadixTree:
         # a node ending by the first page any extent reaches gets none of them (_fill
         # would do nothing): the walk over a cached prefix skips the call
         reach, fill, touched = min(starts.values(), default=n), self._fill, res.touched
+        full_kind = Kind.FULL  # a local: an Enum class's attribute is a slow read
         for node, start in self._walk(pages, starts, attr):
             i = start + len(node.key)  # num_pages
-            if Kind.FULL in getattr(node, attr):
+            if full_kind in getattr(node, attr):
                 existing = i
             if i > reach:
                 fill(node, attr, values, starts, start, i, actions)
-            if hits and Kind.FULL in node.device and i > inserted:  # on_device
+            if hits and full_kind in node.device and i > inserted:  # on_device
                 node.hit_count += 1
             self.clock += 1  # _stamp, in line: a tick, then the re-queue
             self.changes += 1

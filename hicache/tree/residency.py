@@ -42,6 +42,10 @@ from hicache.tree.session_coverage import COVERAGES, covered
 if TYPE_CHECKING:
     from hicache.tree.radix import UnifiedRadixTree
 
+# Kind.FULL read once: an attribute of an Enum class costs a metaclass __getattr__ hook
+# per read (about 8x a module global), and touched runs for every node a change reaches
+_FULL = Kind.FULL
+
 
 @dataclass
 class EvictResult:
@@ -92,15 +96,15 @@ class Residency:
         answer of the heaps stays the same, with fewer entries to push and pop."""
         node.stamp += 1
         self.tree.changes += 1
-        if Kind.FULL in node.device:  # on_device and is_device_leaf, in line (hot)
+        if _FULL in node.device:  # on_device and is_device_leaf, in line (hot)
             for c in node.children.values():
-                if Kind.FULL in c.device:
+                if _FULL in c.device:
                     return
             locks = node.locks  # a key is present only while its count is > 0
             if locks and (len(locks) > 1 or HOST not in locks):
                 return  # device-locked (any_device_lock, in line): the unlock pushes
             self.device_heap.push(node)
-        elif Kind.FULL in node.host and not node.children:  # on_host
+        elif _FULL in node.host and not node.children:  # on_host
             if HOST not in node.locks:  # host-locked: the unlock pushes
                 self.host_heap.push(node)
 
@@ -274,7 +278,7 @@ class Residency:
         pool = kind
         if pages <= 0:
             return res
-        if kind is Kind.FULL:
+        if kind is _FULL:
             skipped = []  # popped but kept (an L2 child is pinned): they stay candidates
             for node in self.device_heap.pop_valid(self.device_evictable):
                 self._evict_leaf(node, res)
@@ -373,7 +377,7 @@ class Residency:
             self.touched(node)
         elif self.host_enabled and self.write_back:
             res.actions.append(self.begin_backup(node))
-            res.backing_up += node.device[Kind.FULL].num_pages
+            res.backing_up += node.device[_FULL].num_pages
             return None
         else:
             subtree = self._subtree(node)
@@ -437,6 +441,6 @@ class Residency:
             res.actions.append(Deleted(node.id, node.num_pages * self.tree.spec.page_size))
             if parent is not None and parent is not self.tree.root:
                 self.touched(parent)
-            if res.freed.get(Kind.FULL, 0) >= pages:
+            if res.freed.get(_FULL, 0) >= pages:
                 break
         return res
