@@ -53,9 +53,11 @@ from hicache.workload.request import token_prefix
 
 # eviction rounds per make-room: under write_back the first round starts backups, and a
 # runtime that copies at once (replay) lets a later round demote what they copied
+_FULL, _DEVICE, _HOST = Kind.FULL, Tier.DEVICE, Tier.HOST  # hot: Enum reads (ARCHITECTURE.md)
+_BACKUP, _STORE = TransferKind.BACKUP, TransferKind.STORE
 MAKE_ROOM_ROUNDS = 4
 _ORDER = {Kind.FULL: 0, Kind.SWA: 1, Kind.MAMBA: 2}  # a backup's copies, FULL first
-_L1_FULL = (Tier.DEVICE, Kind.FULL)  # the residency's key of the L1 FULL pages it holds
+_L1_FULL = (_DEVICE, _FULL)  # the residency's key of the L1 FULL pages it holds
 
 
 @slot_init
@@ -82,7 +84,7 @@ class _BackupJob:
 
     @property
     def full_pages(self) -> int:
-        return sum(n for kind, n in self.parts.values() if kind is Kind.FULL)
+        return sum(n for kind, n in self.parts.values() if kind is _FULL)
 
 
 class KVCacheManager:
@@ -97,15 +99,15 @@ class KVCacheManager:
                                      session_aware=cache.enable_session_aware_eviction,
                                      options=cache.tree_options,
                                      session_coverage=cache.session_coverage)
-        self.l2 = cache.enable_hierarchical_cache and info.host_pages.get(Kind.FULL, 0) > 0
+        self.l2 = cache.enable_hierarchical_cache and info.host_pages.get(_FULL, 0) > 0
         self.l3 = l3 and self.l2  # L3 is reached through L2 (stores read it, fetches land there)
         self.write = WritePolicy.named(cache.hicache_write_policy)
         self.hits_once = cache.hit_count == "once_per_request"
         # buffer_only: an L1 eviction deletes (the KV is in L3), it never demotes to L2
         self.tree.residency.host_enabled = self.l2 and not cache.hicache_buffer_only
         self.tree.residency.write_back = self.l2 and self.write.backup_on_eviction
-        self.budget = PageBudget(self.tree, info.device_pages[Kind.FULL],
-                                 info.host_pages.get(Kind.FULL, 0) if self.l2 else 0)
+        self.budget = PageBudget(self.tree, info.device_pages[_FULL],
+                                 info.host_pages.get(_FULL, 0) if self.l2 else 0)
         self.reserve_output = reserve_output
         self.recompute_last_token = recompute_last_token
         self.decisions: list[Decision] = []
@@ -158,7 +160,7 @@ class KVCacheManager:
             free = self.budget.free(tier)
             if free >= pages:
                 return True
-            if tier is Tier.DEVICE:  # pages whose eviction backup is under way: coming
+            if tier is _DEVICE:  # pages whose eviction backup is under way: coming
                 coming = (sum(b.full_pages for b in self._backups.values() if b.evicting)
                           if self._backups else 0)
                 if free + coming >= pages:  # free once copied; start no more backups
@@ -170,7 +172,7 @@ class KVCacheManager:
                 break
             self.apply(res.actions)
         free = self.budget.free(tier)
-        if free < pages and tier is Tier.DEVICE and self._backups_refused > refused:
+        if free < pages and tier is _DEVICE and self._backups_refused > refused:
             residency, write_back = self.tree.residency, self.tree.residency.write_back
             residency.write_back = False  # this round deletes what it cannot back up
             try:
@@ -178,7 +180,7 @@ class KVCacheManager:
             finally:
                 residency.write_back = write_back
         free = self.budget.free(tier)
-        if tier is Tier.DEVICE and pages > 0 and self.budget.share is not None:
+        if tier is _DEVICE and pages > 0 and self.budget.share is not None:
             self.budget.share.short(pages - free)  # a shared pool reclaims for us if short
         return free >= pages
 
@@ -193,7 +195,7 @@ class KVCacheManager:
                 return
         elif b.device_free() >= 0:
             return
-        self.make_room(Tier.DEVICE, 0)
+        self.make_room(_DEVICE, 0)
 
     def apply(self, actions: Iterable[Action]) -> None:
         """Carry out the tree's actions: frees go to the sink, backups start."""
@@ -209,7 +211,7 @@ class KVCacheManager:
 
     def describe_l1(self) -> str:
         """How much of L1 the tree holds and how much of that nothing can evict now."""
-        pinned = sum(n.device[Kind.FULL].num_pages for n in self.tree.nodes.values()
+        pinned = sum(n.device[_FULL].num_pages for n in self.tree.nodes.values()
                      if n.on_device and (n.any_device_lock() or n.backing_up
                                          or n.locked(HOST)))
         return (f"the tree holds {self.tree.held_pages(Tier.DEVICE)} L1 pages, {pinned} of "
@@ -266,7 +268,7 @@ class KVCacheManager:
             return False
         lock = self.tree.lock(r.match.device_node if not tail else tail[-1])
         changes, refused = self.tree.changes, self._backups_refused
-        if not self.make_room(Tier.DEVICE, need):
+        if not self.make_room(_DEVICE, need):
             quiet = self.tree.changes == changes and self._backups_refused == refused
             self.tree.unlock(lock)
             st.prefix_tokens = 0
@@ -326,7 +328,7 @@ class KVCacheManager:
         for n in nodes:
             if left <= 0:
                 break
-            ext = n.device[Kind.FULL]
+            ext = n.device[_FULL]
             out.append(ext if ext.num_pages <= left else ext.slice(0, left))
             left -= ext.num_pages
         return tuple(out)
@@ -335,7 +337,7 @@ class KVCacheManager:
         """The runtime placed ``st``'s loads on L1 (``extents``, one per load node)."""
         for node, ext in zip(st.load_nodes, extents, strict=True):
             self.budget.loads_pending -= ext.num_pages
-            self.land(st, node, Kind.FULL, ext)
+            self.land(st, node, _FULL, ext)
 
     def land(self, st: RequestState, node: Node, kind: Kind, ext: CacheExtentRef) -> bool:
         """A load of ``st`` placed ``node``'s ``kind`` on L1 at ``ext``: it joins the node.
@@ -346,17 +348,17 @@ class KVCacheManager:
         leak those pages and the tree's page count (an L1 that looks full forever)."""
         if kind in node.device:
             self._orphans.setdefault(st.rid, []).append(ext)
-            if kind is Kind.FULL:
+            if kind is _FULL:
                 self.budget.own += ext.num_pages
             return False
-        self.tree.residency.put_value(node, Tier.DEVICE, kind, ext)
+        self.tree.residency.put_value(node, _DEVICE, kind, ext)
         self.tree.residency.touched(node)
         return True
 
     def free_orphans(self, st: RequestState) -> None:
         """Free the copies :meth:`land` left to ``st`` (it finished)."""
         for ext in self._orphans.pop(st.rid, ()):
-            if ext.pool is Kind.FULL:
+            if ext.pool is _FULL:
                 self.budget.own -= ext.num_pages
             self.sink.free(ext)
 
@@ -381,7 +383,7 @@ class KVCacheManager:
         if n <= first or st.kv is None or st.kv.num_pages < n:
             return None
         ext = st.kv.slice(first, n)
-        res = self.tree.insert(pages, {Kind.FULL: ext}, inserted=inserted)
+        res = self.tree.insert(pages, {_FULL: ext}, inserted=inserted)
         if res.actions or st.donated:  # skip duplicates, and pages handed over before
             gone: set[int] = set()
             for extent in [a.extent for a in res.actions] + st.donated:
@@ -433,7 +435,7 @@ class KVCacheManager:
             m = self.tree.match(pages, touch=False)
             nodes = m.path[:m.device_nodes]
         at = 0  # pages before ``node`` (from_root); backups change no node's span
-        full = Kind.FULL  # a local: an Enum class's attribute read is slow
+        full = _FULL  # a local: an Enum class's attribute read is slow
         for node in nodes:
             first = at
             at += len(node.key)
@@ -495,24 +497,24 @@ class KVCacheManager:
         is on L2 already). Without L2 room for FULL, when it is copied, nothing is."""
         parts = sorted(((k, e) for k, e in a.extents if kinds is None or k in kinds),
                        key=lambda part: _ORDER[part[0]])
-        if parts[0][0] is Kind.FULL and not self.make_room(Tier.HOST, parts[0][1].num_pages):
+        if parts[0][0] is _FULL and not self.make_room(_HOST, parts[0][1].num_pages):
             parts = []
         parts = [(k, e) for k, e in parts
-                 if k is Kind.FULL or self._state_host_room(k, e.num_pages)]
+                 if k is _FULL or self._state_host_room(k, e.num_pages)]
         if not parts:
             self.tree.residency.abort_backup(a.node_id)
             self._backups_refused += 1
             return
         if len(parts) != len(a.extents):
             self.tree.residency.narrow_backup(a.node_id, frozenset(k for k, _ in parts))
-        b = _BackupJob(a.node_id, keys if parts[0][0] is Kind.FULL else None,
+        b = _BackupJob(a.node_id, keys if parts[0][0] is _FULL else None,
                        evicting=evicting)
         intents = []
         for kind, ext in parts:
             job = self.sink.next_job_id()
             b.parts[job] = (kind, ext.num_pages)
             intents.append(BackupIntent(ext, job))
-            if kind is Kind.FULL:
+            if kind is _FULL:
                 self.budget.host_reserved += ext.num_pages
             else:
                 reserved = self.budget.host_pool_reserved
@@ -538,9 +540,9 @@ class KVCacheManager:
 
     def on_transfer(self, c: TransferCompletion) -> bool:
         """Apply a backup or store completion; False for kinds the caller handles."""
-        if c.kind is TransferKind.BACKUP:
+        if c.kind is _BACKUP:
             self._backup_done(c.job_id)
-        elif c.kind is TransferKind.STORE:
+        elif c.kind is _STORE:
             nodes, pin = self._stores.pop(c.job_id)
             self.tree.unlock(pin)
             if self.cache.hicache_buffer_only:
@@ -555,7 +557,7 @@ class KVCacheManager:
         b = self._backups[job]
         kind, pages = b.parts.pop(part)
         b.hosts[kind] = self._backup_hosts.pop(part)
-        if kind is Kind.FULL:
+        if kind is _FULL:
             self.budget.host_reserved -= pages
         else:
             self.budget.host_pool_reserved[kind] -= pages
@@ -563,7 +565,7 @@ class KVCacheManager:
             return
         del self._backups[job]
         nodes = self.tree.residency.complete_backup(b.node_id, b.hosts)
-        host = b.hosts.get(Kind.FULL)
+        host = b.hosts.get(_FULL)
         if not self.l3 or host is None:
             return
         keys = b.keys if b.keys is not None else self.l3_keys(nodes)
@@ -583,5 +585,5 @@ class KVCacheManager:
             if n.parent is None or not n.on_device or n.backing_up or n.locked(HOST):
                 continue
             for kind in list(n.host):
-                self.sink.free(self.tree.residency.pop_value(n, Tier.HOST, kind))
+                self.sink.free(self.tree.residency.pop_value(n, _HOST, kind))
             self.tree.residency.touched(n)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from hicache.tree.components import Kind, TreeSpec
 from hicache.tree.node import Node
 
+_FULL, _SWA, _MAMBA = Kind.FULL, Kind.SWA, Kind.MAMBA  # hot: Enum reads (ARCHITECTURE.md)
 Has = Callable[[Node, Kind], bool]
 
 
@@ -33,10 +34,10 @@ def on_device_or_host(node: Node, kind: Kind) -> bool:
 def safe_boundary(path: Sequence[Node], spec: TreeSpec, has: Has = on_device) -> tuple[int, int]:
     """Return (tokens, number of path nodes) of the deepest boundary every component accepts."""
     page = spec.page_size
-    swa = spec.get(Kind.SWA)
-    mamba = spec.get(Kind.MAMBA) is not None
+    swa = spec.get(_SWA)
+    mamba = spec.get(_MAMBA) is not None
     if swa is None and not mamba:  # FULL alone: each node holding it ends a boundary
-        full, pages, nodes = Kind.FULL, 0, 0
+        full, pages, nodes = _FULL, 0, 0
         for node in path:
             if not (full in node.device if has is on_device else has(node, full)):
                 break
@@ -47,16 +48,16 @@ def safe_boundary(path: Sequence[Node], spec: TreeSpec, has: Has = on_device) ->
     pos = 0
     swa_run = 0
     for i, node in enumerate(path):
-        if not has(node, Kind.FULL):
+        if not has(node, _FULL):
             break
         tokens = node.num_pages * page
         pos += tokens
         ok = True
         if swa is not None:
-            swa_run = swa_run + tokens if has(node, Kind.SWA) else 0
+            swa_run = swa_run + tokens if has(node, _SWA) else 0
             ok = swa_run >= min(swa.window, pos)
         if ok and mamba:
-            ok = has(node, Kind.MAMBA)
+            ok = has(node, _MAMBA)
         if ok:
             best_tokens, best_nodes = pos, i + 1
     return best_tokens, best_nodes

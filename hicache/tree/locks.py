@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from hicache.tree.radix import UnifiedRadixTree
 
 LockKey = Kind | str
+_FULL, _SWA, _MAMBA = Kind.FULL, Kind.SWA, Kind.MAMBA  # hot: Enum reads (ARCHITECTURE.md)
 _SPLIT_INHERITS = (Kind.FULL, Kind.SWA, HOST)
 
 
@@ -55,7 +56,7 @@ class LockTable:
     def _raise_up(self, h: LockHandle, node: Node, stop: Node | None) -> None:
         """:meth:`_raise` FULL on ``node`` and each ancestor below ``stop``, deepest first
         (in line: every lock of a request's path takes this loop)."""
-        tree, hid, add, full = self.tree, h.id, h.entries.append, Kind.FULL
+        tree, hid, add, full = self.tree, h.id, h.entries.append, _FULL
         n: Node | None = node
         while n is not stop and n is not None:
             locks = n.locks
@@ -72,19 +73,19 @@ class LockTable:
             return h
         spec = self.tree.spec
         for kind in (kinds if kinds is not None else spec.kinds):
-            if kind is Kind.FULL:
+            if kind is _FULL:
                 self._raise_up(h, node, self.tree.root)
-            elif kind is Kind.SWA:
-                comp = spec.get(Kind.SWA)
+            elif kind is _SWA:
+                comp = spec.get(_SWA)
                 assert comp is not None
                 need = comp.window
                 for n in self.tree.path_to_root(node):
                     if need <= 0:
                         break
-                    self._raise(h, n, Kind.SWA)
+                    self._raise(h, n, _SWA)
                     need -= n.num_pages * spec.page_size
-            elif kind is Kind.MAMBA:
-                self._raise(h, node, Kind.MAMBA)
+            elif kind is _MAMBA:
+                self._raise(h, node, _MAMBA)
         return h
 
     def move(self, h: LockHandle, node: Node) -> LockHandle:
@@ -126,7 +127,7 @@ class LockTable:
         del self.live[h.id]
         tree, hid = self.tree, h.id
         residency = tree.residency
-        device_heap, host_heap, full = residency.device_heap, residency.host_heap, Kind.FULL
+        device_heap, host_heap, full = residency.device_heap, residency.host_heap, _FULL
         for node, key in h.entries:
             locks = node.locks
             count = locks[key] - 1

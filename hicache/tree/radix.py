@@ -37,6 +37,9 @@ from hicache.tree.options import SGLANG, TreeOptions
 from hicache.tree.pagekeys import page_keys
 from hicache.tree.residency import Residency
 
+_FULL, _SWA, _MAMBA = Kind.FULL, Kind.SWA, Kind.MAMBA  # hot: Enum reads (ARCHITECTURE.md)
+_DEVICE, _HOST = Tier.DEVICE, Tier.HOST  # hot: Enum reads (ARCHITECTURE.md)
+
 __all__ = ["InsertResult", "MatchResult", "UnifiedRadixTree", "page_keys"]
 
 
@@ -105,10 +108,10 @@ class UnifiedRadixTree:
         self.sessions: dict[str, set[Node]] = {}
         self.frontiers: dict[str, Node] = {}  # session -> its last finished request's node
         self.session_leaves: dict[str, set[Node]] = {}  # session -> the ends of its paths
-        swa = spec.get(Kind.SWA)
+        swa = spec.get(_SWA)
         self._window_pages = -(-swa.window // spec.page_size) if swa is not None else 0
         # FULL alone: a node ends a safe boundary iff it and every node above hold FULL
-        self._full_only = swa is None and spec.get(Kind.MAMBA) is None
+        self._full_only = swa is None and spec.get(_MAMBA) is None
 
     @property
     def window_pages(self) -> int:
@@ -156,7 +159,7 @@ class UnifiedRadixTree:
             values: dict = getattr(node, tier_values)
             head_values: dict = getattr(head, tier_values)
             for kind in list(values):
-                if kind is Kind.MAMBA:
+                if kind is _MAMBA:
                     continue
                 head_values[kind], values[kind] = values[kind].split(at)
         head.backing_up = node.backing_up
@@ -245,7 +248,7 @@ class UnifiedRadixTree:
         Other trees take :meth:`match`."""
         if not self._full_only:
             return self.match(pages, touch=False, memo=True).total_tokens
-        full = Kind.FULL
+        full = _FULL
         held = 0  # pages of the nodes from the root holding FULL on L1 or L2
         walk = self._walk(pages)  # each node it yields is cut to the pages it matched
         for child, i in walk:
@@ -264,7 +267,7 @@ class UnifiedRadixTree:
         FULL there and the two agree)."""
         if not self._full_only:
             return self._read_components(pages)
-        full = Kind.FULL
+        full = _FULL
         path: list[Node] = []
         add = path.append
         end = dev_pages = dev_nodes = all_pages = all_nodes = 0
@@ -299,7 +302,7 @@ class UnifiedRadixTree:
         """(tokens, nodes) of ``path``'s L1 safe boundary, then of its L1+L2 one (the L1
         one while L2 holds nothing, or where a host-tier hole would shorten it)."""
         dev_tokens, dev_nodes = safe_boundary(path, self.spec, on_device)
-        if self.residency.holds(Tier.HOST):
+        if self.residency.holds(_HOST):
             all_tokens, all_nodes = safe_boundary(path, self.spec, on_device_or_host)
             if all_tokens >= dev_tokens:  # a host-tier hole cannot shorten the L1 boundary
                 return dev_tokens, dev_nodes, all_tokens, all_nodes
@@ -307,7 +310,7 @@ class UnifiedRadixTree:
 
     # -- insert ----------------------------------------------------------------------
     def insert(self, pages: Sequence[PageKey], values: dict[Kind, CacheExtentRef], *,
-               tier: Tier = Tier.DEVICE, inserted: int = 0) -> InsertResult:
+               tier: Tier = _DEVICE, inserted: int = 0) -> InsertResult:
         """Cache ``pages`` with their data in ``tier``.
 
         Each paged extent covers the *last* ``num_pages`` pages. ``values[FULL]`` may skip
@@ -328,27 +331,27 @@ class UnifiedRadixTree:
         n = len(pages)
         if n == 0:
             return InsertResult(0, None, ())
-        full = values.get(Kind.FULL)
+        full = values.get(_FULL)
         if full is not None and not 0 < full.num_pages <= n:
             raise ValueError(f"insert needs a FULL extent of 1..{n} pages, got "
                              f"{full.num_pages}")
         for kind in values:
             if self.spec.get(kind) is None:
                 raise ValueError(f"insert of component {kind.value!r} the tree does not have")
-        starts = {k: n - e.num_pages for k, e in values.items() if k is not Kind.MAMBA}
+        starts = {k: n - e.num_pages for k, e in values.items() if k is not _MAMBA}
         for k, s in starts.items():
             if s < 0:
                 raise ValueError(f"{k.value} extent longer than the inserted pages")
-        attr = "device" if tier is Tier.DEVICE else "host"
+        attr = "device" if tier is _DEVICE else "host"
         res = self.residency
-        hits = tier is Tier.DEVICE and not (res.host_enabled and res.write_back)
+        hits = tier is _DEVICE and not (res.host_enabled and res.write_back)
         actions: list[Action] = []
         existing = 0
         node, i = self.root, 0  # i: pages covered by the nodes walked so far
         # a node ending by the first page any extent reaches gets none of them (_fill
         # would do nothing): the walk over a cached prefix skips the call
         reach, fill, touched = min(starts.values(), default=n), self._fill, res.touched
-        full_kind = Kind.FULL  # a local: an Enum class's attribute is a slow read
+        full_kind = _FULL  # a local: an Enum class's attribute is a slow read
         for node, start in self._walk(pages, starts, attr):
             i = start + len(node.key)  # num_pages
             if full_kind in getattr(node, attr):
@@ -361,7 +364,7 @@ class UnifiedRadixTree:
             self.changes += 1
             node.last_access = self.clock
             touched(node)
-        if i < starts.get(Kind.FULL, n):
+        if i < starts.get(_FULL, n):
             raise ValueError(f"insert of a FULL suffix from page {starts.get(Kind.FULL, n)}: "
                              f"the tree holds only the first {i} pages of its prefix")
         walked_to = node
@@ -371,7 +374,7 @@ class UnifiedRadixTree:
             if hits and b == n and b > inserted:  # the new leaf (not the parts cut above)
                 node.hit_count = 1
             self.residency.added(node)
-        mamba = values.get(Kind.MAMBA)
+        mamba = values.get(_MAMBA)
         if mamba is not None:
             self._put_checkpoint(node, attr, mamba, node is walked_to, actions)
         if attr == "device" and node is not self.root:
@@ -383,7 +386,7 @@ class UnifiedRadixTree:
         component's data starts and, when the SWA part is longer than one window, where
         its last window starts (SGLang's cap of a fresh SWA leaf)."""
         cuts = {s for s in starts.values() if i < s < n}
-        swa = starts.get(Kind.SWA)
+        swa = starts.get(_SWA)
         if swa is not None and n - max(swa, i) > self._window_pages:
             cuts.add(n - self._window_pages)
         if not cuts:  # the usual insert: one new node
@@ -410,7 +413,7 @@ class UnifiedRadixTree:
             actions.append(FreeHost(node.id, kind, ext))  # the in-flight backup brings it
         elif current is None:
             assert offset == 0, "a node lacking a component is cut where its data starts"
-            self.residency.put_value(node, Tier.DEVICE if attr == "device" else Tier.HOST,
+            self.residency.put_value(node, _DEVICE if attr == "device" else _HOST,
                                      kind, ext)
         else:
             mine = current if offset == 0 and ext.num_pages == current.num_pages else \
@@ -423,8 +426,8 @@ class UnifiedRadixTree:
                         actions: list[Action]) -> None:
         """The MAMBA checkpoint at the end of an insert. On L1 a node that already held
         one counts it as used (its copy is freed); an existing node is stamped used."""
-        had = Kind.MAMBA in getattr(node, attr)
-        self._put(node, attr, Kind.MAMBA, ext, actions)
+        had = _MAMBA in getattr(node, attr)
+        self._put(node, attr, _MAMBA, ext, actions)
         if attr == "device" and had:
             self.residency.refresh_mamba(node)
         if existed:
@@ -462,8 +465,8 @@ class UnifiedRadixTree:
         path.reverse()
         return path
 
-    def pages_in(self, tier: Tier, kind: Kind = Kind.FULL) -> int:
-        attr = "device" if tier is Tier.DEVICE else "host"
+    def pages_in(self, tier: Tier, kind: Kind = _FULL) -> int:
+        attr = "device" if tier is _DEVICE else "host"
         return sum(getattr(n, attr)[kind].num_pages for n in self.nodes.values()
                    if kind in getattr(n, attr))
 
@@ -562,12 +565,12 @@ class UnifiedRadixTree:
     def unlock(self, handle) -> None:  # noqa: ANN001
         self.locks.unlock(handle)
 
-    def evict_device(self, pages: int, kind: Kind = Kind.FULL):  # noqa: ANN201
+    def evict_device(self, pages: int, kind: Kind = _FULL):  # noqa: ANN201
         return self.residency.evict_device(kind, pages)
 
     def evict_host(self, pages: int):  # noqa: ANN201
         return self.residency.evict_host(pages)
 
-    def held_pages(self, tier: Tier, kind: Kind = Kind.FULL) -> int:
+    def held_pages(self, tier: Tier, kind: Kind = _FULL) -> int:
         """Pages of ``kind``'s pool on ``tier`` the tree holds (MAMBA: slots)."""
         return self.residency.held_pages(tier, kind)

@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 
 # Kind.FULL read once: an attribute of an Enum class costs a metaclass __getattr__ hook
 # per read (about 8x a module global), and touched runs for every node a change reaches
-_FULL = Kind.FULL
+_FULL, _SWA, _MAMBA = Kind.FULL, Kind.SWA, Kind.MAMBA  # hot: Enum reads (ARCHITECTURE.md)
+_DEVICE, _HOST = Tier.DEVICE, Tier.HOST  # hot: Enum reads (ARCHITECTURE.md)
 
 
 @dataclass
@@ -72,7 +73,7 @@ class Residency:
         self.device_heap = LazyHeap(key)
         self.host_heap = LazyHeap(key)
         self.lru: dict[Kind, LruList] = {
-            k: LruList() for k in (Kind.SWA, Kind.MAMBA) if tree.spec.get(k)}
+            k: LruList() for k in (_SWA, _MAMBA) if tree.spec.get(k)}
         self.host_enabled = False
         self.write_back = False
         self.held: dict[tuple[Tier, Kind], int] = {}  # (tier, pool) -> pages held
@@ -114,8 +115,8 @@ class Residency:
     def refresh_after_match(self, node: Node) -> None:
         """SGLang's MATCH_END refresh: the SWA window ending at ``node``; MAMBA ``node``."""
         self._refresh_window(node)
-        mamba = self.lru.get(Kind.MAMBA)
-        if mamba is not None and Kind.MAMBA in node.device:
+        mamba = self.lru.get(_MAMBA)
+        if mamba is not None and _MAMBA in node.device:
             mamba.push_mru(node)
 
     def refresh_after_insert(self, node: Node) -> None:
@@ -125,25 +126,25 @@ class Residency:
 
     def refresh_mamba(self, node: Node) -> None:
         """An insert ended on a node that already has its checkpoint: it was used."""
-        mamba = self.lru.get(Kind.MAMBA)
-        if mamba is not None and Kind.MAMBA in node.device:
+        mamba = self.lru.get(_MAMBA)
+        if mamba is not None and _MAMBA in node.device:
             mamba.push_mru(node)
 
     def _refresh_window(self, node: Node) -> None:
         """Make ``node`` and its ancestors within one window plus a page the most recent
         SWA holders, the deepest first (nodes without live SWA keep their place)."""
-        lru = self.lru.get(Kind.SWA)
+        lru = self.lru.get(_SWA)
         if lru is None:
             return
         spec = self.tree.spec
-        comp = spec.get(Kind.SWA)
+        comp = spec.get(_SWA)
         assert comp is not None
         span = comp.window + spec.page_size
         chain: list[Node] = []
         covered = 0
         n: Node | None = node
         while n is not None and n is not self.tree.root and covered < span:
-            if Kind.SWA in n.device:
+            if _SWA in n.device:
                 chain.append(n)
             covered += n.num_pages * spec.page_size
             n = n.parent
@@ -153,7 +154,7 @@ class Residency:
     # -- the only places values enter or leave nodes (keeps ``held`` exact) -----------
     def put_value(self, node: Node, tier: Tier, kind: Kind, ext: CacheExtentRef) -> None:
         """Store data (a new SWA/MAMBA holder on L1 becomes its list's most recent)."""
-        device = tier is Tier.DEVICE
+        device = tier is _DEVICE
         values = node.device if device else node.host
         if kind in values:  # replacing a copy would leak its pages and ``held``
             raise ValueError(f"{node} holds {kind.value} on {tier.value} already")
@@ -166,7 +167,7 @@ class Residency:
             self.lru[kind].push_mru(node)
 
     def pop_value(self, node: Node, tier: Tier, kind: Kind) -> CacheExtentRef:
-        device = tier is Tier.DEVICE
+        device = tier is _DEVICE
         ext: CacheExtentRef = (node.device if device else node.host).pop(kind)
         self.tree.changes += 1
         self.tree.shape += 1
@@ -175,7 +176,7 @@ class Residency:
             self.lru[kind].discard(node)
         return ext
 
-    def held_pages(self, tier: Tier, kind: Kind = Kind.FULL) -> int:
+    def held_pages(self, tier: Tier, kind: Kind = _FULL) -> int:
         return self.held.get((tier, kind), 0)
 
     def holds(self, tier: Tier) -> bool:
@@ -232,11 +233,11 @@ class Residency:
         for i, node in enumerate(nodes):
             del self._job_of[node.id]
             for kind, ext in host.items():
-                if kind is Kind.MAMBA:
+                if kind is _MAMBA:
                     if i == len(nodes) - 1 and kind not in node.host:
-                        self.put_value(node, Tier.HOST, kind, ext)
+                        self.put_value(node, _HOST, kind, ext)
                 elif kind not in node.host:
-                    self.put_value(node, Tier.HOST, kind,
+                    self.put_value(node, _HOST, kind,
                                    ext.slice(offset, offset + node.num_pages))
             offset += node.num_pages
             node.backing_up = False
@@ -256,7 +257,7 @@ class Residency:
         job = self._job_of.get(node.id)
         if job is None or kind not in self._job_kinds[job]:
             return False
-        return kind is not Kind.MAMBA or self._jobs[job][-1] is node
+        return kind is not _MAMBA or self._jobs[job][-1] is node
 
     def backing_up(self) -> int:
         return len(self._jobs)
@@ -307,7 +308,7 @@ class Residency:
         evictable ones: ``end``, the one node of the locked path that can be a device
         leaf, is locked then; the other locked nodes have an L1 child or no L1 data.
         The caller makes sure no backup is under way for eviction (no write_back)."""
-        keep = end if end is not None and not end.locks.get(Kind.FULL) else None
+        keep = end if end is not None and not end.locks.get(_FULL) else None
         return self.device_heap.drop_all_unless(self.device_evictable, end, keep)
 
     def _aux_evictable(self, n: Node, kind: Kind) -> bool:
@@ -348,14 +349,14 @@ class Residency:
     def _tombstone(self, node: Node, kind: Kind, res: EvictResult) -> None:
         """Drop ``kind`` from an internal node; SWA takes MAMBA along (without a live
         window ending here the checkpoint cannot serve reuse: SGLang's priorities)."""
-        res.add_free(FreeDevice(node.id, kind, self.pop_value(node, Tier.DEVICE, kind)))
-        if kind is Kind.SWA and Kind.MAMBA in node.device and not node.locked(Kind.MAMBA):
-            res.add_free(FreeDevice(node.id, Kind.MAMBA,
-                                    self.pop_value(node, Tier.DEVICE, Kind.MAMBA)))
+        res.add_free(FreeDevice(node.id, kind, self.pop_value(node, _DEVICE, kind)))
+        if kind is _SWA and _MAMBA in node.device and not node.locked(_MAMBA):
+            res.add_free(FreeDevice(node.id, _MAMBA,
+                                    self.pop_value(node, _DEVICE, _MAMBA)))
 
     def _drop_device(self, node: Node, res: EvictResult) -> None:
         for kind in list(node.device):
-            res.add_free(FreeDevice(node.id, kind, self.pop_value(node, Tier.DEVICE, kind)))
+            res.add_free(FreeDevice(node.id, kind, self.pop_value(node, _DEVICE, kind)))
 
     def _evict_leaf(self, node: Node, res: EvictResult) -> None:
         """Evict a device leaf; with ``free_swa_tombstone_leaves`` a parent left as an
@@ -365,8 +366,8 @@ class Residency:
             nxt = self._evict_one_leaf(nxt, res)
 
     def _swa_tombstone_leaf(self, n: Node) -> bool:
-        return (self.options.free_swa_tombstone_leaves and Kind.SWA in self.lru
-                and Kind.SWA not in n.device and self.device_evictable(n))
+        return (self.options.free_swa_tombstone_leaves and _SWA in self.lru
+                and _SWA not in n.device and self.device_evictable(n))
 
     def _evict_one_leaf(self, node: Node, res: EvictResult) -> Node | None:
         tokens = node.num_pages * self.tree.spec.page_size
@@ -386,7 +387,7 @@ class Residency:
             for n in reversed(subtree):
                 self._drop_device(n, res)
                 for kind in list(n.host):
-                    res.add_free(FreeHost(n.id, kind, self.pop_value(n, Tier.HOST, kind)))
+                    res.add_free(FreeHost(n.id, kind, self.pop_value(n, _HOST, kind)))
                 self.tree.remove(n)
                 res.actions.append(Deleted(n.id, n.num_pages * self.tree.spec.page_size))
         if parent is not None and parent is not self.tree.root:
@@ -416,16 +417,16 @@ class Residency:
         written stay. An SWA copy takes the node's MAMBA copy along (no window ends there
         any more, so the checkpoint serves no reuse), as on L1."""
         res = EvictResult()
-        if pages <= 0 or kind is Kind.FULL:
+        if pages <= 0 or kind is _FULL:
             return res
         held = [n for n in self.tree.nodes.values()
                 if kind in n.host and not n.locked(HOST) and not n.backing_up]
         held.sort(key=lambda n: (kind not in n.device, n.last_access, n.id))
         for node in held:
-            res.add_free(FreeHost(node.id, kind, self.pop_value(node, Tier.HOST, kind)))
-            if kind is Kind.SWA and Kind.MAMBA in node.host:
-                res.add_free(FreeHost(node.id, Kind.MAMBA,
-                                      self.pop_value(node, Tier.HOST, Kind.MAMBA)))
+            res.add_free(FreeHost(node.id, kind, self.pop_value(node, _HOST, kind)))
+            if kind is _SWA and _MAMBA in node.host:
+                res.add_free(FreeHost(node.id, _MAMBA,
+                                      self.pop_value(node, _HOST, _MAMBA)))
             if res.freed.get(kind, 0) >= pages:
                 break
         return res
@@ -436,7 +437,7 @@ class Residency:
         for node in self.host_heap.pop_valid(self.host_evictable):
             parent = node.parent
             for kind in list(node.host):
-                res.add_free(FreeHost(node.id, kind, self.pop_value(node, Tier.HOST, kind)))
+                res.add_free(FreeHost(node.id, kind, self.pop_value(node, _HOST, kind)))
             self.tree.remove(node)
             res.actions.append(Deleted(node.id, node.num_pages * self.tree.spec.page_size))
             if parent is not None and parent is not self.tree.root:
