@@ -246,25 +246,18 @@ class PageIds:
             raise ValueError(f"page {p} is not handed out")
         used, stack = self._used, self._runs
         total = 0
-        if self.order == "lowest":  # one pass: unmark each run and push it, in order
-            heap, push = self._heap, heapq.heappush
-            for s, n in runs:
-                if n == 1:
-                    used[s] = 0
-                else:
-                    used[s:s + n] = bytes(n)
-                total += n
-                push(heap, (s, n))
-            self._n_runs += total
-            return
+        lowest = self.order == "lowest"  # one pass: unmark each run and push it, in order
+        heap, push = self._heap, heapq.heappush
         for s, n in runs:
             if n == 1:
                 used[s] = 0
             else:
                 used[s:s + n] = bytes(n)
             total += n
-        if self.order == "fresh":
-            pass  # retired: counted free below, never handed out again
+            if lowest:
+                push(heap, (s, n))
+        if lowest or self.order == "fresh":
+            pass  # lowest: pushed above; fresh: retired, counted free, never handed out again
         elif self.order == "fifo":
             for s, n in runs:
                 last = stack[-1] if stack else None

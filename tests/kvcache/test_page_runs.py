@@ -56,16 +56,18 @@ def test_taken_runs_are_coalesced_and_hand_out_what_the_order_says(order, steps)
         ids.check()
 
 
-def _bad_page_by_page(ids, runs) -> int | None:
-    """:meth:`PageIds.bad_runs` page by page: the first page (runs in order) not handed
-    out, else the later start of the first overlapping pair (runs sorted), else None."""
+def _bad_page_by_page(is_used, runs, unused_in=None) -> int | None:  # noqa: ANN001
+    """:meth:`PageIds.bad_runs` page by page: the first page (runs in order) for which
+    ``is_used`` is false, else the later start of the first overlapping pair (runs
+    sorted), else None; an empty run names what ``unused_in(start, 0)`` names (past the
+    fresh mark: the mark)."""
     for s, n in runs:
-        if not n:  # an empty run: past the fresh mark it names the mark (unused_in)
-            p = ids.unused_in(s, 0)
+        if not n and unused_in is not None:
+            p = unused_in(s, 0)
             if p is not None:
                 return p
         for p in range(s, s + n):
-            if not ids.is_used(p):
+            if not is_used(p):
                 return p
     ordered = sorted(runs)
     for (s0, n0), (s1, _) in zip(ordered, ordered[1:], strict=False):
@@ -91,10 +93,32 @@ def test_bad_runs_names_the_page_the_page_by_page_check_names(order, taken, free
         if gone:
             ids.give(gone)
             held -= set(gone)
-    assert ids.bad_runs(runs) == _bad_page_by_page(ids, runs)
+    assert ids.bad_runs(runs) == _bad_page_by_page(ids.is_used, runs, ids.unused_in)
     if held:  # a clean list of the held pages, as runs (and their reverse)
         good = runs_of(sorted(held))
         assert ids.bad_runs(good) is None and ids.bad_runs(good[::-1]) is None
         for s, n in good:  # a held run with the free page after or before it: named
             for run in ((s, n + 1), (s - 1, n + 1)):
-                assert ids.bad_runs([run]) == _bad_page_by_page(ids, [run]) is not None
+                named = _bad_page_by_page(ids.is_used, [run], ids.unused_in)
+                assert ids.bad_runs([run]) == named is not None
+
+
+@given(taken=st.lists(st.integers(1, 8), min_size=1, max_size=8),
+       freed=st.lists(st.integers(0, 8), max_size=3), data=st.data())
+def test_bad_runs_names_the_page_a_page_by_page_walk_names(taken, freed, data) -> None:
+    """Unallocated pages (freed, never handed out, beyond the fresh mark, negative) and
+    pages listed twice, by the runs a free would return: the same page as the walk. Runs
+    start mostly at allocated pages, so that many pass the first check."""
+    from hicache.runtime.page_ids import PageIds
+
+    ids = PageIds(64, "lowest")
+    held = [ids.take(n) for n in taken]
+    for i in freed:
+        if i < len(held) and held[i]:
+            ids.give(held[i])
+            held[i] = []
+    used = {p for pages in held for p in pages}
+    start = st.sampled_from(sorted(used)) if used else st.integers(-1, 70)
+    runs = data.draw(st.lists(st.tuples(st.one_of(start, start, st.integers(-1, 70)),
+                                        st.integers(1, 4)), max_size=6))
+    assert ids.bad_runs(runs) == _bad_page_by_page(used.__contains__, runs)
