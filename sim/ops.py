@@ -23,6 +23,7 @@ from sim.fluid import FluidJob
 if TYPE_CHECKING:
     from sim.runtime import SimRuntime
 
+_FULL, _HOST = Kind.FULL, Tier.HOST  # hot: Enum reads (ARCHITECTURE.md)
 Proc = Generator[simpy.Event, Any, None]
 
 
@@ -182,7 +183,7 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[Run], generat
         if n < len(chunk):
             break
     fetch = min(hit, pf.max_pages) if hit >= max(pf.min_hit_pages, 1) else 0
-    bpp = rt.bytes_per_page[Kind.FULL]
+    bpp = rt.bytes_per_page[_FULL]
     got = 0
     for lo in range(0, fetch, pf.batch_pages):
         hi = min(fetch, lo + pf.batch_pages)
@@ -200,8 +201,8 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[Run], generat
     rt.l3_bytes["read"] += got * bpp
     fetched, rest = split_runs(reserved, got)
     if rest:  # the pages of runs_of(pages[got:]), freed as free(pages[got:]) frees them
-        rt.host[Kind.FULL].free_runs(merged(rest))
-    extent = rt._extent(Tier.HOST, fetched, Kind.FULL) if got else None
+        rt.host[_FULL].free_runs(merged(rest))
+    extent = rt._extent(_HOST, fetched, _FULL) if got else None
     rt.complete(TC(pf.job_id, TK.PREFETCH, rt.env.now, got, extent, hit))
 
 

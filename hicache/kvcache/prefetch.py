@@ -43,7 +43,8 @@ from hicache.tiers.prefetch import prefetch_timeout, should_query, stop_decision
 from hicache.tree.components import Kind
 from hicache.tree.radix import MatchResult
 
-_PREFETCHING = Status.PREFETCHING  # read per queued request per step (interface._DECODE)
+_PREFETCHING, _DONE = Status.PREFETCHING, Status.DONE  # hot: Enum reads (ARCHITECTURE.md)
+_FULL, _HOST = Kind.FULL, Tier.HOST
 
 PREFETCH_SHARE = 0.25  # at most this share of L2 is reserved for L3 prefetches in flight
 OVER_SHARE_MODES = ("wait", "skip")  # what a prefetch over the share does (module doc)
@@ -201,7 +202,7 @@ class L3Prefetcher:
         if st.prefix_lock is not None:  # the fetched nodes' locks now pin their path
             self.tree.unlock(st.prefix_lock)
             st.prefix_lock = None
-        if st.status is Status.DONE:
+        if st.status is _DONE:
             st.forget()  # it finished while this prefetch ran
 
     # -- the decision ------------------------------------------------------------------
@@ -232,7 +233,7 @@ class L3Prefetcher:
         lock = self.tree.locks.lock_host(m.path)
         budget = rest if at_head or whole else self._share_left()
         if (at_head or whole) and rest > self.budget.host_free():
-            self.kv.make_room(Tier.HOST, rest)
+            self.kv.make_room(_HOST, rest)
         max_pages = min(rest, budget, self.budget.host_free())
         if max_pages < self.threshold_pages or (max_pages < rest
                                                                  and not at_head):
@@ -247,7 +248,7 @@ class L3Prefetcher:
         self.budget.host_reserved += max_pages
         self.jobs[job] = st
         st.prefetch_job, st.prefetch_from, st.prefetch_reserved = job, reused, max_pages
-        st.status = Status.PREFETCHING
+        st.status = _PREFETCHING
         st.prefix_lock = lock
         self.kv.log(Prefetch(st.rid, reused, max_pages))
         self.kv.sink.prefetch(PrefetchIntent(
@@ -263,7 +264,7 @@ class L3Prefetcher:
         if start and self.tree.match(st.pages[:start], touch=False).matched_pages < start:
             self.kv.sink.free(ext)  # the prefix left the tree meanwhile
             return
-        res = self.tree.insert(st.pages[:end], {Kind.FULL: ext}, tier=Tier.HOST)
+        res = self.tree.insert(st.pages[:end], {_FULL: ext}, tier=_HOST)
         self.kv.apply(res.actions)
         if st.admitted is not None:
             return

@@ -61,8 +61,9 @@ class SchedulerConfig:
     track_components: bool = False  # track the runtime's SWA / MAMBA pools too (L1, L2)
 
 
-_DECODE = Phase.DECODE
-_FULL, _PREFETCH = Kind.FULL, TransferKind.PREFETCH  # hot reads (interface._DECODE)
+_DECODE, _PREFILL = Phase.DECODE, Phase.PREFILL  # hot: Enum reads (ARCHITECTURE.md)
+_FULL, _PREFETCH = Kind.FULL, TransferKind.PREFETCH
+_PREFETCHING, _DONE = Status.PREFETCHING, Status.DONE
 
 # scenario keys of the ``scheduler:`` section (the rest of SchedulerConfig is derived)
 SCHEDULER_KEYS = frozenset(f.name for f in fields(SchedulerConfig)) - {"l3"}
@@ -241,7 +242,7 @@ class Scheduler:
             return False
         if len(self.running) >= self.cfg.max_running_requests:
             return True
-        if self.l3 is not None and head.status is Status.PREFETCHING:
+        if self.l3 is not None and head.status is _PREFETCHING:
             return True  # ready() says wait until its completion (L3Prefetcher.still)
         return self.kv.refusal_stands(head)
 
@@ -351,7 +352,7 @@ class Scheduler:
             first = st.prefill_planned == 0
             last = chunk == left
             slices.append(RequestSlice(
-                st.rid, Phase.PREFILL, st.prefix_tokens + st.prefill_planned, chunk,
+                st.rid, _PREFILL, st.prefix_tokens + st.prefill_planned, chunk,
                 request=None if first else st.handle,
                 attach=st.attach if first else (),
                 loads=tuple(LoadIntent(n.host[_FULL]) for n in st.load_nodes)
@@ -384,7 +385,7 @@ class Scheduler:
     def _batch_done(self, c: BatchCompletion) -> list[int]:
         plan = self.plans.complete(c.batch_id)
         done = []
-        requests, prefill = self.requests, Phase.PREFILL
+        requests, prefill = self.requests, _PREFILL
         slices = plan.slices
         if slices and slices[0].phase is _DECODE:  # a decode plan: every slice decodes
             for sl in slices:
@@ -424,7 +425,7 @@ class Scheduler:
     def _finish(self, st: RequestState, now: float) -> None:
         keep = self.components.finish(st) if self.components is not None else None
         self.kv.finish(st, keep)
-        st.finish, st.status = now, Status.DONE
+        st.finish, st.status = now, _DONE
         if not st.prefetch_job or st.prefetch_done:  # a late prefetch still needs them
             st.pages, st.hashes = [], []  # the record needs neither: O(prompt) freed
         self.running.remove(st)
