@@ -48,9 +48,9 @@ def start(env: simpy.Environment, gen: Generator[simpy.Event, Any, Any]) -> None
 
 def spawn(env: simpy.Environment, gen: Generator[simpy.Event, Any, Any]) -> None:
     """Run ``gen`` as ``env.process(gen)`` would, with no Process (module doc)."""
-    start = _new_event(simpy.Event)  # what Initialize is: triggered ok, urgent, now
-    start.env, start.callbacks, start._ok, start._value = env, [_Op(gen).resume], True, None
-    heappush(env._queue, (env._now, URGENT, next(env._eid), start))  # type: ignore[attr-defined]
+    first = _new_event(simpy.Event)  # what Initialize is: triggered ok, urgent, now
+    first.env, first.callbacks, first._ok, first._value = env, [_Op(gen).resume], True, None
+    heappush(env._queue, (env._now, URGENT, next(env._eid), first))  # type: ignore[attr-defined]
 
 
 class _Op:

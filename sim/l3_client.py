@@ -138,8 +138,9 @@ class L3Client:
     def _clear(self) -> bool:
         """The common case: the store is up for this client (no cooldown) and no fault is
         on its way (so an attempt starting now blames none: :meth:`_culprit`). An
-        operation then makes its first attempt inline, without the guard's and the
-        attempt's generators; if that attempt fails the guard goes on from there
+        operation then makes its first attempt outside the guard (a get or put runs its
+        attempt's body, :meth:`_read` / :meth:`_write`, an exists RPC inlines
+        :meth:`_rpc`'s healthy branch); if that attempt fails the guard goes on from there
         (:meth:`_guarded`'s ``failed``), so counters, blame, rows and times are the
         guard's."""
         st = self.store
@@ -189,10 +190,9 @@ class L3Client:
         None: not known), so while nothing left the store they all still are."""
         nbytes = len(keys) * bytes_per_key
         failed = None
-        if self._clear():  # the first attempt inline (_clear)
+        if self._clear():  # the first attempt unguarded (_clear)
             t0 = self.env.now
-            outcome = yield from self._transfer("read", nbytes)
-            got = self._got(keys, bytes_per_key, outcome, held)
+            outcome, got = yield from self._read(keys, bytes_per_key, nbytes, held)
             if self._ok(outcome):
                 return got
             failed = (t0, outcome)
@@ -233,10 +233,9 @@ class L3Client:
             return 0
         nbytes = len(todo) * bytes_per_key
         failed = None
-        if self._clear():  # the first attempt inline (_clear)
+        if self._clear():  # the first attempt unguarded (_clear)
             t0 = self.env.now
-            outcome = yield from self._transfer("write", nbytes)
-            outcome, written = self._wrote(todo, bytes_per_key, outcome, mark)
+            outcome, written = yield from self._write(todo, bytes_per_key, nbytes, mark)
             if self._ok(outcome):
                 return written
             failed = (t0, outcome)
