@@ -80,6 +80,10 @@ class L3Store:
         # ``_placed`` the keys each of the last ``PLACED_LOG`` batches placed (newest last)
         self.version = self._removed_at = 0
         self._placed: deque[list[L3Key]] = deque(maxlen=PLACED_LOG)
+        # :meth:`count_hits`' answers (first key -> the keys asked, the hits found, the
+        # version then) while no key left the store: a later query of the same keys
+        # starts after them (a conversation's prefix, asked again every turn)
+        self._hits: dict[L3Key, tuple[Sequence[L3Key], int, int]] = {}
 
     def bump(self) -> None:
         """An input of the clients' L3 split changed (module doc: ``epoch``)."""
@@ -150,14 +154,35 @@ class L3Store:
         """The keys the store lacks, in order (those :meth:`contains_each` says False)."""
         return list(filterfalse(self.keys.__contains__, keys))
 
-    def missing_marked(self, keys: Iterable[L3Key]) -> tuple[list[L3Key], int]:
+    def missing_marked(self, keys: Sequence[L3Key]) -> tuple[list[L3Key], int]:
         """:meth:`missing`, and the contents' ``version`` it answered at: the mark to give
-        :meth:`insert` with those keys (``absent_at``)."""
-        return list(filterfalse(self.keys.__contains__, keys)), self.version
+        :meth:`insert` with those keys (``absent_at``). New pages' keys (the usual) are
+        all missing: asked in one C loop (``isdisjoint``), then copied."""
+        present = self.keys.keys()
+        if present.isdisjoint(keys):
+            return list(keys), self.version
+        return list(filterfalse(present.__contains__, keys)), self.version
 
     def count_hits(self, keys: Sequence[L3Key]) -> int:
-        """Consecutive hits from the start of ``keys`` (no time passes)."""
-        return len(list(takewhile(self.keys.__contains__, keys)))
+        """Consecutive hits from the start of ``keys`` (no time passes).
+
+        A query of keys whose start an earlier query of a tuple found present (the same
+        first key, then equal keys up to its hits: ``_hits``) while no key left the store
+        since (:meth:`kept_since`) finds them present still: it asks from there on only."""
+        if not keys:
+            return 0
+        first = keys[0]
+        known = self._hits.get(first)
+        start = 0
+        if known is not None:
+            seen, hits, mark = known
+            start = min(hits, len(keys))
+            if self._removed_at > mark or keys[:start] != seen[:start]:
+                start = 0
+        n = start + len(list(takewhile(self.keys.__contains__, keys[start:] if start else keys)))
+        if n and type(keys) is tuple:  # (immutable: what it remembers stays what was asked)
+            self._hits[first] = (keys, n, self.version)
+        return n
 
     def truth_hits(self, keys: Sequence[L3Key]) -> tuple[int, int | None]:
         """Consecutive hits a store without faults would report (lost keys count), and the
@@ -196,7 +221,7 @@ class L3Store:
         repeated key is seen by the count the batch placement adds)."""
         new = list(keys)
         # every key absent (``unseen``; one may repeat): else the keys not present, once each
-        unseen = absent_at == self.version or not any(map(self.keys.__contains__, new))
+        unseen = absent_at == self.version or self.keys.keys().isdisjoint(new)
         if not unseen:
             new = self._new(new, absent_at)
         if new and not self.live_nodes:
@@ -267,6 +292,7 @@ class L3Store:
         """Keys left the store (evicted, dropped)."""
         self.version += 1
         self._removed_at = self.version
+        self._hits.clear()  # its answers no longer hold (kept_since)
 
     def _evict(self, limit: float) -> None:
         """Evict least recently used keys until ``used <= limit``."""
