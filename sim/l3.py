@@ -18,6 +18,13 @@ contents, and a put's exists answer carries it (:meth:`L3Store.missing_marked`),
 write checks its keys only against the batches placed since, while none left the store
 (none placed: not at all); a prefetch's get trusts its queries' hits while none left the
 store since the version before them (:meth:`L3Store.kept_since`).
+The LRU order: until the store first evicts, its contents are a plain dict (cheap to
+fill) and a touch appends its keys to a log of runs to move to the end (keys placed while
+moves wait join it: they follow those moves); the log is applied, a run that a later run
+starts with skipped (its keys all move again later), when the order is read (``keys``, a
+drop) or the log outgrows the contents. From the first eviction on, the contents are an
+OrderedDict and a touch moves its keys at once. Either way the order is the one moving
+each key to the end at its touch gives (tests/sim/test_l3_lru_log.py).
 Fault state counts overlapping faults: ``refusing`` (down: every call fails at once),
 ``hanging`` (calls get no answer), and the set of nodes down.
 
