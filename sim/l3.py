@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 PLACED_LOG = 32  # batches whose keys L3Store keeps (an insert checks those since its mark)
 # L3Store's log of LRU moves is applied once it holds more keys than this many times the
 # contents, plus the slack
-LOG_FACTOR, LOG_SLACK = 4, 4096
+LOG_FACTOR, LOG_SLACK = 8, 4096
 
 
 class L3Store:
