@@ -18,6 +18,13 @@ contents, and a put's exists answer carries it (:meth:`L3Store.missing_marked`),
 write checks its keys only against the batches placed since, while none left the store
 (none placed: not at all); a prefetch's get trusts its queries' hits while none left the
 store since the version before them (:meth:`L3Store.kept_since`).
+The LRU order: until the store first evicts, its contents are a plain dict (cheap to
+fill) and a touch appends its keys to a log of runs to move to the end (keys placed while
+moves wait join it: they follow those moves); the log is applied, a run that a later run
+starts with skipped (its keys all move again later), when the order is read (``keys``, a
+drop) or the log outgrows the contents. From the first eviction on, the contents are an
+OrderedDict and a touch moves its keys at once. Either way the order is the one moving
+each key to the end at its touch gives (tests/sim/test_l3_lru_log.py).
 Fault state counts overlapping faults: ``refusing`` (down: every call fails at once),
 ``hanging`` (calls get no answer), and the set of nodes down.
 
@@ -44,6 +51,9 @@ if TYPE_CHECKING:
     from sim.l3_client import L3Client
 
 PLACED_LOG = 32  # batches whose keys L3Store keeps (an insert checks those since its mark)
+# L3Store's log of LRU moves is applied once it holds more keys than this many times the
+# contents, plus the slack
+LOG_FACTOR, LOG_SLACK = 8, 4096
 
 
 class L3Store:
@@ -61,7 +71,12 @@ class L3Store:
         self.nic = nic_bytes_per_s  # each replica's NIC (None: no network in between)
         self.latency_s, self.query_latency_s = latency_s, query_latency_s
         self.duplex_shared = duplex_shared
-        self.keys: OrderedDict[L3Key, tuple[int, int]] = OrderedDict()  # key -> (bytes, node)
+        # the contents, key -> (bytes, node), least recently used first once ``_log`` is
+        # applied: a plain dict with the LRU moves logged (cheap to fill) until the first
+        # eviction, then an OrderedDict refreshed in place (module doc: the LRU order)
+        self._keys: dict[L3Key, tuple[int, int]] = {}
+        self._log: list[Sequence[L3Key]] = []  # runs of keys to move to the end, in turn
+        self._logged = 0  # keys in ``_log``
         self.used = 0
         self.bytes_read = self.bytes_written = 0  # served to and taken from replicas
         self.evictions = 0
@@ -80,6 +95,10 @@ class L3Store:
         # ``_placed`` the keys each of the last ``PLACED_LOG`` batches placed (newest last)
         self.version = self._removed_at = 0
         self._placed: deque[list[L3Key]] = deque(maxlen=PLACED_LOG)
+        # :meth:`count_hits`' answers (first key -> the keys asked, the hits found, the
+        # version then) while no key left the store: a later query of the same keys
+        # starts after them (a conversation's prefix, asked again every turn)
+        self._hits: dict[L3Key, tuple[Sequence[L3Key], int, int]] = {}
 
     def bump(self) -> None:
         """An input of the clients' L3 split changed (module doc: ``epoch``)."""
@@ -139,32 +158,60 @@ class L3Store:
                 c.replan()
 
     # ---- contents ----------------------------------------------------------------------
+    @property
+    def keys(self) -> dict[L3Key, tuple[int, int]]:
+        """The contents, key -> (bytes, node), least recently used first."""
+        if self._log:
+            self._replay()
+        return self._keys
+
     def contains(self, key: L3Key) -> bool:
-        return key in self.keys
+        return key in self._keys
 
     def contains_each(self, keys: Iterable[L3Key]) -> list[bool]:
         """:meth:`contains` of each key, in order."""
-        return list(map(self.keys.__contains__, keys))
+        return list(map(self._keys.__contains__, keys))
 
     def missing(self, keys: Iterable[L3Key]) -> list[L3Key]:
         """The keys the store lacks, in order (those :meth:`contains_each` says False)."""
-        return list(filterfalse(self.keys.__contains__, keys))
+        return list(filterfalse(self._keys.__contains__, keys))
 
-    def missing_marked(self, keys: Iterable[L3Key]) -> tuple[list[L3Key], int]:
+    def missing_marked(self, keys: Sequence[L3Key]) -> tuple[list[L3Key], int]:
         """:meth:`missing`, and the contents' ``version`` it answered at: the mark to give
-        :meth:`insert` with those keys (``absent_at``)."""
-        return list(filterfalse(self.keys.__contains__, keys)), self.version
+        :meth:`insert` with those keys (``absent_at``). New pages' keys (the usual) are
+        all missing: asked in one C loop (``isdisjoint``), then copied."""
+        present = self._keys.keys()
+        if present.isdisjoint(keys):
+            return list(keys), self.version
+        return list(filterfalse(present.__contains__, keys)), self.version
 
     def count_hits(self, keys: Sequence[L3Key]) -> int:
-        """Consecutive hits from the start of ``keys`` (no time passes)."""
-        return len(list(takewhile(self.keys.__contains__, keys)))
+        """Consecutive hits from the start of ``keys`` (no time passes).
+
+        A query of keys whose start an earlier query of a tuple found present (the same
+        first key, then equal keys up to its hits: ``_hits``) while no key left the store
+        since (:meth:`kept_since`) finds them present still: it asks from there on only."""
+        if not keys:
+            return 0
+        first = keys[0]
+        known = self._hits.get(first)
+        start = 0
+        if known is not None:
+            seen, hits, mark = known
+            start = min(hits, len(keys))
+            if self._removed_at > mark or keys[:start] != seen[:start]:
+                start = 0
+        n = start + len(list(takewhile(self._keys.__contains__, keys[start:] if start else keys)))
+        if n and type(keys) is tuple:  # (immutable: what it remembers stays what was asked)
+            self._hits[first] = (keys, n, self.version)
+        return n
 
     def truth_hits(self, keys: Sequence[L3Key]) -> tuple[int, int | None]:
         """Consecutive hits a store without faults would report (lost keys count), and the
         fault that lost the first lost key among them (None: nothing lost)."""
         blame = None
         for i, key in enumerate(keys):
-            if key in self.keys:
+            if key in self._keys:
                 continue
             fault = self.lost.get(key)
             if fault is None:
@@ -178,10 +225,50 @@ class L3Store:
         or dropped, and either marks the version: :meth:`_removed`)."""
         return self._removed_at <= mark
 
-    def touch(self, keys: Iterable[L3Key]) -> None:
+    def touch(self, keys: Sequence[L3Key]) -> None:
         """Refresh the LRU position of ``keys``, all present (a :meth:`count_hits` prefix,
-        no time passed; an absent key is a KeyError), in order, without asking each again."""
-        deque(map(self.keys.move_to_end, keys), maxlen=0)
+        no time passed), in order, without asking each again: moved at once once the store
+        has evicted (an absent key is a KeyError), else logged (``_log``: applied when the
+        order is read; an absent key is a KeyError then)."""
+        if type(self._keys) is not dict:
+            deque(map(self._keys.move_to_end, keys), maxlen=0)  # type: ignore[attr-defined]
+        elif keys:
+            self._logs(keys if type(keys) is tuple else tuple(keys))
+
+    def _logs(self, run: tuple[L3Key, ...]) -> None:
+        """Log ``run`` to move to the end (keys touched, or placed while moves wait); the
+        log is applied once it outgrows the contents (a bound on what it holds)."""
+        self._log.append(run)
+        self._logged += len(run)
+        if self._logged > LOG_FACTOR * len(self._keys) + LOG_SLACK:
+            self._replay()
+
+    def _replay(self) -> None:
+        """Apply ``_log``: each run's keys moved to the end in turn (popped and placed
+        again: a plain dict), less the runs that a later run starts with (their keys all
+        move again later, and only a key's last move decides its place)."""
+        log, self._log, self._logged = self._log, [], 0
+        later: dict[L3Key, Sequence[L3Key]] = {}  # first key -> a later run from it
+        keep = []
+        for run in reversed(log):
+            seen = later.get(run[0])
+            if seen is not None and len(seen) >= len(run) and seen[:len(run)] == run:
+                continue
+            if seen is None or len(run) > len(seen):
+                later[run[0]] = run
+            keep.append(run)
+        keys = self._keys
+        pop = keys.pop
+        for run in reversed(keep):
+            keys.update(zip(run, map(pop, run), strict=True))
+
+    def _ordered(self) -> None:
+        """From the first eviction on, keep the order in an OrderedDict (the log applied
+        first): evictions pop its front, touches move keys in place."""
+        if type(self._keys) is dict:
+            if self._log:
+                self._replay()
+            self._keys = OrderedDict(self._keys)
 
     def insert(self, keys: Iterable[L3Key], size: int, absent_at: int | None = None) -> int:
         """Place the keys not yet present on live nodes (round-robin); returns how many
@@ -196,7 +283,7 @@ class L3Store:
         repeated key is seen by the count the batch placement adds)."""
         new = list(keys)
         # every key absent (``unseen``; one may repeat): else the keys not present, once each
-        unseen = absent_at == self.version or not any(map(self.keys.__contains__, new))
+        unseen = absent_at == self.version or self._keys.keys().isdisjoint(new)
         if not unseen:
             new = self._new(new, absent_at)
         if new and not self.live_nodes:
@@ -204,7 +291,7 @@ class L3Store:
         if size > self.node_capacity:
             return 0  # no node holds it
         limit = self.capacity - size  # the live nodes do not change while this runs
-        keys, lost = self.keys, self.lost
+        keys, lost = self._keys, self.lost
         nodes, spread = self.nodes, not self.down_nodes  # every node live: _place's turn
         n = len(new)
         if (spread and n and type(size) is int and type(self.used) is int
@@ -225,9 +312,14 @@ class L3Store:
                     lost.pop(key, None)
             self.bytes_written += n * size
             self._placed_batch(new)
+            if self._log:  # placed after the moves that wait: they move after them
+                self._logs(tuple(new))
             return n
         if unseen:
             new = list(dict.fromkeys(new))
+        if new:  # a key's turn may evict (or nodes are down): keep the order as it goes
+            self._ordered()
+            keys = self._keys
         for key in new:
             if self.used > limit:
                 self._evict(limit)
@@ -250,7 +342,7 @@ class L3Store:
         fresh = dict.fromkeys(keys)
         since = self.version - absent_at if absent_at is not None else -1
         if since < 0 or self._removed_at > absent_at or since > len(self._placed):
-            return list(filterfalse(self.keys.__contains__, fresh))
+            return list(filterfalse(self._keys.__contains__, fresh))
         placed = self._placed
         for b in range(len(placed) - since, len(placed)):  # the batches placed since
             batch = placed[b]
@@ -267,13 +359,15 @@ class L3Store:
         """Keys left the store (evicted, dropped)."""
         self.version += 1
         self._removed_at = self.version
+        self._hits.clear()  # its answers no longer hold (kept_since)
 
     def _evict(self, limit: float) -> None:
         """Evict least recently used keys until ``used <= limit``."""
-        if self.used > limit and self.keys:
+        if self.used > limit and self._keys:
+            self._ordered()
             self._removed()
-        while self.used > limit and self.keys:
-            _, (old, _) = self.keys.popitem(last=False)
+        while self.used > limit and self._keys:
+            _, (old, _) = self._keys.popitem(last=False)  # type: ignore[call-arg]
             self.used -= old
             self.evictions += 1
 
@@ -287,11 +381,13 @@ class L3Store:
 
     def drop(self, fault: int, node: int | None = None) -> int:
         """Lose the keys of ``node`` (None: all of them) to ``fault``; returns how many."""
-        gone = [k for k, (_, n) in self.keys.items() if node is None or n == node]
+        if self._log:
+            self._replay()
+        gone = [k for k, (_, n) in self._keys.items() if node is None or n == node]
         if gone:
             self._removed()
         for key in gone:
-            size, _ = self.keys.pop(key)
+            size, _ = self._keys.pop(key)
             self.used -= size
             self.lost[key] = fault
         return len(gone)
