@@ -13,7 +13,7 @@ requests, context, load bytes) for residual plots.
 from __future__ import annotations
 
 import math
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Mapping
 from itertools import starmap
 
@@ -59,6 +59,7 @@ from sim.l3 import L3Store
 from sim.l3_client import L3Client
 from sim.link import PcieLink
 from sim.load_chain import Landed, LoadChain, chain_possible
+from sim.pending import PendingPages
 from sim.pools import TierPools
 from sim.rows import RequestRow
 from sim.streams import Stream
@@ -173,7 +174,7 @@ class SimRuntime:
         # (sim.steady); dropped by any release (and here: every row is new)
         self.steady: steady.SteadyRows | None = None
         self._prepared: dict[int, BatchState] = {}
-        self._pending: dict[str, dict[int, simpy.Event]] = {}  # pool -> L2 page -> its backup
+        self._pending: dict[Kind, PendingPages] = {}  # pool -> L2 pages -> their backups
         self._completions: list[Completion] = []
         # what completion_event handed out (None: nothing yet since the last completion,
         # so nothing waits: a completion then schedules no wake-up that no one reads)
@@ -214,8 +215,10 @@ class SimRuntime:
             ext = self._extent(_HOST, runs, pool)
             pending = PendingBackup(b, ext, b.src.runs(), runs, self.env.event())
             st.backups.append(pending)  # type: ignore[attr-defined]  # the list above
-            self._pending.setdefault(pool, {}).update(dict.fromkeys(pages_of(runs),
-                                                                    pending.done))
+            waits = self._pending.get(pool)
+            if waits is None:
+                waits = self._pending[pool] = PendingPages()
+            waits.add(runs, pending.done)
             self.bytes_accounted["d2h"] += n * self.bytes_per_page[pool]
         self._record_shape(st)
         for pf in plan.prefetches:
@@ -347,26 +350,17 @@ class SimRuntime:
             wake.succeed()
 
     def pending_events(self, extent: CacheExtentRef) -> list[simpy.Event]:
-        pending = self._pending.get(extent.pool)
-        if not pending:
+        waits = self._pending.get(extent.pool)
+        if not waits:
             return []
-        events = dict.fromkeys(map(pending.get, extent.pages()))
-        return [e for e in events if e is not None and not e.processed]
+        return waits.events(extent.runs())
 
     def host_ready(self, extent: CacheExtentRef, done: simpy.Event) -> None:
         """``done`` fired: its L2 pages of ``extent`` wait for no backup any more (a page
         another backup took over keeps that one's event)."""
-        pending = self._pending.get(extent.pool)
-        if not pending:
-            return
-        pages = list(extent.pages())
-        if list(map(pending.get, pages)).count(done) == len(pages):  # the usual: all its
-            deque(map(pending.__delitem__, pages), maxlen=0)  # C-level deletes, in order
-            return
-        get = pending.get
-        for p in pages:
-            if get(p) is done:
-                del pending[p]
+        waits = self._pending.get(extent.pool)
+        if waits:
+            waits.ready(extent.runs(), done)
 
     @property
     def bytes_moved(self) -> dict[str, int]:
