@@ -135,6 +135,9 @@ class SimRuntime:
         self.state_copy_s = m.mamba_state_bytes_per_request() / self.profile.gpu.hbm_bytes_per_s
         self._chain_loads = chain_possible(self)
         self._one_layer = tuple(range(i, i + 1) for i in range(self.model.num_layers))
+        # layer-wise load groups by what decides them (_load_groups): batches that load
+        # the same page and call counts share one tuple of (frozen) groups
+        self._groups: dict[tuple[tuple[Kind, int, int], ...], tuple[LoadGroup, ...]] = {}
         # layer-wise chains fold into one event each (sim.chain_fold, sim.tail_fold);
         # what the folds did: tried, folded, interrupted, ... (instrumentation, tests)
         self.fold_layers = fold_layers
@@ -500,20 +503,21 @@ class SimRuntime:
                           touched == self.layers_touched[pool],
                           legacy="copy_calls" in self.profile.ablate)
 
-    def _load_groups(self, loads: list[Load]) -> list[LoadGroup]:
+    def _load_groups(self, loads: list[Load]) -> tuple[LoadGroup, ...]:
         """One h2d op per layer (layer-wise) or one for all layers, as the torch runtime.
         A load's calls depend on the layers it touches only through their count: counted
         once per load and count, not once per layer (byte and call sums are integers: any
-        order gives the same)."""
+        order gives the same). Layer-wise groups depend only on each pool's pages and
+        one-layer calls: batches alike share one tuple (groups are frozen)."""
         if not loads:
-            return []
+            return ()
         layers = self.model.num_layers
         if not self.layerwise:
             nbytes = calls = 0
             for pool, n, src, dst in loads:
                 nbytes += self.bytes_per_page[pool] * n
                 calls += self._calls(pool, n, src, dst, range(layers), src)  # src in L2
-            return [LoadGroup(range(layers), nbytes, calls)]
+            return (LoadGroup(range(layers), nbytes, calls),)
         # per pool, the pages and one-layer calls of its loads, summed: a layer's bytes are
         # its per-page bytes times the pages (integers: the same as load by load)
         pages: dict[Kind, int] = {}
@@ -521,6 +525,10 @@ class SimRuntime:
         for pool, n, src, dst in loads:
             pages[pool] = pages.get(pool, 0) + n
             calls[pool] = calls.get(pool, 0) + self._calls_touching(pool, n, src, dst, src, 1)
+        key = tuple([(pool, n, calls[pool]) for pool, n in pages.items()])
+        groups = self._groups.get(key)
+        if groups is not None:
+            return groups
         nbytes_at, calls_at = [0] * layers, [0] * layers
         for pool, n in pages.items():
             one = calls[pool]
@@ -529,7 +537,11 @@ class SimRuntime:
                     nbytes_at[i] += b * n
                     calls_at[i] += one
         # one group per layer, its range shared by every batch (ranges are immutable)
-        return list(map(LoadGroup, self._one_layer, nbytes_at, calls_at))
+        groups = tuple(map(LoadGroup, self._one_layer, nbytes_at, calls_at))
+        if len(self._groups) >= 4096:  # a bound on a long run's distinct loads
+            self._groups.clear()
+        self._groups[key] = groups
+        return groups
 
     def backup_calls(self, st: BatchState) -> int:
         """Copy calls of the batch's one all-layer backup op."""
