@@ -53,14 +53,13 @@ class PendingPages:
     def add(self, runs: list[Run], done: simpy.Event) -> None:
         """``runs`` (disjoint) wait for ``done`` now, taken from any entry that held them."""
         by = self._by
-        taken = [ev for ev, held in by.items() if first_hit(held, runs) is not None] \
-            if by else ()
-        for ev in taken:  # (rare: a page freed and placed again before its backup ended)
-            rest = runs_minus(by[ev], runs)
-            if rest:
-                by[ev] = rest
-            else:
-                del by[ev]
+        for ev, held in list(by.items()) if by else ():
+            if first_hit(held, runs) is not None:
+                rest = runs_minus(held, runs)
+                if rest:
+                    by[ev] = rest
+                else:
+                    del by[ev]
         if not runs:
             return
         old = by.get(done)

@@ -48,13 +48,12 @@ class PagePool:
     def allocate_runs(self, n: int) -> list[Run]:
         """:meth:`allocate`'s pages as runs ``(start, length)`` in hand-out order,
         coalesced (:meth:`PageIds.take_runs`)."""
-        ids = self._ids
-        if n > ids.free:
+        if n > self.free_count:
             raise CapacityError(
                 f"{self.tier.value} pool '{self.pool}': {n} pages requested, "
                 f"{self.free_count} of {self.size} free (allocation not accounted for)")
         self.takes += 1
-        return ids.take_runs(n) if n > 0 else []
+        return self._ids.take_runs(n) if n > 0 else []
 
     def free(self, pages: Iterable[int]) -> None:
         """Free ``pages``, all or none: each must be allocated and listed once."""

@@ -111,7 +111,6 @@ class PageIds:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
             raise ValueError(f"capacity must be an integer >= 0, got {capacity!r}")
         self.capacity, self.order = capacity, order
-        self._lowest = order == "lowest"  # (take_runs: its common order in one loop)
         self._fresh = 0  # pages 0.._fresh-1 were handed out at least once
         self._runs: deque[list[int]] = deque()  # freed runs [start, length] (fifo, lifo)
         self._heap: list[Run] = []  # order "lowest": freed runs (start, length), by start
@@ -135,12 +134,12 @@ class PageIds:
         joins neighbours as it pops them; a stack or queue joins a run given next to the
         one it would be taken after), and fresh ids join a freed run that ends at them."""
         out: list[Run] = []
-        if self._lowest:
-            return self._take_runs_lowest(out, n)
         left = n
         if self.order == "fresh":  # new names for all n pages, one run
             self._grow(n, out)
             left = 0
+        elif self.order == "lowest":  # freed runs by start (never adjacent), then fresh
+            left -= self._take_lowest(out, left)
         elif self.order == "fifo":
             left -= self._take_fresh(out, left)
         runs = self._runs
@@ -161,33 +160,22 @@ class PageIds:
             used[s:s + k] = b"\x01" * k
         return out
 
-    def _take_runs_lowest(self, out: list[Run], n: int) -> list[Run]:
-        """:meth:`take_runs` in order ``lowest``: the lowest ``n`` freed pages (or all of
-        them), ascending (every freed page is below ``_fresh``, so they come before any
-        fresh page; freed runs by start, never adjacent: neighbours join as popped), then
-        fresh ids; each run is marked as it is taken."""
-        heap, used = self._heap, self._used
-        pop = heapq.heappop
+    def _take_lowest(self, out: list[Run], n: int) -> int:
+        """The lowest ``n`` freed pages (or all of them), ascending; every freed page is
+        below ``_fresh``, so they come before any fresh page."""
+        heap = self._heap
         left = n
         while heap and left > 0:
-            s, k = pop(heap)
+            s, k = heapq.heappop(heap)
             while heap and heap[0][0] == s + k:  # a neighbour freed separately: one run
-                k += pop(heap)[1]
+                k += heapq.heappop(heap)[1]
             if k > left:
                 heapq.heappush(heap, (s + left, k - left))
                 k = left
             out.append((s, k))
-            if k == 1:
-                used[s] = 1
-            else:
-                used[s:s + k] = b"\x01" * k
             left -= k
         self._n_runs -= n - left
-        if left > 0:
-            fresh = self._fresh
-            self._take_fresh(out, left)
-            used[fresh:self._fresh] = b"\x01" * (self._fresh - fresh)
-        return out
+        return n - left
 
     def _take_fresh(self, out: list[Run], n: int) -> int:
         k = min(n, self.capacity - self._fresh)
