@@ -19,6 +19,7 @@ import simpy
 from hicache.runtime.handles import CacheExtentRef
 from hicache.runtime.interface import BackupIntent, BatchPlan, PreparedBatchHandle
 from hicache.runtime.page_ids import Run
+from hicache.runtime.slot_init import slot_init
 
 if TYPE_CHECKING:
     from sim.load_chain import Landed
@@ -33,9 +34,11 @@ class PendingBackup:
     done: simpy.Event
 
 
-@dataclass(slots=True)
+@slot_init
+@dataclass(frozen=True, slots=True)
 class LoadGroup:
-    """One h2d op: the layers it moves, its bytes and copy calls."""
+    """One h2d op: the layers it moves, its bytes and copy calls (frozen: a runtime
+    shares one batch's groups with every batch that loads the same, ``_load_groups``)."""
 
     layers: range
     nbytes: int

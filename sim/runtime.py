@@ -13,7 +13,7 @@ requests, context, load bytes) for residual plots.
 from __future__ import annotations
 
 import math
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Mapping
 from itertools import starmap
 
@@ -59,6 +59,7 @@ from sim.l3 import L3Store
 from sim.l3_client import L3Client
 from sim.link import PcieLink
 from sim.load_chain import Landed, LoadChain, chain_possible
+from sim.pending import PendingPages
 from sim.pools import TierPools
 from sim.rows import RequestRow
 from sim.streams import Stream
@@ -134,6 +135,9 @@ class SimRuntime:
         self.state_copy_s = m.mamba_state_bytes_per_request() / self.profile.gpu.hbm_bytes_per_s
         self._chain_loads = chain_possible(self)
         self._one_layer = tuple(range(i, i + 1) for i in range(self.model.num_layers))
+        # layer-wise load groups by what decides them (_load_groups): batches that load
+        # the same page and call counts share one tuple of (frozen) groups
+        self._groups: dict[tuple[tuple[Kind, int, int], ...], tuple[LoadGroup, ...]] = {}
         # layer-wise chains fold into one event each (sim.chain_fold, sim.tail_fold);
         # what the folds did: tried, folded, interrupted, ... (instrumentation, tests)
         self.fold_layers = fold_layers
@@ -173,7 +177,7 @@ class SimRuntime:
         # (sim.steady); dropped by any release (and here: every row is new)
         self.steady: steady.SteadyRows | None = None
         self._prepared: dict[int, BatchState] = {}
-        self._pending: dict[str, dict[int, simpy.Event]] = {}  # pool -> L2 page -> its backup
+        self._pending: dict[Kind, PendingPages] = {}  # pool -> L2 pages -> their backups
         self._completions: list[Completion] = []
         # what completion_event handed out (None: nothing yet since the last completion,
         # so nothing waits: a completion then schedules no wake-up that no one reads)
@@ -214,8 +218,10 @@ class SimRuntime:
             ext = self._extent(_HOST, runs, pool)
             pending = PendingBackup(b, ext, b.src.runs(), runs, self.env.event())
             st.backups.append(pending)  # type: ignore[attr-defined]  # the list above
-            self._pending.setdefault(pool, {}).update(dict.fromkeys(pages_of(runs),
-                                                                    pending.done))
+            waits = self._pending.get(pool)
+            if waits is None:
+                waits = self._pending[pool] = PendingPages()
+            waits.add(runs, pending.done)
             self.bytes_accounted["d2h"] += n * self.bytes_per_page[pool]
         self._record_shape(st)
         for pf in plan.prefetches:
@@ -347,26 +353,17 @@ class SimRuntime:
             wake.succeed()
 
     def pending_events(self, extent: CacheExtentRef) -> list[simpy.Event]:
-        pending = self._pending.get(extent.pool)
-        if not pending:
+        waits = self._pending.get(extent.pool)
+        if not waits:
             return []
-        events = dict.fromkeys(map(pending.get, extent.pages()))
-        return [e for e in events if e is not None and not e.processed]
+        return waits.events(extent.runs())
 
     def host_ready(self, extent: CacheExtentRef, done: simpy.Event) -> None:
         """``done`` fired: its L2 pages of ``extent`` wait for no backup any more (a page
         another backup took over keeps that one's event)."""
-        pending = self._pending.get(extent.pool)
-        if not pending:
-            return
-        pages = list(extent.pages())
-        if list(map(pending.get, pages)).count(done) == len(pages):  # the usual: all its
-            deque(map(pending.__delitem__, pages), maxlen=0)  # C-level deletes, in order
-            return
-        get = pending.get
-        for p in pages:
-            if get(p) is done:
-                del pending[p]
+        waits = self._pending.get(extent.pool)
+        if waits:
+            waits.ready(extent.runs(), done)
 
     @property
     def bytes_moved(self) -> dict[str, int]:
@@ -506,20 +503,21 @@ class SimRuntime:
                           touched == self.layers_touched[pool],
                           legacy="copy_calls" in self.profile.ablate)
 
-    def _load_groups(self, loads: list[Load]) -> list[LoadGroup]:
+    def _load_groups(self, loads: list[Load]) -> tuple[LoadGroup, ...]:
         """One h2d op per layer (layer-wise) or one for all layers, as the torch runtime.
         A load's calls depend on the layers it touches only through their count: counted
         once per load and count, not once per layer (byte and call sums are integers: any
-        order gives the same)."""
+        order gives the same). Layer-wise groups depend only on each pool's pages and
+        one-layer calls: batches alike share one tuple (groups are frozen)."""
         if not loads:
-            return []
+            return ()
         layers = self.model.num_layers
         if not self.layerwise:
             nbytes = calls = 0
             for pool, n, src, dst in loads:
                 nbytes += self.bytes_per_page[pool] * n
                 calls += self._calls(pool, n, src, dst, range(layers), src)  # src in L2
-            return [LoadGroup(range(layers), nbytes, calls)]
+            return (LoadGroup(range(layers), nbytes, calls),)
         # per pool, the pages and one-layer calls of its loads, summed: a layer's bytes are
         # its per-page bytes times the pages (integers: the same as load by load)
         pages: dict[Kind, int] = {}
@@ -527,6 +525,10 @@ class SimRuntime:
         for pool, n, src, dst in loads:
             pages[pool] = pages.get(pool, 0) + n
             calls[pool] = calls.get(pool, 0) + self._calls_touching(pool, n, src, dst, src, 1)
+        key = tuple([(pool, n, calls[pool]) for pool, n in pages.items()])
+        groups = self._groups.get(key)
+        if groups is not None:
+            return groups
         nbytes_at, calls_at = [0] * layers, [0] * layers
         for pool, n in pages.items():
             one = calls[pool]
@@ -535,7 +537,11 @@ class SimRuntime:
                     nbytes_at[i] += b * n
                     calls_at[i] += one
         # one group per layer, its range shared by every batch (ranges are immutable)
-        return list(map(LoadGroup, self._one_layer, nbytes_at, calls_at))
+        groups = tuple(map(LoadGroup, self._one_layer, nbytes_at, calls_at))
+        if len(self._groups) >= 4096:  # a bound on a long run's distinct loads
+            self._groups.clear()
+        self._groups[key] = groups
+        return groups
 
     def backup_calls(self, st: BatchState) -> int:
         """Copy calls of the batch's one all-layer backup op."""

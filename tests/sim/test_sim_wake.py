@@ -76,6 +76,7 @@ def test_host_ready_drops_only_the_pages_its_backup_still_holds():
     """A fired backup's L2 pages wait for nothing any more; a page another backup holds
     now keeps that one's event (the all-pages-its-own case and the page-by-page one)."""
     from hicache.runtime.handles import CacheExtentRef, Kind, PageRun, Tier
+    from sim.pending import PendingPages
 
     env, rt = _runtime()
     a, b = env.event(), env.event()
@@ -83,11 +84,14 @@ def test_host_ready_drops_only_the_pages_its_backup_still_holds():
     def ext(first: int, n: int) -> CacheExtentRef:
         return CacheExtentRef(rt.runtime_id, rt.generation, Tier.HOST, (PageRun(first, n),))
 
-    rt._pending[Kind.FULL] = {1: a, 2: a, 3: b, 7: a, 8: a}  # noqa: SLF001
+    waits = rt._pending[Kind.FULL] = PendingPages()  # noqa: SLF001
+    waits.add([(1, 3), (7, 2)], a)
+    waits.add([(3, 1)], b)  # b's backup took page 3 over
+    assert waits.pages() == {1: a, 2: a, 3: b, 7: a, 8: a}
     rt.host_ready(ext(1, 3), a)
-    assert rt._pending[Kind.FULL] == {3: b, 7: a, 8: a}  # noqa: SLF001
+    assert waits.pages() == {3: b, 7: a, 8: a}
     rt.host_ready(ext(7, 2), a)
-    assert rt._pending[Kind.FULL] == {3: b}  # noqa: SLF001
+    assert waits.pages() == {3: b}
     rt.host_ready(ext(3, 1), a)  # not its page any more
-    assert rt._pending[Kind.FULL] == {3: b}  # noqa: SLF001
+    assert waits.pages() == {3: b}
     assert rt.pending_events(ext(1, 3)) == [b]
