@@ -150,27 +150,45 @@ _SLICE_FIELDS = ("rid", "phase", "context_tokens", "new_tokens", "request", "att
                  "finishes", "checkpoint")
 if tuple(f.name for f in fields(RequestSlice)) != _SLICE_FIELDS:  # pragma: no cover
     raise TypeError("RequestSlice's fields changed: update decode_slice")
-_set_rid, _set_phase, _set_context, _set_new, _set_request, _set_attach, _set_loads, \
-    _set_finishes, _set_checkpoint = (getattr(RequestSlice, n).__set__ for n in _SLICE_FIELDS)
+
+
+class _SliceSlots:
+    """RequestSlice's very slot layout with object's own ``__setattr__``: decode_slice
+    fills one at plain-attribute speed, then makes it a RequestSlice by ``__class__``
+    assignment (which CPython allows between heap classes of one layout: the same base,
+    the same slots; it raises TypeError otherwise, checked at import below). Never
+    returned as itself."""
+
+    __slots__ = _SLICE_FIELDS
+
+
+_SLICE, _new = RequestSlice, object.__new__
 
 
 def decode_slice(rid: int, context_tokens: int, request: RequestRuntimeHandle,
                  finishes: bool) -> RequestSlice:
     """``RequestSlice(rid, Phase.DECODE, context_tokens, 1, request, finishes=finishes)``,
-    equal to it field for field, its slots set directly: a scheduler builds one per running
-    request per decode batch, and the frozen dataclass's ``__init__`` (a named
-    ``object.__setattr__`` per field) costs twice as much."""
-    s = object.__new__(RequestSlice)
-    _set_rid(s, rid)
-    _set_phase(s, _DECODE)
-    _set_context(s, context_tokens)
-    _set_new(s, 1)
-    _set_request(s, request)
-    _set_attach(s, ())
-    _set_loads(s, ())
-    _set_finishes(s, finishes)
-    _set_checkpoint(s, False)
-    return s
+    equal to it field for field: a scheduler builds one per running request per decode
+    batch, and the frozen dataclass's ``__init__`` (a descriptor ``__set__`` call per
+    field, each a C call with an argument tuple) costs several times this: a
+    :class:`_SliceSlots` filled by plain slot stores, then re-classed."""
+    s = _new(_SliceSlots)
+    s.rid = rid
+    s.phase = _DECODE
+    s.context_tokens = context_tokens
+    s.new_tokens = 1
+    s.request = request
+    s.attach = ()
+    s.loads = ()
+    s.finishes = finishes
+    s.checkpoint = False
+    s.__class__ = _SLICE  # type: ignore[assignment]
+    return s  # type: ignore[return-value]
+
+
+if decode_slice(0, 0, None, False) != RequestSlice(  # type: ignore[arg-type]
+        0, _DECODE, 0, 1):  # pragma: no cover - the layout assignment raised first
+    raise TypeError("decode_slice no longer builds RequestSlice's value")
 
 
 @slot_init
