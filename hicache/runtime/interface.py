@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, fields
 from typing import Protocol, TypeAlias, runtime_checkable
 
 from hicache.runtime.handles import CacheExtentRef, Kind, RequestRuntimeHandle, pools_of
-from hicache.runtime.slot_init import slot_init
+from hicache.runtime.slot_init import slot_init, slot_twin
 
 # an L3 page key (hicache.tiers.hashing): SGLang's hex SHA-256 (cache.l3_key_scheme sha256,
 # what real stores take) or a chain64 int (simulated stores, which only compare keys)
@@ -152,27 +152,18 @@ if tuple(f.name for f in fields(RequestSlice)) != _SLICE_FIELDS:  # pragma: no c
     raise TypeError("RequestSlice's fields changed: update decode_slice")
 
 
-class _SliceSlots:
-    """RequestSlice's very slot layout with object's own ``__setattr__``: decode_slice
-    fills one at plain-attribute speed, then makes it a RequestSlice by ``__class__``
-    assignment (which CPython allows between heap classes of one layout: the same base,
-    the same slots; it raises TypeError otherwise, checked at import below). Never
-    returned as itself."""
-
-    __slots__ = _SLICE_FIELDS
-
-
-_SLICE, _new = RequestSlice, object.__new__
+_SLICE, _new, _SliceBuilder = RequestSlice, object.__new__, slot_twin(RequestSlice)
 
 
 def decode_slice(rid: int, context_tokens: int, request: RequestRuntimeHandle,
                  finishes: bool) -> RequestSlice:
     """``RequestSlice(rid, Phase.DECODE, context_tokens, 1, request, finishes=finishes)``,
     equal to it field for field: a scheduler builds one per running request per decode
-    batch, and the frozen dataclass's ``__init__`` (a descriptor ``__set__`` call per
-    field, each a C call with an argument tuple) costs several times this: a
-    :class:`_SliceSlots` filled by plain slot stores, then re-classed."""
-    s = _new(_SliceSlots)
+    batch, and the class call with its ``__init__`` (a descriptor ``__set__`` call per
+    field, each a C call with an argument tuple) costs several times this: filled by
+    plain slot stores as its :func:`slot_twin`, then re-classed (as :func:`slot_builder`
+    builds, with the constant fields in line)."""
+    s = _new(_SliceBuilder)
     s.rid = rid
     s.phase = _DECODE
     s.context_tokens = context_tokens
@@ -184,11 +175,6 @@ def decode_slice(rid: int, context_tokens: int, request: RequestRuntimeHandle,
     s.checkpoint = False
     s.__class__ = _SLICE  # type: ignore[assignment]
     return s  # type: ignore[return-value]
-
-
-if decode_slice(0, 0, None, False) != RequestSlice(  # type: ignore[arg-type]
-        0, _DECODE, 0, 1):  # pragma: no cover - the layout assignment raised first
-    raise TypeError("decode_slice no longer builds RequestSlice's value")
 
 
 @slot_init
