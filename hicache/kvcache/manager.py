@@ -41,7 +41,7 @@ from hicache.runtime.interface import (
     TransferCompletion,
     TransferKind,
 )
-from hicache.runtime.slot_init import slot_init
+from hicache.runtime.slot_init import slot_builder, slot_init
 from hicache.tiers.hashing import L3Key, l3_page_keys
 from hicache.tiers.write_policy import WritePolicy
 from hicache.tree.actions import Action, BackupNode, Deleted, Demoted, FreeDevice, FreeHost
@@ -70,6 +70,10 @@ class Reuse:
     device_tokens: int
     load_nodes: tuple[Node, ...]
     host_tokens: int
+
+
+# built per eviction and per admission: at slot speed (slot_builder; ARCHITECTURE.md)
+_evict, _reuse = slot_builder(Evict), slot_builder(Reuse)
 
 
 @dataclass(slots=True)
@@ -203,9 +207,9 @@ class KVCacheManager:
             if isinstance(a, (FreeDevice, FreeHost)):
                 self.sink.free(a.extent)
             elif isinstance(a, Demoted):
-                self.log(Evict(a.node_id, a.tokens, "demote"))
+                self.log(_evict(a.node_id, a.tokens, "demote"))
             elif isinstance(a, Deleted):
-                self.log(Evict(a.node_id, a.tokens, "delete"))
+                self.log(_evict(a.node_id, a.tokens, "delete"))
             elif isinstance(a, BackupNode):  # an eviction under write_back
                 self.start_backup(a, evicting=True)
 
@@ -241,7 +245,7 @@ class KVCacheManager:
                 tail = keep if acc == host else []
                 host = acc if tail else 0
                 reuse = m.device_tokens + host
-        return Reuse(m, min(m.device_tokens, reuse), tuple(tail), host)
+        return _reuse(m, min(m.device_tokens, reuse), tuple(tail), host)
 
     def admit(self, st: RequestState) -> bool:
         """Reserve what ``st`` reuses and its footprint; False (nothing changed but the
