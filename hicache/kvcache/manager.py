@@ -72,8 +72,12 @@ class Reuse:
     host_tokens: int
 
 
-# built per eviction and per admission: at slot speed (slot_builder; ARCHITECTURE.md)
+# built per eviction, admission, request and backup: at slot speed (slot_builder;
+# ARCHITECTURE.md)
 _evict, _reuse = slot_builder(Evict), slot_builder(Reuse)
+_admit, _load, _finish = slot_builder(Admit), slot_builder(Load), slot_builder(Finish)
+_backup, _backup_intent = slot_builder(Backup), slot_builder(BackupIntent)
+_release, _store_intent = slot_builder(Release), slot_builder(StoreIntent)
 
 
 @dataclass(slots=True)
@@ -288,9 +292,9 @@ class KVCacheManager:
         st.device_hit, st.host_hit, st.l3_hit = (r.device_tokens, r.host_tokens - from_l3,
                                                  from_l3)
         self.budget.own += self.footprint(st)
-        self.log(Admit(st.rid, st.device_hit, st.host_hit, st.l3_hit))
+        self.log(_admit(st.rid, st.device_hit, st.host_hit, st.l3_hit))
         if tail:
-            self.log(Load(st.rid, r.host_tokens))
+            self.log(_load(st.rid, r.host_tokens))
         self.release_prefetch_locks(st)
         return True
 
@@ -481,7 +485,7 @@ class KVCacheManager:
             keep = CacheExtentRef.concat(st.donated) if st.donated else None
         self.free_orphans(st)
         if st.handle is not None:
-            self.sink.release(Release(st.handle, keep))
+            self.sink.release(_release(st.handle, keep))
         node = tail or (st.lock.entries[0][0] if st.lock and st.lock.entries else None)
         if st.lock is not None:
             self.tree.unlock(st.lock)
@@ -490,7 +494,7 @@ class KVCacheManager:
             self.tree.reference_session(st.req.session_id, node)
             if st.req.close_session:
                 self.tree.close_session(st.req.session_id)
-        self.log(Finish(st.rid))
+        self.log(_finish(st.rid))
 
     # -- copies between tiers --------------------------------------------------------
     def start_backup(self, a: BackupNode, keys: tuple[L3Key, ...] | None = None,
@@ -517,7 +521,7 @@ class KVCacheManager:
         for kind, ext in parts:
             job = self.sink.next_job_id()
             b.parts[job] = (kind, ext.num_pages)
-            intents.append(BackupIntent(ext, job))
+            intents.append(_backup_intent(ext, job))
             if kind is _FULL:
                 self.budget.host_reserved += ext.num_pages
             else:
@@ -526,7 +530,7 @@ class KVCacheManager:
         self._backups[intents[0].job_id] = b
         for intent in intents:
             self._part_of[intent.job_id] = intents[0].job_id
-        self.log(Backup(a.node_id, a.tokens))
+        self.log(_backup(a.node_id, a.tokens))
         for intent in intents:
             self.sink.backup(intent)
 
@@ -576,7 +580,7 @@ class KVCacheManager:
         store = self.sink.next_job_id()
         # the L2 copy is read until L3 has it: pin it against L2 eviction
         self._stores[store] = (nodes, self.tree.locks.lock_host(nodes))
-        self.sink.store(StoreIntent(host, keys, store))
+        self.sink.store(_store_intent(host, keys, store))
 
     def l3_keys(self, nodes: list[Node]) -> tuple[L3Key, ...]:
         """The page-hash keys of consecutive ``nodes`` (a backed-up span)."""

@@ -49,6 +49,7 @@ _FULL, _HOST = Kind.FULL, Tier.HOST
 
 # built per prefetch started: at slot speed (slot_builder; ARCHITECTURE.md)
 _prefetch, _prefetch_intent = slot_builder(Prefetch), slot_builder(PrefetchIntent)
+_prefetch_stop = slot_builder(PrefetchStop)
 
 PREFETCH_SHARE = 0.25  # at most this share of L2 is reserved for L3 prefetches in flight
 OVER_SHARE_MODES = ("wait", "skip")  # what a prefetch over the share does (module doc)
@@ -147,7 +148,7 @@ class L3Prefetcher:
                           hit_tokens=st.prefetch_pages * self.page, cfg=self.cache)
         if not d.proceed:
             return False
-        self.kv.log(PrefetchStop(st.rid, d.reason))
+        self.kv.log(_prefetch_stop(st.rid, d.reason))
         st.status = Status.WAITING
         return True
 

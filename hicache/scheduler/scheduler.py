@@ -89,6 +89,7 @@ class StepResult:
 _NOTHING = StepResult()  # a step that planned and ended nothing (immutable: shared)
 # built per step that plans or ends something, per load: at slot speed (slot_builder)
 _step_result, _load_intent = slot_builder(StepResult), slot_builder(LoadIntent)
+_request_slice = slot_builder(RequestSlice)
 
 
 class Scheduler:
@@ -353,7 +354,7 @@ class Scheduler:
             budget -= chunk
             first = st.prefill_planned == 0
             last = chunk == left
-            slices.append(RequestSlice(
+            slices.append(_request_slice(
                 st.rid, _PREFILL, st.prefix_tokens + st.prefill_planned, chunk,
                 request=None if first else st.handle,
                 attach=st.attach if first else (),

@@ -50,6 +50,7 @@ _DEVICE, _HOST = Tier.DEVICE, Tier.HOST  # hot: Enum reads (ARCHITECTURE.md)
 # the actions of L1 and L2 evictions, built at slot speed (slot_builder; ARCHITECTURE.md)
 _free_device, _demoted = slot_builder(FreeDevice), slot_builder(Demoted)
 _free_host, _deleted = slot_builder(FreeHost), slot_builder(Deleted)
+_backup_node = slot_builder(BackupNode)
 
 
 @dataclass
@@ -224,7 +225,7 @@ class Residency:
         self._jobs[node.id] = [node]
         self._job_of[node.id] = node.id
         self._job_kinds[node.id] = frozenset(node.device)
-        return BackupNode(node.id, tuple(node.device.items()),
+        return _backup_node(node.id, tuple(node.device.items()),
                           node.num_pages * self.tree.spec.page_size)
 
     def complete_backup(self, job_id: int, host: dict[Kind, CacheExtentRef]) -> list[Node]:

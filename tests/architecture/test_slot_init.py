@@ -179,7 +179,8 @@ def test_the_builders_in_use_set_every_field() -> None:
     assert {cls.__name__ for _, _, cls in found} >= {
         "BatchPlan", "StepResult", "LoadIntent", "Evict", "Reuse", "Prefetch",
         "PrefetchIntent", "MatchResult", "InsertResult", "FreeDevice", "Demoted",
-        "FreeHost", "Deleted"}
+        "FreeHost", "Deleted", "Admit", "Load", "Finish", "Backup", "BackupIntent",
+        "Release", "StoreIntent", "PrefetchStop", "BackupNode", "RequestSlice"}
     for where, build, cls in found:
         flds = [f for f in dataclasses.fields(cls) if f.init]
         values = {f.name: object() for f in flds}
