@@ -88,7 +88,8 @@ def slot_twin(cls: type[T]) -> type[T]:
         "__delattr__": object.__delattr__, "__module__": cls.__module__})
 
 
-_SELF = "slot_builder_obj_"  # the builder's local for the value (no field is named so)
+_SELF = "slot_builder_obj_"  # the builder's local for the value
+_RESERVED = {_SELF, "_new", "_twin", "_cls"}  # the builder's own names: no field's
 
 
 def slot_builder(cls: type[T]) -> Callable[..., T]:
@@ -96,8 +97,9 @@ def slot_builder(cls: type[T]) -> Callable[..., T]:
     builds, at plain slot-store speed (module doc); ``cls`` is a frozen slots dataclass
     of plain fields (as for :func:`slot_init`)."""
     fields = _plain_fields(cls, "slot_builder")
-    if any(f.name == _SELF for f in fields):  # pragma: no cover - no class does
-        raise TypeError(f"{cls.__name__}: a field named {_SELF}")
+    clash = [f.name for f in fields if f.name in _RESERVED or f.name.startswith("_default_")]
+    if clash:
+        raise TypeError(f"{cls.__name__}: slot_builder's own names as fields: {clash}")
     env: dict[str, Any] = {"_new": object.__new__, "_twin": slot_twin(cls), "_cls": cls}
     args: list[str] = []
     body = [f"    {_SELF} = _new(_twin)"]

@@ -151,7 +151,11 @@ def test_slot_builder_refuses_what_it_does_not_rebuild() -> None:
     class Dicty:
         x: int
 
-    for cls in (Listy, Mutable, Dicty):
+    @dataclass(frozen=True, slots=True)
+    class Clashing:
+        _cls: int  # the builder's own name for the class
+
+    for cls in (Listy, Mutable, Dicty, Clashing):
         with pytest.raises(TypeError):
             slot_builder(cls)
     with pytest.raises(TypeError):
