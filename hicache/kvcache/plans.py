@@ -95,7 +95,7 @@ class PlanBuilder:
             self._cache_plan_id -= 1
             bid = self._cache_plan_id
         plan = _plan(bid, slices, tuple(self._backups), tuple(self._stores),
-                         tuple(self._prefetches), tuple(self._frees), tuple(self._releases))
+                     tuple(self._prefetches), tuple(self._frees), tuple(self._releases))
         self._backups, self._stores, self._prefetches = [], [], []
         self._frees, self._releases = [], []
         self.inflight[bid] = plan

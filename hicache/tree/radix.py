@@ -291,7 +291,7 @@ class UnifiedRadixTree:
                 all_pages, all_nodes = end, all_nodes + 1
         page = self.spec.page_size
         return _match_result(dev_pages * page, (all_pages - dev_pages) * page, end,
-                           tuple(path[:all_nodes]), dev_nodes)
+                              tuple(path[:all_nodes]), dev_nodes)
 
     def _read_components(self, pages: Sequence[PageKey]) -> MatchResult:
         """:meth:`_read` of a tree with SWA or MAMBA: each boundary by

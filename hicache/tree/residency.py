@@ -226,7 +226,7 @@ class Residency:
         self._job_of[node.id] = node.id
         self._job_kinds[node.id] = frozenset(node.device)
         return _backup_node(node.id, tuple(node.device.items()),
-                          node.num_pages * self.tree.spec.page_size)
+                            node.num_pages * self.tree.spec.page_size)
 
     def complete_backup(self, job_id: int, host: dict[Kind, CacheExtentRef]) -> list[Node]:
         """The L2 copy of backup ``job_id`` exists at ``host`` (extents over the whole
