@@ -41,7 +41,7 @@ from hicache.runtime.interface import (
     TransferCompletion,
     TransferKind,
 )
-from hicache.runtime.slot_init import slot_init
+from hicache.runtime.slot_init import slot_builder, slot_init
 from hicache.tiers.hashing import L3Key, l3_page_keys
 from hicache.tiers.write_policy import WritePolicy
 from hicache.tree.actions import Action, BackupNode, Deleted, Demoted, FreeDevice, FreeHost
@@ -70,6 +70,14 @@ class Reuse:
     device_tokens: int
     load_nodes: tuple[Node, ...]
     host_tokens: int
+
+
+# built per eviction, admission, request and backup: at slot speed (slot_builder;
+# ARCHITECTURE.md)
+_evict, _reuse = slot_builder(Evict), slot_builder(Reuse)
+_admit, _load, _finish = slot_builder(Admit), slot_builder(Load), slot_builder(Finish)
+_backup, _backup_intent = slot_builder(Backup), slot_builder(BackupIntent)
+_release, _store_intent = slot_builder(Release), slot_builder(StoreIntent)
 
 
 @dataclass(slots=True)
@@ -203,9 +211,9 @@ class KVCacheManager:
             if isinstance(a, (FreeDevice, FreeHost)):
                 self.sink.free(a.extent)
             elif isinstance(a, Demoted):
-                self.log(Evict(a.node_id, a.tokens, "demote"))
+                self.log(_evict(a.node_id, a.tokens, "demote"))
             elif isinstance(a, Deleted):
-                self.log(Evict(a.node_id, a.tokens, "delete"))
+                self.log(_evict(a.node_id, a.tokens, "delete"))
             elif isinstance(a, BackupNode):  # an eviction under write_back
                 self.start_backup(a, evicting=True)
 
@@ -241,7 +249,7 @@ class KVCacheManager:
                 tail = keep if acc == host else []
                 host = acc if tail else 0
                 reuse = m.device_tokens + host
-        return Reuse(m, min(m.device_tokens, reuse), tuple(tail), host)
+        return _reuse(m, min(m.device_tokens, reuse), tuple(tail), host)
 
     def admit(self, st: RequestState) -> bool:
         """Reserve what ``st`` reuses and its footprint; False (nothing changed but the
@@ -284,9 +292,9 @@ class KVCacheManager:
         st.device_hit, st.host_hit, st.l3_hit = (r.device_tokens, r.host_tokens - from_l3,
                                                  from_l3)
         self.budget.own += self.footprint(st)
-        self.log(Admit(st.rid, st.device_hit, st.host_hit, st.l3_hit))
+        self.log(_admit(st.rid, st.device_hit, st.host_hit, st.l3_hit))
         if tail:
-            self.log(Load(st.rid, r.host_tokens))
+            self.log(_load(st.rid, r.host_tokens))
         self.release_prefetch_locks(st)
         return True
 
@@ -477,7 +485,7 @@ class KVCacheManager:
             keep = CacheExtentRef.concat(st.donated) if st.donated else None
         self.free_orphans(st)
         if st.handle is not None:
-            self.sink.release(Release(st.handle, keep))
+            self.sink.release(_release(st.handle, keep))
         node = tail or (st.lock.entries[0][0] if st.lock and st.lock.entries else None)
         if st.lock is not None:
             self.tree.unlock(st.lock)
@@ -486,7 +494,7 @@ class KVCacheManager:
             self.tree.reference_session(st.req.session_id, node)
             if st.req.close_session:
                 self.tree.close_session(st.req.session_id)
-        self.log(Finish(st.rid))
+        self.log(_finish(st.rid))
 
     # -- copies between tiers --------------------------------------------------------
     def start_backup(self, a: BackupNode, keys: tuple[L3Key, ...] | None = None,
@@ -513,7 +521,7 @@ class KVCacheManager:
         for kind, ext in parts:
             job = self.sink.next_job_id()
             b.parts[job] = (kind, ext.num_pages)
-            intents.append(BackupIntent(ext, job))
+            intents.append(_backup_intent(ext, job))
             if kind is _FULL:
                 self.budget.host_reserved += ext.num_pages
             else:
@@ -522,7 +530,7 @@ class KVCacheManager:
         self._backups[intents[0].job_id] = b
         for intent in intents:
             self._part_of[intent.job_id] = intents[0].job_id
-        self.log(Backup(a.node_id, a.tokens))
+        self.log(_backup(a.node_id, a.tokens))
         for intent in intents:
             self.sink.backup(intent)
 
@@ -572,7 +580,7 @@ class KVCacheManager:
         store = self.sink.next_job_id()
         # the L2 copy is read until L3 has it: pin it against L2 eviction
         self._stores[store] = (nodes, self.tree.locks.lock_host(nodes))
-        self.sink.store(StoreIntent(host, keys, store))
+        self.sink.store(_store_intent(host, keys, store))
 
     def l3_keys(self, nodes: list[Node]) -> tuple[L3Key, ...]:
         """The page-hash keys of consecutive ``nodes`` (a backed-up span)."""

@@ -24,6 +24,9 @@ from hicache.runtime.interface import (
     RequestSlice,
     StoreIntent,
 )
+from hicache.runtime.slot_init import slot_builder
+
+_plan = slot_builder(BatchPlan)  # one per step that plans: at slot speed (ARCHITECTURE.md)
 
 
 class IntentSink(Protocol):
@@ -91,8 +94,8 @@ class PlanBuilder:
         else:
             self._cache_plan_id -= 1
             bid = self._cache_plan_id
-        plan = BatchPlan(bid, slices, tuple(self._backups), tuple(self._stores),
-                         tuple(self._prefetches), tuple(self._frees), tuple(self._releases))
+        plan = _plan(bid, slices, tuple(self._backups), tuple(self._stores),
+                     tuple(self._prefetches), tuple(self._frees), tuple(self._releases))
         self._backups, self._stores, self._prefetches = [], [], []
         self._frees, self._releases = [], []
         self.inflight[bid] = plan

@@ -39,12 +39,17 @@ from hicache.kvcache.manager import KVCacheManager
 from hicache.kvcache.state import RequestState, Status
 from hicache.runtime.handles import CacheExtentRef, Tier
 from hicache.runtime.interface import PrefetchIntent, TransferCompletion
+from hicache.runtime.slot_init import slot_builder
 from hicache.tiers.prefetch import prefetch_timeout, should_query, stop_decision
 from hicache.tree.components import Kind
 from hicache.tree.radix import MatchResult
 
 _PREFETCHING, _DONE = Status.PREFETCHING, Status.DONE  # hot: Enum reads (ARCHITECTURE.md)
 _FULL, _HOST = Kind.FULL, Tier.HOST
+
+# built per prefetch started: at slot speed (slot_builder; ARCHITECTURE.md)
+_prefetch, _prefetch_intent = slot_builder(Prefetch), slot_builder(PrefetchIntent)
+_prefetch_stop = slot_builder(PrefetchStop)
 
 PREFETCH_SHARE = 0.25  # at most this share of L2 is reserved for L3 prefetches in flight
 OVER_SHARE_MODES = ("wait", "skip")  # what a prefetch over the share does (module doc)
@@ -143,7 +148,7 @@ class L3Prefetcher:
                           hit_tokens=st.prefetch_pages * self.page, cfg=self.cache)
         if not d.proceed:
             return False
-        self.kv.log(PrefetchStop(st.rid, d.reason))
+        self.kv.log(_prefetch_stop(st.rid, d.reason))
         st.status = Status.WAITING
         return True
 
@@ -250,8 +255,8 @@ class L3Prefetcher:
         st.prefetch_job, st.prefetch_from, st.prefetch_reserved = job, reused, max_pages
         st.status = _PREFETCHING
         st.prefix_lock = lock
-        self.kv.log(Prefetch(st.rid, reused, max_pages))
-        self.kv.sink.prefetch(PrefetchIntent(
+        self.kv.log(_prefetch(st.rid, reused, max_pages))
+        self.kv.sink.prefetch(_prefetch_intent(
             tuple(st.hashes[reused:reused + max_pages]), max_pages,
             self.threshold_pages, job, self.cache.prefetch_batch_pages))
         return True

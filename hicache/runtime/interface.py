@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, fields
 from typing import Protocol, TypeAlias, runtime_checkable
 
 from hicache.runtime.handles import CacheExtentRef, Kind, RequestRuntimeHandle, pools_of
-from hicache.runtime.slot_init import slot_init
+from hicache.runtime.slot_init import slot_init, slot_twin
 
 # an L3 page key (hicache.tiers.hashing): SGLang's hex SHA-256 (cache.l3_key_scheme sha256,
 # what real stores take) or a chain64 int (simulated stores, which only compare keys)
@@ -150,27 +150,31 @@ _SLICE_FIELDS = ("rid", "phase", "context_tokens", "new_tokens", "request", "att
                  "finishes", "checkpoint")
 if tuple(f.name for f in fields(RequestSlice)) != _SLICE_FIELDS:  # pragma: no cover
     raise TypeError("RequestSlice's fields changed: update decode_slice")
-_set_rid, _set_phase, _set_context, _set_new, _set_request, _set_attach, _set_loads, \
-    _set_finishes, _set_checkpoint = (getattr(RequestSlice, n).__set__ for n in _SLICE_FIELDS)
+
+
+_SLICE, _new, _SliceBuilder = RequestSlice, object.__new__, slot_twin(RequestSlice)
 
 
 def decode_slice(rid: int, context_tokens: int, request: RequestRuntimeHandle,
                  finishes: bool) -> RequestSlice:
     """``RequestSlice(rid, Phase.DECODE, context_tokens, 1, request, finishes=finishes)``,
-    equal to it field for field, its slots set directly: a scheduler builds one per running
-    request per decode batch, and the frozen dataclass's ``__init__`` (a named
-    ``object.__setattr__`` per field) costs twice as much."""
-    s = object.__new__(RequestSlice)
-    _set_rid(s, rid)
-    _set_phase(s, _DECODE)
-    _set_context(s, context_tokens)
-    _set_new(s, 1)
-    _set_request(s, request)
-    _set_attach(s, ())
-    _set_loads(s, ())
-    _set_finishes(s, finishes)
-    _set_checkpoint(s, False)
-    return s
+    equal to it field for field: a scheduler builds one per running request per decode
+    batch, and the class call with its ``__init__`` (a descriptor ``__set__`` call per
+    field, each a C call with an argument tuple) costs several times this: filled by
+    plain slot stores as its :func:`slot_twin`, then re-classed (as :func:`slot_builder`
+    builds, with the constant fields in line)."""
+    s = _new(_SliceBuilder)
+    s.rid = rid
+    s.phase = _DECODE
+    s.context_tokens = context_tokens
+    s.new_tokens = 1
+    s.request = request
+    s.attach = ()
+    s.loads = ()
+    s.finishes = finishes
+    s.checkpoint = False
+    s.__class__ = _SLICE  # type: ignore[assignment]
+    return s  # type: ignore[return-value]
 
 
 @slot_init

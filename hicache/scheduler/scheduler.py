@@ -41,7 +41,7 @@ from hicache.runtime.interface import (
     TransferKind,
     decode_slice,
 )
-from hicache.runtime.slot_init import slot_init
+from hicache.runtime.slot_init import slot_builder, slot_init
 from hicache.tiers.hashing import l3_page_keys
 from hicache.tree.components import Kind, TreeSpec
 from hicache.tree.invariants import TreeInvariantError, check_tree
@@ -87,6 +87,9 @@ class StepResult:
 
 
 _NOTHING = StepResult()  # a step that planned and ended nothing (immutable: shared)
+# built per step that plans or ends something, per load: at slot speed (slot_builder)
+_step_result, _load_intent = slot_builder(StepResult), slot_builder(LoadIntent)
+_request_slice = slot_builder(RequestSlice)
 
 
 class Scheduler:
@@ -152,7 +155,7 @@ class Scheduler:
         rejected: tuple[int, ...] = ()
         if self._rejected:
             rejected, self._rejected = tuple(self._rejected), []
-        return StepResult(tuple(plans), tuple(finished), rejected)
+        return _step_result(tuple(plans), tuple(finished), rejected)
 
     def prepared(self, handle: PreparedBatchHandle) -> None:
         """The runtime prepared a plan: learn request handles, KV and L2 extents."""
@@ -351,11 +354,11 @@ class Scheduler:
             budget -= chunk
             first = st.prefill_planned == 0
             last = chunk == left
-            slices.append(RequestSlice(
+            slices.append(_request_slice(
                 st.rid, _PREFILL, st.prefix_tokens + st.prefill_planned, chunk,
                 request=None if first else st.handle,
                 attach=st.attach if first else (),
-                loads=tuple(LoadIntent(n.host[_FULL]) for n in st.load_nodes)
+                loads=tuple(_load_intent(n.host[_FULL]) for n in st.load_nodes)
                 if first else (),
                 finishes=last and st.req.output_len <= 1, checkpoint=ckpt))
             st.prefill_planned += chunk

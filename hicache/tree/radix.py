@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from hicache.runtime.handles import CacheExtentRef, Tier
-from hicache.runtime.slot_init import slot_init
+from hicache.runtime.slot_init import slot_builder, slot_init
 from hicache.tree.actions import Action, FreeDevice, FreeHost
 from hicache.tree.boundary import on_device, on_device_or_host, safe_boundary
 from hicache.tree.components import Kind, TreeSpec
@@ -81,6 +81,10 @@ class InsertResult:
     existing_pages: int
     node: Node | None
     actions: tuple[Action, ...]
+
+
+# built per walk and per insert: at slot speed (slot_builder; ARCHITECTURE.md)
+_match_result, _insert_result = slot_builder(MatchResult), slot_builder(InsertResult)
 
 
 class UnifiedRadixTree:
@@ -286,8 +290,8 @@ class UnifiedRadixTree:
                     continue
                 all_pages, all_nodes = end, all_nodes + 1
         page = self.spec.page_size
-        return MatchResult(dev_pages * page, (all_pages - dev_pages) * page, end,
-                           tuple(path[:all_nodes]), dev_nodes)
+        return _match_result(dev_pages * page, (all_pages - dev_pages) * page, end,
+                              tuple(path[:all_nodes]), dev_nodes)
 
     def _read_components(self, pages: Sequence[PageKey]) -> MatchResult:
         """:meth:`_read` of a tree with SWA or MAMBA: each boundary by
@@ -379,7 +383,7 @@ class UnifiedRadixTree:
             self._put_checkpoint(node, attr, mamba, node is walked_to, actions)
         if attr == "device" and node is not self.root:
             self.residency.refresh_after_insert(node)
-        return InsertResult(existing, node, tuple(actions))
+        return _insert_result(existing, node, tuple(actions))
 
     def _new_spans(self, i: int, n: int, starts: dict[Kind, int]) -> list[tuple[int, int]]:
         """Page spans of the nodes an insert creates for pages ``i:n``: cut where a

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from hicache.runtime.handles import CacheExtentRef, Tier
+from hicache.runtime.slot_init import slot_builder
 from hicache.tree.actions import Action, BackupNode, Deleted, Demoted, FreeDevice, FreeHost
 from hicache.tree.components import Kind
 from hicache.tree.eviction import KeyFn, LazyHeap
@@ -46,6 +47,10 @@ if TYPE_CHECKING:
 # per read (about 8x a module global), and touched runs for every node a change reaches
 _FULL, _SWA, _MAMBA = Kind.FULL, Kind.SWA, Kind.MAMBA  # hot: Enum reads (ARCHITECTURE.md)
 _DEVICE, _HOST = Tier.DEVICE, Tier.HOST  # hot: Enum reads (ARCHITECTURE.md)
+# the actions of L1 and L2 evictions, built at slot speed (slot_builder; ARCHITECTURE.md)
+_free_device, _demoted = slot_builder(FreeDevice), slot_builder(Demoted)
+_free_host, _deleted = slot_builder(FreeHost), slot_builder(Deleted)
+_backup_node = slot_builder(BackupNode)
 
 
 @dataclass
@@ -220,8 +225,8 @@ class Residency:
         self._jobs[node.id] = [node]
         self._job_of[node.id] = node.id
         self._job_kinds[node.id] = frozenset(node.device)
-        return BackupNode(node.id, tuple(node.device.items()),
-                          node.num_pages * self.tree.spec.page_size)
+        return _backup_node(node.id, tuple(node.device.items()),
+                            node.num_pages * self.tree.spec.page_size)
 
     def complete_backup(self, job_id: int, host: dict[Kind, CacheExtentRef]) -> list[Node]:
         """The L2 copy of backup ``job_id`` exists at ``host`` (extents over the whole
@@ -356,7 +361,7 @@ class Residency:
 
     def _drop_device(self, node: Node, res: EvictResult) -> None:
         for kind in list(node.device):
-            res.add_free(FreeDevice(node.id, kind, self.pop_value(node, _DEVICE, kind)))
+            res.add_free(_free_device(node.id, kind, self.pop_value(node, _DEVICE, kind)))
 
     def _evict_leaf(self, node: Node, res: EvictResult) -> None:
         """Evict a device leaf; with ``free_swa_tombstone_leaves`` a parent left as an
@@ -374,7 +379,7 @@ class Residency:
         parent = node.parent
         if self.host_enabled and node.on_host:
             self._drop_device(node, res)
-            res.actions.append(Demoted(node.id, tokens))
+            res.actions.append(_demoted(node.id, tokens))
             self.touched(node)
         elif self.host_enabled and self.write_back:
             res.actions.append(self.begin_backup(node))
@@ -437,9 +442,9 @@ class Residency:
         for node in self.host_heap.pop_valid(self.host_evictable):
             parent = node.parent
             for kind in list(node.host):
-                res.add_free(FreeHost(node.id, kind, self.pop_value(node, _HOST, kind)))
+                res.add_free(_free_host(node.id, kind, self.pop_value(node, _HOST, kind)))
             self.tree.remove(node)
-            res.actions.append(Deleted(node.id, node.num_pages * self.tree.spec.page_size))
+            res.actions.append(_deleted(node.id, node.num_pages * self.tree.spec.page_size))
             if parent is not None and parent is not self.tree.root:
                 self.touched(parent)
             if res.freed.get(_FULL, 0) >= pages:

@@ -13,11 +13,11 @@ from typing import ClassVar
 
 import pytest
 
-from hicache.kvcache import decisions, manager
+from hicache.kvcache import decisions, manager, plans, prefetch
 from hicache.runtime import handles, interface
-from hicache.runtime.slot_init import slot_init
+from hicache.runtime.slot_init import slot_builder, slot_init, slot_twin
 from hicache.scheduler import scheduler
-from hicache.tree import actions, radix
+from hicache.tree import actions, radix, residency
 
 
 def _make(name: str) -> type:
@@ -105,3 +105,93 @@ def test_the_classes_that_use_it_build_with_every_field_set() -> None:
         cls.__init__(obj, **values)
         for name, v in values.items():
             assert getattr(obj, name) is v, (cls.__name__, name)
+
+
+_BuiltRun = _make("_BuiltRun")
+_build_run = slot_builder(_BuiltRun)
+
+
+def test_a_builder_gives_the_constructor_values() -> None:
+    """slot_builder's function: the constructor's parameters, defaults, keywords and
+    ``__post_init__`` checks, and a value of the class itself (not its twin) that is
+    equal, hashes alike, repr's alike, stays frozen, pickles and replaces."""
+    for args, kw in (((3,), {}), ((3, 4), {}), ((3,), {"name": "y"}),
+                     ((), {"first": 5, "count": 2, "name": "z"})):
+        a, b = _build_run(*args, **kw), _BuiltRun(*args, **kw)
+        assert type(a) is _BuiltRun
+        assert a == b and hash(a) == hash(b) and repr(a) == repr(b)
+        assert dataclasses.astuple(a) == dataclasses.astuple(b)
+        assert a._seen is None  # init=False: its default
+        assert pickle.loads(pickle.dumps(a)) == b
+        assert dataclasses.replace(a, count=9) == dataclasses.replace(b, count=9)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            a.first = 1  # type: ignore[misc]
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            del a.first  # type: ignore[misc]
+    with pytest.raises(ValueError, match="bad count 0"):  # __post_init__ runs
+        _build_run(1, 0)
+    with pytest.raises(TypeError):
+        _build_run()
+    with pytest.raises(TypeError):
+        _build_run(1, _seen=2)
+    assert list(inspect.signature(_build_run).parameters) == \
+        list(inspect.signature(_BuiltRun.__init__).parameters)[1:]
+
+
+def test_slot_builder_refuses_what_it_does_not_rebuild() -> None:
+    @dataclass(frozen=True, slots=True)
+    class Listy:
+        items: list = field(default_factory=list)
+
+    @dataclass(slots=True)
+    class Mutable:
+        x: int
+
+    @dataclass(frozen=True)
+    class Dicty:
+        x: int
+
+    @dataclass(frozen=True, slots=True)
+    class Clashing:
+        _cls: int  # the builder's own name for the class
+
+    for cls in (Listy, Mutable, Dicty, Clashing):
+        with pytest.raises(TypeError):
+            slot_builder(cls)
+    with pytest.raises(TypeError):
+        slot_twin(Dicty)
+
+
+def _builders() -> list[tuple[str, object, type]]:
+    """Every module-level slot_builder function of the modules that use it, with its
+    class (its ``__name__`` is ``build_<class>``)."""
+    out = []
+    for m in (interface, manager, plans, prefetch, radix, residency, scheduler):
+        for name, f in vars(m).items():
+            if callable(f) and getattr(f, "__name__", "").startswith("build_"):
+                cls = next(c for mod in (interface, handles, actions, decisions, radix,
+                                         manager, scheduler)
+                           if isinstance(c := vars(mod).get(f.__name__[6:]), type))
+                out.append((f"{m.__name__}.{name}", f, cls))
+    return out
+
+
+def test_the_builders_in_use_set_every_field() -> None:
+    """Each builder in use fills every field of its class from distinct values and
+    returns the class's own value, equal to the constructor's."""
+    found = _builders()
+    assert {cls.__name__ for _, _, cls in found} >= {
+        "BatchPlan", "StepResult", "LoadIntent", "Evict", "Reuse", "Prefetch",
+        "PrefetchIntent", "MatchResult", "InsertResult", "FreeDevice", "Demoted",
+        "FreeHost", "Deleted", "Admit", "Load", "Finish", "Backup", "BackupIntent",
+        "Release", "StoreIntent", "PrefetchStop", "BackupNode", "RequestSlice"}
+    for where, build, cls in found:
+        flds = [f for f in dataclasses.fields(cls) if f.init]
+        values = {f.name: object() for f in flds}
+        if hasattr(cls, "__post_init__"):
+            continue  # its checks read the values
+        obj = build(**values)  # type: ignore[operator]
+        assert type(obj) is cls, where
+        for name, v in values.items():
+            assert getattr(obj, name) is v, (where, name)
+        assert obj == cls(**values), where
