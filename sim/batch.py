@@ -17,12 +17,25 @@ from typing import TYPE_CHECKING
 import simpy
 
 from hicache.runtime.handles import CacheExtentRef
-from hicache.runtime.interface import BackupIntent, BatchPlan, PreparedBatchHandle
+from hicache.runtime.interface import (
+    BackupIntent,
+    BatchCompletion,
+    BatchPlan,
+    PreparedBatchHandle,
+    PreparedSlice,
+)
 from hicache.runtime.page_ids import Run
-from hicache.runtime.slot_init import slot_init
+from hicache.runtime.slot_init import slot_builder, slot_init
 
 if TYPE_CHECKING:
     from sim.load_chain import Landed
+
+# What the runtime builds per batch, extent and slice, at slot speed (slot_builder:
+# ARCHITECTURE.md); the same values as the classes' constructors.
+build_handle = slot_builder(PreparedBatchHandle)
+build_completion = slot_builder(BatchCompletion)
+build_extent = slot_builder(CacheExtentRef)
+build_slice = slot_builder(PreparedSlice)
 
 
 @dataclass(slots=True)

@@ -22,6 +22,7 @@ from hicache.runtime.handles import (
 )
 from hicache.runtime.interface import PreparedSlice
 from hicache.runtime.page_ids import Run, pages_of, runs_of
+from sim.batch import build_extent, build_slice
 
 _FULL, _DEVICE = Kind.FULL, Tier.DEVICE  # hot: Enum reads (ARCHITECTURE.md)
 
@@ -113,8 +114,8 @@ class RequestRow:
     def extent(self) -> CacheExtentRef:
         if self._extent is None:
             h = self.handle
-            self._extent = CacheExtentRef(h.runtime_id, h.generation, _DEVICE,
-                                          tuple(self.runs), _FULL)
+            self._extent = build_extent(h.runtime_id, h.generation, _DEVICE,
+                                        tuple(self.runs), _FULL)
         return self._extent
 
     def prepared_slice(self) -> PreparedSlice:
@@ -125,5 +126,5 @@ class RequestRow:
             return ps
         ext = self.extent()
         if ps is None or ps.kv is not ext:
-            ps = self._slice = PreparedSlice(self.rid, self.handle, ext, ())
+            ps = self._slice = build_slice(self.rid, self.handle, ext, ())
         return ps

@@ -45,7 +45,14 @@ from hicache.runtime.writeback import WritebackConfig
 from hicache.tiers.l3_guard import RetryPolicy
 from hicache.timeline import Timeline
 from sim import compute_chain, detached, ops, steady, validate
-from sim.batch import BatchShapes, BatchState, LoadGroup, PendingBackup
+from sim.batch import (
+    BatchShapes,
+    BatchState,
+    LoadGroup,
+    PendingBackup,
+    build_extent,
+    build_handle,
+)
 from sim.calibration import apply_copy_calibration
 from sim.compute_chain import ComputeChain
 from sim.copy_engine import CopyEngines
@@ -227,9 +234,9 @@ class SimRuntime:
         for pf in plan.prefetches:
             reserved = self.host[_FULL].allocate_runs(pf.max_pages)
             detached.start(self.env, ops.prefetch_op(self, pf, reserved, self.generation))
-        st.handle = PreparedBatchHandle(self.runtime_id, self.generation, plan.batch_id, slices,
-                                        tuple([b.dst for b in st.backups]) if st.backups
-                                        else ())
+        st.handle = build_handle(self.runtime_id, self.generation, plan.batch_id, slices,
+                                 tuple([b.dst for b in st.backups]) if st.backups
+                                 else ())
         self._prepared[plan.batch_id] = st
         return st.handle
 
@@ -254,8 +261,7 @@ class SimRuntime:
         self.steady = steady.without_finished(sd, slices, st.finished)  # type: ignore[arg-type]
         self.host_lane.prepare(st, len(slices), (), admits=False)
         self._record_shape(st)
-        st.handle = PreparedBatchHandle(self.runtime_id, self.generation, plan.batch_id,
-                                        prepared, ())
+        st.handle = build_handle(self.runtime_id, self.generation, plan.batch_id, prepared, ())
         self._prepared[plan.batch_id] = st
         return st.handle
 
@@ -383,8 +389,8 @@ class SimRuntime:
     def _extent(self, tier: Tier, runs: list[Run], pool: Kind) -> CacheExtentRef:
         """The extent of the pages of ``runs`` (an allocation's: coalesced already, so
         its runs are ``coalesce`` of its pages)."""
-        return CacheExtentRef(self.runtime_id, self.generation, tier,
-                              tuple(starmap(page_run, runs)), pool)
+        return build_extent(self.runtime_id, self.generation, tier,
+                            tuple(starmap(page_run, runs)), pool)
 
     def _prepare_slice(self, s: RequestSlice, st: BatchState, loads: list[Load]
                        ) -> PreparedSlice:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 
 from hicache.runtime.page_ids import merged, runs_of
-from hicache.runtime.slot_init import slot_init
+from hicache.runtime.slot_init import slot_init, slot_twin
 
 
 class Tier(enum.Enum):
@@ -72,16 +72,17 @@ class PageRun:
         return range(self.first_page, self.first_page + self.page_count)
 
 
-_set_first_page, _set_page_count = PageRun.first_page.__set__, PageRun.page_count.__set__
+_new, _RunBuilder = object.__new__, slot_twin(PageRun)  # page_run's plain slot stores
 
 
 def page_run(first_page: int, page_count: int) -> PageRun:
     """``PageRun(first_page, page_count)`` of a run its caller knows is valid (a pool's
     pages: ``first_page >= 0``, ``page_count >= 1``), its slots set directly: equal to the
     constructor's, without its check (a runtime builds one per run it places)."""
-    r = object.__new__(PageRun)
-    _set_first_page(r, first_page)
-    _set_page_count(r, page_count)
+    r = _new(_RunBuilder)
+    r.first_page = first_page
+    r.page_count = page_count
+    r.__class__ = PageRun  # slot_init.slot_twin: a PageRun before anyone sees it
     return r
 
 

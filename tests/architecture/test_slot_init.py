@@ -18,6 +18,7 @@ from hicache.runtime import handles, interface
 from hicache.runtime.slot_init import slot_builder, slot_init, slot_twin
 from hicache.scheduler import scheduler
 from hicache.tree import actions, radix, residency
+from sim import batch
 
 
 def _make(name: str) -> type:
@@ -166,7 +167,7 @@ def _builders() -> list[tuple[str, object, type]]:
     """Every module-level slot_builder function of the modules that use it, with its
     class (its ``__name__`` is ``build_<class>``)."""
     out = []
-    for m in (interface, manager, plans, prefetch, radix, residency, scheduler):
+    for m in (interface, manager, plans, prefetch, radix, residency, scheduler, batch):
         for name, f in vars(m).items():
             if callable(f) and getattr(f, "__name__", "").startswith("build_"):
                 cls = next(c for mod in (interface, handles, actions, decisions, radix,
@@ -184,7 +185,8 @@ def test_the_builders_in_use_set_every_field() -> None:
         "BatchPlan", "StepResult", "LoadIntent", "Evict", "Reuse", "Prefetch",
         "PrefetchIntent", "MatchResult", "InsertResult", "FreeDevice", "Demoted",
         "FreeHost", "Deleted", "Admit", "Load", "Finish", "Backup", "BackupIntent",
-        "Release", "StoreIntent", "PrefetchStop", "BackupNode", "RequestSlice"}
+        "Release", "StoreIntent", "PrefetchStop", "BackupNode", "RequestSlice",
+        "PreparedBatchHandle", "BatchCompletion", "CacheExtentRef", "PreparedSlice"}
     for where, build, cls in found:
         flds = [f for f in dataclasses.fields(cls) if f.init]
         values = {f.name: object() for f in flds}
