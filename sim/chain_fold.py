@@ -101,28 +101,50 @@ class ChainFold:
         self.fluid = rt.fluid
         self.c0_index = rt.fluid.jobs.index(job) if job is not None else -1
         # per transition (a compute start shares the entry of the transition at its
-        # time): its time (a change of the server's job set: the L3 jobs' splits) and
-        # the state after it (plan: k_rem, c_rem, c_rate, c_due, rows so
-        # far, launches so far, bytes landed so far, k_active, c_active, c_fresh,
-        # k_first, chain.g, landed.count, chain.t0, chain.start_t, cc.layer, cc.t0,
-        # cc.start_t); the timeline rows of them all, in order
+        # time): its time (a change of the server's job set: the L3 jobs' splits); the
+        # timeline rows of them all, in order (_walk)
         self.times: list[float] = []
-        self.snaps: list[tuple] = []
         self.rows: list[tuple] = []
+        self.last_state: tuple = ()  # the state after the last transition (_walk)
         self.end = math.inf
         self.final = False  # the fold ends at the last kernel's landing
         self.final_c = False  # the fold ends at the foreign compute job's finish
-        self.k_rate = 0.0
+        self.k_rate = self.slow = 0.0  # the kernels' rate, the compute's beside one
+        self.t_plan = self.last0 = 0.0  # when plan ran; the server's last change then
 
     # -- the closed form ---------------------------------------------------------------
     def plan(self, k_rate: float, slow: float) -> bool:
         """Compute the transitions from now to the fold's end; False: too short. Each
-        transition appends its time to :attr:`times`, the timeline rows it records to
-        :attr:`rows` and the chain's state after it to :attr:`snaps` (what
-        :meth:`materialise` restores: no replay); a compute job starting at the time of
-        the transition before (a layer's end, a landing) shares its entry, as no entry
-        can come between them (a second change at one time charges nothing)."""
-        chain, cc, fluid = self.chain, self.cc, self.fluid
+        transition appends its time to :attr:`times` and the timeline rows it records to
+        :attr:`rows`; the chain's state after the last one is :attr:`last_state` (what
+        :meth:`materialise` restores at the end; earlier, :meth:`_state` walks the
+        transitions again up to its time). A compute job starting at the time of the
+        transition before (a layer's end, a landing) shares its entry, as no entry can
+        come between them (a second change at one time charges nothing)."""
+        self.k_rate, self.slow = k_rate, slow
+        self.t_plan, self.last0 = self.chain.rt.env.now, self.fluid.last_change
+        return self._walk(self.times, self.rows, -1) is not None
+
+    def _state(self, n: int) -> tuple:
+        """The chain's state after the first ``n`` transitions (0 < n < len(times)):
+        :meth:`_walk` again from the fold's start, which makes the same float operations
+        on the same inputs (the fold holds the chain, its compute and ``c0`` unchanged),
+        so the same transitions; their rows go to a list thrown away."""
+        state = self._walk([], [], n)
+        assert state is not None
+        return state
+
+    def _walk(self, times: list[float], rows: list[tuple], stop: int) -> tuple | None:
+        """The transitions from the fold's start (:meth:`plan`'s time), their times to
+        ``times`` and their timeline rows to ``rows``: with ``stop`` > 0 up to the
+        ``stop``-th, whose state it returns; with ``stop`` -1 up to the fold's end, which
+        it records (:attr:`end`, :attr:`final`, :attr:`final_c`, :attr:`last_state`),
+        returning that state, or None when the fold is too short.
+
+        The state after a transition: (k_rem, c_rem, c_rate, c_due, rows so far,
+        launches so far, bytes landed so far, k_active, c_active, c_fresh, k_first,
+        chain.g, landed.count, chain.t0, chain.start_t, cc.layer, cc.t0, cc.start_t)."""
+        chain, cc = self.chain, self.cc
         rt, st = chain.rt, chain.st
         groups = st.load_groups
         own = cc is not None
@@ -130,15 +152,15 @@ class ChainFold:
         landed = st.landed
         assert landed is not None
         overhead = rt.copies.overhead
-        now = rt.env.now
-        times, rows, snaps = self.times, self.rows, self.snaps
-        self.k_rate = k_rate
-        last = fluid.last_change
+        k_rate, slow = self.k_rate, self.slow
+        now = self.t_plan
+        add_time, add_row = times.append, rows.append
+        last = self.last0
         g = chain.g
         n_groups = len(groups)
         launch_at = now + overhead  # simpy's now + delay
         k_active = False
-        k_rem = k_due = 0.0
+        k_rem = 0.0
         c = self.c0
         c_active = c is not None
         c_fresh = not c_active  # the compute job in flight is not c0
@@ -154,7 +176,7 @@ class ChainFold:
         if c is not None:
             c_rem, c_rate, c_due = c.remaining, c.rate, c.due
             if not c_due > now:
-                return False  # its finish is due now: a tie with this step
+                return None  # its finish is due now: a tie with this step
         else:
             c_rem = c_rate = 0.0
             c_due = math.inf
@@ -166,17 +188,10 @@ class ChainFold:
         while last_load >= 0 and not groups[last_load].nbytes:
             last_load -= 1
         span = SPAN if SPAN is not None else len(groups)
+        nxt_k = launch_at  # the kernel's next transition: its launch, or its landing
         while True:
-            nxt_k = k_due if k_active else launch_at
-            tc = c_due if c_due < nxt_k else nxt_k
-            if c_due == nxt_k:  # a tie: which goes first is the event order's
-                rt.fold_counts["chain_ties"] += 1
-                break
-            if not k_active and tc == launch_at and span <= 0:
-                break  # the span's end: this launch runs unfolded
-            if tc == inf:
-                return False  # nothing left to run (cannot happen in a chain)
-            if c_active and tc == c_due:
+            if c_due < nxt_k:  # the compute job in flight finishes (c_due: inf if none)
+                tc = c_due
                 if not own:
                     self.final_c = True
                     break  # the other batch's job finishes: its real finish ends the fold
@@ -189,7 +204,7 @@ class ChainFold:
                     c_rem -= c_rate * dt
                 last = tc
                 c_active = False
-                rows.append(("compute", op, bid, -1, layer, cc_t0, tc, 0, 1))
+                add_row(("compute", op, bid, -1, layer, cc_t0, tc, 0, 1))
                 n_rows += 1
                 layer += 1
                 if layer < count:  # the next layer starts at once: one entry for both
@@ -203,12 +218,18 @@ class ChainFold:
                 else:
                     c_due = inf
                     waiting = True
-                times.append(tc)
-                snaps.append((k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active,
-                              c_active, c_fresh, k_first, g, count, t0, start_t, layer, cc_t0,
-                              cc_start))
+                add_time(tc)
+                stop -= 1
+                if not stop:
+                    break
                 continue
+            tc = nxt_k
+            if c_due == tc:  # a tie: which goes first is the event order's
+                rt.fold_counts["chain_ties"] += 1
+                break
             if not k_active:  # the launch of group g
+                if span <= 0:
+                    break  # the span's end: this launch runs unfolded
                 dt = tc - last
                 if dt > 0:
                     if c_active:
@@ -223,11 +244,11 @@ class ChainFold:
                 if c_active and c_rate != slow:
                     c_rate = slow
                     c_due = tc + (c_rem if c_rem > 0.0 else 0.0) / c_rate
-                k_due = tc + k_rem / k_rate
-                times.append(tc)
-                snaps.append((k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, True,
-                              c_active, c_fresh, False, g, count, t0, start_t, layer, cc_t0,
-                              cc_start))
+                nxt_k = tc + k_rem / k_rate  # its landing
+                add_time(tc)
+                stop -= 1
+                if not stop:
+                    break
                 continue
             # the kernel of group g lands
             if g >= last_load:  # no group after g has bytes
@@ -240,15 +261,17 @@ class ChainFold:
                     c_rem -= c_rate * dt
             last = tc
             k_active = False
+            k_rem = 0.0
             if c_active and c_rate != 1.0:
                 c_rate = 1.0
-                c_due = tc + (c_rem if c_rem > 0.0 else 0.0) / c_rate
+                c_due = tc + (c_rem if c_rem > 0.0 else 0.0)  # (/ 1.0: exact)
             group = groups[g]
             nbytes = group.nbytes
             glayers = group.layers
             glayer = glayers.start if len(glayers) == 1 else -1
-            rows.append(("h2d", "load", bid, -1, glayer, t0, tc, int(nbytes), 1))
-            rows.append(("pcie:h2d", "load", bid, -1, glayer, start_t, tc, int(nbytes), 1))
+            nb = int(nbytes)
+            add_row(("h2d", "load", bid, -1, glayer, t0, tc, nb, 1))
+            add_row(("pcie:h2d", "load", bid, -1, glayer, start_t, tc, nb, 1))
             n_rows += 2
             moved += nbytes
             t0 = tc
@@ -261,20 +284,27 @@ class ChainFold:
                 waiting = False
                 c_rem = times_l[layer]
                 c_rate = 1.0
-                c_due = tc + c_rem / c_rate
+                c_due = tc + c_rem  # (/ 1.0: exact)
                 c_active = c_fresh = True
                 k_first = False
                 cc_t0 = tc
                 if layer == 0:
                     cc_start = tc
                 merged += 1
-            times.append(tc)
-            snaps.append((0.0, c_rem, c_rate, c_due, n_rows, n_launch, moved, False, c_active,
-                          c_fresh, k_first, g, count, t0, start_t, layer, cc_t0, cc_start))
-            launch_at = tc + overhead
+            add_time(tc)
+            nxt_k = launch_at = tc + overhead
+            stop -= 1
+            if not stop:
+                break
+        state = (k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active, c_active,
+                 c_fresh, k_first, g, count, t0, start_t, layer, cc_t0, cc_start)
+        if stop >= 0:
+            assert not stop, "fewer transitions than asked"
+            return state  # the stop-th transition's (_state)
         self.end = tc
+        self.last_state = state
         # fewer transitions: the fold's own timer saves no event
-        return len(times) + merged >= 2
+        return state if len(times) + merged >= 2 else None
 
     # -- entering and leaving ----------------------------------------------------------
     def begin(self) -> None:
@@ -323,7 +353,7 @@ class ChainFold:
         if n:
             (k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active, c_active,
              c_fresh, k_first, chain.g, landed.count, chain.t0, k_launch, layer, cc_t0,
-             cc_start) = self.snaps[n - 1]
+             cc_start) = self.last_state if n == len(times) else self._state(n)
             chain.start_t = k_launch
             if n_rows:
                 rt.timeline.record_rows(self.rows[:n_rows])
