@@ -51,6 +51,10 @@ if TYPE_CHECKING:
 # the tests set it small to exercise that end
 SPAN: int | None = None
 
+# a fold keeps the chain's state after every CHECK-th transition: a fold materialised
+# early walks its transitions again from the last one kept before its time (_state)
+CHECK = 8
+
 # a deadline closer than this (relative) to an L3 job's finish: sim.l3_client.watch's
 # check could flip with the splits' rounding, so no fold
 _WATCH_MARGIN = 1e-6
@@ -106,6 +110,9 @@ class ChainFold:
         self.times: list[float] = []
         self.rows: list[tuple] = []
         self.last_state: tuple = ()  # the state after the last transition (_walk)
+        # every CHECK-th transition's state, the time of the last change then and the
+        # kernel's next transition (_walk resumes from one)
+        self.checks: list[tuple] = []
         self.end = math.inf
         self.final = False  # the fold ends at the last kernel's landing
         self.final_c = False  # the fold ends at the foreign compute job's finish
@@ -117,33 +124,45 @@ class ChainFold:
         """Compute the transitions from now to the fold's end; False: too short. Each
         transition appends its time to :attr:`times` and the timeline rows it records to
         :attr:`rows`; the chain's state after the last one is :attr:`last_state` (what
-        :meth:`materialise` restores at the end; earlier, :meth:`_state` walks the
-        transitions again up to its time). A compute job starting at the time of the
-        transition before (a layer's end, a landing) shares its entry, as no entry can
-        come between them (a second change at one time charges nothing)."""
+        :meth:`materialise` restores at the end), and every :data:`CHECK` transitions
+        one is kept in :attr:`checks` (from which :meth:`_state` walks to an earlier
+        time). A compute job starting at the time of the transition before (a layer's
+        end, a landing) shares its entry, as no entry can come between them (a second
+        change at one time charges nothing)."""
         self.k_rate, self.slow = k_rate, slow
         self.t_plan, self.last0 = self.chain.rt.env.now, self.fluid.last_change
-        return self._walk(self.times, self.rows, -1) is not None
+        return self._walk(self.times, self.rows, CHECK, planning=True) is not None
 
     def _state(self, n: int) -> tuple:
         """The chain's state after the first ``n`` transitions (0 < n < len(times)):
-        :meth:`_walk` again from the fold's start, which makes the same float operations
-        on the same inputs (the fold holds the chain, its compute and ``c0`` unchanged),
-        so the same transitions; their rows go to a list thrown away."""
-        state = self._walk([], [], n)
+        :meth:`_walk` again from the last state kept at or before it (or the fold's
+        start), which makes the same float operations on the same inputs (the fold holds
+        the chain, its compute and ``c0`` unchanged), so the same transitions; their
+        rows go to a list thrown away."""
+        k = n // CHECK
+        if not k:
+            state = self._walk([], [], n)
+        elif n == k * CHECK:
+            state = self.checks[k - 1][0]
+        else:
+            state = self._walk([], [], n - k * CHECK, self.checks[k - 1])
         assert state is not None
         return state
 
-    def _walk(self, times: list[float], rows: list[tuple], stop: int) -> tuple | None:
-        """The transitions from the fold's start (:meth:`plan`'s time), their times to
-        ``times`` and their timeline rows to ``rows``: with ``stop`` > 0 up to the
-        ``stop``-th, whose state it returns; with ``stop`` -1 up to the fold's end, which
-        it records (:attr:`end`, :attr:`final`, :attr:`final_c`, :attr:`last_state`),
-        returning that state, or None when the fold is too short.
+    def _walk(self, times: list[float], rows: list[tuple], stop: int,
+              start: tuple | None = None, planning: bool = False) -> tuple | None:
+        """The transitions from the fold's start (:meth:`plan`'s time; or from a kept
+        state, ``start``: an entry of :attr:`checks`), their times to ``times`` and their
+        timeline rows to ``rows``. ``planning`` (:meth:`plan`: ``stop`` is
+        :data:`CHECK`, no ``start``): up to the fold's end, which it records
+        (:attr:`end`, :attr:`final`, :attr:`final_c`, :attr:`last_state`,
+        :attr:`checks`), returning that state, or None when the fold is too short.
+        Otherwise (:meth:`_state`): the state after the ``stop``-th transition walked.
 
         The state after a transition: (k_rem, c_rem, c_rate, c_due, rows so far,
         launches so far, bytes landed so far, k_active, c_active, c_fresh, k_first,
-        chain.g, landed.count, chain.t0, chain.start_t, cc.layer, cc.t0, cc.start_t)."""
+        chain.g, landed.count, chain.t0, chain.start_t, cc.layer, cc.t0, cc.start_t); a
+        kept one adds the time of the last change and the kernel's next transition."""
         chain, cc = self.chain, self.cc
         rt, st = chain.rt, chain.st
         groups = st.load_groups
@@ -153,154 +172,168 @@ class ChainFold:
         assert landed is not None
         overhead = rt.copies.overhead
         k_rate, slow = self.k_rate, self.slow
-        now = self.t_plan
         add_time, add_row = times.append, rows.append
-        last = self.last0
-        g = chain.g
         n_groups = len(groups)
-        launch_at = now + overhead  # simpy's now + delay
-        k_active = False
-        k_rem = 0.0
-        c = self.c0
-        c_active = c is not None
-        c_fresh = not c_active  # the compute job in flight is not c0
-        k_first = False  # the kernel joined before the compute job in flight
-        if cc is not None:
-            layer, op, cc_t0, cc_start = cc.layer, cc.op, cc.t0, cc.start_t
-        else:
-            layer, op, cc_t0, cc_start = 0, "", 0.0, 0.0
-        t0, start_t = chain.t0, chain.start_t
+        op = cc.op if cc is not None else ""
         bid = st.plan.batch_id
-        n_rows = n_launch = moved = 0
         merged = 0  # transitions sharing an entry with the one before (the same time)
-        if c is not None:
-            c_rem, c_rate, c_due = c.remaining, c.rate, c.due
-            if not c_due > now:
-                return None  # its finish is due now: a tie with this step
+        span = SPAN if SPAN is not None else len(groups)
+        if start is None:
+            now = self.t_plan
+            last = self.last0
+            g = chain.g
+            k_active = False
+            k_rem = 0.0
+            c = self.c0
+            c_active = c is not None
+            c_fresh = not c_active  # the compute job in flight is not c0
+            k_first = False  # the kernel joined before the compute job in flight
+            if cc is not None:
+                layer, cc_t0, cc_start = cc.layer, cc.t0, cc.start_t
+            else:
+                layer, cc_t0, cc_start = 0, 0.0, 0.0
+            t0, start_t = chain.t0, chain.start_t
+            n_rows = n_launch = moved = 0
+            if c is not None:
+                c_rem, c_rate, c_due = c.remaining, c.rate, c.due
+                if not c_due > now:
+                    return None  # its finish is due now: a tie with this step
+            else:
+                c_rem = c_rate = 0.0
+                c_due = math.inf
+            count = landed.count
+            # the kernel's next transition: its launch (simpy's now + delay), or landing
+            nxt_k = now + overhead
         else:
-            c_rem = c_rate = 0.0
-            c_due = math.inf
-        count = landed.count
+            ((k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active, c_active,
+              c_fresh, k_first, g, count, t0, start_t, layer, cc_t0, cc_start),
+             last, nxt_k) = start
+            span -= n_launch
         waiting = own and not c_active
         n_layers = len(times_l)
         inf = math.inf
         last_load = n_groups - 1  # the last group with bytes: its landing ends the fold
         while last_load >= 0 and not groups[last_load].nbytes:
             last_load -= 1
-        span = SPAN if SPAN is not None else len(groups)
-        nxt_k = launch_at  # the kernel's next transition: its launch, or its landing
-        while True:
-            if c_due < nxt_k:  # the compute job in flight finishes (c_due: inf if none)
-                tc = c_due
-                if not own:
-                    self.final_c = True
-                    break  # the other batch's job finishes: its real finish ends the fold
-                if layer + 1 >= n_layers:
-                    break  # the batch's last layer: its sample follows (not folded)
-                dt = tc - last
-                if dt > 0:
-                    if k_active:
-                        k_rem -= k_rate * dt
-                    c_rem -= c_rate * dt
-                last = tc
-                c_active = False
-                add_row(("compute", op, bid, -1, layer, cc_t0, tc, 0, 1))
-                n_rows += 1
-                layer += 1
-                if layer < count:  # the next layer starts at once: one entry for both
-                    c_rem = times_l[layer]
-                    c_rate = slow if k_active else 1.0
-                    c_due = tc + c_rem / c_rate
-                    c_active = c_fresh = True
-                    k_first = k_active
-                    cc_t0 = tc  # layer > 0: start_t stays
-                    merged += 1
-                else:
-                    c_due = inf
-                    waiting = True
-                add_time(tc)
-                stop -= 1
-                if not stop:
+        checks = self.checks
+        while True:  # a stretch of transitions up to the fold's end or a kept state
+            while True:
+                if c_due < nxt_k:  # the compute job in flight finishes (c_due: inf if none)
+                    tc = c_due
+                    if not own:
+                        self.final_c = True
+                        break  # the other batch's job finishes: its real finish ends the fold
+                    if layer + 1 >= n_layers:
+                        break  # the batch's last layer: its sample follows (not folded)
+                    dt = tc - last
+                    if dt > 0:
+                        if k_active:
+                            k_rem -= k_rate * dt
+                        c_rem -= c_rate * dt
+                    last = tc
+                    c_active = False
+                    add_row(("compute", op, bid, -1, layer, cc_t0, tc, 0, 1))
+                    n_rows += 1
+                    layer += 1
+                    if layer < count:  # the next layer starts at once: one entry for both
+                        c_rem = times_l[layer]
+                        c_rate = slow if k_active else 1.0
+                        c_due = tc + c_rem / c_rate
+                        c_active = c_fresh = True
+                        k_first = k_active
+                        cc_t0 = tc  # layer > 0: start_t stays
+                        merged += 1
+                    else:
+                        c_due = inf
+                        waiting = True
+                    add_time(tc)
+                    stop -= 1
+                    if not stop:
+                        break
+                    continue
+                tc = nxt_k
+                if c_due == tc:  # a tie: which goes first is the event order's
+                    rt.fold_counts["chain_ties"] += 1
                     break
-                continue
-            tc = nxt_k
-            if c_due == tc:  # a tie: which goes first is the event order's
-                rt.fold_counts["chain_ties"] += 1
-                break
-            if not k_active:  # the launch of group g
-                if span <= 0:
-                    break  # the span's end: this launch runs unfolded
+                if not k_active:  # the launch of group g
+                    if span <= 0:
+                        break  # the span's end: this launch runs unfolded
+                    dt = tc - last
+                    if dt > 0:
+                        if c_active:
+                            c_rem -= c_rate * dt
+                    last = tc
+                    k_rem = float(groups[g].nbytes)
+                    k_active = True
+                    k_first = False  # it joins after the compute job in flight, if any
+                    span -= 1
+                    n_launch += 1
+                    start_t = tc
+                    if c_active and c_rate != slow:
+                        c_rate = slow
+                        c_due = tc + (c_rem if c_rem > 0.0 else 0.0) / c_rate
+                    nxt_k = tc + k_rem / k_rate  # its landing
+                    add_time(tc)
+                    stop -= 1
+                    if not stop:
+                        break
+                    continue
+                # the kernel of group g lands
+                if g >= last_load:  # no group after g has bytes
+                    self.final = True
+                    break  # the last one: its real finish ends the fold
                 dt = tc - last
                 if dt > 0:
+                    k_rem -= k_rate * dt
                     if c_active:
                         c_rem -= c_rate * dt
                 last = tc
-                k_rem = float(groups[g].nbytes)
-                k_active = True
-                k_first = False  # it joins after the compute job in flight, if any
-                span -= 1
-                n_launch += 1
-                start_t = tc
-                if c_active and c_rate != slow:
-                    c_rate = slow
-                    c_due = tc + (c_rem if c_rem > 0.0 else 0.0) / c_rate
-                nxt_k = tc + k_rem / k_rate  # its landing
+                k_active = False
+                k_rem = 0.0
+                if c_active and c_rate != 1.0:
+                    c_rate = 1.0
+                    c_due = tc + (c_rem if c_rem > 0.0 else 0.0)  # (/ 1.0: exact)
+                group = groups[g]
+                nbytes = group.nbytes
+                glayers = group.layers
+                glayer = glayers.start if len(glayers) == 1 else -1
+                nb = int(nbytes)
+                add_row(("h2d", "load", bid, -1, glayer, t0, tc, nb, 1))
+                add_row(("pcie:h2d", "load", bid, -1, glayer, start_t, tc, nb, 1))
+                n_rows += 2
+                moved += nbytes
+                t0 = tc
+                g += 1
+                count = glayers.stop
+                while g < n_groups and not groups[g].nbytes:  # they land with it
+                    count = groups[g].layers.stop
+                    g += 1
+                if waiting and layer < count:  # the batch's compute goes on at once: one entry
+                    waiting = False
+                    c_rem = times_l[layer]
+                    c_rate = 1.0
+                    c_due = tc + c_rem  # (/ 1.0: exact)
+                    c_active = c_fresh = True
+                    k_first = False
+                    cc_t0 = tc
+                    if layer == 0:
+                        cc_start = tc
+                    merged += 1
                 add_time(tc)
+                nxt_k = tc + overhead  # the next launch
                 stop -= 1
                 if not stop:
                     break
-                continue
-            # the kernel of group g lands
-            if g >= last_load:  # no group after g has bytes
-                self.final = True
-                break  # the last one: its real finish ends the fold
-            dt = tc - last
-            if dt > 0:
-                k_rem -= k_rate * dt
-                if c_active:
-                    c_rem -= c_rate * dt
-            last = tc
-            k_active = False
-            k_rem = 0.0
-            if c_active and c_rate != 1.0:
-                c_rate = 1.0
-                c_due = tc + (c_rem if c_rem > 0.0 else 0.0)  # (/ 1.0: exact)
-            group = groups[g]
-            nbytes = group.nbytes
-            glayers = group.layers
-            glayer = glayers.start if len(glayers) == 1 else -1
-            nb = int(nbytes)
-            add_row(("h2d", "load", bid, -1, glayer, t0, tc, nb, 1))
-            add_row(("pcie:h2d", "load", bid, -1, glayer, start_t, tc, nb, 1))
-            n_rows += 2
-            moved += nbytes
-            t0 = tc
-            g += 1
-            count = glayers.stop
-            while g < n_groups and not groups[g].nbytes:  # they land with it
-                count = groups[g].layers.stop
-                g += 1
-            if waiting and layer < count:  # the batch's compute goes on at once: one entry
-                waiting = False
-                c_rem = times_l[layer]
-                c_rate = 1.0
-                c_due = tc + c_rem  # (/ 1.0: exact)
-                c_active = c_fresh = True
-                k_first = False
-                cc_t0 = tc
-                if layer == 0:
-                    cc_start = tc
-                merged += 1
-            add_time(tc)
-            nxt_k = launch_at = tc + overhead
-            stop -= 1
-            if not stop:
-                break
-        state = (k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active, c_active,
-                 c_fresh, k_first, g, count, t0, start_t, layer, cc_t0, cc_start)
-        if stop >= 0:
+            state = (k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active,
+                     c_active, c_fresh, k_first, g, count, t0, start_t, layer, cc_t0,
+                     cc_start)
+            if stop or not planning:
+                break  # the fold's end (or the stop-th transition walked: _state)
+            checks.append((state, last, nxt_k))  # after a multiple of CHECK transitions
+            stop = CHECK
+        if not planning:
             assert not stop, "fewer transitions than asked"
-            return state  # the stop-th transition's (_state)
+            return state
         self.end = tc
         self.last_state = state
         # fewer transitions: the fold's own timer saves no event
