@@ -21,6 +21,10 @@ timer, at the last kernel's landing (or the first tie among its transitions)::
         the server with their exact remaining, rate, due and live timers; the pending
         launch timer and promise; the fold is over (it folds again at its next step)
 
+    an L3 transfer joining or leaving at t (absorb; no host-memory squeeze possible):
+        K's and C's remaining split at t as the server's _advance splits them, kept as
+        a transition at t; the transitions after t walked again from there
+
 Invariant: the server, the chains and the timeline are, after :meth:`ChainFold.
 materialise` at t, what the unfolded run has after its events at t (bit for bit: the
 same ``remaining -= rate * dt`` at each change of the job set, ``due = t + max(0,
@@ -29,7 +33,8 @@ order among events at exactly one time may differ, which the fingerprint checks.
 ``run.fold_layers: false`` turns folding off (:attr:`SimRuntime.fold_layers
 <sim.runtime.SimRuntime>`); ``SimRuntime.fold_counts`` counts what the folds did (``chain_*``:
 chain steps that tried to fold, folds begun, kernels launched within folds, folds an
-outside entry materialised early, folds cut at a tie among their own transitions).
+outside entry materialised early, folds cut at a tie among their own transitions, L3
+changes absorbed).
 """
 
 from __future__ import annotations
@@ -109,10 +114,14 @@ class ChainFold:
         # timeline rows of them all, in order (_walk)
         self.times: list[float] = []
         self.rows: list[tuple] = []
-        self.last_state: tuple = ()  # the state after the last transition (_walk)
-        # every CHECK-th transition's state, the time of the last change then and the
-        # kernel's next transition (_walk resumes from one)
+        # states kept (_walk resumes from one): the chain's state after a transition, the
+        # time of the last change then and the kernel's next transition; after every
+        # CHECK-th transition (check_at: how many transitions before each), after an L3
+        # change absorbed, and after the last one (last_check)
         self.checks: list[tuple] = []
+        self.check_at: list[int] = []
+        self.last_check: tuple = ()
+        self.charged = 0  # transitions the server's jobs were charged at (absorb)
         self.end = math.inf
         self.final = False  # the fold ends at the last kernel's landing
         self.final_c = False  # the fold ends at the foreign compute job's finish
@@ -123,7 +132,7 @@ class ChainFold:
     def plan(self, k_rate: float, slow: float) -> bool:
         """Compute the transitions from now to the fold's end; False: too short. Each
         transition appends its time to :attr:`times` and the timeline rows it records to
-        :attr:`rows`; the chain's state after the last one is :attr:`last_state` (what
+        :attr:`rows`; the chain's state after the last one is :attr:`last_check` (what
         :meth:`materialise` restores at the end), and every :data:`CHECK` transitions
         one is kept in :attr:`checks` (from which :meth:`_state` walks to an earlier
         time). A compute job starting at the time of the transition before (a layer's
@@ -134,18 +143,19 @@ class ChainFold:
         return self._walk(self.times, self.rows, CHECK, planning=True) is not None
 
     def _state(self, n: int) -> tuple:
-        """The chain's state after the first ``n`` transitions (0 < n < len(times)):
+        """The chain's state after the first ``n`` transitions (0 <= n < len(times)),
+        with the time of the last change then and the kernel's next transition:
         :meth:`_walk` again from the last state kept at or before it (or the fold's
         start), which makes the same float operations on the same inputs (the fold holds
         the chain, its compute and ``c0`` unchanged), so the same transitions; their
         rows go to a list thrown away."""
-        k = n // CHECK
-        if not k:
+        i = bisect.bisect_right(self.check_at, n) - 1
+        if i < 0:
             state = self._walk([], [], n)
-        elif n == k * CHECK:
-            state = self.checks[k - 1][0]
+        elif self.check_at[i] == n:
+            state = self.checks[i]
         else:
-            state = self._walk([], [], n - k * CHECK, self.checks[k - 1])
+            state = self._walk([], [], n - self.check_at[i], self.checks[i])
         assert state is not None
         return state
 
@@ -155,9 +165,10 @@ class ChainFold:
         state, ``start``: an entry of :attr:`checks`), their times to ``times`` and their
         timeline rows to ``rows``. ``planning`` (:meth:`plan`: ``stop`` is
         :data:`CHECK`, no ``start``): up to the fold's end, which it records
-        (:attr:`end`, :attr:`final`, :attr:`final_c`, :attr:`last_state`,
+        (:attr:`end`, :attr:`final`, :attr:`final_c`, :attr:`last_check`,
         :attr:`checks`), returning that state, or None when the fold is too short.
-        Otherwise (:meth:`_state`): the state after the ``stop``-th transition walked.
+        Otherwise (:meth:`_state`): the state after the ``stop``-th transition walked
+        (the fold's start with ``stop`` 0), as a kept one.
 
         The state after a transition: (k_rem, c_rem, c_rate, c_due, rows so far,
         launches so far, bytes landed so far, k_active, c_active, c_fresh, k_first,
@@ -209,13 +220,17 @@ class ChainFold:
               c_fresh, k_first, g, count, t0, start_t, layer, cc_t0, cc_start),
              last, nxt_k) = start
             span -= n_launch
+        if not (stop or planning):
+            return ((k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active,
+                     c_active, c_fresh, k_first, g, count, t0, start_t, layer, cc_t0,
+                     cc_start), last, nxt_k)
         waiting = own and not c_active
         n_layers = len(times_l)
         inf = math.inf
         last_load = n_groups - 1  # the last group with bytes: its landing ends the fold
         while last_load >= 0 and not groups[last_load].nbytes:
             last_load -= 1
-        checks = self.checks
+        checks, check_at = self.checks, self.check_at
         while True:  # a stretch of transitions up to the fold's end or a kept state
             while True:
                 if c_due < nxt_k:  # the compute job in flight finishes (c_due: inf if none)
@@ -329,13 +344,14 @@ class ChainFold:
                      cc_start)
             if stop or not planning:
                 break  # the fold's end (or the stop-th transition walked: _state)
-            checks.append((state, last, nxt_k))  # after a multiple of CHECK transitions
+            checks.append((state, last, nxt_k))  # after CHECK more transitions
+            check_at.append(len(times))
             stop = CHECK
         if not planning:
             assert not stop, "fewer transitions than asked"
-            return state
+            return state, last, nxt_k
         self.end = tc
-        self.last_state = state
+        self.last_check = (state, last, nxt_k)
         # fewer transitions: the fold's own timer saves no event
         return state if len(times) + merged >= 2 else None
 
@@ -357,9 +373,62 @@ class ChainFold:
         self.chain.rt.fold_counts["chain_folded"] += 1
 
     def _ended(self, _ev: object) -> None:
-        if self.fluid.folded is not self:
-            return  # materialised earlier
+        if self.fluid.folded is not self or self.chain.rt.env.now != self.end:
+            return  # materialised earlier, or an end an absorbed change moved
         self.materialise(at_end=True)
+
+    def absorb(self, job: FluidJob) -> bool:
+        """An L3 transfer joining or leaving now changes neither the kernel's nor the
+        compute job's rate when host memory cannot bind, with the kernel or without, at
+        any L3 split (:meth:`sim.link.PcieLink.l3_ceiling`). It splits their progress,
+        though, as every change of the job set does: the server's jobs (all L3
+        transfers) are charged at the transitions up to now, the state now (each of
+        the fold's jobs charged up to now) is kept as a transition of its own, and the
+        transitions after it are walked again from there (their floats may differ)."""
+        if job.kind != "l3":
+            return False
+        rt = self.chain.rt
+        now = rt.env.now
+        link = rt.link
+        ceiling = link.l3_ceiling()
+        if (not now < self.end or link.host_binds(self.k_rate, ceiling)
+                or link.host_binds(0, ceiling)):
+            return False
+        times = self.times
+        n = bisect.bisect_right(times, now)
+        if n > self.charged:
+            self.fluid.charge_folded(times[self.charged:n])
+        state, last, nxt_k = self.last_check if n == len(times) else self._state(n)
+        (k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active, c_active,
+         c_fresh, k_first, g, count, t0, start_t, layer, cc_t0, cc_start) = state
+        dt = now - last
+        if dt > 0:  # FluidServer._advance on the fold's jobs
+            if k_active:
+                k_rem -= self.k_rate * dt
+            if c_active:
+                c_rem -= c_rate * dt
+        kept = ((k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active, c_active,
+                 c_fresh, k_first, g, count, t0, start_t, layer, cc_t0, cc_start), now, nxt_k)
+        del times[n:], self.rows[n_rows:]
+        i = bisect.bisect_right(self.check_at, n)
+        del self.checks[i:], self.check_at[i:]
+        times.append(now)
+        self.checks.append(kept)
+        self.check_at.append(n + 1)
+        self.charged = n + 1  # (the server charges its jobs up to now itself)
+        self.final = self.final_c = False
+        end = self.end
+        rt.fold_counts["chain_absorbed"] += 1
+        self._walk(times, self.rows, CHECK, kept, planning=True)
+        if self.end != end:
+            call_at(rt.env, self.end, self._ended)
+        return True
+
+    def holds(self) -> bool:
+        """After an absorbed re-plan: no L3 transfer's deadline is near its finish at its
+        new rate (try_fold's check: the watch the kernel's joins and leaves call would
+        arm no timer)."""
+        return _watch_quiet(self.fluid.jobs)
 
     def materialise(self, at_end: bool = False) -> None:
         """The unfolded state after the transitions up to now (module doc); at the end
@@ -377,7 +446,7 @@ class ChainFold:
         # the L3 jobs: charged up to the last applied change, as the server would have
         times = self.times
         n = bisect.bisect_right(times, now)
-        fluid.charge_folded(times[:n])
+        fluid.charge_folded(times[self.charged:n])  # (those before: charged by absorb)
         overhead = rt.copies.overhead
         groups = st.load_groups
         # the chain's side effects of the transitions up to now: their rows, counts and
@@ -386,7 +455,7 @@ class ChainFold:
         if n:
             (k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active, c_active,
              c_fresh, k_first, chain.g, landed.count, chain.t0, k_launch, layer, cc_t0,
-             cc_start) = self.last_state if n == len(times) else self._state(n)
+             cc_start) = (self.last_check if n == len(times) else self._state(n))[0]
             chain.start_t = k_launch
             if n_rows:
                 rt.timeline.record_rows(self.rows[:n_rows])
@@ -463,6 +532,17 @@ class ChainFold:
             fluid._finish(final_c)
 
 
+def _watch_quiet(jobs: list) -> bool:
+    """No L3 job of ``jobs`` (L3 transfers) can have sim.l3_client.watch arm its
+    deadline timer while its rate holds: each is armed already, or finishes clearly
+    before its deadline."""
+    for j in jobs:
+        if not j.armed and not (j.rate > 0 and j.due + _WATCH_MARGIN * (1.0 + abs(j.due))
+                                <= j.deadline):
+            return False
+    return True
+
+
 def try_fold(chain: LoadChain) -> bool:
     """Fold ``chain`` from its present step (group ``chain.g``, with bytes, about to
     launch) when the conditions of the module doc hold; False: it runs unfolded."""
@@ -494,10 +574,8 @@ def try_fold(chain: LoadChain) -> bool:
         if steady is None:
             return False
         l3_jobs, l3_total = steady
-        for j in l3_jobs:
-            if not j.armed and not (j.rate > 0 and j.due + _WATCH_MARGIN * (1.0 + abs(j.due))
-                                    <= j.deadline):
-                return False  # watch might arm its deadline timer at one of the changes
+        if not _watch_quiet(l3_jobs):
+            return False  # watch might arm its deadline timer at one of the changes
     if link.host_binds(rate, l3_total) or link.host_binds(0, l3_total):
         return False  # host memory binds, with a kernel on the link or without
     if cc is not None:

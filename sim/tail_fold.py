@@ -59,6 +59,13 @@ class TailFold:
         if self.cc.rt.fluid.folded is self:
             self.materialise(at_end=True)
 
+    def absorb(self, job: FluidJob) -> bool:
+        """Any job joining or leaving ends the fold (:meth:`materialise`)."""
+        return False
+
+    def holds(self) -> bool:
+        return True
+
     def materialise(self, at_end: bool = False) -> None:
         """The unfolded state after the events up to now; at the end, the last layer's
         finish runs here (its real finish)."""

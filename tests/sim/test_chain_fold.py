@@ -135,7 +135,7 @@ def test_the_fold_is_exercised_and_saves_events() -> None:
     (variant, vsc), *_ = sc.expand()
     folded, stats = _run(vsc, variant, True)
     plain, _ = _run(vsc, variant, False)
-    assert stats["chain_folded"] > 100 and stats["chain_interrupted"] > 10
+    assert stats["chain_folded"] > 100 and stats["chain_absorbed"] > 10  # L3 changes
     assert stats["chain_groups"] > stats["chain_folded"]  # kernels launched within folds
     assert stats["tail_folded"] > 10
     assert folded.events < plain.events * 0.8
@@ -223,7 +223,7 @@ def test_states_walked_again_from_kept_states(check: int,
                 times: list[float] = []
                 rows: list[tuple] = []
                 state = self._walk(times, rows, n)  # from the fold's start
-                assert times == self.times[:n] and rows == self.rows[:state[4]]
+                assert times == self.times[:n] and rows == self.rows[:state[0][4]]
                 assert repr(self._state(n)) == repr(state)
                 seen["states"] += 1
         return ok
