@@ -377,22 +377,24 @@ class ChainFold:
             return  # materialised earlier, or an end an absorbed change moved
         self.materialise(at_end=True)
 
-    def absorb(self, job: FluidJob) -> bool:
-        """An L3 transfer joining or leaving now changes neither the kernel's nor the
-        compute job's rate when host memory cannot bind, with the kernel or without, at
-        any L3 split (:meth:`sim.link.PcieLink.l3_ceiling`). It splits their progress,
+    def absorb(self, job: FluidJob | None) -> bool:
+        """An L3 transfer joining or leaving now (or a re-plan: ``job`` None) changes
+        neither the kernel's nor the compute job's rate when the kernel's lone rate is
+        the fold's (no PCIe fault came since) and host memory cannot bind, with the
+        kernel or without, at any L3 split (:meth:`sim.link.PcieLink.l3_ceiling`);
+        the compute's rates are constants. It splits their progress,
         though, as every change of the job set does: the server's jobs (all L3
         transfers) are charged at the transitions up to now, the state now (each of
         the fold's jobs charged up to now) is kept as a transition of its own, and the
         transitions after it are walked again from there (their floats may differ)."""
-        if job.kind != "l3":
+        if job is not None and job.kind != "l3":
             return False
         rt = self.chain.rt
         now = rt.env.now
         link = rt.link
         ceiling = link.l3_ceiling()
-        if (not now < self.end or link.host_binds(self.k_rate, ceiling)
-                or link.host_binds(0, ceiling)):
+        if (not now < self.end or link.lone_rate("h2d", kernel=True) != self.k_rate
+                or link.host_binds(self.k_rate, ceiling) or link.host_binds(0, ceiling)):
             return False
         times = self.times
         n = bisect.bisect_right(times, now)

@@ -105,11 +105,12 @@ class Folded(Protocol):
     def materialise(self) -> None:
         """Put its jobs back as the unfolded run has them now; the fold is over."""
 
-    def absorb(self, job: FluidJob) -> bool:
-        """``job`` joins or leaves the server now: True when that changes none of the
-        fold's rates whatever the server's jobs are re-allocated (the fold then charged
-        the server's jobs at its changes up to now: the server re-plans its own jobs as
-        the unfolded run does); False: materialise first."""
+    def absorb(self, job: FluidJob | None) -> bool:
+        """``job`` joins or leaves the server now (None: :meth:`FluidServer.replan`):
+        True when that changes none of the fold's rates whatever the server's jobs are
+        re-allocated (the fold then charged the server's jobs at its changes up to now
+        and split its own jobs' progress there: the server re-plans its own jobs as the
+        unfolded run does); False: materialise first."""
 
     def holds(self) -> bool:
         """After a re-plan :meth:`absorb` let in: whether the fold's changes still leave
@@ -507,11 +508,15 @@ class FluidServer:
     def replan(self) -> None:
         """Re-allocate now: something the allocation reads changed (a fault, a shared
         resource's users)."""
-        if self.folded is not None:
-            self.folded.materialise()
-        if self.jobs:
+        folded = self.folded
+        if folded is not None and not folded.absorb(None):
+            folded.materialise()
+            folded = None
+        if folded is not None or self.jobs:  # (the folded jobs are charged up to now too)
             self._advance()
             self._replan()
+        if folded is not None and not folded.holds():
+            folded.materialise()
 
     def cancel(self, job: FluidJob) -> None:
         """Drop an unfinished ``job``: its ``done`` event never fires (an abandoned call)."""
