@@ -21,6 +21,10 @@ timer, at the last kernel's landing (or the first tie among its transitions)::
         the server with their exact remaining, rate, due and live timers; the pending
         launch timer and promise; the fold is over (it folds again at its next step)
 
+    an L3 transfer joining or leaving at t (absorb; no host-memory squeeze possible):
+        K's and C's remaining split at t as the server's _advance splits them, kept as
+        a transition at t; the transitions after t walked again from there
+
 Invariant: the server, the chains and the timeline are, after :meth:`ChainFold.
 materialise` at t, what the unfolded run has after its events at t (bit for bit: the
 same ``remaining -= rate * dt`` at each change of the job set, ``due = t + max(0,
@@ -29,7 +33,8 @@ order among events at exactly one time may differ, which the fingerprint checks.
 ``run.fold_layers: false`` turns folding off (:attr:`SimRuntime.fold_layers
 <sim.runtime.SimRuntime>`); ``SimRuntime.fold_counts`` counts what the folds did (``chain_*``:
 chain steps that tried to fold, folds begun, kernels launched within folds, folds an
-outside entry materialised early, folds cut at a tie among their own transitions).
+outside entry materialised early, folds cut at a tie among their own transitions, L3
+changes absorbed).
 """
 
 from __future__ import annotations
@@ -50,6 +55,10 @@ if TYPE_CHECKING:
 # ends just before the next launch, as at a tie (its pending steps re-armed as timers);
 # the tests set it small to exercise that end
 SPAN: int | None = None
+
+# a fold keeps the chain's state after every CHECK-th transition: a fold materialised
+# early walks its transitions again from the last one kept before its time (_state)
+CHECK = 8
 
 # a deadline closer than this (relative) to an L3 job's finish: sim.l3_client.watch's
 # check could flip with the splits' rounding, so no fold
@@ -101,28 +110,71 @@ class ChainFold:
         self.fluid = rt.fluid
         self.c0_index = rt.fluid.jobs.index(job) if job is not None else -1
         # per transition (a compute start shares the entry of the transition at its
-        # time): its time (a change of the server's job set: the L3 jobs' splits) and
-        # the state after it (plan: k_rem, c_rem, c_rate, c_due, rows so
-        # far, launches so far, bytes landed so far, k_active, c_active, c_fresh,
-        # k_first, chain.g, landed.count, chain.t0, chain.start_t, cc.layer, cc.t0,
-        # cc.start_t); the timeline rows of them all, in order
+        # time): its time (a change of the server's job set: the L3 jobs' splits); the
+        # timeline rows of them all, in order (_walk)
         self.times: list[float] = []
-        self.snaps: list[tuple] = []
         self.rows: list[tuple] = []
+        # states kept (_walk resumes from one): the chain's state after a transition, the
+        # time of the last change then and the kernel's next transition; after every
+        # CHECK-th transition (check_at: how many transitions before each), after an L3
+        # change absorbed, and after the last one (last_check)
+        self.checks: list[tuple] = []
+        self.check_at: list[int] = []
+        self.last_check: tuple = ()
+        self.charged = 0  # transitions the server's jobs were charged at (absorb)
         self.end = math.inf
         self.final = False  # the fold ends at the last kernel's landing
         self.final_c = False  # the fold ends at the foreign compute job's finish
-        self.k_rate = 0.0
+        self.k_rate = self.slow = 0.0  # the kernels' rate, the compute's beside one
+        self.t_plan = self.last0 = 0.0  # when plan ran; the server's last change then
 
     # -- the closed form ---------------------------------------------------------------
     def plan(self, k_rate: float, slow: float) -> bool:
         """Compute the transitions from now to the fold's end; False: too short. Each
-        transition appends its time to :attr:`times`, the timeline rows it records to
-        :attr:`rows` and the chain's state after it to :attr:`snaps` (what
-        :meth:`materialise` restores: no replay); a compute job starting at the time of
-        the transition before (a layer's end, a landing) shares its entry, as no entry
-        can come between them (a second change at one time charges nothing)."""
-        chain, cc, fluid = self.chain, self.cc, self.fluid
+        transition appends its time to :attr:`times` and the timeline rows it records to
+        :attr:`rows`; the chain's state after the last one is :attr:`last_check` (what
+        :meth:`materialise` restores at the end), and every :data:`CHECK` transitions
+        one is kept in :attr:`checks` (from which :meth:`_state` walks to an earlier
+        time). A compute job starting at the time of the transition before (a layer's
+        end, a landing) shares its entry, as no entry can come between them (a second
+        change at one time charges nothing)."""
+        self.k_rate, self.slow = k_rate, slow
+        self.t_plan, self.last0 = self.chain.rt.env.now, self.fluid.last_change
+        return self._walk(self.times, self.rows, CHECK, planning=True) is not None
+
+    def _state(self, n: int) -> tuple:
+        """The chain's state after the first ``n`` transitions (0 <= n < len(times)),
+        with the time of the last change then and the kernel's next transition:
+        :meth:`_walk` again from the last state kept at or before it (or the fold's
+        start), which makes the same float operations on the same inputs (the fold holds
+        the chain, its compute and ``c0`` unchanged), so the same transitions; their
+        rows go to a list thrown away."""
+        i = bisect.bisect_right(self.check_at, n) - 1
+        if i < 0:
+            state = self._walk([], [], n)
+        elif self.check_at[i] == n:
+            state = self.checks[i]
+        else:
+            state = self._walk([], [], n - self.check_at[i], self.checks[i])
+        assert state is not None
+        return state
+
+    def _walk(self, times: list[float], rows: list[tuple], stop: int,
+              start: tuple | None = None, planning: bool = False) -> tuple | None:
+        """The transitions from the fold's start (:meth:`plan`'s time; or from a kept
+        state, ``start``: an entry of :attr:`checks`), their times to ``times`` and their
+        timeline rows to ``rows``. ``planning`` (:meth:`plan`: ``stop`` is
+        :data:`CHECK`, no ``start``): up to the fold's end, which it records
+        (:attr:`end`, :attr:`final`, :attr:`final_c`, :attr:`last_check`,
+        :attr:`checks`), returning that state, or None when the fold is too short.
+        Otherwise (:meth:`_state`): the state after the ``stop``-th transition walked
+        (the fold's start with ``stop`` 0), as a kept one.
+
+        The state after a transition: (k_rem, c_rem, c_rate, c_due, rows so far,
+        launches so far, bytes landed so far, k_active, c_active, c_fresh, k_first,
+        chain.g, landed.count, chain.t0, chain.start_t, cc.layer, cc.t0, cc.start_t); a
+        kept one adds the time of the last change and the kernel's next transition."""
+        chain, cc = self.chain, self.cc
         rt, st = chain.rt, chain.st
         groups = st.load_groups
         own = cc is not None
@@ -130,151 +182,178 @@ class ChainFold:
         landed = st.landed
         assert landed is not None
         overhead = rt.copies.overhead
-        now = rt.env.now
-        times, rows, snaps = self.times, self.rows, self.snaps
-        self.k_rate = k_rate
-        last = fluid.last_change
-        g = chain.g
+        k_rate, slow = self.k_rate, self.slow
+        add_time, add_row = times.append, rows.append
         n_groups = len(groups)
-        launch_at = now + overhead  # simpy's now + delay
-        k_active = False
-        k_rem = k_due = 0.0
-        c = self.c0
-        c_active = c is not None
-        c_fresh = not c_active  # the compute job in flight is not c0
-        k_first = False  # the kernel joined before the compute job in flight
-        if cc is not None:
-            layer, op, cc_t0, cc_start = cc.layer, cc.op, cc.t0, cc.start_t
-        else:
-            layer, op, cc_t0, cc_start = 0, "", 0.0, 0.0
-        t0, start_t = chain.t0, chain.start_t
+        op = cc.op if cc is not None else ""
         bid = st.plan.batch_id
-        n_rows = n_launch = moved = 0
         merged = 0  # transitions sharing an entry with the one before (the same time)
-        if c is not None:
-            c_rem, c_rate, c_due = c.remaining, c.rate, c.due
-            if not c_due > now:
-                return False  # its finish is due now: a tie with this step
+        span = SPAN if SPAN is not None else len(groups)
+        if start is None:
+            now = self.t_plan
+            last = self.last0
+            g = chain.g
+            k_active = False
+            k_rem = 0.0
+            c = self.c0
+            c_active = c is not None
+            c_fresh = not c_active  # the compute job in flight is not c0
+            k_first = False  # the kernel joined before the compute job in flight
+            if cc is not None:
+                layer, cc_t0, cc_start = cc.layer, cc.t0, cc.start_t
+            else:
+                layer, cc_t0, cc_start = 0, 0.0, 0.0
+            t0, start_t = chain.t0, chain.start_t
+            n_rows = n_launch = moved = 0
+            if c is not None:
+                c_rem, c_rate, c_due = c.remaining, c.rate, c.due
+                if not c_due > now:
+                    return None  # its finish is due now: a tie with this step
+            else:
+                c_rem = c_rate = 0.0
+                c_due = math.inf
+            count = landed.count
+            # the kernel's next transition: its launch (simpy's now + delay), or landing
+            nxt_k = now + overhead
         else:
-            c_rem = c_rate = 0.0
-            c_due = math.inf
-        count = landed.count
+            ((k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active, c_active,
+              c_fresh, k_first, g, count, t0, start_t, layer, cc_t0, cc_start),
+             last, nxt_k) = start
+            span -= n_launch
+        if not (stop or planning):
+            return ((k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active,
+                     c_active, c_fresh, k_first, g, count, t0, start_t, layer, cc_t0,
+                     cc_start), last, nxt_k)
         waiting = own and not c_active
         n_layers = len(times_l)
         inf = math.inf
         last_load = n_groups - 1  # the last group with bytes: its landing ends the fold
         while last_load >= 0 and not groups[last_load].nbytes:
             last_load -= 1
-        span = SPAN if SPAN is not None else len(groups)
-        while True:
-            nxt_k = k_due if k_active else launch_at
-            tc = c_due if c_due < nxt_k else nxt_k
-            if c_due == nxt_k:  # a tie: which goes first is the event order's
-                rt.fold_counts["chain_ties"] += 1
-                break
-            if not k_active and tc == launch_at and span <= 0:
-                break  # the span's end: this launch runs unfolded
-            if tc == inf:
-                return False  # nothing left to run (cannot happen in a chain)
-            if c_active and tc == c_due:
-                if not own:
-                    self.final_c = True
-                    break  # the other batch's job finishes: its real finish ends the fold
-                if layer + 1 >= n_layers:
-                    break  # the batch's last layer: its sample follows (not folded)
+        checks, check_at = self.checks, self.check_at
+        while True:  # a stretch of transitions up to the fold's end or a kept state
+            while True:
+                if c_due < nxt_k:  # the compute job in flight finishes (c_due: inf if none)
+                    tc = c_due
+                    if not own:
+                        self.final_c = True
+                        break  # the other batch's job finishes: its real finish ends the fold
+                    if layer + 1 >= n_layers:
+                        break  # the batch's last layer: its sample follows (not folded)
+                    dt = tc - last
+                    if dt > 0:
+                        if k_active:
+                            k_rem -= k_rate * dt
+                        c_rem -= c_rate * dt
+                    last = tc
+                    c_active = False
+                    add_row(("compute", op, bid, -1, layer, cc_t0, tc, 0, 1))
+                    n_rows += 1
+                    layer += 1
+                    if layer < count:  # the next layer starts at once: one entry for both
+                        c_rem = times_l[layer]
+                        c_rate = slow if k_active else 1.0
+                        c_due = tc + c_rem / c_rate
+                        c_active = c_fresh = True
+                        k_first = k_active
+                        cc_t0 = tc  # layer > 0: start_t stays
+                        merged += 1
+                    else:
+                        c_due = inf
+                        waiting = True
+                    add_time(tc)
+                    stop -= 1
+                    if not stop:
+                        break
+                    continue
+                tc = nxt_k
+                if c_due == tc:  # a tie: which goes first is the event order's
+                    rt.fold_counts["chain_ties"] += 1
+                    break
+                if not k_active:  # the launch of group g
+                    if span <= 0:
+                        break  # the span's end: this launch runs unfolded
+                    dt = tc - last
+                    if dt > 0:
+                        if c_active:
+                            c_rem -= c_rate * dt
+                    last = tc
+                    k_rem = float(groups[g].nbytes)
+                    k_active = True
+                    k_first = False  # it joins after the compute job in flight, if any
+                    span -= 1
+                    n_launch += 1
+                    start_t = tc
+                    if c_active and c_rate != slow:
+                        c_rate = slow
+                        c_due = tc + (c_rem if c_rem > 0.0 else 0.0) / c_rate
+                    nxt_k = tc + k_rem / k_rate  # its landing
+                    add_time(tc)
+                    stop -= 1
+                    if not stop:
+                        break
+                    continue
+                # the kernel of group g lands
+                if g >= last_load:  # no group after g has bytes
+                    self.final = True
+                    break  # the last one: its real finish ends the fold
                 dt = tc - last
                 if dt > 0:
-                    if k_active:
-                        k_rem -= k_rate * dt
-                    c_rem -= c_rate * dt
-                last = tc
-                c_active = False
-                rows.append(("compute", op, bid, -1, layer, cc_t0, tc, 0, 1))
-                n_rows += 1
-                layer += 1
-                if layer < count:  # the next layer starts at once: one entry for both
-                    c_rem = times_l[layer]
-                    c_rate = slow if k_active else 1.0
-                    c_due = tc + c_rem / c_rate
-                    c_active = c_fresh = True
-                    k_first = k_active
-                    cc_t0 = tc  # layer > 0: start_t stays
-                    merged += 1
-                else:
-                    c_due = inf
-                    waiting = True
-                times.append(tc)
-                snaps.append((k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active,
-                              c_active, c_fresh, k_first, g, count, t0, start_t, layer, cc_t0,
-                              cc_start))
-                continue
-            if not k_active:  # the launch of group g
-                dt = tc - last
-                if dt > 0:
+                    k_rem -= k_rate * dt
                     if c_active:
                         c_rem -= c_rate * dt
                 last = tc
-                k_rem = float(groups[g].nbytes)
-                k_active = True
-                k_first = False  # it joins after the compute job in flight, if any
-                span -= 1
-                n_launch += 1
-                start_t = tc
-                if c_active and c_rate != slow:
-                    c_rate = slow
-                    c_due = tc + (c_rem if c_rem > 0.0 else 0.0) / c_rate
-                k_due = tc + k_rem / k_rate
-                times.append(tc)
-                snaps.append((k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, True,
-                              c_active, c_fresh, False, g, count, t0, start_t, layer, cc_t0,
-                              cc_start))
-                continue
-            # the kernel of group g lands
-            if g >= last_load:  # no group after g has bytes
-                self.final = True
-                break  # the last one: its real finish ends the fold
-            dt = tc - last
-            if dt > 0:
-                k_rem -= k_rate * dt
-                if c_active:
-                    c_rem -= c_rate * dt
-            last = tc
-            k_active = False
-            if c_active and c_rate != 1.0:
-                c_rate = 1.0
-                c_due = tc + (c_rem if c_rem > 0.0 else 0.0) / c_rate
-            group = groups[g]
-            nbytes = group.nbytes
-            glayers = group.layers
-            glayer = glayers.start if len(glayers) == 1 else -1
-            rows.append(("h2d", "load", bid, -1, glayer, t0, tc, int(nbytes), 1))
-            rows.append(("pcie:h2d", "load", bid, -1, glayer, start_t, tc, int(nbytes), 1))
-            n_rows += 2
-            moved += nbytes
-            t0 = tc
-            g += 1
-            count = glayers.stop
-            while g < n_groups and not groups[g].nbytes:  # they land with it
-                count = groups[g].layers.stop
+                k_active = False
+                k_rem = 0.0
+                if c_active and c_rate != 1.0:
+                    c_rate = 1.0
+                    c_due = tc + (c_rem if c_rem > 0.0 else 0.0)  # (/ 1.0: exact)
+                group = groups[g]
+                nbytes = group.nbytes
+                glayers = group.layers
+                glayer = glayers.start if len(glayers) == 1 else -1
+                nb = int(nbytes)
+                add_row(("h2d", "load", bid, -1, glayer, t0, tc, nb, 1))
+                add_row(("pcie:h2d", "load", bid, -1, glayer, start_t, tc, nb, 1))
+                n_rows += 2
+                moved += nbytes
+                t0 = tc
                 g += 1
-            if waiting and layer < count:  # the batch's compute goes on at once: one entry
-                waiting = False
-                c_rem = times_l[layer]
-                c_rate = 1.0
-                c_due = tc + c_rem / c_rate
-                c_active = c_fresh = True
-                k_first = False
-                cc_t0 = tc
-                if layer == 0:
-                    cc_start = tc
-                merged += 1
-            times.append(tc)
-            snaps.append((0.0, c_rem, c_rate, c_due, n_rows, n_launch, moved, False, c_active,
-                          c_fresh, k_first, g, count, t0, start_t, layer, cc_t0, cc_start))
-            launch_at = tc + overhead
+                count = glayers.stop
+                while g < n_groups and not groups[g].nbytes:  # they land with it
+                    count = groups[g].layers.stop
+                    g += 1
+                if waiting and layer < count:  # the batch's compute goes on at once: one entry
+                    waiting = False
+                    c_rem = times_l[layer]
+                    c_rate = 1.0
+                    c_due = tc + c_rem  # (/ 1.0: exact)
+                    c_active = c_fresh = True
+                    k_first = False
+                    cc_t0 = tc
+                    if layer == 0:
+                        cc_start = tc
+                    merged += 1
+                add_time(tc)
+                nxt_k = tc + overhead  # the next launch
+                stop -= 1
+                if not stop:
+                    break
+            state = (k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active,
+                     c_active, c_fresh, k_first, g, count, t0, start_t, layer, cc_t0,
+                     cc_start)
+            if stop or not planning:
+                break  # the fold's end (or the stop-th transition walked: _state)
+            checks.append((state, last, nxt_k))  # after CHECK more transitions
+            check_at.append(len(times))
+            stop = CHECK
+        if not planning:
+            assert not stop, "fewer transitions than asked"
+            return state, last, nxt_k
         self.end = tc
+        self.last_check = (state, last, nxt_k)
         # fewer transitions: the fold's own timer saves no event
-        return len(times) + merged >= 2
+        return state if len(times) + merged >= 2 else None
 
     # -- entering and leaving ----------------------------------------------------------
     def begin(self) -> None:
@@ -294,9 +373,64 @@ class ChainFold:
         self.chain.rt.fold_counts["chain_folded"] += 1
 
     def _ended(self, _ev: object) -> None:
-        if self.fluid.folded is not self:
-            return  # materialised earlier
+        if self.fluid.folded is not self or self.chain.rt.env.now != self.end:
+            return  # materialised earlier, or an end an absorbed change moved
         self.materialise(at_end=True)
+
+    def absorb(self, job: FluidJob | None) -> bool:
+        """An L3 transfer joining or leaving now (or a re-plan: ``job`` None) changes
+        neither the kernel's nor the compute job's rate when the kernel's lone rate is
+        the fold's (no PCIe fault came since) and host memory cannot bind, with the
+        kernel or without, at any L3 split (:meth:`sim.link.PcieLink.l3_ceiling`);
+        the compute's rates are constants. It splits their progress,
+        though, as every change of the job set does: the server's jobs (all L3
+        transfers) are charged at the transitions up to now, the state now (each of
+        the fold's jobs charged up to now) is kept as a transition of its own, and the
+        transitions after it are walked again from there (their floats may differ)."""
+        if job is not None and job.kind != "l3":
+            return False
+        rt = self.chain.rt
+        now = rt.env.now
+        link = rt.link
+        ceiling = link.l3_ceiling()
+        if (not now < self.end or link.lone_rate("h2d", kernel=True) != self.k_rate
+                or link.host_binds(self.k_rate, ceiling) or link.host_binds(0, ceiling)):
+            return False
+        times = self.times
+        n = bisect.bisect_right(times, now)
+        if n > self.charged:
+            self.fluid.charge_folded(times[self.charged:n])
+        state, last, nxt_k = self.last_check if n == len(times) else self._state(n)
+        (k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active, c_active,
+         c_fresh, k_first, g, count, t0, start_t, layer, cc_t0, cc_start) = state
+        dt = now - last
+        if dt > 0:  # FluidServer._advance on the fold's jobs
+            if k_active:
+                k_rem -= self.k_rate * dt
+            if c_active:
+                c_rem -= c_rate * dt
+        kept = ((k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active, c_active,
+                 c_fresh, k_first, g, count, t0, start_t, layer, cc_t0, cc_start), now, nxt_k)
+        del times[n:], self.rows[n_rows:]
+        i = bisect.bisect_right(self.check_at, n)
+        del self.checks[i:], self.check_at[i:]
+        times.append(now)
+        self.checks.append(kept)
+        self.check_at.append(n + 1)
+        self.charged = n + 1  # (the server charges its jobs up to now itself)
+        self.final = self.final_c = False
+        end = self.end
+        rt.fold_counts["chain_absorbed"] += 1
+        self._walk(times, self.rows, CHECK, kept, planning=True)
+        if self.end != end:
+            call_at(rt.env, self.end, self._ended)
+        return True
+
+    def holds(self) -> bool:
+        """After an absorbed re-plan: no L3 transfer's deadline is near its finish at its
+        new rate (try_fold's check: the watch the kernel's joins and leaves call would
+        arm no timer)."""
+        return _watch_quiet(self.fluid.jobs)
 
     def materialise(self, at_end: bool = False) -> None:
         """The unfolded state after the transitions up to now (module doc); at the end
@@ -314,7 +448,7 @@ class ChainFold:
         # the L3 jobs: charged up to the last applied change, as the server would have
         times = self.times
         n = bisect.bisect_right(times, now)
-        fluid.charge_folded(times[:n])
+        fluid.charge_folded(times[self.charged:n])  # (those before: charged by absorb)
         overhead = rt.copies.overhead
         groups = st.load_groups
         # the chain's side effects of the transitions up to now: their rows, counts and
@@ -323,7 +457,7 @@ class ChainFold:
         if n:
             (k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active, c_active,
              c_fresh, k_first, chain.g, landed.count, chain.t0, k_launch, layer, cc_t0,
-             cc_start) = self.snaps[n - 1]
+             cc_start) = (self.last_check if n == len(times) else self._state(n))[0]
             chain.start_t = k_launch
             if n_rows:
                 rt.timeline.record_rows(self.rows[:n_rows])
@@ -400,6 +534,17 @@ class ChainFold:
             fluid._finish(final_c)
 
 
+def _watch_quiet(jobs: list) -> bool:
+    """No L3 job of ``jobs`` (L3 transfers) can have sim.l3_client.watch arm its
+    deadline timer while its rate holds: each is armed already, or finishes clearly
+    before its deadline."""
+    for j in jobs:
+        if not j.armed and not (j.rate > 0 and j.due + _WATCH_MARGIN * (1.0 + abs(j.due))
+                                <= j.deadline):
+            return False
+    return True
+
+
 def try_fold(chain: LoadChain) -> bool:
     """Fold ``chain`` from its present step (group ``chain.g``, with bytes, about to
     launch) when the conditions of the module doc hold; False: it runs unfolded."""
@@ -431,10 +576,8 @@ def try_fold(chain: LoadChain) -> bool:
         if steady is None:
             return False
         l3_jobs, l3_total = steady
-        for j in l3_jobs:
-            if not j.armed and not (j.rate > 0 and j.due + _WATCH_MARGIN * (1.0 + abs(j.due))
-                                    <= j.deadline):
-                return False  # watch might arm its deadline timer at one of the changes
+        if not _watch_quiet(l3_jobs):
+            return False  # watch might arm its deadline timer at one of the changes
     if link.host_binds(rate, l3_total) or link.host_binds(0, l3_total):
         return False  # host memory binds, with a kernel on the link or without
     if cc is not None:

@@ -37,9 +37,13 @@ A load chain folded by :mod:`sim.chain_fold` (or a compute tail, :mod:`sim.tail_
 keeps its kernel and compute jobs off :attr:`FluidServer.jobs` (``folded``); every entry
 from outside (:meth:`FluidServer._start`, ``_finish``, :meth:`~FluidServer.replan`,
 ``cancel``, ``adopt``, ``expect``) first materialises it, so each of them sees the jobs
-the unfolded run has, with its floats. The fold modules ask :meth:`FluidServer.
-fold_possible`, charge the other jobs with :meth:`FluidServer.charge_folded` and put their
-jobs back with the server's own ``_add``, ``_arm`` and ``_finish`` (friends, not users).
+the unfolded run has, with its floats; except a job joining or leaving that the fold
+absorbs (:meth:`Folded.absorb`: an L3 transfer that changes none of its rates), after
+which the server re-plans its own jobs as the unfolded run re-plans them (the folded
+ones keep their rates: no re-plan) and asks the fold whether it still holds. The fold
+modules ask :meth:`FluidServer.fold_possible`, charge the other jobs with
+:meth:`FluidServer.charge_folded` and put their jobs back with the server's own ``_add``,
+``_arm`` and ``_finish`` (friends, not users).
 """
 
 from __future__ import annotations
@@ -100,6 +104,17 @@ class Folded(Protocol):
 
     def materialise(self) -> None:
         """Put its jobs back as the unfolded run has them now; the fold is over."""
+
+    def absorb(self, job: FluidJob | None) -> bool:
+        """``job`` joins or leaves the server now (None: :meth:`FluidServer.replan`):
+        True when that changes none of the fold's rates whatever the server's jobs are
+        re-allocated (the fold then charged the server's jobs at its changes up to now
+        and split its own jobs' progress there: the server re-plans its own jobs as the
+        unfolded run does); False: materialise first."""
+
+    def holds(self) -> bool:
+        """After a re-plan :meth:`absorb` let in: whether the fold's changes still leave
+        every other rate as it is (False: materialise)."""
 
 
 class FluidServer:
@@ -366,8 +381,10 @@ class FluidServer:
         self._finish(job)
 
     def _finish(self, job: FluidJob) -> None:
-        if self.folded is not None:
-            self.folded.materialise()
+        folded = self.folded
+        if folded is not None and not folded.absorb(job):
+            folded.materialise()
+            folded = None
         job.token += 1
         job.due = job.timer_at = math.inf
         self._advance()
@@ -377,6 +394,8 @@ class FluidServer:
             self._replan()
         elif self._solo(job, self.jobs) is None:
             self._changed(job, joined=False)
+        if folded is not None and not folded.holds():
+            folded.materialise()
         if job.then is not None:
             job.then()
             return
@@ -393,20 +412,23 @@ class FluidServer:
 
     def _start(self, job: FluidJob) -> None:
         """Put ``job`` (work > 0) on the server now."""
-        if self.folded is not None:
-            self.folded.materialise()
+        folded = self.folded
+        if folded is not None and not folded.absorb(job):
+            folded.materialise()
+            folded = None
         self._advance()
         self._add(job)
         solo = self._solo
-        if solo is None:
-            self._replan(new=job)
-            return
-        rate = solo(job, self.jobs)
+        rate = solo(job, self.jobs) if solo is not None else None
         if rate is not None:
             job.rate = rate
             self._schedule(job)
-            return
-        self._changed(job, joined=True)
+        elif solo is None:
+            self._replan(new=job)
+        else:
+            self._changed(job, joined=True)
+        if folded is not None and not folded.holds():
+            folded.materialise()
 
     def then_submit(self, job: FluidJob, then: Callable[[], None]) -> None:
         """:meth:`submit`, and call ``then()`` in the finish itself, not one event later
@@ -486,11 +508,15 @@ class FluidServer:
     def replan(self) -> None:
         """Re-allocate now: something the allocation reads changed (a fault, a shared
         resource's users)."""
-        if self.folded is not None:
-            self.folded.materialise()
-        if self.jobs:
+        folded = self.folded
+        if folded is not None and not folded.absorb(None):
+            folded.materialise()
+            folded = None
+        if folded is not None or self.jobs:  # (the folded jobs are charged up to now too)
             self._advance()
             self._replan()
+        if folded is not None and not folded.holds():
+            folded.materialise()
 
     def cancel(self, job: FluidJob) -> None:
         """Drop an unfinished ``job``: its ``done`` event never fires (an abandoned call)."""

@@ -135,6 +135,23 @@ class PcieLink:
         moving ``l3_total`` bytes/s (allocate's check with no bidirectional scale)."""
         return copies * 1.0 + l3_total > self.host * self.host_factor
 
+    def l3_ceiling(self) -> float:
+        """A bound no total of L3 rates :meth:`allocate` sets exceeds, whatever the
+        jobs and the split: per group the budget one moving replica gets (the store's
+        service rate over one, within the NIC), summed (with room for the rounding of
+        an equal split's sum); inf without an L3 client (no bound known)."""
+        l3 = self.l3
+        if l3 is None:
+            return math.inf
+        store = l3.store
+        total = 0.0
+        for group in (("io",) if store.duplex_shared else ("read", "write")):
+            budget = store.service_rate(group)
+            if store.nic is not None:
+                budget = min(budget, store.nic * l3.nic_factor)
+            total += budget
+        return total * (1.0 + 1e-9)
+
     def steady_l3(self, moving: int) -> tuple[list[FluidJob], float] | None:
         """The L3 jobs and their total rate that the last allocation left at the client's
         split (no host-memory squeeze), while the store's epoch says a re-allocation would

@@ -13,10 +13,14 @@ last layer's finish, whose real finish then runs (the batch's sample follows, un
     |--------------------|-------------|  ...  |--------------------|  _finish(C)
       every start/finish splits the L3 jobs' progress (caught up as FluidServer.expect's)
 
-    an outside entry (a job joining or leaving, a re-plan, ...) at t < T_end:
+    an outside entry (a copy joining or leaving, ...) at t < T_end:
         materialise(t): the rows of the layers done by t, the chain at the layer in
-        flight, its job on the server (remaining = its work: no change since its
-        start) with its due and a live timer; the fold is over
+        flight, its job on the server (remaining = its work, split at the L3 changes
+        absorbed since its start) with its due and a live timer; the fold is over
+
+    an L3 transfer joining or leaving, or a re-plan (absorb): the layers stay at rate 1
+        (no copy kernel beside them); the L3 jobs are charged at the starts up to t and
+        the change time is kept
 
 Invariant: after :meth:`TailFold.materialise` at t the server, the compute chain and the
 timeline are what the unfolded run has after its events at t, bit for bit; only the order
@@ -43,10 +47,12 @@ class TailFold:
     """The layers of ``cc`` from its present one on (module doc); ``starts[i]``: when
     layer ``cc.layer + i`` starts, ``end`` when the last finishes."""
 
-    __slots__ = ("cc", "first", "starts", "end")
+    __slots__ = ("cc", "first", "starts", "end", "charged", "changes")
 
     def __init__(self, cc: ComputeChain, starts: list[float], end: float) -> None:
         self.cc, self.first, self.starts, self.end = cc, cc.layer, starts, end
+        self.charged = 0  # starts the server's jobs were charged at (absorb)
+        self.changes: list[float] = []  # when the server's jobs changed (absorb)
 
     def begin(self) -> None:
         rt = self.cc.rt
@@ -58,6 +64,29 @@ class TailFold:
     def _ended(self, _ev: object) -> None:
         if self.cc.rt.fluid.folded is self:
             self.materialise(at_end=True)
+
+    def absorb(self, job: FluidJob | None) -> bool:
+        """An L3 transfer joining or leaving (or a re-plan: ``job`` None) leaves the
+        layers at rate 1 (no copy kernel on the server: compute takes nothing an
+        allocation shares), but splits the layer in flight's progress: the server's jobs
+        (all L3 transfers) are charged at the starts up to now and the change is kept
+        for :meth:`materialise`."""
+        if job is not None and job.kind != "l3":
+            return False
+        rt = self.cc.rt
+        now = rt.env.now
+        if not now < self.end:
+            return False
+        n = bisect.bisect_right(self.starts, now)
+        if n > self.charged:
+            rt.fluid.charge_folded(self.starts[self.charged:n])
+            self.charged = n
+        self.changes.append(now)
+        rt.fold_counts["tail_absorbed"] += 1
+        return True
+
+    def holds(self) -> bool:
+        return True
 
     def materialise(self, at_end: bool = False) -> None:
         """The unfolded state after the events up to now; at the end, the last layer's
@@ -72,7 +101,7 @@ class TailFold:
         if not at_end:
             rt.fold_counts["tail_interrupted"] += 1
         # each start is the previous layer's finish: the changes that split the L3 jobs
-        fluid.charge_folded(starts[:k + 1])
+        fluid.charge_folded(starts[self.charged:k + 1])  # (those before: by absorb)
         record, op, bid = rt.timeline.record, cc.op, cc.st.plan.batch_id
         first = self.first
         for i in range(k):
@@ -84,6 +113,11 @@ class TailFold:
         job = FluidJob(cc.times[layer], "compute", thread="compute")
         job.then = cc._layer_done
         job.rate = 1.0
+        prev = starts[k]
+        for t in self.changes:  # its progress split at the changes absorbed since it began
+            if t > prev:  # (FluidServer._advance)
+                job.remaining -= 1.0 * (t - prev)
+                prev = t
         job.due = due = starts[k + 1] if k + 1 < len(starts) else self.end
         fluid._add(job)
         if at_end:

@@ -128,6 +128,7 @@ def test_folded_chains_equal_unfolded_on_seeded_variations_with_l3() -> None:
         total.update(_compare(vsc, variant))
     assert total["chain_folded"] > 500 and total["chain_interrupted"] > 50
     assert total["tail_folded"] > 50 and total["tail_interrupted"] > 5
+    assert total["chain_absorbed"] > 50 and total["tail_absorbed"] > 5  # L3 changes
 
 
 def test_the_fold_is_exercised_and_saves_events() -> None:
@@ -135,7 +136,7 @@ def test_the_fold_is_exercised_and_saves_events() -> None:
     (variant, vsc), *_ = sc.expand()
     folded, stats = _run(vsc, variant, True)
     plain, _ = _run(vsc, variant, False)
-    assert stats["chain_folded"] > 100 and stats["chain_interrupted"] > 10
+    assert stats["chain_folded"] > 100 and stats["chain_absorbed"] > 10  # L3 changes
     assert stats["chain_groups"] > stats["chain_folded"]  # kernels launched within folds
     assert stats["tail_folded"] > 10
     assert folded.events < plain.events * 0.8
@@ -200,3 +201,35 @@ def test_folds_cut_short_end_through_their_pending_steps(span: int,
         assert stats["chain_groups"] <= stats["chain_folded"] * span
         folded += stats["chain_folded"]
     assert folded > 1000
+
+
+@pytest.mark.parametrize("check", [1, 3])
+def test_states_walked_again_from_kept_states(check: int,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fold keeps the chain's state every ``CHECK`` transitions; the state after any
+    earlier transition (what an outside entry materialises) is walked again from the
+    last one kept. It must be the state a walk from the fold's start reaches there (bit
+    for bit), with that walk's times and rows the fold's first ones; and folds
+    materialised early with states kept that often still give the unfolded run."""
+    monkeypatch.setattr(chain_fold, "CHECK", check)
+    seen: Counter[str] = Counter()
+    plan = chain_fold.ChainFold.plan
+
+    def checked_plan(self: chain_fold.ChainFold, k_rate: float, slow: float) -> bool:
+        ok = plan(self, k_rate, slow)
+        if ok:
+            n_all = len(self.times)
+            assert len(self.checks) == n_all // check
+            for n in range(1, n_all):
+                times: list[float] = []
+                rows: list[tuple] = []
+                state = self._walk(times, rows, n)  # from the fold's start
+                assert times == self.times[:n] and rows == self.rows[:state[0][4]]
+                assert repr(self._state(n)) == repr(state)
+                seen["states"] += 1
+        return ok
+
+    monkeypatch.setattr(chain_fold.ChainFold, "plan", checked_plan)
+    variant, vsc = _case(5)
+    stats = _compare(vsc, variant)
+    assert stats["chain_interrupted"] > 5 and seen["states"] > 1000
