@@ -99,9 +99,11 @@ class L3Client:
 
     def _split(self, group: str, members: list[L3Job]) -> None:
         """``group``'s budget split equally among ``members`` (each within its cap)."""
-        budget = self.store.share(group)
-        if self.store.nic is not None:
-            budget = min(budget, self.store.nic * self.nic_factor)
+        store = self.store
+        budget = store.share(group)
+        nic = store.nic
+        if nic is not None:  # (no NIC fault: nic_factor is 1, nic * 1 == nic)
+            budget = min(budget, nic * self.nic_factor if self.nic_faults else nic)
         each = budget / len(members)
         for job in members:
             job.rate = each if job.cap is None else min(each, job.cap)
@@ -190,9 +192,10 @@ class L3Client:
         None: not known), so while nothing left the store they all still are."""
         nbytes = len(keys) * bytes_per_key
         failed = None
-        if self._clear():  # the first attempt unguarded (_clear)
+        if self._clear():  # the first attempt unguarded (_clear): _read's body inline
             t0 = self.env.now
-            outcome, got = yield from self._read(keys, bytes_per_key, nbytes, held)
+            outcome = yield from self._transfer("read", nbytes)
+            got = self._got(keys, bytes_per_key, outcome, held)
             if self._ok(outcome):
                 return got
             failed = (t0, outcome)
@@ -233,9 +236,10 @@ class L3Client:
             return 0
         nbytes = len(todo) * bytes_per_key
         failed = None
-        if self._clear():  # the first attempt unguarded (_clear)
+        if self._clear():  # the first attempt unguarded (_clear): _write's body inline
             t0 = self.env.now
-            outcome, written = yield from self._write(todo, bytes_per_key, nbytes, mark)
+            outcome = yield from self._transfer("write", nbytes)
+            outcome, written = self._wrote(todo, bytes_per_key, outcome, mark)
             if self._ok(outcome):
                 return written
             failed = (t0, outcome)
@@ -343,9 +347,12 @@ class L3Client:
             return ERROR
         job = L3Job(nbytes, direction, env.now + self.policy.deadline(nbytes))
         yield env.timeout(st.latency_s)
-        was_moving = self.moving(st.group(direction))
+        # (:meth:`moving`, inline for one group: any L3 job of this client's)
+        fluid, group = self.fluid, None if st.duplex_shared else direction
+        was_moving = (fluid.kinds.get("l3", 0) > 0 if group is None
+                      else self.moving(st.group(direction)))
         job.wake = wake = env.event()
-        self.fluid.then_submit(job, job.arrived)
+        fluid.then_submit(job, job.arrived)
         if not was_moving:
             st.changed(self)
         # wait for the first of: the bytes moved, the store going down, the deadline
@@ -363,10 +370,11 @@ class L3Client:
             if event is not None and event.callbacks and woken in event.callbacks:
                 event.callbacks.remove(woken)
         if not job.moved:
-            self.fluid.cancel(job)
+            fluid.cancel(job)
         job.then = None  # (called or cancelled): the job and its bound ``arrived`` no
         # longer hold each other, so refcounting frees the job, not the collector
-        if not self.moving(st.group(direction)):
+        if not (fluid.kinds.get("l3", 0) > 0 if group is None
+                else self.moving(st.group(direction))):
             st.changed(self)
         if st.refusing:
             return ERROR
