@@ -24,9 +24,8 @@ from typing import TYPE_CHECKING
 
 import simpy
 
-from hicache.runtime.interface import BatchCompletion
 from sim import tail_fold
-from sim.batch import BatchState
+from sim.batch import BatchState, build_completion
 from sim.fluid import FluidJob
 from sim.streams import after
 
@@ -151,5 +150,5 @@ class ComputeChain:
         rt, st = self.rt, self.st
         self.done.succeed()
         if st.generation == rt.generation:
-            rt.complete(BatchCompletion(st.plan.batch_id, self.start_t, rt.env.now,
-                                        st.finished))
+            rt.complete(build_completion(st.plan.batch_id, self.start_t, rt.env.now,
+                                         st.finished))

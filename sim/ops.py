@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from hicache.runtime.handles import Kind, Tier
-from hicache.runtime.interface import BatchCompletion, PrefetchIntent, StoreIntent
+from hicache.runtime.interface import PrefetchIntent, StoreIntent
 from hicache.runtime.interface import TransferCompletion as TC
 from hicache.runtime.interface import TransferKind as TK
 from hicache.runtime.page_ids import Run, merged
-from sim.batch import BatchState
+from sim.batch import BatchState, build_completion
 from sim.fluid import FluidJob
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def compute_op(rt: SimRuntime, st: BatchState) -> Proc:
     elif st.loads_done is not None:
         yield st.loads_done  # a plan without slices still completes after its loads
     if st.generation == rt.generation:
-        rt.complete(BatchCompletion(bid, start, env.now, st.finished))
+        rt.complete(build_completion(bid, start, env.now, st.finished))
 
 
 def backup_op(rt: SimRuntime, st: BatchState) -> Proc:
