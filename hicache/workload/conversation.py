@@ -43,13 +43,21 @@ class Conversation:
         turn forks; module doc)."""
         if not 0 <= dropped <= output_len:
             raise ValueError(f"dropped {dropped} of an output of {output_len} tokens")
-        self._buf.extend(draw_tokens(self._rng, self._ns, new_tokens))
-        prompt = TokenView(self._buf, len(self._buf), self._pages)
-        self._fork = None
-        if dropped:
-            self._fork = ForkedView(prompt, draw_tokens(self._rng, self._ns, output_len))
-            output_len -= dropped
-        self._buf.extend(draw_tokens(self._rng, self._ns, output_len))
+        # the new tokens, the output (a fork's whole output, then the part the next prompt
+        # carries) drawn with one draw: ``draw_tokens`` of a then b tokens gives the
+        # tokens of one draw of a + b (its words come one by one from the stream)
+        buf = self._buf
+        if not dropped:
+            buf.extend(draw_tokens(self._rng, self._ns, new_tokens + output_len))
+            self._fork = None
+            self.turns += 1
+            return TokenView(buf, len(buf) - output_len, self._pages)
+        kept = output_len - dropped
+        drawn = draw_tokens(self._rng, self._ns, new_tokens + output_len + kept)
+        buf.extend(drawn[:new_tokens])
+        prompt = TokenView(buf, len(buf), self._pages)
+        self._fork = ForkedView(prompt, drawn[new_tokens:new_tokens + output_len])
+        buf.extend(drawn[new_tokens + output_len:])
         self.turns += 1
         return prompt
 

@@ -115,3 +115,17 @@ def test_a_forked_view_keys_and_hashes_its_pages_as_the_plain_tokens_would() -> 
     assert list(fork.prefix(12)) == plain[:12]
     assert fork.prefix(12).page_keys(4) == page_keys(plain[:12], 4)
     assert isinstance(fork.prefix(8), TokenView)  # within the base: the base's own view
+
+
+@given(seed=st.integers(0, 2**64), ns=st.integers(0, 2**30 - 1),
+       sizes=st.lists(st.integers(0, 200), min_size=1, max_size=4))
+def test_consecutive_draws_are_one_draw_of_their_sum(seed, ns, sizes):
+    """What :meth:`Conversation.turn` relies on to draw a turn's tokens at once: draws of
+    a, b, ... tokens give the tokens of one draw of a + b + ..., and leave the stream in
+    the same place."""
+    rng, ref = random.Random(seed), random.Random(seed)
+    apart = array("q")
+    for n in sizes:
+        apart.extend(draw_tokens(rng, ns, n))
+    assert draw_tokens(ref, ns, sum(sizes)) == apart
+    assert rng.getstate() == ref.getstate()
