@@ -58,7 +58,7 @@ Batch = tuple[Sequence[tuple[int, int]], Sequence[int]]  # (prefill (new, ctx)),
 # (fewer: sum() or the plain loop per step costs less than numpy's calls: instructions
 # per chunk of the trace's 3,000 requests, numpy ~31k + 0.22k a step, sum() ~3.3k a step),
 # when sum() adds floats one after another (Python 3.12's sum compensates)
-SUM_STEPS = 10
+SUM_STEPS = 10  # >= 2
 VECTOR_STEPS = 24
 _SEQUENTIAL_SUM = sum([1.0, 1e100, 1.0, -1e100]) == 0.0
 
@@ -356,20 +356,18 @@ class CostModel:
                     b = (nbytes + (pairs + n) * kv) / hbm
                     add_t((b if b > a else a) + launch + allreduce)  # max(a, b), as max picks
                     pairs += n
-            if _SEQUENTIAL_SUM and steps < SUM_STEPS:
-                # sum adds in order from its start
+            if steps < SUM_STEPS or not _SEQUENTIAL_SUM:
+                # sum adds in order from its start (or as the compute op's sum does)
                 return [sum([t] * rest, t + head) for t in ts]
             # the same additions, step by step, all steps at once: a column a step, its
             # first row sum's start, then one row a layer added in order (a reduction over
-            # the rows of a C-ordered array with 2 or more columns adds row after row; of
-            # one column numpy would add pairwise: accumulate adds in order)
+            # the rows of a C-ordered array of 2 or more columns adds row after row; over
+            # a lone column numpy would add pairwise: SUM_STEPS >= 2)
             times = np.empty((rest + 1, steps))
             times[:] = ts
             if head:  # t + 0.0 is t (as above)
                 times[0] += head
-            if steps >= 2:
-                return np.add.reduce(times, axis=0).tolist()
-            return np.add.accumulate(times, axis=0, out=times)[-1].tolist()
+            return np.add.reduce(times, axis=0).tolist()
         window = self.model.sliding_window if "swa" in kinds else None
         ordered = sorted(contexts)
         below = [0]  # below[i]: sum of the i smallest contexts
