@@ -52,9 +52,13 @@ from sim.hardware.profile import HardwareProfile, Table
 
 Batch = tuple[Sequence[tuple[int, int]], Sequence[int]]  # (prefill (new, ctx)), decode ctxs
 
-# decode_works adds a chunk's layer times with numpy's accumulate from this many steps on
-# (fewer: sum() per step costs less than numpy's calls), when sum() adds floats one after
-# another as accumulate does (Python 3.12's sum compensates)
+# decode_works' chunks (folded decode steps of one batch, sim.fold): from SUM_STEPS steps on
+# numpy adds each step's layer times (np.add.reduce over the layers: a column a step, the
+# rows added in order), and from VECTOR_STEPS on it also computes the steps' layer times
+# (fewer: sum() or the plain loop per step costs less than numpy's calls: instructions
+# per chunk of the trace's 3,000 requests, numpy ~31k + 0.22k a step, sum() ~3.3k a step),
+# when sum() adds floats one after another (Python 3.12's sum compensates)
+SUM_STEPS = 10  # >= 2
 VECTOR_STEPS = 24
 _SEQUENTIAL_SUM = sum([1.0, 1e100, 1.0, -1e100]) == 0.0
 
@@ -330,13 +334,20 @@ class CostModel:
             # sum of (c + k + 1) at step k = first (integers: the loop's below[-1] exactly)
             pairs = sum(contexts) + first * n + n
             ts: list[float] | np.ndarray
-            if (steps >= 2 * VECTOR_STEPS and _SEQUENTIAL_SUM  # integers exact in both
+            if (steps >= VECTOR_STEPS and _SEQUENTIAL_SUM  # integers exact in both
                     and (pairs + steps * n) * max(1, abs(kv)) + abs(nbytes) < 2 ** 53):
-                # the loop below, element by element, all steps at once
-                p = np.arange(steps, dtype=np.int64) * n + pairs
-                a = (flops + per_pair * p.astype(np.float64)) / flops_per_s
-                b = (nbytes + (p + n) * kv) / hbm
-                ts = np.where(b > a, b, a) + launch + allreduce
+                # the loop below, element by element, all steps at once (x * y and x + y
+                # as y * x and y + x: the same floats)
+                p = np.arange(pairs, pairs + steps * n, n, dtype=np.int64)
+                ts = per_pair * p
+                ts += flops
+                ts /= flops_per_s
+                b = (p + n) * kv + nbytes
+                b /= hbm
+                np.maximum(ts, b, out=ts)  # max(a, b): neither is NaN nor -0.0
+                ts += launch
+                if allreduce:  # t + 0.0 is t (t >= 0.0, never -0.0)
+                    ts += allreduce
             else:
                 ts = []
                 add_t = ts.append
@@ -345,15 +356,18 @@ class CostModel:
                     b = (nbytes + (pairs + n) * kv) / hbm
                     add_t((b if b > a else a) + launch + allreduce)  # max(a, b), as max picks
                     pairs += n
-            if steps < VECTOR_STEPS or not _SEQUENTIAL_SUM:
-                # sum adds in order from its start
+            if steps < SUM_STEPS or not _SEQUENTIAL_SUM:
+                # sum adds in order from its start (or as the compute op's sum does)
                 return [sum([t] * rest, t + head) for t in ts]
             # the same additions, step by step, all steps at once: a column a step, its
-            # first row sum's start, then one row a layer added in order
+            # first row sum's start, then one row a layer added in order (a reduction over
+            # the rows of a C-ordered array of 2 or more columns adds row after row; over
+            # a lone column numpy would add pairwise: SUM_STEPS >= 2)
             times = np.empty((rest + 1, steps))
             times[:] = ts
-            times[0] += head
-            return np.add.accumulate(times, axis=0, out=times)[-1].tolist()
+            if head:  # t + 0.0 is t (as above)
+                times[0] += head
+            return np.add.reduce(times, axis=0).tolist()
         window = self.model.sliding_window if "swa" in kinds else None
         ordered = sorted(contexts)
         below = [0]  # below[i]: sum of the i smallest contexts

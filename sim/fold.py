@@ -22,8 +22,8 @@ brings scheduler and runtime to the state the unfolded run has at that moment::
 The steps are kept column-wise (:class:`FoldedSteps`). A chunk of many steps is timed at
 once with numpy (:func:`_steps_at_once`: one accumulate makes the loop's additions in its
 order) up to the first step whose driver is late, and ``CostModel.decode_works`` adds a
-long chunk's layer times the same way; with no horizon (several replicas) a fold times
-its steps up to its limit in a few long chunks.
+chunk's layer times with one numpy reduction (row after row: the loop's order); with no
+horizon (several replicas) a fold times its steps up to its limit in a few long chunks.
 
 Cache-only plans (batch ids < 0: a transfer's completion while two batches were in
 flight) may be in flight at the entry. They were executed after B and before C, so the

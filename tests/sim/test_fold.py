@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from hicache.scenario import load_scenario
+from sim import cost as cost_module
 from sim import fold
-from sim.cost import VECTOR_STEPS, CostModel
+from sim.cost import SUM_STEPS, VECTOR_STEPS, CostModel
 from sim.driver import SimResult, simulate
 from sim.hardware.model import load_model
 from sim.hardware.profile import load_profile
@@ -166,8 +167,8 @@ def test_decode_works_equal_the_per_step_cost_bit_for_bit(model: str, hardware: 
     times, float for float, across the SWA window (the hybrid model's is 4096), with
     routed experts, tensor-parallel all-reduces (h200-hgx-8gpu) and compressed KV."""
     cost = CostModel(load_profile(hardware), load_model(model))
-    # chunks of 2 x VECTOR_STEPS or more: layer times and sums with numpy; of VECTOR_STEPS:
-    # sums with numpy; shorter: Python's loop
+    # chunks of VECTOR_STEPS or more: layer times and sums with numpy; of SUM_STEPS or
+    # more: sums with numpy; shorter: Python's loop and sum
     steps = 2 * VECTOR_STEPS + 5
     for contexts in ([0], [4090, 17, 4094, 63, 64, 100_000], list(range(1, 200, 7))):
         works = cost.decode_works(contexts, steps)
@@ -176,6 +177,32 @@ def test_decode_works_equal_the_per_step_cost_bit_for_bit(model: str, hardware: 
         assert cost.decode_works(contexts, 5, 7) == works[7:12]  # a later chunk, short
         assert cost.decode_works(contexts, VECTOR_STEPS, 9) == works[9:9 + VECTOR_STEPS]
     assert works[11] > works[0]  # context grows: so does the cost
+
+
+@pytest.mark.parametrize("sequential", [True, False])
+@pytest.mark.parametrize("model, hardware", [("llama-3-8b", "h100-sxm"),
+                                             ("llama-3-70b-tp8", "h200-hgx-8gpu")])
+def test_decode_works_every_chunk_path_bit_for_bit(model: str, hardware: str, sequential: bool,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each of decode_works' paths (Python's sum, layer times in a loop or with numpy,
+    layer sums with numpy's reduction; only Python's sum where sum() does not add in
+    order) gives the per-step cost's floats, at every chunk length around the
+    thresholds; with tensor-parallel all-reduces (tp8) and without (their term is 0.0)."""
+    if sequential and not cost_module._SEQUENTIAL_SUM:
+        pytest.skip("this Python's sum() compensates: decode_works takes it at every length")
+    monkeypatch.setattr(cost_module, "_SEQUENTIAL_SUM", sequential)
+    rng = random.Random(51)
+    lengths = sorted({1, 2, 3, SUM_STEPS - 1, SUM_STEPS, SUM_STEPS + 1, VECTOR_STEPS - 1,
+                      VECTOR_STEPS, VECTOR_STEPS + 1, 2 * VECTOR_STEPS + 3, 97})
+    for trial in range(4):
+        cost = CostModel(load_profile(hardware), load_model(model))  # no memo shared
+        contexts = [rng.randrange(0, 50_000) for _ in range(rng.randrange(1, 20))]
+        first = rng.randrange(0, 300) if trial else 0
+        for steps in lengths:
+            works = cost.decode_works(contexts, steps, first)
+            # sequential: the per-step cost as the compute op sums it (sum() adds in order)
+            assert works == [sum(cost.batch_layer_times([], [c + k for c in contexts]))
+                             for k in range(first, first + steps)], (steps, contexts)
 
 
 FAULTS = ["{kind: l3_store_down, start: %r, end: %r}",
