@@ -99,6 +99,7 @@ from hicache.runtime.interface import (
     TransferKind,
 )
 from hicache.scheduler.scheduler import StepResult
+from sim.batch import build_completion, build_handle
 from sim.fluid import FluidJob
 from sim.simtime import exact_delay
 
@@ -495,7 +496,7 @@ class DecodeFolder:
         self._record(plan, j + 1, steps, j + 1 if done else j, observed=j)
         rt._decode[running.batch_id] = len(running.slices)  # the write-back policy's view
         if done:
-            rt.complete(BatchCompletion(running.batch_id, step.start, step.end, finished))
+            rt.complete(build_completion(running.batch_id, step.start, step.end, finished))
         else:
             bid, requests = running.batch_id, len(running.slices)
             rt.streams["compute"].submit(
@@ -528,7 +529,7 @@ class DecodeFolder:
                    else rt.fluid.submit(job))
             rt.timeline.record("compute", "sample", compute_end, env.now, batch=bid)
         if generation == rt.generation:
-            rt.complete(BatchCompletion(bid, step.start, env.now, finished))
+            rt.complete(build_completion(bid, step.start, env.now, finished))
 
     def _place_pages(self, plan: BatchPlan, n: int) -> None:
         """Allocate the pages decode steps 0..n-1 of ``plan``'s requests need, in the
@@ -572,7 +573,7 @@ class DecodeFolder:
         rows = rt.rows
         slices = tuple([rows[s.request.slot_id].prepared_slice()  # type: ignore[union-attr]
                         for s in plan.slices])
-        return PreparedBatchHandle(rt.runtime_id, rt.generation, plan.batch_id, slices, ())
+        return build_handle(rt.runtime_id, rt.generation, plan.batch_id, slices, ())
 
     def _record(self, plan: BatchPlan, batches: int, steps: FoldedSteps, n: int,
                 observed: int) -> None:
