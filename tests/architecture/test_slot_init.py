@@ -64,24 +64,27 @@ def test_an_init_that_sets_slots_gives_the_dataclass_init_values() -> None:
         inspect.signature(ref.__init__).parameters.keys()
 
 
+@dataclass(frozen=True, slots=True)
+class _Listy:  # a default_factory field
+    items: list = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Mutable:  # not frozen
+    x: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Seeded:  # an InitVar
+    x: int
+    seed: dataclasses.InitVar[int] = 0
+
+    def __post_init__(self, seed: int) -> None:
+        pass
+
+
 def test_slot_init_refuses_what_it_does_not_rebuild() -> None:
-    @dataclass(frozen=True, slots=True)
-    class Listy:
-        items: list = field(default_factory=list)
-
-    @dataclass(slots=True)
-    class Mutable:
-        x: int
-
-    @dataclass(frozen=True, slots=True)
-    class Seeded:
-        x: int
-        seed: dataclasses.InitVar[int] = 0
-
-        def __post_init__(self, seed: int) -> None:
-            pass
-
-    for cls in (Listy, Mutable, Seeded):
+    for cls in (_Listy, _Mutable, _Seeded):
         with pytest.raises(TypeError):
             slot_init(cls)
 
@@ -140,14 +143,6 @@ def test_a_builder_gives_the_constructor_values() -> None:
 
 
 def test_slot_builder_refuses_what_it_does_not_rebuild() -> None:
-    @dataclass(frozen=True, slots=True)
-    class Listy:
-        items: list = field(default_factory=list)
-
-    @dataclass(slots=True)
-    class Mutable:
-        x: int
-
     @dataclass(frozen=True)
     class Dicty:
         x: int
@@ -156,7 +151,7 @@ def test_slot_builder_refuses_what_it_does_not_rebuild() -> None:
     class Clashing:
         _cls: int  # the builder's own name for the class
 
-    for cls in (Listy, Mutable, Dicty, Clashing):
+    for cls in (_Listy, _Mutable, _Seeded, Dicty, Clashing):
         with pytest.raises(TypeError):
             slot_builder(cls)
     with pytest.raises(TypeError):
