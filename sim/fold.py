@@ -188,7 +188,9 @@ def _steps_at_once(out: FoldedSteps, taken: float, works: list[float], sample: f
     if stop:
         good = bisect.bisect_left(ends_list, horizon)
         del ends_list[good:]
-    out.start += starts[:good].tolist()
+    if good:  # step k starts as step k - 1 ends (both acc[m * k]), step 0 at acc[0]: taken
+        out.start.append(taken)
+        out.start += ends_list[:-1]
     out.compute_end += acc[1:m * good + 1:m].tolist()
     out.end += ends_list
     out.taken += ends_list
