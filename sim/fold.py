@@ -176,15 +176,21 @@ def _steps_at_once(out: FoldedSteps, taken: float, works: list[float], sample: f
     starts, ends = acc[0:-1:m], acc[m::m]
     good = k
     if cpu > 0:
-        late = np.flatnonzero(ends < starts + cpu)
-        if late.size:
-            good = int(late[0])
-    past = np.flatnonzero(ends[:good] >= horizon)
-    stop = bool(past.size)
-    if stop:
-        good = int(past[0])
+        late = ends < starts + cpu
+        first = int(late.argmax())  # the first True (0 when none)
+        if late[first]:
+            good = first
     ends_list = ends[:good].tolist()
-    out.start += starts[:good].tolist()
+    # the ends never decrease (each adds a work and a sample >= 0 to the one before):
+    # the horizon is reached within the good steps iff the last of them reaches it,
+    # and the first that does is where bisect puts it
+    stop = bool(ends_list) and ends_list[-1] >= horizon
+    if stop:
+        good = bisect.bisect_left(ends_list, horizon)
+        del ends_list[good:]
+    if good:  # step k starts as step k - 1 ends (both acc[m * k]), step 0 at acc[0]: taken
+        out.start.append(taken)
+        out.start += ends_list[:-1]
     out.compute_end += acc[1:m * good + 1:m].tolist()
     out.end += ends_list
     out.taken += ends_list

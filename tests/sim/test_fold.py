@@ -9,6 +9,8 @@ import random
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 from hicache.scenario import load_scenario
 from sim import cost as cost_module
@@ -307,6 +309,29 @@ def test_steps_timed_at_once_equal_the_loop_up_to_the_first_late_driver(
             assert got == late and not stop
         assert (late is None) == (cpu <= sample)  # a zero work ends a sample after it starts
         assert stop or late is not None or horizon == math.inf
+
+
+@settings(max_examples=300, deadline=None)
+@given(works=hs.lists(hs.sampled_from([0.0, 1e-3, 2.5e-3, 7e-3]) | hs.floats(0.0, 2e-2),
+                      min_size=1, max_size=80),
+       sample=hs.sampled_from([0.0, 3.1e-4, 1e-3]), cpu=hs.sampled_from([0.0, 2e-4, 4e-3]),
+       at=hs.integers(-1, 90), nudge=hs.sampled_from([-1e-9, 0.0, 1e-9]))
+def test_steps_at_once_stop_where_the_loop_does(works: list[float], sample: float, cpu: float,
+                                                at: int, nudge: float) -> None:
+    """_steps_at_once stops before the first step whose driver is late or that is taken
+    at or after the horizon, also when the horizon is exactly a step's end or several
+    steps end at once (zero works, no sample): the horizon is put at a step's end, just
+    before or after it (``at`` < 0: none)."""
+    taken = 1234.5678
+    free = _one_by_one(taken, works, sample, cpu, math.inf)
+    late = next((i for i, step in enumerate(free) if step[3] != step[2]), len(free))
+    horizon = math.inf if at < 0 or not free else free[min(at, len(free) - 1)][2] + nudge
+    reach = next((i for i in range(late) if free[i][3] >= horizon), None)
+    out = fold.FoldedSteps()
+    got, stop = fold._steps_at_once(out, taken, works, sample, cpu, horizon)
+    assert (got, stop) == ((late, False) if reach is None else (reach, True))
+    assert type(stop) is bool
+    assert list(zip(out.start, out.compute_end, out.end, out.taken, strict=True)) == free[:got]
 
 
 def test_long_folds_time_their_steps_at_once_and_equal_unfolded_runs(monkeypatch) -> None:
