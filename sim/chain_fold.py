@@ -401,16 +401,16 @@ class ChainFold:
         if n > self.charged:
             self.fluid.charge_folded(times[self.charged:n])
         state, last, nxt_k = self.last_check if n == len(times) else self._state(n)
-        (k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active, c_active,
-         c_fresh, k_first, g, count, t0, start_t, layer, cc_t0, cc_start) = state
+        # (the fields of a state: _walk's doc) only the jobs' remaining work changes
+        k_rem, c_rem, c_rate = state[:3]
+        n_rows, k_active, c_active = state[4], state[7], state[8]
         dt = now - last
         if dt > 0:  # FluidServer._advance on the fold's jobs
             if k_active:
                 k_rem -= self.k_rate * dt
             if c_active:
                 c_rem -= c_rate * dt
-        kept = ((k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active, c_active,
-                 c_fresh, k_first, g, count, t0, start_t, layer, cc_t0, cc_start), now, nxt_k)
+        kept = ((k_rem, c_rem, *state[2:]), now, nxt_k)
         del times[n:], self.rows[n_rows:]
         i = bisect.bisect_right(self.check_at, n)
         del self.checks[i:], self.check_at[i:]
