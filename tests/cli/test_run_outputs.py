@@ -216,19 +216,26 @@ def test_a_real_sigint_exits_130_and_leaves_no_output(tmp_path) -> None:
     import time
 
     out = tmp_path / "out"
+    # ten times the scenario's clients: its three variants then take minutes, not the
+    # seconds a loaded machine may let pass between the first line and the kill (at 64
+    # clients the run once finished first and exited 0)
     proc = subprocess.Popen(
         [sys.executable, "-m", "hicache.cli", "run", str(ROOT / "scenarios/multiturn_tiers.yaml"),
-         "--out", str(out), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+         "--out", str(out), "--no-progress", "--set", "workload.num_clients=640"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, cwd=tmp_path,
         # a shell runs background jobs with SIGINT ignored, and Python keeps an ignored
         # SIGINT ignored: give the child the default, as a terminal's Ctrl-C would find it
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout is not None
-    line = proc.stdout.readline()  # "[L1] simulating ..." (the run has begun)
-    assert "simulating" in line
-    time.sleep(0.5)
-    os.kill(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        line = proc.stdout.readline()  # "[L1] simulating ..." (the run has begun)
+        assert "simulating" in line
+        time.sleep(0.5)
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()  # a run that ignored the interrupt must not outlive the test
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []  # neither the run folder nor a partial one
