@@ -94,7 +94,7 @@ class ComponentTracker:
         return min(new, 2 * w + self.chunk_pages + 2) - min(new, 2 * w + 2)
 
     def new_pages(self, st: RequestState) -> int:
-        return (math.ceil((st.prompt_len + st.req.output_len) / self.page)
+        return (math.ceil((st.prompt_len + st.output_len) / self.page)
                 - st.prefix_tokens // self.page)
 
     def reserve(self, st: RequestState) -> dict[Kind, int]:

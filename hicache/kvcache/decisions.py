@@ -23,7 +23,9 @@ class Decision:
 
     def row(self) -> tuple:
         """``(kind, *fields)``: the decision as one flat log row (every field is a scalar,
-        so this is ``astuple`` without its deep copy)."""
+        so this is ``astuple`` without its deep copy). Each kind below spells it out (a
+        run logs tens of thousands of decisions: plain slot reads, no getattr per field);
+        a test checks each against this one."""
         return (self.kind, *[getattr(self, name) for name in self.__match_args__])
 
 
@@ -38,6 +40,9 @@ class Admit(Decision):
     host: int
     l3: int
 
+    def row(self) -> tuple:
+        return ("admit", self.rid, self.device, self.host, self.l3)  # Decision.row, in line
+
 
 @slot_init
 @dataclass(frozen=True, slots=True)
@@ -47,6 +52,9 @@ class Load(Decision):
     kind: ClassVar[str] = "load"
     rid: int
     tokens: int
+
+    def row(self) -> tuple:
+        return ("load", self.rid, self.tokens)  # Decision.row, in line
 
 
 @slot_init
@@ -59,6 +67,9 @@ class Evict(Decision):
     tokens: int
     how: Literal["demote", "delete"]
 
+    def row(self) -> tuple:
+        return ("evict", self.node, self.tokens, self.how)  # Decision.row, in line
+
 
 @slot_init
 @dataclass(frozen=True, slots=True)
@@ -68,6 +79,9 @@ class Backup(Decision):
     kind: ClassVar[str] = "backup"
     node: int
     tokens: int
+
+    def row(self) -> tuple:
+        return ("backup", self.node, self.tokens)  # Decision.row, in line
 
 
 @slot_init
@@ -80,6 +94,9 @@ class Prefetch(Decision):
     from_page: int
     pages: int
 
+    def row(self) -> tuple:
+        return ("prefetch", self.rid, self.from_page, self.pages)  # Decision.row, in line
+
 
 @slot_init
 @dataclass(frozen=True, slots=True)
@@ -90,12 +107,18 @@ class PrefetchStop(Decision):
     rid: int
     reason: str
 
+    def row(self) -> tuple:
+        return ("prefetch_stop", self.rid, self.reason)  # Decision.row, in line
+
 
 @slot_init
 @dataclass(frozen=True, slots=True)
 class Finish(Decision):
     kind: ClassVar[str] = "finish"
     rid: int
+
+    def row(self) -> tuple:
+        return ("finish", self.rid)  # Decision.row, in line
 
 
 @slot_init
@@ -107,3 +130,7 @@ class Reject(Decision):
     kind: ClassVar[str] = "reject"
     rid: int
     reason: str
+
+
+    def row(self) -> tuple:
+        return ("reject", self.rid, self.reason)  # Decision.row, in line

@@ -142,7 +142,7 @@ class KVCacheManager:
         """Device pages ``st`` owns at its largest beyond what it borrows from or handed
         to the tree: prompt + output (``reserve_output``), else the prompt's full pages."""
         if self.reserve_output:
-            total = math.ceil((st.prompt_len + st.req.output_len) / self.page)
+            total = math.ceil((st.prompt_len + st.output_len) / self.page)
         else:
             total = len(st.pages)
         return total - st.prefix_tokens // self.page - st.donated_pages
@@ -150,11 +150,11 @@ class KVCacheManager:
     def never_fits(self, st: RequestState) -> str | None:
         """Why ``st`` can never be admitted (it needs more L1 pages than exist), or None.
         A reason reads ``code: detail``; the code groups reasons in summaries."""
-        need = math.ceil((st.prompt_len + (st.req.output_len if self.reserve_output else 0))
+        need = math.ceil((st.prompt_len + (st.output_len if self.reserve_output else 0))
                          / self.page)
         if need > self.budget.device_total:
             return (f"exceeds_l1: needs {need} L1 pages ({st.prompt_len} prompt + "
-                    f"{st.req.output_len} output tokens), L1 holds {self.budget.device_total}")
+                    f"{st.output_len} output tokens), L1 holds {self.budget.device_total}")
         return None
 
     def make_room(self, tier: Tier, pages: int) -> bool:
@@ -470,9 +470,9 @@ class KVCacheManager:
         ``component_keep``: the extents to keep, decided by a component tracker (hybrid
         models keep no output checkpoint)."""
         tail = None
-        if (st.req.full_tokens is not None and st.req.output_len > 1
+        if (st.req.full_tokens is not None and st.output_len > 1
                 and component_keep is None):
-            kv = token_prefix(st.req.full_tokens, st.prompt_len + st.req.output_len - 1)
+            kv = token_prefix(st.req.full_tokens, st.prompt_len + st.output_len - 1)
             pages = page_keys(kv, self.page)
             if len(pages) > len(st.pages) and (tail := self.cache_kv(st, pages)) is not None:
                 if self.l3:

@@ -35,13 +35,23 @@ class Status(enum.Enum):
     REJECTED = "rejected"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class RequestState:
+    """One request's control-side state (module doc). Slotted: CPython 3.11 keeps a
+    plain instance's attributes in its compact shared-key layout only while it has fewer
+    than 30 (about 330 bytes at 29); one of these 40-odd was a dict of its own (1.6 kB)
+    with a hashed lookup per read, where slots are fixed offsets. The fields a planning
+    pass or a completion reads for every running request come first (``rid``,
+    ``prompt_len``, ``output_len``: copies of the frozen request's), within the
+    object's first two cache lines."""
+
     req: Request
     pages: list  # page keys of the prompt's full pages
+    rid: int = field(init=False)  # the request's (frozen), read in every planning pass
+    prompt_len: int = field(init=False)
+    output_len: int = field(init=False)
     replica: int = 0
     status: Status = Status.WAITING
-    hashes: list[L3Key] = field(default_factory=list)  # L3 page keys (L3 only)
     prefix_tokens: int = 0  # reused from the tree (attached + loaded), page aligned
     prefill_planned: int = 0  # prompt tokens planned beyond the prefix
     prefill_done: int = 0
@@ -49,6 +59,7 @@ class RequestState:
     decode_done: int = 0
     handle: RequestRuntimeHandle | None = None
     kv: CacheExtentRef | None = None
+    hashes: list[L3Key] = field(default_factory=list)  # L3 page keys (L3 only)
     lock: LockHandle | None = None
     host_lock: LockHandle | None = None
     donated: list[CacheExtentRef] = field(default_factory=list)
@@ -78,12 +89,10 @@ class RequestState:
     device_hit: int = 0
     host_hit: int = 0
     l3_hit: int = 0
-    prompt_len: int = field(init=False)  # the request's, read in every planning pass
-    rid: int = field(init=False)
 
     def __post_init__(self) -> None:
-        self.prompt_len = self.req.prompt_len
-        self.rid = self.req.rid
+        req = self.req
+        self.rid, self.prompt_len, self.output_len = req.rid, req.prompt_len, req.output_len
 
     def forget(self) -> None:
         """The request is done: drop what only serving it needed (page keys, hashes, its
@@ -99,7 +108,7 @@ class RequestState:
         return self.prompt_len - self.prefix_tokens
 
     def record(self) -> dict:
-        out = self.req.output_len
+        out = self.output_len
         itl = None
         if self.finish is not None and self.first_token is not None and out > 1:
             itl = (self.finish - self.first_token) / (out - 1)

@@ -228,7 +228,7 @@ class Scheduler:
                 or not _same_decode(prev, plan)):
             return 0
         # plan's requests are the running ones: as many, each planned from one of them
-        return min([st.req.output_len - st.decode_planned for st in running])
+        return min([st.output_len - st.decode_planned for st in running])
 
     def _queue_still(self) -> bool:
         """Until an arrival or a completion, no step admits a waiting request or starts a
@@ -360,7 +360,7 @@ class Scheduler:
                 attach=st.attach if first else (),
                 loads=tuple(_load_intent(n.host[_FULL]) for n in st.load_nodes)
                 if first else (),
-                finishes=last and st.req.output_len <= 1, checkpoint=ckpt))
+                finishes=last and st.output_len <= 1, checkpoint=ckpt))
             st.prefill_planned += chunk
         if slices:
             self._prefilling = [st for st in self._prefilling
@@ -372,7 +372,7 @@ class Scheduler:
             # the list empty, no request needs the test
             prefilling = bool(self._prefilling)
             for st in self.running:
-                last = st.req.output_len - 1
+                last = st.output_len - 1
                 planned = st.decode_planned
                 handle = st.handle
                 if (planned >= last or handle is None or (
