@@ -174,12 +174,10 @@ def _steps_at_once(out: FoldedSteps, taken: float, works: list[float], sample: f
     if m == 2:
         seq[2::2] = sample
     acc = np.add.accumulate(seq)
-    ends = acc[m::m]
+    starts, ends = acc[0:-1:m], acc[m::m]
     good = k
-    # with ``sample >= cpu`` no step is late: its end, (start + work) + sample with a
-    # work >= 0, is at least start + sample >= start + cpu (float additions are monotone)
-    if cpu > sample:
-        late = ends < acc[0:-1:m] + cpu  # the starts
+    if cpu > 0:
+        late = ends < starts + cpu
         first = int(late.argmax())  # the first True (0 when none)
         if late[first]:
             good = first
@@ -535,6 +533,7 @@ class DecodeFolder:
         0..j-1: step j's batch runs (or has just completed), the plan after it is prepared
         once the driver's cpu yield for it ends."""
         sched, rt, env = self.sched, self.rt, self.env
+        step = steps[j]
         marks = rt.fluid.unexpect(t)  # the steps after t run as real ops, if at all
         arrived = self._take_completions()  # those that interrupted the fold: after
         # step j's own (the runtime's queue, not a poll: the driver polls once it is back)
@@ -543,14 +542,13 @@ class DecodeFolder:
         assert running.batch_id == plan.batch_id + j
         sched.prepared(self._handle(running))
         finished = tuple(s.rid for s in running.slices if s.finishes)
-        end = steps.end[j]
-        done = end <= t
+        done = step.end <= t
         self._record(plan, j + 1, steps, j + 1 if done else j, observed=j)
         rt._decode[running.batch_id] = len(running.slices)  # the write-back policy's view
         if done:
-            rt.complete(build_completion(running.batch_id, steps.start[j], end, finished))
+            rt.complete(build_completion(running.batch_id, step.start, step.end, finished))
         else:
-            step, bid, requests = steps[j], running.batch_id, len(running.slices)
+            bid, requests = running.batch_id, len(running.slices)
             rt.streams["compute"].submit(
                 lambda: self._resumed_op(step, bid, requests, finished, t, marks))
         for c in arrived:

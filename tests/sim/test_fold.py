@@ -615,8 +615,8 @@ def test_changes_interleave_the_columns_as_the_steps_run(rows: list, sampled: bo
 @pytest.mark.parametrize("sample", [3.1e-4, 1e-3])
 @pytest.mark.parametrize("over", [0.0, "next", 1e-6, 5e-5, 0.5])
 def test_steps_at_once_with_the_driver_cpu_about_the_sample(sample: float, over) -> None:  # noqa: ANN001
-    """With ``cpu <= sample`` no step's driver is late (_steps_at_once tests none); just
-    above it a step of no work is late, or not, as the loop's floats say."""
+    """With ``cpu <= sample`` no step's driver is late; just above it a step of no work
+    is late, or not, as the loop's floats say: _steps_at_once stops where the loop does."""
     cpu = math.nextafter(sample, math.inf) if over == "next" else sample * (1 + over)
     rng = random.Random(59)
     for taken in (0.0, 1234.5678, 3.0e5):
