@@ -90,6 +90,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import simpy
+from simpy.events import Condition
 
 from hicache.runtime.handles import Kind
 from hicache.runtime.interface import (
@@ -197,6 +198,41 @@ def _steps_at_once(out: FoldedSteps, taken: float, works: list[float], sample: f
     return good, stop
 
 
+def _first_of(env: simpy.Environment, events: tuple[simpy.Event, ...]) -> simpy.Event:
+    """``env.any_of(events)`` without its value (a fold's waits never read it): an event
+    scheduled at the same moment and place in the queue (when the first of ``events`` is
+    processed, or at once for one processed already: one event scheduled, as the
+    condition), failing as it does, whose processing first takes its checks off the
+    other events, as the condition's does, then resumes the waiting process."""
+    for ev in events:
+        if isinstance(ev, Condition):  # nested: its checks come off recursively
+            return env.any_of(list(events))
+    out = env.event()
+
+    def check(ev: simpy.Event) -> None:
+        if out.triggered:
+            return
+        if ev.ok:
+            out.succeed()
+        else:
+            ev.defused = True
+            out.fail(ev.value)
+
+    def unhook(_: simpy.Event) -> None:
+        for ev in events:
+            callbacks = ev.callbacks
+            if callbacks and check in callbacks:
+                callbacks.remove(check)
+
+    for ev in events:
+        if ev.callbacks is None:  # processed already
+            check(ev)
+        else:
+            ev.callbacks.append(check)
+    out.callbacks.append(unhook)  # type: ignore[union-attr]
+    return out
+
+
 class DecodeFolder:
     """Folds one replica's steady decode steps (module doc). ``horizon()``: the time a
     fold must end before (the next arrival the driver knows of when it can only come to
@@ -253,7 +289,7 @@ class DecodeFolder:
         self._applied = 0  # completions the scheduler has taken (_advance)
         result: StepResult | bool = False
         while not inbox():
-            yield env.any_of([wake()])  # a hop after it: the compute stream idles first
+            yield _first_of(env, (wake(),))  # a hop after it: the compute stream idles first
             result = self._absorb(plan, -1)  # transfers done while B runs: C is prepared
             if result is not True:
                 break
@@ -272,7 +308,7 @@ class DecodeFolder:
         takens, last = steps.taken, steps.taken[-1]
         timer = env.timeout(exact_delay(env.now, last))
         while True:
-            yield env.any_of([timer, wake()])
+            yield _first_of(env, (timer, wake()))
             t = env.now
             taken = bisect.bisect_left(takens, t)  # how many < t: never decrease
             if t >= last or inbox() or taken + 1 >= len(takens):
@@ -296,8 +332,16 @@ class DecodeFolder:
         sampled = self.rt.cost.sample_time(len(plan.slices)) > 0
         starts, ces, ends = steps.start, steps.compute_end, steps.end
         if min(steps.work) > 0:  # every step's compute job runs (the usual case)
+            # the columns interleaved, step by step (start, compute end[, compute end,
+            # end]), by strided slice stores: no tuple per step
+            if not (len(starts) == len(ces) == len(ends)):
+                raise ValueError("a fold's columns differ in length")
             cols = (starts, ces, ces, ends) if sampled else (starts, ces)
-            return list(chain.from_iterable(zip(*cols, strict=True)))
+            m = len(cols)
+            out = [0.0] * (m * len(starts))
+            for c, col in enumerate(cols):
+                out[c::m] = col
+            return out
         out: list[float] = []
         for w, s, ce, e in zip(steps.work, starts, ces, ends, strict=True):
             if w > 0:
@@ -595,19 +639,23 @@ class DecodeFolder:
         if not n:
             rt.writeback.steps_done(bid0, (), (), n_req)
             return
-        starts, ends = steps.start[:n], steps.end[:n]
+        starts, ends = steps.start, steps.end  # the first n are recorded
         rt.writeback.steps_done(bid0, starts[:observed], ends[:observed], n_req)
         if self.per_step_rows:  # the rows compute_op writes for each batch
             sampled = rt.cost.sample_time(n_req) > 0
-            for k, (st, ce, e) in enumerate(zip(starts, steps.compute_end[:n], ends, strict=True)):
+            for k, (st, ce, e) in enumerate(zip(starts[:n], steps.compute_end[:n], ends[:n],
+                                                strict=True)):
                 tl.record("compute", "decode", st, ce, batch=bid0 + k)
                 if sampled:
                     tl.record("compute", "sample", ce, e, batch=bid0 + k)
             return
         # one row per run of back-to-back steps: step k starts a run when it does not
         # start as step k - 1 ends (the driver's cpu came later)
+        if starts[1:n] == ends[:n - 1]:  # no such step (times are never NaN): one run
+            tl.record("compute", "decode", starts[0], ends[n - 1], batch=bid0, steps=n)
+            return
         first = 0
-        breaks = compress(range(1, n), map(ne, islice(starts, 1, None), ends))
+        breaks = compress(range(1, n), map(ne, islice(starts, 1, n), ends))
         for k in chain(breaks, (n,)):
             tl.record("compute", "decode", starts[first], ends[k - 1], batch=bid0 + first,
                       steps=k - first)

@@ -510,3 +510,121 @@ def test_place_pages_allocates_as_one_page_prepares_would(seed: int) -> None:
     # rows take their pages in one append each, in the order of their first new page
     firsts = [r for r, _ in plain_out[2]]
     assert [r for r, _ in folded_out[2]] == list(dict.fromkeys(firsts))
+
+
+def _wait_order(first_of: bool, pattern: list[tuple[str, float]]) -> list:
+    """A process waits on the first of a timer and a plain event, or on the event alone
+    (``env.any_of`` or the fold's ``_first_of``), beside other processes that act at the
+    same moments; returns the log of who ran when (the queue's order at equal times), the
+    events' callbacks left after each wait and the run's event count."""
+    import simpy
+
+    env = simpy.Environment()
+    log: list = []
+    gate = env.event()
+
+    def waiter():  # noqa: ANN202
+        for kind, at in pattern:
+            timer = env.timeout(at)
+            ev = gate if kind.startswith("gate") else env.event()
+            if kind == "done":  # processed already when the wait begins
+                ev.succeed()
+                yield env.timeout(0)
+            events = (ev,) if kind == "gate1" else (timer, ev)
+            yield fold._first_of(env, events) if first_of else env.any_of(list(events))
+            log.append(("waiter", env.now, [len(e.callbacks or ()) for e in events]))
+
+    def other(name: str, at: float):  # noqa: ANN202
+        yield env.timeout(at)
+        log.append((name, env.now))
+        if name == "opener" and not gate.triggered:
+            gate.succeed()
+        yield env.timeout(0)
+        log.append((name + "+0", env.now))
+
+    env.process(waiter())
+    for name, at in (("opener", 0.5), ("a", 0.5), ("b", 1.0), ("c", 1.5)):
+        env.process(other(name, at))
+    env.run()
+    return [log, next(env._eid)]
+
+
+@pytest.mark.parametrize("pattern", [
+    [("gate", 1.0), ("plain", 0.5)],  # the gate opens before the timer, then a timer alone
+    [("plain", 0.5), ("gate", 0.5)],  # the gate opens with the timer due at once
+    [("done", 1.0), ("plain", 0.0)],  # processed already; a timer of 0
+    [("gate1", 0.0), ("plain", 0.2)],  # the gate alone (a hop after it), then a timer
+])
+def test_first_of_resumes_as_any_of_does(pattern: list[tuple[str, float]]) -> None:
+    """The fold's waits (``_first_of``) resume the process at the same moment and place
+    in the queue as ``env.any_of`` (one event scheduled, when the first is processed),
+    and leave the other events' callbacks as the condition does (its checks taken off)."""
+    assert _wait_order(True, pattern) == _wait_order(False, pattern)
+
+
+def test_first_of_fails_as_any_of_does() -> None:
+    import simpy
+
+    for first_of in (True, False):
+        env = simpy.Environment()
+        bad = env.event()
+        caught = []
+
+        def waiter():  # noqa: ANN202
+            try:
+                yield (fold._first_of(env, (env.timeout(1), bad)) if first_of  # noqa: B023
+                       else env.any_of([env.timeout(1), bad]))  # noqa: B023
+            except KeyError as e:
+                caught.append((env.now, e.args))  # noqa: B023
+
+        env.process(waiter())
+        bad.fail(KeyError("x"))
+        env.run()
+        assert caught == [(0, ("x",))]
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=hs.lists(hs.tuples(hs.sampled_from([0.0, 1e-3]) | hs.floats(0.0, 2e-2),
+                               hs.floats(0.0, 1e3), hs.floats(0.0, 1e-2), hs.floats(0.0, 1e-3)),
+                     min_size=1, max_size=40),
+       sampled=hs.booleans())
+def test_changes_interleave_the_columns_as_the_steps_run(rows: list, sampled: bool) -> None:
+    """_changes lists each step's compute job start and end (and its sample's, when
+    sampling takes time), step by step; a step of no work submits no compute job."""
+    from types import SimpleNamespace as NS
+
+    steps = fold.FoldedSteps()
+    for work, start, dc, ds in rows:
+        steps.work.append(work)
+        steps.start.append(start)
+        steps.compute_end.append(start + dc)
+        steps.end.append(start + dc + ds)
+        steps.taken.append(start + dc + ds)
+    folder = fold.DecodeFolder.__new__(fold.DecodeFolder)
+    folder.rt = NS(cost=NS(sample_time=lambda n: 3e-4 if sampled else 0.0))
+    expect = []
+    for w, s, ce, e in zip(steps.work, steps.start, steps.compute_end, steps.end, strict=True):
+        if w > 0:
+            expect += [s, ce]
+        if sampled:
+            expect += [ce, e]
+    got = folder._changes(NS(slices=[None] * 3), steps)
+    assert got == expect and all(a is b for a, b in zip(got, expect, strict=True))
+
+
+@pytest.mark.parametrize("sample", [3.1e-4, 1e-3])
+@pytest.mark.parametrize("over", [0.0, "next", 1e-6, 5e-5, 0.5])
+def test_steps_at_once_with_the_driver_cpu_about_the_sample(sample: float, over) -> None:  # noqa: ANN001
+    """With ``cpu <= sample`` no step's driver is late; just above it a step of no work
+    is late, or not, as the loop's floats say: _steps_at_once stops where the loop does."""
+    cpu = math.nextafter(sample, math.inf) if over == "next" else sample * (1 + over)
+    rng = random.Random(59)
+    for taken in (0.0, 1234.5678, 3.0e5):
+        works = [rng.choice([0.0, 0.0, rng.uniform(0.0, 3e-4), 2e-3]) for _ in range(200)]
+        loop = _one_by_one(taken, works, sample, cpu, math.inf)
+        late = next((i for i, step in enumerate(loop) if step[3] != step[2]), len(loop))
+        out = fold.FoldedSteps()
+        got, stop = fold._steps_at_once(out, taken, works, sample, cpu, math.inf)
+        assert (got, stop) == (late, False)
+        assert list(zip(out.start, out.compute_end, out.end, out.taken, strict=True)) == loop[:got]
+        assert late < len(loop) or over != 0.5  # a zero work's step is late: tested
