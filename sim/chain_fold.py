@@ -160,7 +160,8 @@ class ChainFold:
         return state
 
     def _walk(self, times: list[float], rows: list[tuple], stop: int,
-              start: tuple | None = None, planning: bool = False) -> tuple | None:
+              start: tuple | None = None, planning: bool = False,
+              old: list[tuple] | None = None) -> tuple | int | None:
         """The transitions from the fold's start (:meth:`plan`'s time; or from a kept
         state, ``start``: an entry of :attr:`checks`), their times to ``times`` and their
         timeline rows to ``rows``. ``planning`` (:meth:`plan`: ``stop`` is
@@ -173,7 +174,12 @@ class ChainFold:
         The state after a transition: (k_rem, c_rem, c_rate, c_due, rows so far,
         launches so far, bytes landed so far, k_active, c_active, c_fresh, k_first,
         chain.g, landed.count, chain.t0, chain.start_t, cc.layer, cc.t0, cc.start_t); a
-        kept one adds the time of the last change and the kernel's next transition."""
+        kept one adds the time of the last change and the kernel's next transition.
+
+        ``old`` (:meth:`absorb`: ``stop`` the transitions up to the first of them): the
+        states kept after the absorbed change by the walk before it, each a transition
+        earlier; at the first state kept that equals its old one (bit for bit: every
+        transition after it is the old walk's) the walk stops and returns its index."""
         chain, cc = self.chain, self.cc
         rt, st = chain.rt, chain.st
         groups = st.load_groups
@@ -231,6 +237,7 @@ class ChainFold:
         while last_load >= 0 and not groups[last_load].nbytes:
             last_load -= 1
         checks, check_at = self.checks, self.check_at
+        old_i = 0
         while True:  # a stretch of transitions up to the fold's end or a kept state
             while True:
                 if c_due < nxt_k:  # the compute job in flight finishes (c_due: inf if none)
@@ -344,9 +351,16 @@ class ChainFold:
                      cc_start)
             if stop or not planning:
                 break  # the fold's end (or the stop-th transition walked: _state)
-            checks.append((state, last, nxt_k))  # after CHECK more transitions
+            kept = (state, last, nxt_k)
+            checks.append(kept)  # after CHECK more transitions
             check_at.append(len(times))
             stop = CHECK
+            if old is not None:
+                if _same(kept, old[old_i]):
+                    return old_i  # the old walk's from here (absorb splices it)
+                old_i += 1
+                if old_i == len(old):
+                    old = None
         if not planning:
             assert not stop, "fewer transitions than asked"
             return state, last, nxt_k
@@ -411,18 +425,34 @@ class ChainFold:
             if c_active:
                 c_rem -= c_rate * dt
         kept = ((k_rem, c_rem, *state[2:]), now, nxt_k)
-        del times[n:], self.rows[n_rows:]
-        i = bisect.bisect_right(self.check_at, n)
-        del self.checks[i:], self.check_at[i:]
+        rows, checks, check_at = self.rows, self.checks, self.check_at
+        # the old walk after now: the transitions after the kept state, once walked again
+        # from it, are the old ones a transition later when a state kept on the way is
+        # the old one (the splits' rounding left no trace: the kernel's times never
+        # depend on them, the compute's only until the batch waits for a layer)
+        i = bisect.bisect_right(check_at, n)
+        old_times, old_rows = times[n:], rows[n_rows:]
+        old_checks, old_at = checks[i:], check_at[i:]
+        old_end = (self.end, self.final, self.final_c, self.last_check)
+        del times[n:], rows[n_rows:], checks[i:], check_at[i:]
         times.append(now)
-        self.checks.append(kept)
-        self.check_at.append(n + 1)
+        checks.append(kept)
+        check_at.append(n + 1)
         self.charged = n + 1  # (the server charges its jobs up to now itself)
         self.final = self.final_c = False
-        end = self.end
         rt.fold_counts["chain_absorbed"] += 1
-        self._walk(times, self.rows, CHECK, kept, planning=True)
-        if self.end != end:
+        if old_checks:  # walk up to the first old state kept, then compare at each
+            j = self._walk(times, rows, old_at[0] - n, kept, planning=True, old=old_checks)
+        else:
+            j = self._walk(times, rows, CHECK, kept, planning=True)
+        if isinstance(j, int):  # the old walk's from old state j on: splice it
+            times += old_times[old_at[j] - n:]
+            rows += old_rows[old_checks[j][0][4] - n_rows:]
+            checks += old_checks[j + 1:]
+            check_at += [m + 1 for m in old_at[j + 1:]]
+            self.end, self.final, self.final_c, self.last_check = old_end
+            rt.fold_counts["chain_spliced"] += 1
+        elif self.end != old_end[0]:
             call_at(rt.env, self.end, self._ended)
         return True
 
@@ -532,6 +562,17 @@ class ChainFold:
             fluid._finish(final_k)
         elif final_c is not None:
             fluid._finish(final_c)
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    """Two kept states (:meth:`ChainFold._walk`) equal bit for bit: equal, with the
+    jobs' remaining work (the only fields a split can leave at zero) of one sign."""
+    if a != b:
+        return False
+    (ka, ca, *_), _, _ = a
+    (kb, cb, *_), _, _ = b
+    return (math.copysign(1.0, ka) == math.copysign(1.0, kb)
+            and math.copysign(1.0, ca) == math.copysign(1.0, cb))
 
 
 def _watch_quiet(jobs: list) -> bool:
