@@ -433,7 +433,7 @@ class ChainFold:
         i = bisect.bisect_right(check_at, n)
         old_times, old_rows = times[n:], rows[n_rows:]
         old_checks, old_at = checks[i:], check_at[i:]
-        old_end = (self.end, self.final, self.final_c, self.last_check)
+        old_final, end = (self.final, self.final_c), self.end
         del times[n:], rows[n_rows:], checks[i:], check_at[i:]
         times.append(now)
         checks.append(kept)
@@ -450,9 +450,9 @@ class ChainFold:
             rows += old_rows[old_checks[j][0][4] - n_rows:]
             checks += old_checks[j + 1:]
             check_at += [m + 1 for m in old_at[j + 1:]]
-            self.end, self.final, self.final_c, self.last_check = old_end
+            self.final, self.final_c = old_final  # (end, last_check: the old walk's)
             rt.fold_counts["chain_spliced"] += 1
-        elif self.end != old_end[0]:
+        elif self.end != end:
             call_at(rt.env, self.end, self._ended)
         return True
 

@@ -233,3 +233,37 @@ def test_states_walked_again_from_kept_states(check: int,
     variant, vsc = _case(5)
     stats = _compare(vsc, variant)
     assert stats["chain_interrupted"] > 5 and seen["states"] > 1000
+
+
+@pytest.mark.parametrize("seed", [None, 5])
+def test_absorbed_changes_splice_the_old_walk(seed: int | None,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """After an absorbed L3 change a fold walks again only until a state it keeps equals
+    the old walk's (a transition later), and takes the old transitions after it: at
+    every materialise, each fold's times, rows, end and the state after each of its
+    transitions (bit for bit) are those of a fold that walks to its end each time (no
+    state found equal), and so is the run."""
+    def run(splice: bool) -> tuple[list[str], Counter[str]]:
+        seen: list[str] = []
+        materialise = chain_fold.ChainFold.materialise
+
+        def recorded(self: chain_fold.ChainFold, at_end: bool = False) -> None:
+            seen.append(repr((self.chain.rt.env.now, self.end, self.final, self.final_c,
+                              self.times, self.rows, self.last_check,
+                              [self._state(n) for n in range(len(self.times))])))
+            materialise(self, at_end)
+
+        with monkeypatch.context() as m:
+            m.setattr(chain_fold.ChainFold, "materialise", recorded)
+            if not splice:
+                m.setattr(chain_fold, "_same", lambda a, b: False)
+            variant, vsc = _case(seed)
+            res, counts = _run(vsc, variant, True)
+        seen.append(repr(res.records) + repr(sorted(res.replicas[0].timeline.as_tuples())))
+        return seen, counts
+
+    spliced, counts = run(True)
+    walked, plain = run(False)
+    assert counts["chain_spliced"] > 10 and not plain["chain_spliced"]
+    assert counts["chain_absorbed"] == plain["chain_absorbed"]
+    assert spliced == walked
