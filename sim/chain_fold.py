@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sim.compute_chain import ComputeChain
@@ -48,6 +49,7 @@ from sim.fluid import FluidJob
 from sim.streams import call_at
 
 if TYPE_CHECKING:
+    from sim.batch import LoadGroup
     from sim.fluid import FluidServer
     from sim.load_chain import LoadChain
 
@@ -183,6 +185,7 @@ class ChainFold:
         chain, cc = self.chain, self.cc
         rt, st = chain.rt, chain.st
         groups = st.load_groups
+        k_work, lands, last_load = group_steps(groups)
         own = cc is not None
         times_l = cc.times if cc is not None else ()
         landed = st.landed
@@ -190,7 +193,6 @@ class ChainFold:
         overhead = rt.copies.overhead
         k_rate, slow = self.k_rate, self.slow
         add_time, add_row = times.append, rows.append
-        n_groups = len(groups)
         op = cc.op if cc is not None else ""
         bid = st.plan.batch_id
         merged = 0  # transitions sharing an entry with the one before (the same time)
@@ -233,9 +235,6 @@ class ChainFold:
         waiting = own and not c_active
         n_layers = len(times_l)
         inf = math.inf
-        last_load = n_groups - 1  # the last group with bytes: its landing ends the fold
-        while last_load >= 0 and not groups[last_load].nbytes:
-            last_load -= 1
         checks, check_at = self.checks, self.check_at
         old_i = 0
         while True:  # a stretch of transitions up to the fold's end or a kept state
@@ -285,7 +284,7 @@ class ChainFold:
                         if c_active:
                             c_rem -= c_rate * dt
                     last = tc
-                    k_rem = float(groups[g].nbytes)
+                    k_rem = k_work[g]
                     k_active = True
                     k_first = False  # it joins after the compute job in flight, if any
                     span -= 1
@@ -305,31 +304,20 @@ class ChainFold:
                     self.final = True
                     break  # the last one: its real finish ends the fold
                 dt = tc - last
-                if dt > 0:
-                    k_rem -= k_rate * dt
-                    if c_active:
-                        c_rem -= c_rate * dt
+                if dt > 0 and c_active:  # (the kernel's remaining: 0 now)
+                    c_rem -= c_rate * dt
                 last = tc
                 k_active = False
                 k_rem = 0.0
                 if c_active and c_rate != 1.0:
                     c_rate = 1.0
                     c_due = tc + (c_rem if c_rem > 0.0 else 0.0)  # (/ 1.0: exact)
-                group = groups[g]
-                nbytes = group.nbytes
-                glayers = group.layers
-                glayer = glayers.start if len(glayers) == 1 else -1
-                nb = int(nbytes)
+                glayer, nb, nbytes, count, g = lands[g]  # (groups without bytes: with it)
                 add_row(("h2d", "load", bid, -1, glayer, t0, tc, nb, 1))
                 add_row(("pcie:h2d", "load", bid, -1, glayer, start_t, tc, nb, 1))
                 n_rows += 2
                 moved += nbytes
                 t0 = tc
-                g += 1
-                count = glayers.stop
-                while g < n_groups and not groups[g].nbytes:  # they land with it
-                    count = groups[g].layers.stop
-                    g += 1
                 if waiting and layer < count:  # the batch's compute goes on at once: one entry
                     waiting = False
                     c_rem = times_l[layer]
@@ -562,6 +550,43 @@ class ChainFold:
             fluid._finish(final_k)
         elif final_c is not None:
             fluid._finish(final_c)
+
+
+# per tuple of load groups (immutable; the runtime shares one among batches alike, so
+# keyed by identity and held): group_steps' answer
+_STEPS: dict[int, tuple[Sequence[LoadGroup], tuple[list[float], list[tuple], int]]] = {}
+
+
+def group_steps(groups: Sequence[LoadGroup]) -> tuple[list[float], list[tuple], int]:
+    """What a chain's steps read of its groups, per group g: its kernel's work
+    (``float(nbytes)``) and its landing's (the layer of its rows or -1, ``int(nbytes)``,
+    ``nbytes``, the layers landed then and the next group: the groups without bytes
+    after g land with it); and the last group with bytes (-1: none)."""
+    hit = _STEPS.get(id(groups))
+    if hit is not None and hit[0] is groups:
+        return hit[1]
+    n = len(groups)
+    work: list[float] = []
+    lands: list[tuple] = []
+    last = -1
+    for g, group in enumerate(groups):
+        nbytes, layers = group.nbytes, group.layers
+        if nbytes:
+            last = g
+        nxt, count = g + 1, layers.stop
+        while nxt < n and not groups[nxt].nbytes:
+            count = groups[nxt].layers.stop
+            nxt += 1
+        work.append(float(nbytes))
+        lands.append((layers.start if len(layers) == 1 else -1, int(nbytes), nbytes, count,
+                      nxt))
+    steps = (work, lands, last)
+    if type(groups) is not tuple:  # (not immutable: not kept)
+        return steps
+    if len(_STEPS) >= 4096:  # a bound on a long run's distinct loads
+        _STEPS.clear()
+    _STEPS[id(groups)] = (groups, steps)
+    return steps
 
 
 def _same(a: tuple, b: tuple) -> bool:
