@@ -196,7 +196,7 @@ class ChainFold:
         op = cc.op if cc is not None else ""
         bid = st.plan.batch_id
         merged = 0  # transitions sharing an entry with the one before (the same time)
-        span = SPAN if SPAN is not None else len(groups)
+        span = SPAN if SPAN is not None else len(groups)  # launches in all, at most
         if start is None:
             now = self.t_plan
             last = self.last0
@@ -227,7 +227,6 @@ class ChainFold:
             ((k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active, c_active,
               c_fresh, k_first, g, count, t0, start_t, layer, cc_t0, cc_start),
              last, nxt_k) = start
-            span -= n_launch
         if not (stop or planning):
             return ((k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active,
                      c_active, c_fresh, k_first, g, count, t0, start_t, layer, cc_t0,
@@ -277,7 +276,7 @@ class ChainFold:
                     rt.fold_counts["chain_ties"] += 1
                     break
                 if not k_active:  # the launch of group g
-                    if span <= 0:
+                    if n_launch >= span:
                         break  # the span's end: this launch runs unfolded
                     dt = tc - last
                     if dt > 0:
@@ -287,7 +286,6 @@ class ChainFold:
                     k_rem = k_work[g]
                     k_active = True
                     k_first = False  # it joins after the compute job in flight, if any
-                    span -= 1
                     n_launch += 1
                     start_t = tc
                     if c_active and c_rate != slow:
@@ -478,7 +476,8 @@ class ChainFold:
              cc_start) = (self.last_check if n == len(times) else self._state(n))[0]
             chain.start_t = k_launch
             if n_rows:
-                rt.timeline.record_rows(self.rows[:n_rows])
+                rows = self.rows
+                rt.timeline.record_rows(rows if n_rows == len(rows) else rows[:n_rows])
             if n_launch:
                 rt.fold_counts["chain_groups"] += n_launch
             if moved:  # a landing: a group with bytes follows it (plan)
@@ -594,10 +593,9 @@ def _same(a: tuple, b: tuple) -> bool:
     jobs' remaining work (the only fields a split can leave at zero) of one sign."""
     if a != b:
         return False
-    (ka, ca, *_), _, _ = a
-    (kb, cb, *_), _, _ = b
-    return (math.copysign(1.0, ka) == math.copysign(1.0, kb)
-            and math.copysign(1.0, ca) == math.copysign(1.0, cb))
+    sa, sb = a[0], b[0]
+    return (math.copysign(1.0, sa[0]) == math.copysign(1.0, sb[0])
+            and math.copysign(1.0, sa[1]) == math.copysign(1.0, sb[1]))
 
 
 def _watch_quiet(jobs: list) -> bool:
