@@ -476,8 +476,7 @@ class ChainFold:
              cc_start) = (self.last_check if n == len(times) else self._state(n))[0]
             chain.start_t = k_launch
             if n_rows:
-                rows = self.rows
-                rt.timeline.record_rows(rows if n_rows == len(rows) else rows[:n_rows])
+                rt.timeline.record_rows(self.rows[:n_rows])
             if n_launch:
                 rt.fold_counts["chain_groups"] += n_launch
             if moved:  # a landing: a group with bytes follows it (plan)
