@@ -23,7 +23,8 @@ timer, at the last kernel's landing (or the first tie among its transitions)::
 
     an L3 transfer joining or leaving at t (absorb; no host-memory squeeze possible):
         K's and C's remaining split at t as the server's _advance splits them, kept as
-        a transition at t; the transitions after t walked again from there
+        a transition at t; the transitions after t walked again from there, up to a
+        kept state equal to the old walk's (the old transitions after it kept as they are)
 
 Invariant: the server, the chains and the timeline are, after :meth:`ChainFold.
 materialise` at t, what the unfolded run has after its events at t (bit for bit: the
@@ -34,7 +35,7 @@ order among events at exactly one time may differ, which the fingerprint checks.
 <sim.runtime.SimRuntime>`); ``SimRuntime.fold_counts`` counts what the folds did (``chain_*``:
 chain steps that tried to fold, folds begun, kernels launched within folds, folds an
 outside entry materialised early, folds cut at a tie among their own transitions, L3
-changes absorbed).
+changes absorbed, absorbed changes whose walk again met the old one).
 """
 
 from __future__ import annotations
