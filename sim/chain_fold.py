@@ -23,7 +23,8 @@ timer, at the last kernel's landing (or the first tie among its transitions)::
 
     an L3 transfer joining or leaving at t (absorb; no host-memory squeeze possible):
         K's and C's remaining split at t as the server's _advance splits them, kept as
-        a transition at t; the transitions after t walked again from there
+        a transition at t; the transitions after t walked again from there, up to a
+        kept state equal to the old walk's (the old transitions after it kept as they are)
 
 Invariant: the server, the chains and the timeline are, after :meth:`ChainFold.
 materialise` at t, what the unfolded run has after its events at t (bit for bit: the
@@ -34,13 +35,14 @@ order among events at exactly one time may differ, which the fingerprint checks.
 <sim.runtime.SimRuntime>`); ``SimRuntime.fold_counts`` counts what the folds did (``chain_*``:
 chain steps that tried to fold, folds begun, kernels launched within folds, folds an
 outside entry materialised early, folds cut at a tie among their own transitions, L3
-changes absorbed).
+changes absorbed, absorbed changes whose walk again met the old one).
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sim.compute_chain import ComputeChain
@@ -48,6 +50,7 @@ from sim.fluid import FluidJob
 from sim.streams import call_at
 
 if TYPE_CHECKING:
+    from sim.batch import LoadGroup
     from sim.fluid import FluidServer
     from sim.load_chain import LoadChain
 
@@ -160,7 +163,8 @@ class ChainFold:
         return state
 
     def _walk(self, times: list[float], rows: list[tuple], stop: int,
-              start: tuple | None = None, planning: bool = False) -> tuple | None:
+              start: tuple | None = None, planning: bool = False,
+              old: list[tuple] | None = None) -> tuple | int | None:
         """The transitions from the fold's start (:meth:`plan`'s time; or from a kept
         state, ``start``: an entry of :attr:`checks`), their times to ``times`` and their
         timeline rows to ``rows``. ``planning`` (:meth:`plan`: ``stop`` is
@@ -173,10 +177,16 @@ class ChainFold:
         The state after a transition: (k_rem, c_rem, c_rate, c_due, rows so far,
         launches so far, bytes landed so far, k_active, c_active, c_fresh, k_first,
         chain.g, landed.count, chain.t0, chain.start_t, cc.layer, cc.t0, cc.start_t); a
-        kept one adds the time of the last change and the kernel's next transition."""
+        kept one adds the time of the last change and the kernel's next transition.
+
+        ``old`` (:meth:`absorb`: ``stop`` the transitions up to the first of them): the
+        states kept after the absorbed change by the walk before it, each a transition
+        earlier; at the first state kept that equals its old one (bit for bit: every
+        transition after it is the old walk's) the walk stops and returns its index."""
         chain, cc = self.chain, self.cc
         rt, st = chain.rt, chain.st
         groups = st.load_groups
+        k_work, lands, last_load = group_steps(groups)
         own = cc is not None
         times_l = cc.times if cc is not None else ()
         landed = st.landed
@@ -184,11 +194,10 @@ class ChainFold:
         overhead = rt.copies.overhead
         k_rate, slow = self.k_rate, self.slow
         add_time, add_row = times.append, rows.append
-        n_groups = len(groups)
         op = cc.op if cc is not None else ""
         bid = st.plan.batch_id
         merged = 0  # transitions sharing an entry with the one before (the same time)
-        span = SPAN if SPAN is not None else len(groups)
+        span = SPAN if SPAN is not None else len(groups)  # launches in all, at most
         if start is None:
             now = self.t_plan
             last = self.last0
@@ -219,7 +228,6 @@ class ChainFold:
             ((k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active, c_active,
               c_fresh, k_first, g, count, t0, start_t, layer, cc_t0, cc_start),
              last, nxt_k) = start
-            span -= n_launch
         if not (stop or planning):
             return ((k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active,
                      c_active, c_fresh, k_first, g, count, t0, start_t, layer, cc_t0,
@@ -227,10 +235,8 @@ class ChainFold:
         waiting = own and not c_active
         n_layers = len(times_l)
         inf = math.inf
-        last_load = n_groups - 1  # the last group with bytes: its landing ends the fold
-        while last_load >= 0 and not groups[last_load].nbytes:
-            last_load -= 1
         checks, check_at = self.checks, self.check_at
+        old_i = 0
         while True:  # a stretch of transitions up to the fold's end or a kept state
             while True:
                 if c_due < nxt_k:  # the compute job in flight finishes (c_due: inf if none)
@@ -271,17 +277,16 @@ class ChainFold:
                     rt.fold_counts["chain_ties"] += 1
                     break
                 if not k_active:  # the launch of group g
-                    if span <= 0:
+                    if n_launch >= span:
                         break  # the span's end: this launch runs unfolded
                     dt = tc - last
                     if dt > 0:
                         if c_active:
                             c_rem -= c_rate * dt
                     last = tc
-                    k_rem = float(groups[g].nbytes)
+                    k_rem = k_work[g]
                     k_active = True
                     k_first = False  # it joins after the compute job in flight, if any
-                    span -= 1
                     n_launch += 1
                     start_t = tc
                     if c_active and c_rate != slow:
@@ -298,31 +303,20 @@ class ChainFold:
                     self.final = True
                     break  # the last one: its real finish ends the fold
                 dt = tc - last
-                if dt > 0:
-                    k_rem -= k_rate * dt
-                    if c_active:
-                        c_rem -= c_rate * dt
+                if dt > 0 and c_active:  # (the kernel's remaining: 0 now)
+                    c_rem -= c_rate * dt
                 last = tc
                 k_active = False
                 k_rem = 0.0
                 if c_active and c_rate != 1.0:
                     c_rate = 1.0
                     c_due = tc + (c_rem if c_rem > 0.0 else 0.0)  # (/ 1.0: exact)
-                group = groups[g]
-                nbytes = group.nbytes
-                glayers = group.layers
-                glayer = glayers.start if len(glayers) == 1 else -1
-                nb = int(nbytes)
+                glayer, nb, nbytes, count, g = lands[g]  # (groups without bytes: with it)
                 add_row(("h2d", "load", bid, -1, glayer, t0, tc, nb, 1))
                 add_row(("pcie:h2d", "load", bid, -1, glayer, start_t, tc, nb, 1))
                 n_rows += 2
                 moved += nbytes
                 t0 = tc
-                g += 1
-                count = glayers.stop
-                while g < n_groups and not groups[g].nbytes:  # they land with it
-                    count = groups[g].layers.stop
-                    g += 1
                 if waiting and layer < count:  # the batch's compute goes on at once: one entry
                     waiting = False
                     c_rem = times_l[layer]
@@ -344,9 +338,16 @@ class ChainFold:
                      cc_start)
             if stop or not planning:
                 break  # the fold's end (or the stop-th transition walked: _state)
-            checks.append((state, last, nxt_k))  # after CHECK more transitions
+            kept = (state, last, nxt_k)
+            checks.append(kept)  # after CHECK more transitions
             check_at.append(len(times))
             stop = CHECK
+            if old is not None:
+                if _same(kept, old[old_i]):
+                    return old_i  # the old walk's from here (absorb splices it)
+                old_i += 1
+                if old_i == len(old):
+                    old = None
         if not planning:
             assert not stop, "fewer transitions than asked"
             return state, last, nxt_k
@@ -411,18 +412,34 @@ class ChainFold:
             if c_active:
                 c_rem -= c_rate * dt
         kept = ((k_rem, c_rem, *state[2:]), now, nxt_k)
-        del times[n:], self.rows[n_rows:]
-        i = bisect.bisect_right(self.check_at, n)
-        del self.checks[i:], self.check_at[i:]
+        rows, checks, check_at = self.rows, self.checks, self.check_at
+        # the old walk after now: the transitions after the kept state, once walked again
+        # from it, are the old ones a transition later when a state kept on the way is
+        # the old one (the splits' rounding left no trace: the kernel's times never
+        # depend on them, the compute's only until the batch waits for a layer)
+        i = bisect.bisect_right(check_at, n)
+        old_times, old_rows = times[n:], rows[n_rows:]
+        old_checks, old_at = checks[i:], check_at[i:]
+        old_final, end = (self.final, self.final_c), self.end
+        del times[n:], rows[n_rows:], checks[i:], check_at[i:]
         times.append(now)
-        self.checks.append(kept)
-        self.check_at.append(n + 1)
+        checks.append(kept)
+        check_at.append(n + 1)
         self.charged = n + 1  # (the server charges its jobs up to now itself)
         self.final = self.final_c = False
-        end = self.end
         rt.fold_counts["chain_absorbed"] += 1
-        self._walk(times, self.rows, CHECK, kept, planning=True)
-        if self.end != end:
+        if old_checks:  # walk up to the first old state kept, then compare at each
+            j = self._walk(times, rows, old_at[0] - n, kept, planning=True, old=old_checks)
+        else:
+            j = self._walk(times, rows, CHECK, kept, planning=True)
+        if isinstance(j, int):  # the old walk's from old state j on: splice it
+            times += old_times[old_at[j] - n:]
+            rows += old_rows[old_checks[j][0][4] - n_rows:]
+            checks += old_checks[j + 1:]
+            check_at += [m + 1 for m in old_at[j + 1:]]
+            self.final, self.final_c = old_final  # (end, last_check: the old walk's)
+            rt.fold_counts["chain_spliced"] += 1
+        elif self.end != end:
             call_at(rt.env, self.end, self._ended)
         return True
 
@@ -532,6 +549,53 @@ class ChainFold:
             fluid._finish(final_k)
         elif final_c is not None:
             fluid._finish(final_c)
+
+
+# per tuple of load groups (immutable; the runtime shares one among batches alike, so
+# keyed by identity and held): group_steps' answer
+_STEPS: dict[int, tuple[Sequence[LoadGroup], tuple[list[float], list[tuple], int]]] = {}
+
+
+def group_steps(groups: Sequence[LoadGroup]) -> tuple[list[float], list[tuple], int]:
+    """What a chain's steps read of its groups, per group g: its kernel's work
+    (``float(nbytes)``) and its landing's (the layer of its rows or -1, ``int(nbytes)``,
+    ``nbytes``, the layers landed then and the next group: the groups without bytes
+    after g land with it); and the last group with bytes (-1: none)."""
+    hit = _STEPS.get(id(groups))
+    if hit is not None and hit[0] is groups:
+        return hit[1]
+    n = len(groups)
+    work: list[float] = []
+    lands: list[tuple] = []
+    last = -1
+    for g, group in enumerate(groups):
+        nbytes, layers = group.nbytes, group.layers
+        if nbytes:
+            last = g
+        nxt, count = g + 1, layers.stop
+        while nxt < n and not groups[nxt].nbytes:
+            count = groups[nxt].layers.stop
+            nxt += 1
+        work.append(float(nbytes))
+        lands.append((layers.start if len(layers) == 1 else -1, int(nbytes), nbytes, count,
+                      nxt))
+    steps = (work, lands, last)
+    if type(groups) is not tuple:  # (not immutable: not kept)
+        return steps
+    if len(_STEPS) >= 4096:  # a bound on a long run's distinct loads
+        _STEPS.clear()
+    _STEPS[id(groups)] = (groups, steps)
+    return steps
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    """Two kept states (:meth:`ChainFold._walk`) equal bit for bit: equal, with the
+    jobs' remaining work (the only fields a split can leave at zero) of one sign."""
+    if a != b:
+        return False
+    sa, sb = a[0], b[0]
+    return (math.copysign(1.0, sa[0]) == math.copysign(1.0, sb[0])
+            and math.copysign(1.0, sa[1]) == math.copysign(1.0, sb[1]))
 
 
 def _watch_quiet(jobs: list) -> bool:

@@ -26,7 +26,6 @@ launch slows it (:mod:`sim.fluid`, planned compute timers).
 from __future__ import annotations
 
 from collections.abc import Callable
-from itertools import islice
 from typing import TYPE_CHECKING
 
 import simpy
@@ -132,7 +131,7 @@ class LoadChain:
                            nbytes=group.nbytes)
         assert st.landed is not None
         self.g += 1
-        if any(g.nbytes for g in islice(st.load_groups, self.g, None)):  # next launch
+        if self.g <= chain_fold.group_steps(st.load_groups)[2]:  # a next launch
             rt.fluid.promise(end + rt.copies.overhead, 1.0 - rt.link.slowdown)
         st.landed.land(group.layers.stop)  # the batch's compute may go on at once
         self._next()

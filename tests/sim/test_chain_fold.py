@@ -13,6 +13,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import sim.chain_fold as chain_fold
 from hicache.scenario import load_scenario
@@ -233,3 +235,65 @@ def test_states_walked_again_from_kept_states(check: int,
     variant, vsc = _case(5)
     stats = _compare(vsc, variant)
     assert stats["chain_interrupted"] > 5 and seen["states"] > 1000
+
+
+@pytest.mark.parametrize("seed", [None, 5])
+def test_absorbed_changes_splice_the_old_walk(seed: int | None,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """After an absorbed L3 change a fold walks again only until a state it keeps equals
+    the old walk's (a transition later), and takes the old transitions after it: at
+    every materialise, each fold's times, rows, end and the state after each of its
+    transitions (bit for bit) are those of a fold that walks to its end each time (no
+    state found equal), and so is the run."""
+    def run(splice: bool) -> tuple[list[str], Counter[str]]:
+        seen: list[str] = []
+        materialise = chain_fold.ChainFold.materialise
+
+        def recorded(self: chain_fold.ChainFold, at_end: bool = False) -> None:
+            seen.append(repr((self.chain.rt.env.now, self.end, self.final, self.final_c,
+                              self.times, self.rows, self.last_check,
+                              [self._state(n) for n in range(len(self.times))])))
+            materialise(self, at_end)
+
+        with monkeypatch.context() as m:
+            m.setattr(chain_fold.ChainFold, "materialise", recorded)
+            if not splice:
+                m.setattr(chain_fold, "_same", lambda a, b: False)
+            variant, vsc = _case(seed)
+            res, counts = _run(vsc, variant, True)
+        seen.append(repr(res.records) + repr(sorted(res.replicas[0].timeline.as_tuples())))
+        return seen, counts
+
+    spliced, counts = run(True)
+    walked, plain = run(False)
+    assert counts["chain_spliced"] > 10 and not plain["chain_spliced"]
+    assert counts["chain_absorbed"] == plain["chain_absorbed"]
+    assert spliced == walked
+
+
+@given(st.lists(st.tuples(st.sampled_from([0, 0, 1, 7, 4096]), st.integers(1, 3)),
+                max_size=12))
+def test_group_steps_are_the_groups_read_one_by_one(spec: list[tuple[int, int]]) -> None:
+    """group_steps per group: the kernel's float work; the landing's row layer, int
+    bytes, bytes, layers landed and next group (groups without bytes land with the one
+    before); the last group with bytes. Kept per tuple (the same answer), not per list."""
+    from sim.batch import LoadGroup
+    groups, layer = [], 0
+    for nbytes, n in spec:
+        groups.append(LoadGroup(range(layer, layer + n), nbytes, 1))
+        layer += n
+    for seq in (tuple(groups), groups):
+        work, lands, last = chain_fold.group_steps(seq)
+        assert last == max((g for g, grp in enumerate(groups) if grp.nbytes), default=-1)
+        for g, grp in enumerate(groups):
+            assert work[g] == float(grp.nbytes) and type(work[g]) is float
+            nxt = g + 1
+            while nxt < len(groups) and not groups[nxt].nbytes:
+                nxt += 1
+            layers = grp.layers
+            assert lands[g] == (layers.start if len(layers) == 1 else -1, grp.nbytes,
+                                grp.nbytes, groups[nxt - 1].layers.stop, nxt)
+        assert chain_fold.group_steps(seq)[1] == lands
+    kept = tuple(groups)
+    assert chain_fold.group_steps(kept) is chain_fold.group_steps(kept)
+    assert chain_fold.group_steps(groups) is not chain_fold.group_steps(groups)
