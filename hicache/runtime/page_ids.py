@@ -11,7 +11,9 @@ freed (a replay allocator). ``order="lifo"``: the most recently freed pages firs
 fresh pages (a runtime's free list: hot pages are reused). ``order="lowest"``: the lowest
 free id first (the torch runtime's heap, and SGLang's paged allocator once it sorts its
 free list), so a fragmented pool still hands out the longest runs it can; freed runs
-wait in a heap (by start; neighbours join when taken). ``order="fresh"``: ids are names,
+wait sorted by start and coalesced (a freed run joins the free neighbours it touches
+when given, so a take reads the lowest runs off the front, each one output run: what
+it hands out depends only on which ids are free). ``order="fresh"``: ids are names,
 never reused: every take is one run of ids never handed out, a freed page counts as free
 and its id retires (a zero-time replay, whose pages are no memory: extents stay one run,
 and ids go past ``capacity``; memory grows with the pages ever handed out, a byte each).
@@ -25,7 +27,7 @@ cut into runs first). A run is ``(start, length)``.
 from __future__ import annotations
 
 import bisect
-import heapq
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Sequence
 from itertools import pairwise
@@ -113,8 +115,11 @@ class PageIds:
         self.capacity, self.order = capacity, order
         self._fresh = 0  # pages 0.._fresh-1 were handed out at least once
         self._runs: deque[list[int]] = deque()  # freed runs [start, length] (fifo, lifo)
-        self._heap: list[Run] = []  # order "lowest": freed runs (start, length), by start
-        self._n_runs = 0  # pages in _runs or _heap (fresh: freed pages, ids retired)
+        # order "lowest": the freed runs' starts, ascending, and their lengths; coalesced
+        # (a run never ends where the next starts)
+        self._starts: list[int] = []
+        self._lens: list[int] = []
+        self._n_runs = 0  # pages in _runs or _starts (fresh: freed pages, ids retired)
         self._used = bytearray()  # of pages below _fresh: 1 = handed out
 
     @property
@@ -138,7 +143,7 @@ class PageIds:
         if self.order == "fresh":  # new names for all n pages, one run
             self._grow(n, out)
             left = 0
-        elif self.order == "lowest":  # freed runs by start (never adjacent), then fresh
+        elif self.order == "lowest":  # freed runs by start (coalesced), then fresh
             left -= self._take_lowest(out, left)
         elif self.order == "fifo":
             left -= self._take_fresh(out, left)
@@ -162,18 +167,23 @@ class PageIds:
 
     def _take_lowest(self, out: list[Run], n: int) -> int:
         """The lowest ``n`` freed pages (or all of them), ascending; every freed page is
-        below ``_fresh``, so they come before any fresh page."""
-        heap = self._heap
-        left = n
-        while heap and left > 0:
-            s, k = heapq.heappop(heap)
-            while heap and heap[0][0] == s + k:  # a neighbour freed separately: one run
-                k += heapq.heappop(heap)[1]
-            if k > left:
-                heapq.heappush(heap, (s + left, k - left))
-                k = left
-            out.append((s, k))
+        below ``_fresh``, so they come before any fresh page. The freed runs are
+        coalesced, so each one taken is one run of ``out`` (the last one maybe cut)."""
+        starts, lens = self._starts, self._lens
+        left, i, m = n, 0, len(starts)
+        while i < m and left:
+            k = lens[i]
+            if k > left:  # the last run taken: its front part
+                s = starts[i]
+                out.append((s, left))
+                starts[i], lens[i] = s + left, k - left
+                left = 0
+                break
+            out.append((starts[i], k))
             left -= k
+            i += 1
+        if i:
+            del starts[:i], lens[:i]
         self._n_runs -= n - left
         return n - left
 
@@ -246,18 +256,39 @@ class PageIds:
             raise ValueError(f"page {p} is not handed out")
         used, stack = self._used, self._runs
         total = 0
-        lowest = self.order == "lowest"  # one pass: unmark each run and push it, in order
-        heap, push = self._heap, heapq.heappush
+        if self.order == "lowest":  # one pass: unmark each run and join it in, in order
+            starts, lens = self._starts, self._lens
+            for s, n in runs:
+                if n == 1:
+                    used[s] = 0
+                elif n:
+                    used[s:s + n] = bytes(n)
+                else:
+                    continue  # no page
+                total += n
+                i = bisect_left(starts, s)
+                if i and starts[i - 1] + lens[i - 1] == s:  # joins the run below
+                    if i < len(starts) and starts[i] == s + n:  # and the one above
+                        lens[i - 1] += n + lens[i]
+                        del starts[i], lens[i]
+                    else:
+                        lens[i - 1] += n
+                elif i < len(starts) and starts[i] == s + n:  # joins the run above
+                    starts[i] = s
+                    lens[i] += n
+                else:
+                    starts.insert(i, s)
+                    lens.insert(i, n)
+            self._n_runs += total
+            return
         for s, n in runs:
             if n == 1:
                 used[s] = 0
             else:
                 used[s:s + n] = bytes(n)
             total += n
-            if lowest:
-                push(heap, (s, n))
-        if lowest or self.order == "fresh":
-            pass  # lowest: pushed above; fresh: retired, counted free, never handed out again
+        if self.order == "fresh":
+            pass  # retired, counted free, never handed out again
         elif self.order == "fifo":
             for s, n in runs:
                 last = stack[-1] if stack else None
@@ -280,7 +311,12 @@ class PageIds:
         still marked used, a page free twice or beyond the fresh mark, or counts that do
         not add up (O(pages ever handed out): for tests and soak runs)."""
         free: set[int] = set()
-        for start, length in [*self._runs, *self._heap]:
+        lowest = list(zip(self._starts, self._lens, strict=True))
+        for (s0, n0), (s1, _) in pairwise(lowest):
+            if s1 <= s0 + n0:
+                raise AssertionError(f"free runs at pages {s0} and {s1} are not sorted, "
+                                     "apart and coalesced")
+        for start, length in [*self._runs, *lowest]:
             if length <= 0:
                 raise AssertionError(f"an empty free run at page {start}")
             for p in range(start, start + length):
