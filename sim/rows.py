@@ -73,13 +73,18 @@ class RequestRow:
         rows, without re-deriving the runs ``ext`` already has page by page."""
         if not ext.page_runs:
             return
-        self._borrow()
-        n = 0
-        join = self._join
-        for r in ext.page_runs:
+        if self.owned:
+            self._borrow()  # raises
+        runs, n = self.runs, 0
+        last = runs[-1] if runs else None
+        for r in ext.page_runs:  # :meth:`_join` of each, in line
             k = r.page_count
-            join(r.first_page, k, r)
             n += k
+            if last is not None and last.first_page + last.page_count == r.first_page:
+                last = runs[-1] = page_run(last.first_page, last.page_count + k)
+            else:
+                runs.append(r)
+                last = r
         self.size += n
         self._extent = None
 

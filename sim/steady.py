@@ -47,7 +47,8 @@ class SteadyRows:
     slice's fields in a plain loop: the interpreter's specialised slot reads cost less
     than ``operator.attrgetter`` (a generic attribute lookup each)."""
 
-    __slots__ = ("rows", "caps", "prepared", "pool", "takes", "zeros", "missed")
+    __slots__ = ("rows", "caps", "prepared", "pool", "takes", "zeros", "missed", "_rids",
+                 "_slots")
 
     def __init__(self, rows: list[RequestRow], caps: list[int],
                  prepared: tuple[PreparedSlice, ...], pool: PagePool) -> None:
@@ -55,6 +56,20 @@ class SteadyRows:
         self.pool, self.takes = pool, pool.takes
         self.zeros = [0] * len(rows)  # the new pages of a plan that needs none (shared)
         self.missed: tuple[RequestSlice, ...] = ()  # the slices that last failed to match
+        self._rids: set[int] | None = None  # (rids, slots: built when first asked)
+        self._slots: set[int] | None = None
+
+    def rids(self) -> set[int]:
+        """The rows' request ids (distinct: a placed plan's slices have distinct rids)."""
+        if self._rids is None:
+            self._rids = {row.rid for row in self.rows}
+        return self._rids
+
+    def slots(self) -> set[int]:
+        """The rows' slot ids: those of the handles that matched slices hold."""
+        if self._slots is None:
+            self._slots = {row.handle.slot_id for row in self.rows}
+        return self._slots
 
     def current(self) -> bool:
         """No device FULL page was placed since: the rows hold what ``caps`` says."""

@@ -14,6 +14,7 @@ pages the cache took), frees the rest of its own runs: no per-page check is need
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import TYPE_CHECKING, NamedTuple
 
 from hicache.runtime.handles import (
@@ -97,7 +98,10 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Checked:
         slice_rows: list[RequestRow | None] = sd.rows  # type: ignore[union-attr,assignment]
         firsts = 0
         if len(new) < len(slices):  # requests that joined: checked one by one
-            if len({s.rid for s in slices}) != len(slices):
+            # the matched rids are the rows' (distinct); _check_slices finds a rid the
+            # joined slices repeat, and names the slice the whole plan's check names
+            rids = sd.rids()  # type: ignore[union-attr]
+            if any([s.rid in rids for s in slices[len(new):]]):
                 matched = None  # the general check names the slice
             else:
                 more_rows, more_new, firsts = _check_slices(rt, slices[len(new):],
@@ -124,7 +128,10 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Checked:
         slots = {rel.request.slot_id for rel in plan.releases}
         if len(slots) != len(plan.releases):
             raise ValueError(f"batch {plan.batch_id} releases a request twice")
-        if any(s.request is not None and s.request.slot_id in slots for s in plan.slices):
+        # a matched slice names its row's very handle: the rows' slots stand for theirs
+        later = plan.slices if sd is None else plan.slices[len(sd.rows):]
+        if (sd is not None and not slots.isdisjoint(sd.slots())) or any(
+                [s.request is not None and s.request.slot_id in slots for s in later]):
             raise ValueError(f"batch {plan.batch_id} both releases and continues a request")
         for rel in plan.releases:
             released[rel.request.slot_id] = _check_release(rt, rel)
@@ -347,8 +354,12 @@ def check_capacity(rt: SimRuntime, plan: BatchPlan, checked: Checked) -> None:
     need_device: dict[Kind, int] = {_FULL: sum(checked.new)}
     need_host: dict[Kind, int] = {}
     released = checked.released
-    # without state pools only first slices need more than their new FULL pages
-    for s, row, new in (zip(plan.slices, checked.rows, checked.new, strict=True)
+    # without state pools only first slices need more than their new FULL pages, and
+    # the slices a steady match took are later ones (none of them with state pools)
+    h = len(checked.contexts) if checked.contexts is not None else 0
+    slices = plan.slices if not h else plan.slices[h:]
+    for s, row, new in (zip(slices, checked.rows[h:] if h else checked.rows,
+                            checked.new[h:] if h else checked.new, strict=True)
                         if state or checked.firsts else ()):
         if state:
             for pool, n in rt.state.needs(s, new).items():
@@ -366,10 +377,11 @@ def check_capacity(rt: SimRuntime, plan: BatchPlan, checked: Checked) -> None:
         need_host[_FULL] = need_host.get(_FULL, 0) + pf.max_pages
     back: dict[tuple[Tier, Kind], int] = {}  # what the frees and releases return first
     for ext in plan.frees:
-        back[(ext.tier, ext.pool)] = back.get((ext.tier, ext.pool), 0) + ext.num_pages
+        key = (ext.tier, ext.pool)
+        back[key] = back.get(key, 0) + ext.num_pages
     for rel in plan.releases:
         key = (_DEVICE, _FULL)
-        back[key] = back.get(key, 0) + sum(n for _, n in released[rel.request.slot_id])
+        back[key] = back.get(key, 0) + sum(map(itemgetter(1), released[rel.request.slot_id]))
         if state:
             for pool, n in rt.state.releasable(rel.request.slot_id, rel.kept()).items():
                 back[(_DEVICE, pool)] = back.get((_DEVICE, pool), 0) + n

@@ -121,10 +121,9 @@ class PageIds:
         self._lens: list[int] = []
         self._n_runs = 0  # pages in _runs or _starts (fresh: freed pages, ids retired)
         self._used = bytearray()  # of pages below _fresh: 1 = handed out
-
-    @property
-    def free(self) -> int:
-        return self.capacity - self._fresh + self._n_runs
+        # free ids: capacity - _fresh + _n_runs, kept by take_runs and give_runs (an
+        # attribute: an allocation reads it, a property would be a call each time)
+        self.free = capacity
 
     def is_used(self, page: int) -> bool:
         return 0 <= page < self._fresh and bool(self._used[page])
@@ -136,15 +135,22 @@ class PageIds:
     def take_runs(self, n: int) -> list[Run]:
         """``n`` free page ids as runs, in hand-out order, coalesced: no run continues the
         one before it (the caller checked ``n <= free``). Freed runs never do (``lowest``
-        joins neighbours as it pops them; a stack or queue joins a run given next to the
-        one it would be taken after), and fresh ids join a freed run that ends at them."""
+        keeps them coalesced; a stack or queue joins a run given next to the one it would
+        be taken after), and fresh ids join a freed run that ends at them."""
         out: list[Run] = []
         left = n
+        if self.order == "lowest":  # freed runs by start (coalesced, marked), then fresh
+            left -= self._take_lowest(out, left)
+            if left > 0:
+                start = self._fresh
+                k = self._take_fresh(out, left)
+                if k:
+                    self._used[start:start + k] = b"\x01" * k
+            self.free = self.capacity - self._fresh + self._n_runs
+            return out
         if self.order == "fresh":  # new names for all n pages, one run
             self._grow(n, out)
             left = 0
-        elif self.order == "lowest":  # freed runs by start (coalesced), then fresh
-            left -= self._take_lowest(out, left)
         elif self.order == "fifo":
             left -= self._take_fresh(out, left)
         runs = self._runs
@@ -163,23 +169,29 @@ class PageIds:
         used = self._used
         for s, k in out:
             used[s:s + k] = b"\x01" * k
+        self.free = self.capacity - self._fresh + self._n_runs
         return out
 
     def _take_lowest(self, out: list[Run], n: int) -> int:
-        """The lowest ``n`` freed pages (or all of them), ascending; every freed page is
-        below ``_fresh``, so they come before any fresh page. The freed runs are
-        coalesced, so each one taken is one run of ``out`` (the last one maybe cut)."""
-        starts, lens = self._starts, self._lens
+        """The lowest ``n`` freed pages (or all of them), ascending, marked used; every
+        freed page is below ``_fresh``, so they come before any fresh page. The freed
+        runs are coalesced, so each one taken is one run of ``out`` (the last one maybe
+        cut)."""
+        starts, lens, used = self._starts, self._lens, self._used
         left, i, m = n, 0, len(starts)
         while i < m and left:
-            k = lens[i]
+            s, k = starts[i], lens[i]
             if k > left:  # the last run taken: its front part
-                s = starts[i]
                 out.append((s, left))
+                used[s:s + left] = b"\x01" * left
                 starts[i], lens[i] = s + left, k - left
                 left = 0
                 break
-            out.append((starts[i], k))
+            out.append((s, k))
+            if k == 1:
+                used[s] = 1
+            else:
+                used[s:s + k] = b"\x01" * k
             left -= k
             i += 1
         if i:
@@ -280,6 +292,7 @@ class PageIds:
                     starts.insert(i, s)
                     lens.insert(i, n)
             self._n_runs += total
+            self.free += total
             return
         for s, n in runs:
             if n == 1:
@@ -305,6 +318,7 @@ class PageIds:
                 else:
                     stack.append([s, n])
         self._n_runs += total
+        self.free += total
 
     def check(self) -> None:
         """Raise AssertionError when the free runs and the used map disagree: a freed page
@@ -325,6 +339,9 @@ class PageIds:
                                          f"never handed out")
                 free.add(p)
         used = sum(self._used[:self._fresh])
+        if self.free != self.capacity - self._fresh + self._n_runs:
+            raise AssertionError(f"free count {self.free} != {self.capacity} - "
+                                 f"{self._fresh} handed out + {self._n_runs} freed")
         listed = self._n_runs if self.order == "fresh" else len(free)  # fresh lists none
         if listed != self._n_runs or used + self._n_runs != self._fresh:
             raise AssertionError(f"{used} used + {self._n_runs} free != {self._fresh} handed out "
