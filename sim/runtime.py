@@ -180,6 +180,10 @@ class SimRuntime:
         self.rows: dict[int, RequestRow] = {}
         self.state = StateKeeper(self.device, self.runtime_id, self.generation, self.page_size,
                                  self.swa_window, self.mamba, self.state_copy_s)
+        # read once a plan or more (hot): the L1 FULL pool, and whether state pools are
+        # kept (StateKeeper.active, fixed for its life: the runtime's window and mamba)
+        self.full = self.device[_FULL]
+        self.state_active = self.state.active
         self._next_slot = 0
         # the rows of the last placed all-decode plan, for the next plan to match
         # (sim.steady); dropped by any release (and here: every row is new)
@@ -407,7 +411,7 @@ class SimRuntime:
                 if ext.pool is _FULL:
                     row.append_extent(ext)
             landed: list[CacheExtentRef] = []
-            if self.state.active:  # hybrid: the attach's L2 state pieces are loaded back
+            if self.state_active:  # hybrid: the attach's L2 state pieces are loaded back
                 attach, copies, landed = state_loads(
                     s.attach, lambda pool, n: self.device[pool].allocate(n), self.runtime_id,
                     self.generation)
@@ -430,10 +434,10 @@ class SimRuntime:
             if pool is _FULL:
                 row.append_extent(ext)
             self.bytes_accounted["h2d"] += n * self.bytes_per_page[pool]
-        runs = self.device[_FULL].allocate_runs(validate.new_pages(self, s, row.size))
+        runs = self.full.allocate_runs(validate.new_pages(self, s, row.size))
         row.append_runs(runs, own=True)
         state: tuple[CacheExtentRef, ...] = ()
-        if self.state.active:
+        if self.state_active:
             state, seconds = self.state.advance(row.handle.slot_id, s, row.size,
                                                 pages_of(runs))
             st.extra_s += seconds
@@ -470,17 +474,17 @@ class SimRuntime:
             head_sd = None
             prepared = self._place_each(slices, checked.rows, checked.new, st, loads)
         self.steady = (steady.after_prepare(last, head_sd, plan, checked, prepared,
-                                            st.finished, self.device[_FULL],
+                                            st.finished, self.full,
                                             self.page_size)
-                       if not self.state.active else None)
+                       if not self.state_active else None)
         return prepared
 
     def _place_each(self, slices: tuple[RequestSlice, ...], rows: list[RequestRow | None],
                     news: list[int], st: BatchState, loads: list[Load]
                     ) -> tuple[PreparedSlice, ...]:
         """:meth:`_place_slices` slice by slice (``rows``, ``news``: the check's)."""
-        short = not self.state.active
-        allocate = self.device[_FULL].allocate_runs
+        short = not self.state_active
+        allocate = self.full.allocate_runs
         prefills, decodes, decode = st.prefills, st.decodes, Phase.DECODE
         out = []
         for s, row, new in zip(slices, rows, news, strict=True):
@@ -597,8 +601,8 @@ class SimRuntime:
         row = self.rows.pop(rel.request.slot_id)
         if self.steady is not None and row in self.steady.rows:  # (identity: no __eq__)
             self.steady = None  # it lists a closed row
-        self.device[_FULL].free_runs(freed, checked=True)  # check_plan's runs
-        if self.state.active:
+        self.full.free_runs(freed, checked=True)  # check_plan's runs
+        if self.state_active:
             self.state.release(rel.request.slot_id, rel.kept())
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid

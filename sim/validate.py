@@ -174,7 +174,7 @@ def _check_slices(rt: SimRuntime, slices: tuple[RequestSlice, ...], batch_id: in
             tier = _HOST if ext.tier is _HOST and ext.pool is not _FULL else _DEVICE
             if not _current(rt, ext, tier):
                 check_ext(rt, ext, tier, f"attach of request {s.rid}")
-            if ext.pool is not _FULL and not rt.state.active:
+            if ext.pool is not _FULL and not rt.state_active:
                 raise ValueError(f"attach of request {s.rid}: pool '{ext.pool}' is not kept "
                                  "by this runtime")
         for load in s.loads:
@@ -342,13 +342,13 @@ def new_pages(rt: SimRuntime, s: RequestSlice, existing: int) -> int:
 
 
 def check_capacity(rt: SimRuntime, plan: BatchPlan, checked: Checked) -> None:
-    state = rt.state.active
+    state = rt.state_active
     if not (state or checked.firsts or plan.backups or plan.prefetches):
         # later slices only, no copy into L2: they allocate new FULL pages alone, and the
         # plan's frees and releases return pages first (counted only when the pool's free
         # pages fall short: the check below, for that one pool)
         n = sum(checked.new)
-        if n and n > rt.device[_FULL].free_count:
+        if n and n > rt.full.free_count:
             _short_full(rt, plan, checked, n)
         return
     need_device: dict[Kind, int] = {_FULL: sum(checked.new)}
@@ -403,7 +403,7 @@ def _short_full(rt: SimRuntime, plan: BatchPlan, checked: Checked, n: int) -> No
                if ext.tier == _DEVICE and ext.pool == _FULL)
     for rel in plan.releases:
         back += sum(k for _, k in checked.released[rel.request.slot_id])
-    free = rt.device[_FULL].free_count + back
+    free = rt.full.free_count + back
     if n > free:
         raise CapacityError(f"batch {plan.batch_id} needs {n} {_DEVICE.value} pages of "
                             f"pool '{_FULL}', {free} free (not accounted for)")

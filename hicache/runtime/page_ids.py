@@ -115,10 +115,13 @@ class PageIds:
         self.capacity, self.order = capacity, order
         self._fresh = 0  # pages 0.._fresh-1 were handed out at least once
         self._runs: deque[list[int]] = deque()  # freed runs [start, length] (fifo, lifo)
-        # order "lowest": the freed runs' starts, ascending, and their lengths; coalesced
-        # (a run never ends where the next starts)
-        self._starts: list[int] = []
-        self._lens: list[int] = []
+        # order "lowest": the freed runs' starts, ascending, and their ends (exclusive);
+        # coalesced (a run never ends where the next starts). Both end with a sentinel
+        # run [capacity + 1, capacity + 1), past every id and every end: a start is
+        # always found before it, no run joins it, and the run before the first one
+        # (index -1) is the sentinel, which no run continues.
+        self._starts: list[int] = [capacity + 1]
+        self._ends: list[int] = [capacity + 1]
         self._n_runs = 0  # pages in _runs or _starts (fresh: freed pages, ids retired)
         self._used = bytearray()  # of pages below _fresh: 1 = handed out
         # free ids: capacity - _fresh + _n_runs, kept by take_runs and give_runs (an
@@ -177,14 +180,15 @@ class PageIds:
         freed page is below ``_fresh``, so they come before any fresh page. The freed
         runs are coalesced, so each one taken is one run of ``out`` (the last one maybe
         cut)."""
-        starts, lens, used = self._starts, self._lens, self._used
-        left, i, m = n, 0, len(starts)
+        starts, ends, used = self._starts, self._ends, self._used
+        left, i, m = n, 0, len(starts) - 1  # (the sentinel is not free)
         while i < m and left:
-            s, k = starts[i], lens[i]
+            s = starts[i]
+            k = ends[i] - s
             if k > left:  # the last run taken: its front part
                 out.append((s, left))
                 used[s:s + left] = b"\x01" * left
-                starts[i], lens[i] = s + left, k - left
+                starts[i] = s + left
                 left = 0
                 break
             out.append((s, k))
@@ -195,7 +199,7 @@ class PageIds:
             left -= k
             i += 1
         if i:
-            del starts[:i], lens[:i]
+            del starts[:i], ends[:i]
         self._n_runs -= n - left
         return n - left
 
@@ -269,7 +273,7 @@ class PageIds:
         used, stack = self._used, self._runs
         total = 0
         if self.order == "lowest":  # one pass: unmark each run and join it in, in order
-            starts, lens = self._starts, self._lens
+            starts, ends = self._starts, self._ends
             for s, n in runs:
                 if n == 1:
                     used[s] = 0
@@ -278,19 +282,19 @@ class PageIds:
                 else:
                     continue  # no page
                 total += n
-                i = bisect_left(starts, s)
-                if i and starts[i - 1] + lens[i - 1] == s:  # joins the run below
-                    if i < len(starts) and starts[i] == s + n:  # and the one above
-                        lens[i - 1] += n + lens[i]
-                        del starts[i], lens[i]
+                i = bisect_left(starts, s)  # at most the sentinel's index
+                e = s + n
+                if ends[i - 1] == s:  # joins the run below (index -1: the sentinel)
+                    if starts[i] == e:  # and the one above
+                        ends[i - 1] = ends[i]
+                        del starts[i], ends[i]
                     else:
-                        lens[i - 1] += n
-                elif i < len(starts) and starts[i] == s + n:  # joins the run above
+                        ends[i - 1] = e
+                elif starts[i] == e:  # joins the run above
                     starts[i] = s
-                    lens[i] += n
                 else:
                     starts.insert(i, s)
-                    lens.insert(i, n)
+                    ends.insert(i, e)
             self._n_runs += total
             self.free += total
             return
@@ -325,11 +329,14 @@ class PageIds:
         still marked used, a page free twice or beyond the fresh mark, or counts that do
         not add up (O(pages ever handed out): for tests and soak runs)."""
         free: set[int] = set()
-        lowest = list(zip(self._starts, self._lens, strict=True))
-        for (s0, n0), (s1, _) in pairwise(lowest):
-            if s1 <= s0 + n0:
+        if self._starts[-1] != self.capacity + 1 or self._ends[-1] != self.capacity + 1:
+            raise AssertionError("the free runs' sentinel is gone")
+        bounds = list(zip(self._starts[:-1], self._ends[:-1], strict=True))
+        for (s0, e0), (s1, _) in pairwise(bounds):
+            if s1 <= e0:
                 raise AssertionError(f"free runs at pages {s0} and {s1} are not sorted, "
                                      "apart and coalesced")
+        lowest = [(s, e - s) for s, e in bounds]
         for start, length in [*self._runs, *lowest]:
             if length <= 0:
                 raise AssertionError(f"an empty free run at page {start}")

@@ -73,11 +73,24 @@ def test_a_give_joins_the_free_runs_on_both_sides() -> None:
     ids = PageIds(16, "lowest")
     assert ids.take_runs(10) == [(0, 10)]
     ids.give_runs([(2, 2), (6, 2)])
-    assert (ids._starts, ids._lens) == ([2, 6], [2, 2])
+    assert (ids._starts, ids._ends) == ([2, 6, 17], [4, 8, 17])  # and the sentinel
     ids.give_runs([(4, 2)])  # between them: one run
-    assert (ids._starts, ids._lens) == ([2], [6])
+    assert (ids._starts, ids._ends) == ([2, 17], [8, 17])
     ids.give_runs([(9, 1), (1, 1)])  # above the mark's neighbour, below the run
-    assert (ids._starts, ids._lens) == ([1, 9], [7, 1])
+    assert (ids._starts, ids._ends) == ([1, 9, 17], [8, 10, 17])
     ids.check()
     assert ids.take_runs(9) == [(1, 7), (9, 2)]  # page 9 joined to the fresh page 10
+    ids.check()
+
+
+def test_runs_at_the_pools_ends_join_no_sentinel() -> None:
+    """A run that ends at the capacity, or starts at page 0, is a free run like any
+    other (the sentinel past the capacity is never joined, taken or counted)."""
+    ids = PageIds(16, "lowest")
+    assert ids.take_runs(16) == [(0, 16)] and ids.free == 0
+    ids.give_runs([(12, 4), (0, 2)])
+    ids.check()
+    assert ids.free == 6
+    ids.give_runs([(8, 4)])  # joins the run that ends at the capacity
+    assert ids.take_runs(10) == [(0, 2), (8, 8)] and ids.free == 0
     ids.check()
