@@ -47,8 +47,7 @@ class SteadyRows:
     slice's fields in a plain loop: the interpreter's specialised slot reads cost less
     than ``operator.attrgetter`` (a generic attribute lookup each)."""
 
-    __slots__ = ("rows", "caps", "prepared", "pool", "takes", "zeros", "missed", "_rids",
-                 "_slots")
+    __slots__ = ("rows", "caps", "prepared", "pool", "takes", "zeros", "missed")
 
     def __init__(self, rows: list[RequestRow], caps: list[int],
                  prepared: tuple[PreparedSlice, ...], pool: PagePool) -> None:
@@ -56,20 +55,6 @@ class SteadyRows:
         self.pool, self.takes = pool, pool.takes
         self.zeros = [0] * len(rows)  # the new pages of a plan that needs none (shared)
         self.missed: tuple[RequestSlice, ...] = ()  # the slices that last failed to match
-        self._rids: set[int] | None = None  # (rids, slots: built when first asked)
-        self._slots: set[int] | None = None
-
-    def rids(self) -> set[int]:
-        """The rows' request ids (distinct: a placed plan's slices have distinct rids)."""
-        if self._rids is None:
-            self._rids = {row.rid for row in self.rows}
-        return self._rids
-
-    def slots(self) -> set[int]:
-        """The rows' slot ids: those of the handles that matched slices hold."""
-        if self._slots is None:
-            self._slots = {row.handle.slot_id for row in self.rows}
-        return self._slots
 
     def current(self) -> bool:
         """No device FULL page was placed since: the rows hold what ``caps`` says."""
@@ -90,12 +75,15 @@ class SteadyRows:
         add = contexts.append
         full = False  # some context reached its row's last page
         for s, row, cap in zip(slices, rows, self.caps, strict=False):  # the first m
-            c = s.context_tokens
             if (s.request is not row.handle or s.rid != row.rid or s.phase is not _DECODE
-                    or s.new_tokens != 1 or s.attach or s.loads or c > cap):
+                    or s.new_tokens != 1 or s.attach or s.loads):
                 self.missed = slices  # (prepare_batch may ask twice: once is enough)
                 return None
-            if c == cap:
+            c = s.context_tokens
+            if c >= cap:  # (one comparison for the usual c < cap)
+                if c > cap:
+                    self.missed = slices
+                    return None
                 full = True
             add(c)
         return contexts, list(map(eq, contexts, self.caps)) if full else self.zeros

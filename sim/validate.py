@@ -98,10 +98,7 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Checked:
         slice_rows: list[RequestRow | None] = sd.rows  # type: ignore[union-attr,assignment]
         firsts = 0
         if len(new) < len(slices):  # requests that joined: checked one by one
-            # the matched rids are the rows' (distinct); _check_slices finds a rid the
-            # joined slices repeat, and names the slice the whole plan's check names
-            rids = sd.rids()  # type: ignore[union-attr]
-            if any([s.rid in rids for s in slices[len(new):]]):
+            if len({s.rid for s in slices}) != len(slices):
                 matched = None  # the general check names the slice
             else:
                 more_rows, more_new, firsts = _check_slices(rt, slices[len(new):],
@@ -121,16 +118,19 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Checked:
                              f"{st.src.num_pages} pages")
     if (plan.stores or plan.prefetches) and rt.l3 is None:
         raise ValueError("store/prefetch intents need an L3 (SimRuntime(l3=...))")
-    for ext in plan.frees:
-        check_generation(ext, rt.runtime_id, rt.generation, "freed extent")
+    rt_id, gen = rt.runtime_id, rt.generation
+    for ext in plan.frees:  # (check_generation's test in line: it raises the message)
+        if ext.generation != gen or ext.runtime_id != rt_id:
+            check_generation(ext, rt_id, gen, "freed extent")
     released: Released = {}
     if plan.releases:
         slots = {rel.request.slot_id for rel in plan.releases}
         if len(slots) != len(plan.releases):
             raise ValueError(f"batch {plan.batch_id} releases a request twice")
-        # a matched slice names its row's very handle: the rows' slots stand for theirs
+        # a matched slice names its row's very handle, and the rows are open: a release
+        # of a row they list is one of a matched slice's request (found by identity)
         later = plan.slices if sd is None else plan.slices[len(sd.rows):]
-        if (sd is not None and not slots.isdisjoint(sd.slots())) or any(
+        if (sd is not None and any([rt.rows.get(slot) in sd.rows for slot in slots])) or any(
                 [s.request is not None and s.request.slot_id in slots for s in later]):
             raise ValueError(f"batch {plan.batch_id} both releases and continues a request")
         for rel in plan.releases:
@@ -144,6 +144,7 @@ def _check_slices(rt: SimRuntime, slices: tuple[RequestSlice, ...], batch_id: in
     """:func:`check_plan`'s checks of ``slices``, one by one: (each slice's open row or
     None, its new pages, how many are first slices)."""
     rows, page = rt.rows, rt.page_size
+    rt_id, gen = rt.runtime_id, rt.generation
     slice_rows: list[RequestRow | None] = []
     new: list[int] = []
     add_row, add_new = slice_rows.append, new.append
@@ -177,13 +178,15 @@ def _check_slices(rt: SimRuntime, slices: tuple[RequestSlice, ...], batch_id: in
             if ext.pool is not _FULL and not rt.state_active:
                 raise ValueError(f"attach of request {s.rid}: pool '{ext.pool}' is not kept "
                                  "by this runtime")
+        held = sum([e.num_pages for e in s.attach if e.pool is _FULL])
         for load in s.loads:
-            if not _current(rt, load.src, _HOST):
-                check_ext(rt, load.src, _HOST, f"load of request {s.rid}")
+            src = load.src
+            if src.tier is not _HOST or src.generation != gen or src.runtime_id != rt_id:
+                check_ext(rt, src, _HOST, f"load of request {s.rid}")  # raises
+            if src.pool is _FULL:
+                held += src.num_pages
         slice_rows.append(None)
-        new.append(new_pages(rt, s, sum(
-            e.num_pages for e in s.attach if e.pool is _FULL) + sum(
-            ld.src.num_pages for ld in s.loads if ld.src.pool is _FULL)))
+        new.append(new_pages(rt, s, held))
     return slice_rows, new, firsts
 
 
@@ -252,9 +255,10 @@ def _check_frees(rt: SimRuntime, plan: BatchPlan, released: Released) -> Freed:
     :func:`_explain_frees`, which names the culprit (and raises in the same order)."""
     frees: Freed = {}
     for e in plan.frees:
-        runs = frees.get((e.tier, e.pool))
+        key = (e.tier, e.pool)
+        runs = frees.get(key)
         if runs is None:
-            runs = frees[(e.tier, e.pool)] = []
+            runs = frees[key] = []
         runs += e.runs()
     if plan.backups or plan.stores:
         _explain_frees(rt, plan, released)

@@ -310,3 +310,17 @@ def test_a_joined_slices_loads_count_beside_matched_rows(env, profile, model) ->
         rt.prepare_batch(BatchPlan(3, slices=(*head, first)))
     h = rt.prepare_batch(BatchPlan(3, slices=(*head, replace(first, new_tokens=PAGE))))
     assert [s.kv.num_pages for s in h.slices] == [2, 1, 5]
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_a_release_of_any_listed_row_drops_the_rows(env, profile, model, which) -> None:
+    """Whichever remembered row a release closes (the first or the last one), the rows
+    are dropped, and a plan that still lists it is refused as the general check does."""
+    rt, one, two = _steady_pair(env, profile, model)
+    gone = (one, two)[which]
+    rt.execute_batch(rt.prepare_batch(BatchPlan(-1, releases=(Release(gone),))))
+    env.run()
+    assert rt.steady is None
+    with pytest.raises(StaleHandleError, match=f"request slot {gone.slot_id} is not open"):
+        rt.prepare_batch(BatchPlan(3, slices=(decode_slice(1, PAGE + 3, one, False),
+                                              decode_slice(2, 6, two, False))))
