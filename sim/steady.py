@@ -75,15 +75,12 @@ class SteadyRows:
         add = contexts.append
         full = False  # some context reached its row's last page
         for s, row, cap in zip(slices, rows, self.caps, strict=False):  # the first m
+            c = s.context_tokens
             if (s.request is not row.handle or s.rid != row.rid or s.phase is not _DECODE
-                    or s.new_tokens != 1 or s.attach or s.loads):
+                    or s.new_tokens != 1 or s.attach or s.loads or c > cap):
                 self.missed = slices  # (prepare_batch may ask twice: once is enough)
                 return None
-            c = s.context_tokens
-            if c >= cap:  # (one comparison for the usual c < cap)
-                if c > cap:
-                    self.missed = slices
-                    return None
+            if c == cap:
                 full = True
             add(c)
         return contexts, list(map(eq, contexts, self.caps)) if full else self.zeros

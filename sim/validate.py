@@ -118,10 +118,8 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Checked:
                              f"{st.src.num_pages} pages")
     if (plan.stores or plan.prefetches) and rt.l3 is None:
         raise ValueError("store/prefetch intents need an L3 (SimRuntime(l3=...))")
-    rt_id, gen = rt.runtime_id, rt.generation
-    for ext in plan.frees:  # (check_generation's test in line: it raises the message)
-        if ext.generation != gen or ext.runtime_id != rt_id:
-            check_generation(ext, rt_id, gen, "freed extent")
+    for ext in plan.frees:
+        check_generation(ext, rt.runtime_id, rt.generation, "freed extent")
     released: Released = {}
     if plan.releases:
         slots = {rel.request.slot_id for rel in plan.releases}
@@ -144,7 +142,6 @@ def _check_slices(rt: SimRuntime, slices: tuple[RequestSlice, ...], batch_id: in
     """:func:`check_plan`'s checks of ``slices``, one by one: (each slice's open row or
     None, its new pages, how many are first slices)."""
     rows, page = rt.rows, rt.page_size
-    rt_id, gen = rt.runtime_id, rt.generation
     slice_rows: list[RequestRow | None] = []
     new: list[int] = []
     add_row, add_new = slice_rows.append, new.append
@@ -178,15 +175,13 @@ def _check_slices(rt: SimRuntime, slices: tuple[RequestSlice, ...], batch_id: in
             if ext.pool is not _FULL and not rt.state_active:
                 raise ValueError(f"attach of request {s.rid}: pool '{ext.pool}' is not kept "
                                  "by this runtime")
-        held = sum([e.num_pages for e in s.attach if e.pool is _FULL])
         for load in s.loads:
-            src = load.src
-            if src.tier is not _HOST or src.generation != gen or src.runtime_id != rt_id:
-                check_ext(rt, src, _HOST, f"load of request {s.rid}")  # raises
-            if src.pool is _FULL:
-                held += src.num_pages
+            if not _current(rt, load.src, _HOST):
+                check_ext(rt, load.src, _HOST, f"load of request {s.rid}")
         slice_rows.append(None)
-        new.append(new_pages(rt, s, held))
+        new.append(new_pages(rt, s, sum(
+            e.num_pages for e in s.attach if e.pool is _FULL) + sum(
+            ld.src.num_pages for ld in s.loads if ld.src.pool is _FULL)))
     return slice_rows, new, firsts
 
 
