@@ -82,25 +82,30 @@ class BatchState:
 
 class BatchShapes(Mapping[int, dict[str, int]]):
     """Batch id -> what the batch computed (``requests``, ``tokens``, ``context_tokens``,
-    ``load_bytes``). A folded decode run (sim.fold) is stored as one segment and read
+    ``load_bytes``). A prepared batch is kept as one tuple of those four (:attr:`rows`,
+    read as a dict); a folded decode run (sim.fold) is stored as one segment and read
     as its batches: batch ``first + k`` holds ``requests`` decode tokens at
     ``context_tokens + k * requests`` in all."""
 
+    KEYS = ("requests", "tokens", "context_tokens", "load_bytes")
+
     def __init__(self) -> None:
-        self._rows: dict[int, dict[str, int]] = {}
+        # batch id -> (requests, tokens, context_tokens, load_bytes): SimRuntime writes it
+        self.rows: dict[int, tuple[int, int, int, int]] = {}
         self._runs: dict[int, tuple[int, int, int]] = {}  # first id -> (n, requests, ctx)
 
-    def __setitem__(self, batch_id: int, shape: dict[str, int]) -> None:
-        self._rows[batch_id] = shape
+    def __setitem__(self, batch_id: int, shape: Mapping[str, int]) -> None:
+        self.rows[batch_id] = (shape["requests"], shape["tokens"], shape["context_tokens"],
+                               shape["load_bytes"])
 
     def add_decode_run(self, first: int, n: int, requests: int, context_tokens: int) -> None:
         """Batches ``first .. first + n - 1``: decode steps of the same requests."""
         self._runs[first] = (n, requests, context_tokens)
 
     def __getitem__(self, batch_id: int) -> dict[str, int]:
-        row = self._rows.get(batch_id)
+        row = self.rows.get(batch_id)
         if row is not None:
-            return row
+            return dict(zip(self.KEYS, row, strict=True))
         for first, (n, requests, ctx) in self._runs.items():
             if first <= batch_id < first + n:
                 return {"requests": requests, "tokens": requests,
@@ -108,7 +113,7 @@ class BatchShapes(Mapping[int, dict[str, int]]):
         raise KeyError(batch_id)
 
     def __iter__(self) -> Iterator[int]:
-        ids = set(self._rows)
+        ids = set(self.rows)
         for first, (n, _, _) in self._runs.items():
             ids.update(range(first, first + n))
         return iter(sorted(ids))

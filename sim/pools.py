@@ -48,7 +48,7 @@ class PagePool:
     def allocate_runs(self, n: int) -> list[Run]:
         """:meth:`allocate`'s pages as runs ``(start, length)`` in hand-out order,
         coalesced (:meth:`PageIds.take_runs`)."""
-        if n > self.free_count:
+        if n > self._ids.free:
             raise CapacityError(
                 f"{self.tier.value} pool '{self.pool}': {n} pages requested, "
                 f"{self.free_count} of {self.size} free (allocation not accounted for)")

@@ -57,11 +57,17 @@ class RequestRow:
         order (adjacent ones possibly apart: an allocation's)."""
         if not own and runs:
             self._borrow()
-        n = 0
-        join = self._join
+        held, n = self.runs, 0
+        last = held[-1] if held else None
+        # each run joined to the last one if it continues it (``runs`` stays
+        # coalesce(pages)); an allocation's runs are pool pages: valid
         for s, k in runs:
-            join(s, k)
             n += k
+            if last is not None and last.first_page + last.page_count == s:
+                last = held[-1] = page_run(last.first_page, last.page_count + k)
+            else:
+                last = page_run(s, k)
+                held.append(last)
         if n:
             self.size += n
             if own:
@@ -73,26 +79,22 @@ class RequestRow:
         rows, without re-deriving the runs ``ext`` already has page by page."""
         if not ext.page_runs:
             return
-        self._borrow()
-        n = 0
-        join = self._join
+        if self.owned:
+            self._borrow()  # raises
+        runs, n = self.runs, 0
+        last = runs[-1] if runs else None
+        # each run joined to the last one if it continues it, else kept as it is (an
+        # extent's runs are frozen values: shared, not copied)
         for r in ext.page_runs:
             k = r.page_count
-            join(r.first_page, k, r)
             n += k
+            if last is not None and last.first_page + last.page_count == r.first_page:
+                last = runs[-1] = page_run(last.first_page, last.page_count + k)
+            else:
+                runs.append(r)
+                last = r
         self.size += n
         self._extent = None
-
-    def _join(self, start: int, n: int, run: PageRun | None = None) -> None:
-        """Add the run ``start, n`` (of pool pages: valid) to ``runs``, joined to the last
-        one if it continues it (so ``runs`` stays coalesce(pages)); ``run``: that run as a
-        value already (an extent's, frozen: kept, not copied, when it stands alone)."""
-        runs = self.runs
-        last = runs[-1] if runs else None
-        if last is not None and last.first_page + last.page_count == start:
-            runs[-1] = page_run(last.first_page, last.page_count + n)
-        else:
-            runs.append(run if run is not None else page_run(start, n))
 
     def _borrow(self) -> None:
         if self.owned:

@@ -125,6 +125,7 @@ class SimRuntime:
         self.host_lane = HostLane(env, self.profile, self.cost, self.timeline, self.fluid)
         self.streams["cpu"] = self.host_lane.stream
         self.batch_shapes = BatchShapes()
+        self._shapes = self.batch_shapes.rows  # (_record_shape)
         self.layer_bytes = self._layer_bytes(set(device_pages) | set(host_pages))
         self.bytes_per_page = {p: sum(b) for p, b in self.layer_bytes.items()}
         self.layers_touched = {p: sum(1 for x in b if x) for p, b in self.layer_bytes.items()}
@@ -179,6 +180,10 @@ class SimRuntime:
         self.rows: dict[int, RequestRow] = {}
         self.state = StateKeeper(self.device, self.runtime_id, self.generation, self.page_size,
                                  self.swa_window, self.mamba, self.state_copy_s)
+        # read once a plan or more (hot): the L1 FULL pool, and whether state pools are
+        # kept (StateKeeper.active, fixed for its life: the runtime's window and mamba)
+        self.full = self.device[_FULL]
+        self.state_active = self.state.active
         self._next_slot = 0
         # the rows of the last placed all-decode plan, for the next plan to match
         # (sim.steady); dropped by any release (and here: every row is new)
@@ -209,6 +214,7 @@ class SimRuntime:
         st = BatchState(plan, None, self.generation)  # type: ignore[arg-type]
         st.finished = tuple([s.rid for s in plan.slices if s.finishes])
         loads: list[Load] = []
+        h2d = self.bytes_accounted["h2d"]  # each load adds its pages' bytes to it
         slices = self._place_slices(plan, checked, st, loads)
         if loads:
             st.load_groups = self._load_groups(loads)
@@ -230,7 +236,8 @@ class SimRuntime:
                 waits = self._pending[pool] = PendingPages()
             waits.add(runs, pending.done)
             self.bytes_accounted["d2h"] += n * self.bytes_per_page[pool]
-        self._record_shape(st)
+        # the loads' bytes: what their groups hold, summed layer by layer (integers)
+        self._record_shape(st, self.bytes_accounted["h2d"] - h2d if loads else 0)
         for pf in plan.prefetches:
             reserved = self.host[_FULL].allocate_runs(pf.max_pages)
             detached.start(self.env, ops.prefetch_op(self, pf, reserved, self.generation))
@@ -260,7 +267,7 @@ class SimRuntime:
         st.finished = tuple([s.rid for s in slices if s.finishes])
         self.steady = steady.without_finished(sd, slices, st.finished)  # type: ignore[arg-type]
         self.host_lane.prepare(st, len(slices), (), admits=False)
-        self._record_shape(st)
+        self._record_shape(st, 0)
         st.handle = build_handle(self.runtime_id, self.generation, plan.batch_id, prepared, ())
         self._prepared[plan.batch_id] = st
         return st.handle
@@ -404,7 +411,7 @@ class SimRuntime:
                 if ext.pool is _FULL:
                     row.append_extent(ext)
             landed: list[CacheExtentRef] = []
-            if self.state.active:  # hybrid: the attach's L2 state pieces are loaded back
+            if self.state_active:  # hybrid: the attach's L2 state pieces are loaded back
                 attach, copies, landed = state_loads(
                     s.attach, lambda pool, n: self.device[pool].allocate(n), self.runtime_id,
                     self.generation)
@@ -427,10 +434,10 @@ class SimRuntime:
             if pool is _FULL:
                 row.append_extent(ext)
             self.bytes_accounted["h2d"] += n * self.bytes_per_page[pool]
-        runs = self.device[_FULL].allocate_runs(validate.new_pages(self, s, row.size))
+        runs = self.full.allocate_runs(validate.new_pages(self, s, row.size))
         row.append_runs(runs, own=True)
         state: tuple[CacheExtentRef, ...] = ()
-        if self.state.active:
+        if self.state_active:
             state, seconds = self.state.advance(row.handle.slot_id, s, row.size,
                                                 pages_of(runs))
             st.extra_s += seconds
@@ -467,17 +474,17 @@ class SimRuntime:
             head_sd = None
             prepared = self._place_each(slices, checked.rows, checked.new, st, loads)
         self.steady = (steady.after_prepare(last, head_sd, plan, checked, prepared,
-                                            st.finished, self.device[_FULL],
+                                            st.finished, self.full,
                                             self.page_size)
-                       if not self.state.active else None)
+                       if not self.state_active else None)
         return prepared
 
     def _place_each(self, slices: tuple[RequestSlice, ...], rows: list[RequestRow | None],
                     news: list[int], st: BatchState, loads: list[Load]
                     ) -> tuple[PreparedSlice, ...]:
         """:meth:`_place_slices` slice by slice (``rows``, ``news``: the check's)."""
-        short = not self.state.active
-        allocate = self.device[_FULL].allocate_runs
+        short = not self.state_active
+        allocate = self.full.allocate_runs
         prefills, decodes, decode = st.prefills, st.decodes, Phase.DECODE
         out = []
         for s, row, new in zip(slices, rows, news, strict=True):
@@ -499,7 +506,8 @@ class SimRuntime:
                host: list[Run]) -> int:
         """Copy calls of one op moving ``pages`` pages, runs ``src`` -> ``dst``, over
         ``layers`` (sim.host); ``host`` is whichever of the two lives in L2."""
-        touched = sum(1 for i in layers if self.layer_bytes[pool][i])
+        touched = (self.layers_touched[pool] if len(layers) == self.model.num_layers
+                   else sum(1 for i in layers if self.layer_bytes[pool][i]))  # all: counted
         return self._calls_touching(pool, pages, src, dst, host, touched)
 
     def _calls_touching(self, pool: Kind, pages: int, src: list[Run], dst: list[Run],
@@ -574,21 +582,27 @@ class SimRuntime:
         st.loads_done = st.layer_events[-1]  # the h2d stream completes layers in order
         self.streams["h2d"].submit(lambda: ops.load_op(self, st))
 
-    def _record_shape(self, st: BatchState) -> None:
+    def _record_shape(self, st: BatchState, load_bytes: int) -> None:
+        """:attr:`batch_shapes` of ``st``: its requests, tokens, context tokens and
+        ``load_bytes`` (integer sums: any order gives the same)."""
         pre, dec = st.prefills, st.decodes
-        self.batch_shapes[st.plan.batch_id] = {
-            "requests": len(pre) + len(dec),
-            "tokens": sum(n for n, _ in pre) + len(dec) if pre else len(dec),
-            "context_tokens": sum(c for _, c in pre) + sum(dec) if pre else sum(dec),
-            "load_bytes": sum(g.nbytes for g in st.load_groups) if st.load_groups else 0}
+        n = len(dec)
+        if pre:
+            tokens, context = n, sum(dec)
+            for new, ctx in pre:
+                tokens += new
+                context += ctx
+            self._shapes[st.plan.batch_id] = (len(pre) + n, tokens, context, load_bytes)
+        else:
+            self._shapes[st.plan.batch_id] = (n, n, sum(dec), load_bytes)
 
     def _release(self, rel: Release, freed: list[tuple[int, int]]) -> None:
         """Close the row; ``freed``: the runs of its own pages the tree did not keep."""
         row = self.rows.pop(rel.request.slot_id)
         if self.steady is not None and row in self.steady.rows:  # (identity: no __eq__)
             self.steady = None  # it lists a closed row
-        self.device[_FULL].free_runs(freed, checked=True)  # check_plan's runs
-        if self.state.active:
+        self.full.free_runs(freed, checked=True)  # check_plan's runs
+        if self.state_active:
             self.state.release(rel.request.slot_id, rel.kept())
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid

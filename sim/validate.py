@@ -14,6 +14,7 @@ pages the cache took), frees the rest of its own runs: no per-page check is need
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import TYPE_CHECKING, NamedTuple
 
 from hicache.runtime.handles import (
@@ -124,7 +125,11 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Checked:
         slots = {rel.request.slot_id for rel in plan.releases}
         if len(slots) != len(plan.releases):
             raise ValueError(f"batch {plan.batch_id} releases a request twice")
-        if any(s.request is not None and s.request.slot_id in slots for s in plan.slices):
+        # a matched slice names its row's very handle, and the rows are open: a release
+        # of a row they list is one of a matched slice's request (found by identity)
+        later = plan.slices if sd is None else plan.slices[len(sd.rows):]
+        if (sd is not None and any([rt.rows.get(slot) in sd.rows for slot in slots])) or any(
+                [s.request is not None and s.request.slot_id in slots for s in later]):
             raise ValueError(f"batch {plan.batch_id} both releases and continues a request")
         for rel in plan.releases:
             released[rel.request.slot_id] = _check_release(rt, rel)
@@ -167,7 +172,7 @@ def _check_slices(rt: SimRuntime, slices: tuple[RequestSlice, ...], batch_id: in
             tier = _HOST if ext.tier is _HOST and ext.pool is not _FULL else _DEVICE
             if not _current(rt, ext, tier):
                 check_ext(rt, ext, tier, f"attach of request {s.rid}")
-            if ext.pool is not _FULL and not rt.state.active:
+            if ext.pool is not _FULL and not rt.state_active:
                 raise ValueError(f"attach of request {s.rid}: pool '{ext.pool}' is not kept "
                                  "by this runtime")
         for load in s.loads:
@@ -245,9 +250,10 @@ def _check_frees(rt: SimRuntime, plan: BatchPlan, released: Released) -> Freed:
     :func:`_explain_frees`, which names the culprit (and raises in the same order)."""
     frees: Freed = {}
     for e in plan.frees:
-        runs = frees.get((e.tier, e.pool))
+        key = (e.tier, e.pool)
+        runs = frees.get(key)
         if runs is None:
-            runs = frees[(e.tier, e.pool)] = []
+            runs = frees[key] = []
         runs += e.runs()
     if plan.backups or plan.stores:
         _explain_frees(rt, plan, released)
@@ -335,20 +341,24 @@ def new_pages(rt: SimRuntime, s: RequestSlice, existing: int) -> int:
 
 
 def check_capacity(rt: SimRuntime, plan: BatchPlan, checked: Checked) -> None:
-    state = rt.state.active
+    state = rt.state_active
     if not (state or checked.firsts or plan.backups or plan.prefetches):
         # later slices only, no copy into L2: they allocate new FULL pages alone, and the
         # plan's frees and releases return pages first (counted only when the pool's free
         # pages fall short: the check below, for that one pool)
         n = sum(checked.new)
-        if n and n > rt.device[_FULL].free_count:
+        if n and n > rt.full.free_count:
             _short_full(rt, plan, checked, n)
         return
     need_device: dict[Kind, int] = {_FULL: sum(checked.new)}
     need_host: dict[Kind, int] = {}
     released = checked.released
-    # without state pools only first slices need more than their new FULL pages
-    for s, row, new in (zip(plan.slices, checked.rows, checked.new, strict=True)
+    # without state pools only first slices need more than their new FULL pages, and
+    # the slices a steady match took are later ones (none of them with state pools)
+    h = len(checked.contexts) if checked.contexts is not None else 0
+    slices = plan.slices if not h else plan.slices[h:]
+    for s, row, new in (zip(slices, checked.rows[h:] if h else checked.rows,
+                            checked.new[h:] if h else checked.new, strict=True)
                         if state or checked.firsts else ()):
         if state:
             for pool, n in rt.state.needs(s, new).items():
@@ -366,10 +376,11 @@ def check_capacity(rt: SimRuntime, plan: BatchPlan, checked: Checked) -> None:
         need_host[_FULL] = need_host.get(_FULL, 0) + pf.max_pages
     back: dict[tuple[Tier, Kind], int] = {}  # what the frees and releases return first
     for ext in plan.frees:
-        back[(ext.tier, ext.pool)] = back.get((ext.tier, ext.pool), 0) + ext.num_pages
+        key = (ext.tier, ext.pool)
+        back[key] = back.get(key, 0) + ext.num_pages
     for rel in plan.releases:
         key = (_DEVICE, _FULL)
-        back[key] = back.get(key, 0) + sum(n for _, n in released[rel.request.slot_id])
+        back[key] = back.get(key, 0) + sum(map(itemgetter(1), released[rel.request.slot_id]))
         if state:
             for pool, n in rt.state.releasable(rel.request.slot_id, rel.kept()).items():
                 back[(_DEVICE, pool)] = back.get((_DEVICE, pool), 0) + n
@@ -391,7 +402,7 @@ def _short_full(rt: SimRuntime, plan: BatchPlan, checked: Checked, n: int) -> No
                if ext.tier == _DEVICE and ext.pool == _FULL)
     for rel in plan.releases:
         back += sum(k for _, k in checked.released[rel.request.slot_id])
-    free = rt.device[_FULL].free_count + back
+    free = rt.full.free_count + back
     if n > free:
         raise CapacityError(f"batch {plan.batch_id} needs {n} {_DEVICE.value} pages of "
                             f"pool '{_FULL}', {free} free (not accounted for)")

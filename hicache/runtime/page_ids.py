@@ -11,7 +11,9 @@ freed (a replay allocator). ``order="lifo"``: the most recently freed pages firs
 fresh pages (a runtime's free list: hot pages are reused). ``order="lowest"``: the lowest
 free id first (the torch runtime's heap, and SGLang's paged allocator once it sorts its
 free list), so a fragmented pool still hands out the longest runs it can; freed runs
-wait in a heap (by start; neighbours join when taken). ``order="fresh"``: ids are names,
+wait sorted by start and coalesced (a freed run joins the free neighbours it touches
+when given, so a take reads the lowest runs off the front, each one output run: what
+it hands out depends only on which ids are free). ``order="fresh"``: ids are names,
 never reused: every take is one run of ids never handed out, a freed page counts as free
 and its id retires (a zero-time replay, whose pages are no memory: extents stay one run,
 and ids go past ``capacity``; memory grows with the pages ever handed out, a byte each).
@@ -25,7 +27,7 @@ cut into runs first). A run is ``(start, length)``.
 from __future__ import annotations
 
 import bisect
-import heapq
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Sequence
 from itertools import pairwise
@@ -113,13 +115,18 @@ class PageIds:
         self.capacity, self.order = capacity, order
         self._fresh = 0  # pages 0.._fresh-1 were handed out at least once
         self._runs: deque[list[int]] = deque()  # freed runs [start, length] (fifo, lifo)
-        self._heap: list[Run] = []  # order "lowest": freed runs (start, length), by start
-        self._n_runs = 0  # pages in _runs or _heap (fresh: freed pages, ids retired)
+        # order "lowest": the freed runs' starts, ascending, and their ends (exclusive);
+        # coalesced (a run never ends where the next starts). Both end with a sentinel
+        # run [capacity + 1, capacity + 1), past every id and every end: a start is
+        # always found before it, no run joins it, and the run before the first one
+        # (index -1) is the sentinel, which no run continues.
+        self._starts: list[int] = [capacity + 1]
+        self._ends: list[int] = [capacity + 1]
+        self._n_runs = 0  # pages in _runs or _starts (fresh: freed pages, ids retired)
         self._used = bytearray()  # of pages below _fresh: 1 = handed out
-
-    @property
-    def free(self) -> int:
-        return self.capacity - self._fresh + self._n_runs
+        # free ids: capacity - _fresh + _n_runs, kept by take_runs and give_runs (an
+        # attribute: an allocation reads it, a property would be a call each time)
+        self.free = capacity
 
     def is_used(self, page: int) -> bool:
         return 0 <= page < self._fresh and bool(self._used[page])
@@ -131,15 +138,22 @@ class PageIds:
     def take_runs(self, n: int) -> list[Run]:
         """``n`` free page ids as runs, in hand-out order, coalesced: no run continues the
         one before it (the caller checked ``n <= free``). Freed runs never do (``lowest``
-        joins neighbours as it pops them; a stack or queue joins a run given next to the
-        one it would be taken after), and fresh ids join a freed run that ends at them."""
+        keeps them coalesced; a stack or queue joins a run given next to the one it would
+        be taken after), and fresh ids join a freed run that ends at them."""
         out: list[Run] = []
         left = n
+        if self.order == "lowest":  # freed runs by start (coalesced, marked), then fresh
+            left -= self._take_lowest(out, left)
+            if left > 0:
+                start = self._fresh
+                k = self._take_fresh(out, left)
+                if k:
+                    self._used[start:start + k] = b"\x01" * k
+            self.free = self.capacity - self._fresh + self._n_runs
+            return out
         if self.order == "fresh":  # new names for all n pages, one run
             self._grow(n, out)
             left = 0
-        elif self.order == "lowest":  # freed runs by start (never adjacent), then fresh
-            left -= self._take_lowest(out, left)
         elif self.order == "fifo":
             left -= self._take_fresh(out, left)
         runs = self._runs
@@ -158,22 +172,34 @@ class PageIds:
         used = self._used
         for s, k in out:
             used[s:s + k] = b"\x01" * k
+        self.free = self.capacity - self._fresh + self._n_runs
         return out
 
     def _take_lowest(self, out: list[Run], n: int) -> int:
-        """The lowest ``n`` freed pages (or all of them), ascending; every freed page is
-        below ``_fresh``, so they come before any fresh page."""
-        heap = self._heap
-        left = n
-        while heap and left > 0:
-            s, k = heapq.heappop(heap)
-            while heap and heap[0][0] == s + k:  # a neighbour freed separately: one run
-                k += heapq.heappop(heap)[1]
-            if k > left:
-                heapq.heappush(heap, (s + left, k - left))
-                k = left
+        """The lowest ``n`` freed pages (or all of them), ascending, marked used; every
+        freed page is below ``_fresh``, so they come before any fresh page. The freed
+        runs are coalesced, so each one taken is one run of ``out`` (the last one maybe
+        cut)."""
+        starts, ends, used = self._starts, self._ends, self._used
+        left, i, m = n, 0, len(starts) - 1  # (the sentinel is not free)
+        while i < m and left:
+            s = starts[i]
+            k = ends[i] - s
+            if k > left:  # the last run taken: its front part
+                out.append((s, left))
+                used[s:s + left] = b"\x01" * left
+                starts[i] = s + left
+                left = 0
+                break
             out.append((s, k))
+            if k == 1:
+                used[s] = 1
+            else:
+                used[s:s + k] = b"\x01" * k
             left -= k
+            i += 1
+        if i:
+            del starts[:i], ends[:i]
         self._n_runs -= n - left
         return n - left
 
@@ -246,18 +272,40 @@ class PageIds:
             raise ValueError(f"page {p} is not handed out")
         used, stack = self._used, self._runs
         total = 0
-        lowest = self.order == "lowest"  # one pass: unmark each run and push it, in order
-        heap, push = self._heap, heapq.heappush
+        if self.order == "lowest":  # one pass: unmark each run and join it in, in order
+            starts, ends = self._starts, self._ends
+            for s, n in runs:
+                if n == 1:
+                    used[s] = 0
+                elif n:
+                    used[s:s + n] = bytes(n)
+                else:
+                    continue  # no page
+                total += n
+                i = bisect_left(starts, s)  # at most the sentinel's index
+                e = s + n
+                if ends[i - 1] == s:  # joins the run below (index -1: the sentinel)
+                    if starts[i] == e:  # and the one above
+                        ends[i - 1] = ends[i]
+                        del starts[i], ends[i]
+                    else:
+                        ends[i - 1] = e
+                elif starts[i] == e:  # joins the run above
+                    starts[i] = s
+                else:
+                    starts.insert(i, s)
+                    ends.insert(i, e)
+            self._n_runs += total
+            self.free += total
+            return
         for s, n in runs:
             if n == 1:
                 used[s] = 0
             else:
                 used[s:s + n] = bytes(n)
             total += n
-            if lowest:
-                push(heap, (s, n))
-        if lowest or self.order == "fresh":
-            pass  # lowest: pushed above; fresh: retired, counted free, never handed out again
+        if self.order == "fresh":
+            pass  # retired, counted free, never handed out again
         elif self.order == "fifo":
             for s, n in runs:
                 last = stack[-1] if stack else None
@@ -274,13 +322,22 @@ class PageIds:
                 else:
                     stack.append([s, n])
         self._n_runs += total
+        self.free += total
 
     def check(self) -> None:
         """Raise AssertionError when the free runs and the used map disagree: a freed page
         still marked used, a page free twice or beyond the fresh mark, or counts that do
         not add up (O(pages ever handed out): for tests and soak runs)."""
         free: set[int] = set()
-        for start, length in [*self._runs, *self._heap]:
+        if self._starts[-1] != self.capacity + 1 or self._ends[-1] != self.capacity + 1:
+            raise AssertionError("the free runs' sentinel is gone")
+        bounds = list(zip(self._starts[:-1], self._ends[:-1], strict=True))
+        for (s0, e0), (s1, _) in pairwise(bounds):
+            if s1 <= e0:
+                raise AssertionError(f"free runs at pages {s0} and {s1} are not sorted, "
+                                     "apart and coalesced")
+        lowest = [(s, e - s) for s, e in bounds]
+        for start, length in [*self._runs, *lowest]:
             if length <= 0:
                 raise AssertionError(f"an empty free run at page {start}")
             for p in range(start, start + length):
@@ -289,6 +346,9 @@ class PageIds:
                                          f"never handed out")
                 free.add(p)
         used = sum(self._used[:self._fresh])
+        if self.free != self.capacity - self._fresh + self._n_runs:
+            raise AssertionError(f"free count {self.free} != {self.capacity} - "
+                                 f"{self._fresh} handed out + {self._n_runs} freed")
         listed = self._n_runs if self.order == "fresh" else len(free)  # fresh lists none
         if listed != self._n_runs or used + self._n_runs != self._fresh:
             raise AssertionError(f"{used} used + {self._n_runs} free != {self._fresh} handed out "

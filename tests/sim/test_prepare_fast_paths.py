@@ -270,3 +270,26 @@ def test_execute_checks_a_handle_that_is_not_the_one_prepare_returned(env, profi
         rt.execute_batch(h)
     env.run()
     assert [c.batch_id for c in rt.poll()] == [1]
+
+
+@pytest.mark.parametrize("layerwise", [True, False])
+def test_a_batchs_load_bytes_are_its_load_groups_bytes(env, profile, model,
+                                                       layerwise) -> None:
+    """The shape's ``load_bytes`` (the bytes the prepare accounted for its loads) are
+    what its load groups hold, summed over the layers, for two loads in one batch; a
+    batch without loads records none."""
+    rt = make_runtime(env, profile, model, layerwise=layerwise)
+    one = host_copy_of_prefill(rt, env, rid=1, tokens=3 * PAGE, batch_id=0)
+    two = host_copy_of_prefill(rt, env, rid=2, tokens=2 * PAGE, batch_id=1)
+    h2d = rt.bytes_accounted["h2d"]
+    rt.prepare_batch(BatchPlan(2, slices=(
+        RequestSlice(3, Phase.PREFILL, 3 * PAGE, 1, loads=(LoadIntent(one),)),
+        RequestSlice(4, Phase.PREFILL, 2 * PAGE, 1, loads=(LoadIntent(two),)))))
+    groups = rt._prepared[2].load_groups  # noqa: SLF001
+    assert len(groups) == (model.num_layers if layerwise else 1)
+    shape = rt.batch_shapes[2]
+    assert shape["load_bytes"] == sum(g.nbytes for g in groups) == \
+        rt.bytes_accounted["h2d"] - h2d > 0
+    assert shape == {"requests": 2, "tokens": 2, "context_tokens": 5 * PAGE,
+                     "load_bytes": shape["load_bytes"]}
+    assert rt.batch_shapes[0]["load_bytes"] == 0

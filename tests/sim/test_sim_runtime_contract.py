@@ -258,3 +258,20 @@ def test_throttled_backups_take_longer(env, profile, model) -> None:
     # the copy engine while the previous one moves: one call's fixed cost, then the bytes
     assert ends[1] == pytest.approx(1e-5 + 100_000 / 40e9 + nbytes / 1e9)
     assert ends[0] < ends[1]
+
+
+def test_a_misplaced_or_stale_load_is_rejected(env, profile, model) -> None:
+    """A first slice's load must be an L2 extent of this runtime's generation: an L1
+    extent or one from before a restart is named (the load, its request), nothing placed."""
+    rt = make_runtime(env, profile, model)
+    host = host_copy_of_prefill(rt, env, rid=1, tokens=2 * PAGE, batch_id=0)
+    device = CacheExtentRef(rt.runtime_id, rt.generation, Tier.DEVICE, (PageRun(0, 2),))
+    free = rt.device[Kind.FULL].free_count
+    with pytest.raises(ValueError, match="load of request 5 must be on"):
+        rt.prepare_batch(BatchPlan(3, slices=(RequestSlice(
+            5, Phase.PREFILL, 4 * PAGE, 1, loads=(LoadIntent(host), LoadIntent(device))),)))
+    assert rt.device[Kind.FULL].free_count == free and not rt.rows
+    rt.restart()
+    with pytest.raises(StaleHandleError, match="load of request 5 has generation"):
+        rt.prepare_batch(BatchPlan(4, slices=(RequestSlice(5, Phase.PREFILL, 2 * PAGE, 1,
+                                                           loads=(LoadIntent(host),)),)))

@@ -10,12 +10,13 @@ from dataclasses import replace
 
 import pytest
 import simpy
-from simtoys import make_runtime
+from simtoys import host_copy_of_prefill, make_runtime
 
 from hicache.runtime.handles import Kind, StaleHandleError
 from hicache.runtime.interface import (
     BatchPlan,
     CapacityError,
+    LoadIntent,
     Phase,
     Release,
     RequestSlice,
@@ -277,3 +278,49 @@ def test_an_equal_handle_is_left_to_the_general_check(env, profile, model) -> No
     assert rt.steady.match(copy) is None
     h = rt.prepare_batch(BatchPlan(3, slices=copy))
     assert [s.kv.num_pages for s in h.slices] == [2, 1] and h.slices[1].request is two
+
+
+def test_joined_slices_that_repeat_a_request_fail_as_in_the_general_check(
+        env, profile, model) -> None:
+    """The rows matched, then slices that joined: a rid repeated among the joined ones,
+    or one of a matched row, is named as the slice-by-slice check names it (the first
+    slice whose rid an earlier one has), and nothing changes."""
+    rt, one, two = _steady_pair(env, profile, model)
+    used = rt.device[Kind.FULL].used_count
+    head = (decode_slice(1, PAGE + 3, one, False), decode_slice(2, 6, two, False))
+    new = RequestSlice(3, Phase.PREFILL, 0, 5)
+    for tail, rid in (((new, RequestSlice(4, Phase.PREFILL, 0, 5), new), 3),
+                      ((new, RequestSlice(2, Phase.PREFILL, 0, 5), new), 2)):
+        with pytest.raises(ValueError, match=f"request {rid} appears twice in batch 3"):
+            rt.prepare_batch(BatchPlan(3, slices=head + tail))
+    assert rt.device[Kind.FULL].used_count == used and len(rt.rows) == 2
+    h = rt.prepare_batch(BatchPlan(3, slices=(*head, new)))
+    assert [s.kv.num_pages for s in h.slices] == [2, 1, 1]
+
+
+def test_a_joined_slices_loads_count_beside_matched_rows(env, profile, model) -> None:
+    """The rows matched (later slices: only their new pages count); a first slice after
+    them still counts its loads, with the general check's message."""
+    rt, one, two = _steady_pair(env, profile, model, device_pages={Kind.FULL: 8})
+    host = host_copy_of_prefill(rt, env, rid=5, tokens=4 * PAGE, batch_id=9)
+    head = (decode_slice(1, PAGE + 3, one, False), decode_slice(2, 6, two, False))
+    first = RequestSlice(3, Phase.PREFILL, 4 * PAGE, 2 * PAGE, loads=(LoadIntent(host),))
+    assert rt.steady.match((*head, first)) is not None
+    with pytest.raises(CapacityError, match="needs 6 L1 pages of pool 'full', 5 free"):
+        rt.prepare_batch(BatchPlan(3, slices=(*head, first)))
+    h = rt.prepare_batch(BatchPlan(3, slices=(*head, replace(first, new_tokens=PAGE))))
+    assert [s.kv.num_pages for s in h.slices] == [2, 1, 5]
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_a_release_of_any_listed_row_drops_the_rows(env, profile, model, which) -> None:
+    """Whichever remembered row a release closes (the first or the last one), the rows
+    are dropped, and a plan that still lists it is refused as the general check does."""
+    rt, one, two = _steady_pair(env, profile, model)
+    gone = (one, two)[which]
+    rt.execute_batch(rt.prepare_batch(BatchPlan(-1, releases=(Release(gone),))))
+    env.run()
+    assert rt.steady is None
+    with pytest.raises(StaleHandleError, match=f"request slot {gone.slot_id} is not open"):
+        rt.prepare_batch(BatchPlan(3, slices=(decode_slice(1, PAGE + 3, one, False),
+                                              decode_slice(2, 6, two, False))))
