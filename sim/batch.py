@@ -58,6 +58,36 @@ class LoadGroup:
     calls: int
 
 
+# what a chain's steps read of a batch's load groups (group_steps): per group, the
+# kernel's work and the landing's (row layer, int bytes, bytes, layers landed, next group);
+# and the last group with bytes
+GroupSteps = tuple[list[float], list[tuple[int, int, int, int, int]], int]
+
+
+def group_steps(groups: Sequence[LoadGroup]) -> GroupSteps:
+    """What a chain's steps read of its groups, per group g: its kernel's work
+    (``float(nbytes)``) and its landing's (the layer of its rows or -1, ``int(nbytes)``,
+    ``nbytes``, the layers landed then and the next group: the groups without bytes
+    after g land with it); and the last group with bytes (-1: none). The runtime computes
+    it once per shared tuple of groups (``SimRuntime._load_groups``: ``load_steps``)."""
+    n = len(groups)
+    work: list[float] = []
+    lands: list[tuple[int, int, int, int, int]] = []
+    last = -1
+    for g, group in enumerate(groups):
+        nbytes, layers = group.nbytes, group.layers
+        if nbytes:
+            last = g
+        nxt, count = g + 1, layers.stop
+        while nxt < n and not groups[nxt].nbytes:
+            count = groups[nxt].layers.stop
+            nxt += 1
+        work.append(float(nbytes))
+        lands.append((layers.start if len(layers) == 1 else -1, int(nbytes), nbytes, count,
+                      nxt))
+    return work, lands, last
+
+
 @dataclass(slots=True)
 class BatchState:
     """A prepared batch. The lists a batch without backups or loads leaves empty default
@@ -74,6 +104,7 @@ class BatchState:
     backups: Sequence[PendingBackup] = ()
     extra_s: float = 0.0  # state copies (MAMBA checkpoints, copy-on-write) added to compute
     load_groups: Sequence[LoadGroup] = ()
+    load_steps: GroupSteps | None = None  # group_steps(load_groups), shared as they are
     load_issued: Sequence[simpy.Event | None] = ()  # None: at once
     load_issue_end: Sequence[float] = ()
     launched: list[simpy.Event] | None = None

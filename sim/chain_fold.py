@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sim.compute_chain import ComputeChain
@@ -50,7 +49,6 @@ from sim.fluid import FluidJob
 from sim.streams import call_at
 
 if TYPE_CHECKING:
-    from sim.batch import LoadGroup
     from sim.fluid import FluidServer
     from sim.load_chain import LoadChain
 
@@ -186,7 +184,8 @@ class ChainFold:
         chain, cc = self.chain, self.cc
         rt, st = chain.rt, chain.st
         groups = st.load_groups
-        k_work, lands, last_load = group_steps(groups)
+        assert st.load_steps is not None  # (prepare sets both)
+        k_work, lands, last_load = st.load_steps
         own = cc is not None
         times_l = cc.times if cc is not None else ()
         landed = st.landed
@@ -549,43 +548,6 @@ class ChainFold:
             fluid._finish(final_k)
         elif final_c is not None:
             fluid._finish(final_c)
-
-
-# per tuple of load groups (immutable; the runtime shares one among batches alike, so
-# keyed by identity and held): group_steps' answer
-_STEPS: dict[int, tuple[Sequence[LoadGroup], tuple[list[float], list[tuple], int]]] = {}
-
-
-def group_steps(groups: Sequence[LoadGroup]) -> tuple[list[float], list[tuple], int]:
-    """What a chain's steps read of its groups, per group g: its kernel's work
-    (``float(nbytes)``) and its landing's (the layer of its rows or -1, ``int(nbytes)``,
-    ``nbytes``, the layers landed then and the next group: the groups without bytes
-    after g land with it); and the last group with bytes (-1: none)."""
-    hit = _STEPS.get(id(groups))
-    if hit is not None and hit[0] is groups:
-        return hit[1]
-    n = len(groups)
-    work: list[float] = []
-    lands: list[tuple] = []
-    last = -1
-    for g, group in enumerate(groups):
-        nbytes, layers = group.nbytes, group.layers
-        if nbytes:
-            last = g
-        nxt, count = g + 1, layers.stop
-        while nxt < n and not groups[nxt].nbytes:
-            count = groups[nxt].layers.stop
-            nxt += 1
-        work.append(float(nbytes))
-        lands.append((layers.start if len(layers) == 1 else -1, int(nbytes), nbytes, count,
-                      nxt))
-    steps = (work, lands, last)
-    if type(groups) is not tuple:  # (not immutable: not kept)
-        return steps
-    if len(_STEPS) >= 4096:  # a bound on a long run's distinct loads
-        _STEPS.clear()
-    _STEPS[id(groups)] = (groups, steps)
-    return steps
 
 
 def _same(a: tuple, b: tuple) -> bool:

@@ -131,7 +131,8 @@ class LoadChain:
                            nbytes=group.nbytes)
         assert st.landed is not None
         self.g += 1
-        if self.g <= chain_fold.group_steps(st.load_groups)[2]:  # a next launch
+        assert st.load_steps is not None  # (prepare sets it with load_groups)
+        if self.g <= st.load_steps[2]:  # a next launch
             rt.fluid.promise(end + rt.copies.overhead, 1.0 - rt.link.slowdown)
         st.landed.land(group.layers.stop)  # the batch's compute may go on at once
         self._next()

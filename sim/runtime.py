@@ -48,10 +48,12 @@ from sim import compute_chain, detached, ops, steady, validate
 from sim.batch import (
     BatchShapes,
     BatchState,
+    GroupSteps,
     LoadGroup,
     PendingBackup,
     build_extent,
     build_handle,
+    group_steps,
 )
 from sim.calibration import apply_copy_calibration
 from sim.compute_chain import ComputeChain
@@ -145,7 +147,8 @@ class SimRuntime:
         self._one_layer = tuple(range(i, i + 1) for i in range(self.model.num_layers))
         # layer-wise load groups by what decides them (_load_groups): batches that load
         # the same page and call counts share one tuple of (frozen) groups
-        self._groups: dict[tuple[tuple[Kind, int, int], ...], tuple[LoadGroup, ...]] = {}
+        self._groups: dict[tuple[tuple[Kind, int, int], ...],
+                           tuple[tuple[LoadGroup, ...], GroupSteps]] = {}
         # layer-wise chains fold into one event each (sim.chain_fold, sim.tail_fold);
         # what the folds did: tried, folded, interrupted, ... (instrumentation, tests)
         self.fold_layers = fold_layers
@@ -217,7 +220,7 @@ class SimRuntime:
         h2d = self.bytes_accounted["h2d"]  # each load adds its pages' bytes to it
         slices = self._place_slices(plan, checked, st, loads)
         if loads:
-            st.load_groups = self._load_groups(loads)
+            st.load_groups, st.load_steps = self._load_groups(loads)
         self.host_lane.prepare(st, len(plan.slices),
                                [g.calls if g.nbytes else 0 for g in st.load_groups]
                                if loads else (), admits=bool(st.prefills))
@@ -517,21 +520,22 @@ class SimRuntime:
                           touched == self.layers_touched[pool],
                           legacy="copy_calls" in self.profile.ablate)
 
-    def _load_groups(self, loads: list[Load]) -> tuple[LoadGroup, ...]:
+    def _load_groups(self, loads: list[Load]
+                     ) -> tuple[tuple[LoadGroup, ...], GroupSteps]:
         """One h2d op per layer (layer-wise) or one for all layers, as the torch runtime.
         A load's calls depend on the layers it touches only through their count: counted
         once per load and count, not once per layer (byte and call sums are integers: any
         order gives the same). Layer-wise groups depend only on each pool's pages and
-        one-layer calls: batches alike share one tuple (groups are frozen)."""
-        if not loads:
-            return ()
+        one-layer calls: batches alike share one tuple (groups are frozen), with what a
+        chain's steps read of it (:func:`sim.batch.group_steps`, computed once)."""
         layers = self.model.num_layers
         if not self.layerwise:
             nbytes = calls = 0
             for pool, n, src, dst in loads:
                 nbytes += self.bytes_per_page[pool] * n
                 calls += self._calls(pool, n, src, dst, range(layers), src)  # src in L2
-            return (LoadGroup(range(layers), nbytes, calls),)
+            one = (LoadGroup(range(layers), nbytes, calls),)
+            return one, group_steps(one)
         # per pool, the pages and one-layer calls of its loads, summed: a layer's bytes are
         # its per-page bytes times the pages (integers: the same as load by load)
         pages: dict[Kind, int] = {}
@@ -540,9 +544,9 @@ class SimRuntime:
             pages[pool] = pages.get(pool, 0) + n
             calls[pool] = calls.get(pool, 0) + self._calls_touching(pool, n, src, dst, src, 1)
         key = tuple([(pool, n, calls[pool]) for pool, n in pages.items()])
-        groups = self._groups.get(key)
-        if groups is not None:
-            return groups
+        shared = self._groups.get(key)
+        if shared is not None:
+            return shared
         nbytes_at, calls_at = [0] * layers, [0] * layers
         for pool, n in pages.items():
             one = calls[pool]
@@ -554,8 +558,8 @@ class SimRuntime:
         groups = tuple(map(LoadGroup, self._one_layer, nbytes_at, calls_at))
         if len(self._groups) >= 4096:  # a bound on a long run's distinct loads
             self._groups.clear()
-        self._groups[key] = groups
-        return groups
+        shared = self._groups[key] = (groups, group_steps(groups))
+        return shared
 
     def backup_calls(self, st: BatchState) -> int:
         """Copy calls of the batch's one all-layer backup op."""

@@ -276,14 +276,14 @@ def test_absorbed_changes_splice_the_old_walk(seed: int | None,
 def test_group_steps_are_the_groups_read_one_by_one(spec: list[tuple[int, int]]) -> None:
     """group_steps per group: the kernel's float work; the landing's row layer, int
     bytes, bytes, layers landed and next group (groups without bytes land with the one
-    before); the last group with bytes. Kept per tuple (the same answer), not per list."""
-    from sim.batch import LoadGroup
+    before); the last group with bytes."""
+    from sim.batch import LoadGroup, group_steps
     groups, layer = [], 0
     for nbytes, n in spec:
         groups.append(LoadGroup(range(layer, layer + n), nbytes, 1))
         layer += n
     for seq in (tuple(groups), groups):
-        work, lands, last = chain_fold.group_steps(seq)
+        work, lands, last = group_steps(seq)
         assert last == max((g for g, grp in enumerate(groups) if grp.nbytes), default=-1)
         for g, grp in enumerate(groups):
             assert work[g] == float(grp.nbytes) and type(work[g]) is float
@@ -293,7 +293,3 @@ def test_group_steps_are_the_groups_read_one_by_one(spec: list[tuple[int, int]])
             layers = grp.layers
             assert lands[g] == (layers.start if len(layers) == 1 else -1, grp.nbytes,
                                 grp.nbytes, groups[nxt - 1].layers.stop, nxt)
-        assert chain_fold.group_steps(seq)[1] == lands
-    kept = tuple(groups)
-    assert chain_fold.group_steps(kept) is chain_fold.group_steps(kept)
-    assert chain_fold.group_steps(groups) is not chain_fold.group_steps(groups)

@@ -1,7 +1,8 @@
 """``SimRuntime._load_groups`` shares one tuple of layer-wise groups among batches whose
 loads have the same pages and copy calls per pool: over any sequence of batches, each
-gets the groups computed afresh for its own loads (same bytes and calls per layer), and
-the shared groups cannot be changed."""
+gets the groups computed afresh for its own loads (same bytes and calls per layer) and
+what a chain's steps read of them (``group_steps``), and the shared groups cannot be
+changed."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from hypothesis import strategies as hs
 
 from hicache.runtime.handles import Kind
 from hicache.runtime.page_ids import runs_of
+from sim.batch import group_steps
 from tests.sim.simtoys import make_runtime, toy_model, toy_profile
 
 # a load: its source pages in L2 and the device pages it lands in (few ids: the same
@@ -40,14 +42,17 @@ def test_shared_load_groups_are_those_of_each_batch(batches):
     for spec in batches * 2:  # each batch again, once its groups are shared
         loads = _loads(spec)
         fresh._groups.clear()  # noqa: SLF001
-        assert rt._load_groups(loads) == fresh._load_groups(loads)  # noqa: SLF001
+        groups, steps = rt._load_groups(loads)  # noqa: SLF001
+        assert (groups, steps) == fresh._load_groups(loads)  # noqa: SLF001
+        assert steps == group_steps(groups)  # the steps are those of the groups shared
 
 
 def test_shared_load_groups_are_frozen():
     env = simpy.Environment()
     rt = make_runtime(env, toy_profile(), toy_model())
     loads = _loads([([1, 2, 5], [0, 1, 2, 3, 4, 5])])
-    groups = rt._load_groups(loads)  # noqa: SLF001
-    assert rt._load_groups(loads) is groups  # noqa: SLF001
+    groups, steps = rt._load_groups(loads)  # noqa: SLF001
+    again = rt._load_groups(loads)  # noqa: SLF001
+    assert again[0] is groups and again[1] is steps  # shared, computed once
     with pytest.raises(dataclasses.FrozenInstanceError):
         groups[0].nbytes = 0  # type: ignore[misc]
