@@ -51,7 +51,6 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Generator
-from functools import partial
 from operator import attrgetter
 from typing import Any, Protocol
 
@@ -90,7 +89,9 @@ PLAN_AHEAD = True
 _due = attrgetter("due")
 Allocator = Callable[[list[FluidJob]], None]
 # (job, jobs) -> the rate of ``job`` when it joining or leaving ``jobs`` changes no other
-# job's rate (a compute job on a PCIe link), else None: re-allocate them all
+# job's rate (a compute job on a PCIe link), else None: re-allocate them all. Whether it
+# is None depends on the job's kind alone: the server remembers that per kind and asks
+# only for a rate (a joining job of a kind that has one)
 SoloRate = Callable[[FluidJob, list[FluidJob]], "float | None"]
 # (job, jobs, kinds, joined) -> the rate every compute job runs at once ``job`` joined
 # (it is in ``jobs``; the hook set its rate) or left ``jobs``, when that changes no other
@@ -147,6 +148,8 @@ class FluidServer:
         # from outside first materialises it (puts them back where the unfolded run has
         # them), so every method below sees the unfolded state
         self.folded: Folded | None = None
+        self._solo_kinds: dict[str, bool] = {}  # kind -> whether ``solo`` gives it a rate
+        self._ring = self._fire  # every timer's callback (its value: the job and token)
 
     def promise(self, at: float, rate: float) -> None:
         """A job will join at ``at`` (>= now) after which every compute job runs at
@@ -182,7 +185,7 @@ class FluidServer:
                 call()
 
     def _advance(self) -> None:
-        now = self.env.now
+        now = self.env._now  # type: ignore[attr-defined]
         if self._ei < len(self._expected):
             self._catch_up(now)
         dt = now - self._last
@@ -311,9 +314,9 @@ class FluidServer:
     def _arm(self, job: FluidJob, at: float) -> None:
         """A new live timer for ``job`` firing at ``at`` (>= now); any earlier timer of
         the job goes stale (its token)."""
-        job.token += 1
+        job.token = token = job.token + 1
         job.timer_at = at
-        call_at(self.env, at, partial(self._fire, job, job.token))
+        call_at(self.env, at, self._ring, (job, token))
 
     def _planned(self, job: FluidJob, now: float, due: float) -> bool:
         """Plan the timer of a compute job (due at ``due``, its live timer later) ahead:
@@ -342,10 +345,10 @@ class FluidServer:
         floats). Never later than ``due``; ``due`` when that is unsure (a tie)."""
         solo = self._solo
         assert solo is not None
-        left = [j for j in self.jobs if j is not job]
-        others = [j for j in left if j.due < due]
+        others = [j for j in self.jobs if j.due < due]  # (not ``job``: its due is ``due``)
         if not others:
             return due
+        left = [j for j in self.jobs if j is not job]
         if len(others) > 1:
             others.sort(key=_due)
         t, rem, rate, finish = self.env.now, job.remaining, job.rate, due
@@ -369,14 +372,16 @@ class FluidServer:
                 finish = t + (rem if rem > 0.0 else 0.0) / rate
         return finish if finish <= due else due
 
-    def _fire(self, job: FluidJob, token: int, _ev: object = None) -> None:
-        """``job``'s timer set under ``token`` fired (a timeout's callback: ``_ev``)."""
+    def _fire(self, ev: simpy.Event) -> None:
+        """A timer fired (:meth:`_arm`): its value is the job and the token it was set
+        under."""
+        job, token = ev._value  # type: ignore[attr-defined]
         if token != job.token:
             return  # re-planned earlier since this timer was set
-        now = self.env.now
-        if now < job.due:  # slowed since: wait on for the finish its rate gives now
-            job.timer_at = job.due
-            call_at(self.env, job.due, partial(self._fire, job, token))
+        due = job.due
+        if self.env._now < due:  # type: ignore[attr-defined]  # slowed since: wait on
+            job.timer_at = due  # for the finish its rate gives now
+            call_at(self.env, due, self._ring, ev._value)  # type: ignore[attr-defined]
             return
         self._finish(job)
 
@@ -392,8 +397,10 @@ class FluidServer:
         self._remove(job)
         if self._solo is None:
             self._replan()
-        elif self._solo(job, self.jobs) is None:
-            self._changed(job, joined=False)
+        else:
+            has = self._solo_kinds.get(job.kind)
+            if not (has or (has is None and self._has_solo(job))):
+                self._changed(job, joined=False)  # (no solo rate: it changed others)
         if folded is not None and not folded.holds():
             folded.materialise()
         if job.then is not None:
@@ -419,16 +426,28 @@ class FluidServer:
         self._advance()
         self._add(job)
         solo = self._solo
-        rate = solo(job, self.jobs) if solo is not None else None
-        if rate is not None:
-            job.rate = rate
-            self._schedule(job)
-        elif solo is None:
+        if solo is None:
             self._replan(new=job)
-        else:
+        elif self._solo_kinds.get(job.kind) is False:
             self._changed(job, joined=True)
+        else:
+            rate = solo(job, self.jobs)
+            self._solo_kinds[job.kind] = rate is not None
+            if rate is not None:
+                job.rate = rate
+                self._schedule(job)
+            else:
+                self._changed(job, joined=True)
         if folded is not None and not folded.holds():
             folded.materialise()
+
+    def _has_solo(self, job: FluidJob) -> bool:
+        """Whether ``solo`` gives ``job``'s kind a rate (asked once per kind)."""
+        has = self._solo_kinds.get(job.kind)
+        if has is None:
+            assert self._solo is not None
+            has = self._solo_kinds[job.kind] = self._solo(job, self.jobs) is not None
+        return has
 
     def then_submit(self, job: FluidJob, then: Callable[[], None]) -> None:
         """:meth:`submit`, and call ``then()`` in the finish itself, not one event later
@@ -476,7 +495,7 @@ class FluidServer:
         token = job.token
         finish = since + max(0.0, job.work) / job.rate
         job.due = job.timer_at = max(finish, self.env.now)
-        call_at(self.env, job.due, partial(self._fire, job, token))
+        call_at(self.env, job.due, self._ring, (job, token))
         return job.done
 
     def _adopt_solo(self, job: FluidJob, since: float, rate: float, marks: list[float]
@@ -501,7 +520,7 @@ class FluidServer:
         now = self.env.now
         finish = since + max(0.0, job.work) / rate
         job.due = job.timer_at = max(finish, now)
-        call_at(self.env, job.due, partial(self._fire, job, token))
+        call_at(self.env, job.due, self._ring, (job, token))
         assert job.done is not None
         return job.done
 
