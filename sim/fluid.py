@@ -56,7 +56,7 @@ from typing import Any, Protocol
 
 import simpy
 
-from sim.streams import call_at
+from sim.streams import queue_at
 
 
 class FluidJob:
@@ -81,6 +81,17 @@ class FluidJob:
         self.then: Callable[[], None] | None = None  # called at the finish (then_submit)
         self.token = 0
         self.due = self.timer_at = math.inf  # when it finishes; when its live timer fires
+
+
+class _Timer:
+    """A job's timer in SimPy's queue (:func:`sim.streams.queue_at`): what
+    ``Environment.step`` reads of an event (``callbacks``, set None when it is processed;
+    ``_ok``), and the job and the token it was set under. Nothing else holds it."""
+
+    __slots__ = ("callbacks", "_ok", "job", "token")
+
+
+_new_timer = object.__new__
 
 
 # Timers of compute jobs planned ahead (:meth:`FluidServer._schedule`); False: one at each
@@ -149,7 +160,7 @@ class FluidServer:
         # them), so every method below sees the unfolded state
         self.folded: Folded | None = None
         self._solo_kinds: dict[str, bool] = {}  # kind -> whether ``solo`` gives it a rate
-        self._ring = self._fire  # every timer's callback (its value: the job and token)
+        self._ring = (self._fire,)  # every timer's callbacks
 
     def promise(self, at: float, rate: float) -> None:
         """A job will join at ``at`` (>= now) after which every compute job runs at
@@ -242,10 +253,15 @@ class FluidServer:
         fold's changes are expected (:meth:`expect`), compute jobs have a solo rate (and
         with ``copies`` a copy alone on its link a shift rate), and nothing listens to
         those kinds (a listener must see every join and leave)."""
-        return (self.folded is None and self._ei >= len(self._expected)
+        if not (self.folded is None and self._ei >= len(self._expected)
                 and self._marks is None and self._solo is not None
-                and (not copies or self._shift is not None)
-                and not any(kind in self._listeners for kind in kinds))
+                and (not copies or self._shift is not None)):
+            return False
+        listeners = self._listeners
+        for kind in kinds:
+            if kind in listeners:
+                return False
+        return True
 
     @property
     def last_change(self) -> float:
@@ -285,7 +301,8 @@ class FluidServer:
         and ``new``'s (already set; ``new`` is the last of :attr:`jobs`) change: every
         rate is set before any job is re-planned, and they are re-planned in job order,
         as :meth:`_replan` does (a compute job's plan reads the others' dues)."""
-        moved = [j for j in self.jobs if j.kind == "compute" and j.rate != rate]
+        moved = ([j for j in self.jobs if j.kind == "compute" and j.rate != rate]
+                 if self.kinds.get("compute") else ())
         for job in moved:
             job.rate = rate
         for job in moved:
@@ -316,7 +333,16 @@ class FluidServer:
         the job goes stale (its token)."""
         job.token = token = job.token + 1
         job.timer_at = at
-        call_at(self.env, at, self._ring, (job, token))
+        timer = _new_timer(_Timer)  # (:meth:`_timer`, in line)
+        timer.callbacks, timer._ok, timer.job, timer.token = self._ring, True, job, token
+        queue_at(self.env, at, timer)
+
+    def _timer(self, job: FluidJob, token: int, at: float) -> None:
+        """Queue a timer for ``job`` set under ``token``, firing at ``at`` (>= now) where
+        ``env.timeout(exact_delay(now, at))`` would (:meth:`_fire`)."""
+        timer = _new_timer(_Timer)
+        timer.callbacks, timer._ok, timer.job, timer.token = self._ring, True, job, token
+        queue_at(self.env, at, timer)
 
     def _planned(self, job: FluidJob, now: float, due: float) -> bool:
         """Plan the timer of a compute job (due at ``due``, its live timer later) ahead:
@@ -372,16 +398,16 @@ class FluidServer:
                 finish = t + (rem if rem > 0.0 else 0.0) / rate
         return finish if finish <= due else due
 
-    def _fire(self, ev: simpy.Event) -> None:
-        """A timer fired (:meth:`_arm`): its value is the job and the token it was set
-        under."""
-        job, token = ev._value  # type: ignore[attr-defined]
-        if token != job.token:
+    def _fire(self, timer: _Timer) -> None:
+        """``timer`` (:meth:`_timer`) fired."""
+        job = timer.job
+        if timer.token != job.token:
             return  # re-planned earlier since this timer was set
         due = job.due
         if self.env._now < due:  # type: ignore[attr-defined]  # slowed since: wait on
-            job.timer_at = due  # for the finish its rate gives now
-            call_at(self.env, due, self._ring, ev._value)  # type: ignore[attr-defined]
+            job.timer_at = due  # for the finish its rate gives now (the same timer)
+            timer.callbacks = self._ring
+            queue_at(self.env, due, timer)
             return
         self._finish(job)
 
@@ -495,7 +521,7 @@ class FluidServer:
         token = job.token
         finish = since + max(0.0, job.work) / job.rate
         job.due = job.timer_at = max(finish, self.env.now)
-        call_at(self.env, job.due, self._ring, (job, token))
+        self._timer(job, token, job.due)
         return job.done
 
     def _adopt_solo(self, job: FluidJob, since: float, rate: float, marks: list[float]
@@ -520,7 +546,7 @@ class FluidServer:
         now = self.env.now
         finish = since + max(0.0, job.work) / rate
         job.due = job.timer_at = max(finish, now)
-        call_at(self.env, job.due, self._ring, (job, token))
+        self._timer(job, token, job.due)
         assert job.done is not None
         return job.done
 
