@@ -321,7 +321,7 @@ class FluidServer:
             return
         remaining = job.remaining
         delay = (remaining if remaining > 0.0 else 0.0) / job.rate  # max(0.0, remaining)
-        now = self.env.now
+        now = self.env._now  # type: ignore[attr-defined]
         job.due = due = now + delay  # the time simpy gives a timeout(delay)
         if job.kind == "compute" and (
                 job.timer_at <= due or (PLAN_AHEAD and self._planned(job, now, due))):
@@ -377,7 +377,7 @@ class FluidServer:
         left = [j for j in self.jobs if j is not job]
         if len(others) > 1:
             others.sort(key=_due)
-        t, rem, rate, finish = self.env.now, job.remaining, job.rate, due
+        t, rem, rate, finish = self.env._now, job.remaining, job.rate, due  # type: ignore[attr-defined]
         prev = -math.inf
         for other in others:
             at = other.due
