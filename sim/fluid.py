@@ -4,13 +4,16 @@ Invariant: between two changes of the active set every job's rate is constant, s
 job's ``remaining`` work is exact at every change (remaining -= rate * dt). When a job
 joins or leaves, all rates are recomputed and only jobs whose rate changed get a new
 finish time. Work is in arbitrary units (bytes for links, seconds-at-full-speed for
-compute). No process per job: a finish is a timeout callback guarded by a token, so a
-re-planned (or cancelled) job's stale timeout does nothing. A compute job slowed by a copy
-kernel keeps its timer (it fires early and re-arms for the exact finish) instead of
-leaving one stale timer per rate change; other kinds (PCIe, L3) take a new timer at each
-change, so equal jobs sharing a link still finish in the order they were re-planned.
-Finishes are bit-identical either way; a kept timer only changes the order among events
-at exactly the same time, which ``benchmarks/sim_fingerprint.py`` checks stays the same.
+compute). No process per job: a finish is a timer guarded by a token, so a re-planned
+(or cancelled) job's stale timer does nothing; a timer is a slotted :class:`_Timer`
+holding its job and token, queued where ``env.timeout`` would be
+(:func:`sim.streams.queue_at`), with no Event, callback list or partial per timer. A
+compute job slowed by a copy kernel keeps its timer (it fires early and re-arms for the
+exact finish) instead of leaving one stale timer per rate change; other kinds (PCIe, L3)
+take a new timer at each change, so equal jobs sharing a link still finish in the order
+they were re-planned. Finishes are bit-identical either way; a kept timer only changes
+the order among events at exactly the same time, which ``benchmarks/sim_fingerprint.py``
+checks stays the same.
 
 Re-allocating costs what changed: a compute job joining or leaving changes no other
 rate (``solo``); a copy kernel joining or leaving a PCIe link it has alone changes only
