@@ -4,13 +4,16 @@ Invariant: between two changes of the active set every job's rate is constant, s
 job's ``remaining`` work is exact at every change (remaining -= rate * dt). When a job
 joins or leaves, all rates are recomputed and only jobs whose rate changed get a new
 finish time. Work is in arbitrary units (bytes for links, seconds-at-full-speed for
-compute). No process per job: a finish is a timeout callback guarded by a token, so a
-re-planned (or cancelled) job's stale timeout does nothing. A compute job slowed by a copy
-kernel keeps its timer (it fires early and re-arms for the exact finish) instead of
-leaving one stale timer per rate change; other kinds (PCIe, L3) take a new timer at each
-change, so equal jobs sharing a link still finish in the order they were re-planned.
-Finishes are bit-identical either way; a kept timer only changes the order among events
-at exactly the same time, which ``benchmarks/sim_fingerprint.py`` checks stays the same.
+compute). No process per job: a finish is a timer guarded by a token, so a re-planned
+(or cancelled) job's stale timer does nothing; a timer is a slotted :class:`_Timer`
+holding its job and token, queued where ``env.timeout`` would be
+(:func:`sim.streams.queue_at`), with no Event, callback list or partial per timer. A
+compute job slowed by a copy kernel keeps its timer (it fires early and re-arms for the
+exact finish) instead of leaving one stale timer per rate change; other kinds (PCIe, L3)
+take a new timer at each change, so equal jobs sharing a link still finish in the order
+they were re-planned. Finishes are bit-identical either way; a kept timer only changes
+the order among events at exactly the same time, which ``benchmarks/sim_fingerprint.py``
+checks stays the same.
 
 Re-allocating costs what changed: a compute job joining or leaving changes no other
 rate (``solo``); a copy kernel joining or leaving a PCIe link it has alone changes only
@@ -51,13 +54,12 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Generator
-from functools import partial
 from operator import attrgetter
 from typing import Any, Protocol
 
 import simpy
 
-from sim.streams import call_at
+from sim.streams import queue_at
 
 
 class FluidJob:
@@ -84,13 +86,26 @@ class FluidJob:
         self.due = self.timer_at = math.inf  # when it finishes; when its live timer fires
 
 
+class _Timer:
+    """A job's timer in SimPy's queue (:func:`sim.streams.queue_at`): what
+    ``Environment.step`` reads of an event (``callbacks``, set None when it is processed;
+    ``_ok``), and the job and the token it was set under. Nothing else holds it."""
+
+    __slots__ = ("callbacks", "_ok", "job", "token")
+
+
+_new_timer = object.__new__
+
+
 # Timers of compute jobs planned ahead (:meth:`FluidServer._schedule`); False: one at each
 # finish its rate gives when it changes, as before (tests compare the two, bit for bit)
 PLAN_AHEAD = True
 _due = attrgetter("due")
 Allocator = Callable[[list[FluidJob]], None]
 # (job, jobs) -> the rate of ``job`` when it joining or leaving ``jobs`` changes no other
-# job's rate (a compute job on a PCIe link), else None: re-allocate them all
+# job's rate (a compute job on a PCIe link), else None: re-allocate them all. Whether it
+# is None depends on the job's kind alone: the server remembers that per kind and asks
+# only for a rate (a joining job of a kind that has one)
 SoloRate = Callable[[FluidJob, list[FluidJob]], "float | None"]
 # (job, jobs, kinds, joined) -> the rate every compute job runs at once ``job`` joined
 # (it is in ``jobs``; the hook set its rate) or left ``jobs``, when that changes no other
@@ -147,6 +162,8 @@ class FluidServer:
         # from outside first materialises it (puts them back where the unfolded run has
         # them), so every method below sees the unfolded state
         self.folded: Folded | None = None
+        self._solo_kinds: dict[str, bool] = {}  # kind -> whether ``solo`` gives it a rate
+        self._ring = (self._fire,)  # every timer's callbacks
 
     def promise(self, at: float, rate: float) -> None:
         """A job will join at ``at`` (>= now) after which every compute job runs at
@@ -182,7 +199,7 @@ class FluidServer:
                 call()
 
     def _advance(self) -> None:
-        now = self.env.now
+        now = self.env._now  # type: ignore[attr-defined]
         if self._ei < len(self._expected):
             self._catch_up(now)
         dt = now - self._last
@@ -239,10 +256,15 @@ class FluidServer:
         fold's changes are expected (:meth:`expect`), compute jobs have a solo rate (and
         with ``copies`` a copy alone on its link a shift rate), and nothing listens to
         those kinds (a listener must see every join and leave)."""
-        return (self.folded is None and self._ei >= len(self._expected)
+        if not (self.folded is None and self._ei >= len(self._expected)
                 and self._marks is None and self._solo is not None
-                and (not copies or self._shift is not None)
-                and not any(kind in self._listeners for kind in kinds))
+                and (not copies or self._shift is not None)):
+            return False
+        listeners = self._listeners
+        for kind in kinds:
+            if kind in listeners:
+                return False
+        return True
 
     @property
     def last_change(self) -> float:
@@ -282,7 +304,8 @@ class FluidServer:
         and ``new``'s (already set; ``new`` is the last of :attr:`jobs`) change: every
         rate is set before any job is re-planned, and they are re-planned in job order,
         as :meth:`_replan` does (a compute job's plan reads the others' dues)."""
-        moved = [j for j in self.jobs if j.kind == "compute" and j.rate != rate]
+        moved = ([j for j in self.jobs if j.kind == "compute" and j.rate != rate]
+                 if self.kinds.get("compute") else ())
         for job in moved:
             job.rate = rate
         for job in moved:
@@ -301,7 +324,7 @@ class FluidServer:
             return
         remaining = job.remaining
         delay = (remaining if remaining > 0.0 else 0.0) / job.rate  # max(0.0, remaining)
-        now = self.env.now
+        now = self.env._now  # type: ignore[attr-defined]
         job.due = due = now + delay  # the time simpy gives a timeout(delay)
         if job.kind == "compute" and (
                 job.timer_at <= due or (PLAN_AHEAD and self._planned(job, now, due))):
@@ -311,9 +334,18 @@ class FluidServer:
     def _arm(self, job: FluidJob, at: float) -> None:
         """A new live timer for ``job`` firing at ``at`` (>= now); any earlier timer of
         the job goes stale (its token)."""
-        job.token += 1
+        job.token = token = job.token + 1
         job.timer_at = at
-        call_at(self.env, at, partial(self._fire, job, job.token))
+        timer = _new_timer(_Timer)  # (:meth:`_timer`, in line)
+        timer.callbacks, timer._ok, timer.job, timer.token = self._ring, True, job, token
+        queue_at(self.env, at, timer)
+
+    def _timer(self, job: FluidJob, token: int, at: float) -> None:
+        """Queue a timer for ``job`` set under ``token``, firing at ``at`` (>= now) where
+        ``env.timeout(exact_delay(now, at))`` would (:meth:`_fire`)."""
+        timer = _new_timer(_Timer)
+        timer.callbacks, timer._ok, timer.job, timer.token = self._ring, True, job, token
+        queue_at(self.env, at, timer)
 
     def _planned(self, job: FluidJob, now: float, due: float) -> bool:
         """Plan the timer of a compute job (due at ``due``, its live timer later) ahead:
@@ -342,13 +374,13 @@ class FluidServer:
         floats). Never later than ``due``; ``due`` when that is unsure (a tie)."""
         solo = self._solo
         assert solo is not None
-        left = [j for j in self.jobs if j is not job]
-        others = [j for j in left if j.due < due]
+        others = [j for j in self.jobs if j.due < due]  # (not ``job``: its due is ``due``)
         if not others:
             return due
+        left = [j for j in self.jobs if j is not job]
         if len(others) > 1:
             others.sort(key=_due)
-        t, rem, rate, finish = self.env.now, job.remaining, job.rate, due
+        t, rem, rate, finish = self.env._now, job.remaining, job.rate, due  # type: ignore[attr-defined]
         prev = -math.inf
         for other in others:
             at = other.due
@@ -369,14 +401,16 @@ class FluidServer:
                 finish = t + (rem if rem > 0.0 else 0.0) / rate
         return finish if finish <= due else due
 
-    def _fire(self, job: FluidJob, token: int, _ev: object = None) -> None:
-        """``job``'s timer set under ``token`` fired (a timeout's callback: ``_ev``)."""
-        if token != job.token:
+    def _fire(self, timer: _Timer) -> None:
+        """``timer`` (:meth:`_timer`) fired."""
+        job = timer.job
+        if timer.token != job.token:
             return  # re-planned earlier since this timer was set
-        now = self.env.now
-        if now < job.due:  # slowed since: wait on for the finish its rate gives now
-            job.timer_at = job.due
-            call_at(self.env, job.due, partial(self._fire, job, token))
+        due = job.due
+        if self.env._now < due:  # type: ignore[attr-defined]  # slowed since: wait on
+            job.timer_at = due  # for the finish its rate gives now (the same timer)
+            timer.callbacks = self._ring
+            queue_at(self.env, due, timer)
             return
         self._finish(job)
 
@@ -392,8 +426,10 @@ class FluidServer:
         self._remove(job)
         if self._solo is None:
             self._replan()
-        elif self._solo(job, self.jobs) is None:
-            self._changed(job, joined=False)
+        else:
+            has = self._solo_kinds.get(job.kind)
+            if not (has or (has is None and self._has_solo(job))):
+                self._changed(job, joined=False)  # (no solo rate: it changed others)
         if folded is not None and not folded.holds():
             folded.materialise()
         if job.then is not None:
@@ -419,16 +455,28 @@ class FluidServer:
         self._advance()
         self._add(job)
         solo = self._solo
-        rate = solo(job, self.jobs) if solo is not None else None
-        if rate is not None:
-            job.rate = rate
-            self._schedule(job)
-        elif solo is None:
+        if solo is None:
             self._replan(new=job)
-        else:
+        elif self._solo_kinds.get(job.kind) is False:
             self._changed(job, joined=True)
+        else:
+            rate = solo(job, self.jobs)
+            self._solo_kinds[job.kind] = rate is not None
+            if rate is not None:
+                job.rate = rate
+                self._schedule(job)
+            else:
+                self._changed(job, joined=True)
         if folded is not None and not folded.holds():
             folded.materialise()
+
+    def _has_solo(self, job: FluidJob) -> bool:
+        """Whether ``solo`` gives ``job``'s kind a rate (asked once per kind)."""
+        has = self._solo_kinds.get(job.kind)
+        if has is None:
+            assert self._solo is not None
+            has = self._solo_kinds[job.kind] = self._solo(job, self.jobs) is not None
+        return has
 
     def then_submit(self, job: FluidJob, then: Callable[[], None]) -> None:
         """:meth:`submit`, and call ``then()`` in the finish itself, not one event later
@@ -476,7 +524,7 @@ class FluidServer:
         token = job.token
         finish = since + max(0.0, job.work) / job.rate
         job.due = job.timer_at = max(finish, self.env.now)
-        call_at(self.env, job.due, partial(self._fire, job, token))
+        self._timer(job, token, job.due)
         return job.done
 
     def _adopt_solo(self, job: FluidJob, since: float, rate: float, marks: list[float]
@@ -501,7 +549,7 @@ class FluidServer:
         now = self.env.now
         finish = since + max(0.0, job.work) / rate
         job.due = job.timer_at = max(finish, now)
-        call_at(self.env, job.due, partial(self._fire, job, token))
+        self._timer(job, token, job.due)
         assert job.done is not None
         return job.done
 

@@ -51,6 +51,17 @@ def call_at(env: simpy.Environment, at: float, callback: Callable[[simpy.Event],
     heappush(env._queue, (key, NORMAL, next(env._eid), event))  # type: ignore[attr-defined]
 
 
+def queue_at(env: simpy.Environment, at: float, event: Any) -> None:
+    """Queue ``event`` (triggered ok: what ``Environment.step`` reads of it, its
+    ``callbacks`` and ``_ok``, are set) where :func:`call_at` queues its event: a timer
+    that needs no :class:`simpy.Event` (sim.fluid's, which carry their job)."""
+    now = env._now  # type: ignore[attr-defined]
+    key = now + (at - now)  # exact_delay's first try, which it keeps when it lands
+    if key != at or at < now:
+        key = now + exact_delay(now, at)  # (it raises for a time before now)
+    heappush(env._queue, (key, NORMAL, next(env._eid), event))  # type: ignore[attr-defined]
+
+
 class Stream:
     def __init__(self, env: simpy.Environment, name: str) -> None:
         self.env, self.name = env, name

@@ -1,0 +1,142 @@
+"""The fluid server's own bookkeeping shortcuts (sim.fluid): its timers are slotted objects
+queued by :func:`sim.streams.queue_at` where a timeout would be queued, and it asks
+``solo`` once per kind whether that kind has a solo rate. Twinned against the plain
+forms: the same finishes, bit for bit, and the same events in the same order."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from simtoys import KERNEL, toy_profile
+
+from sim.driver import events_scheduled
+from sim.fluid import FluidJob, FluidServer
+from sim.link import PcieLink
+from sim.simtime import exact_delay
+from sim.streams import queue_at
+
+_times = st.floats(0.0, 1e6, allow_nan=False, allow_infinity=False)
+
+
+class _Tick:
+    """The least an event in SimPy's queue needs (what sim.fluid's timers have)."""
+
+    __slots__ = ("callbacks", "_ok")
+
+
+@settings(max_examples=300, deadline=None)
+@given(now=_times, ats=st.lists(st.tuples(_times, st.booleans()), min_size=1, max_size=12))
+def test_queue_at_queues_a_timer_as_the_timeout_it_replaces(now, ats) -> None:
+    """Timers at random times from now on (some tied, at now too), some queued by
+    queue_at and some as timeouts, in one queue: the same keys, firing order and times
+    as all as timeouts."""
+    def run(fast: bool) -> tuple[list[tuple[float, int]], list[tuple[int, float]]]:
+        env = simpy.Environment(initial_time=now)
+        fired: list[tuple[int, float]] = []
+        for i, (x, use) in enumerate(ats):
+            at = x if x >= now else now
+            def cb(_ev: object, i: int = i) -> None:
+                fired.append((i, env.now))
+            if fast and use:
+                tick = _Tick()
+                tick.callbacks, tick._ok = [cb], True
+                queue_at(env, at, tick)
+            else:
+                env.timeout(exact_delay(env.now, at)).callbacks.append(cb)
+        keys = [(t, p) for t, p, _, _ in sorted(env._queue)]  # type: ignore[attr-defined]
+        env.run()
+        return keys, fired
+    assert run(True) == run(False)
+
+
+class _Forgetful(dict):
+    """A ``_solo_kinds`` that remembers nothing: the server asks ``solo`` every time,
+    as before it remembered the answer per kind."""
+
+    def get(self, key, default=None):  # type: ignore[override]
+        return default
+
+    def __setitem__(self, key, value) -> None:
+        pass
+
+
+def _program(seed: int, remember: bool) -> tuple[list[str], int, dict[str, int]]:
+    """Random compute jobs, copy kernels and plain copies on one link (host memory
+    binding at times): every finish (repr), the events queued, and how often ``solo``
+    was asked per kind."""
+    rng = random.Random(seed)
+    env = simpy.Environment()
+    link = PcieLink(toy_profile())
+    link.host = rng.uniform(40e9, 90e9)
+    asked: dict[str, int] = {}
+
+    def solo(job: FluidJob, jobs: list[FluidJob]) -> float | None:
+        asked[job.kind] = asked.get(job.kind, 0) + 1
+        return link.solo_rate(job, jobs)
+
+    server = FluidServer(env, link.allocate, solo=solo, shift=link.shift_rate)
+    if not remember:
+        server._solo_kinds = _Forgetful()
+    out: list[str] = []
+
+    def start(at: float, job: FluidJob, name: str) -> None:
+        def go(_ev: object) -> None:
+            server.then_submit(job, lambda: out.append(f"{name} {env.now!r}"))
+        env.timeout(at).callbacks.append(go)
+
+    for i in range(rng.randint(4, 30)):
+        kind = rng.choice(["compute", "compute", "h2d", "d2h"])
+        at = rng.uniform(0.0, 2e-3)
+        if kind == "compute":
+            job = FluidJob(rng.uniform(1e-5, 4e-4), "compute")
+        else:
+            job = FluidJob(rng.uniform(1e5, 2e7), kind, None,
+                           KERNEL if rng.random() < 0.6 else frozenset())
+        start(at, job, f"{kind}{i}")
+    env.run()
+    return out, events_scheduled(env), asked
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_solo_asked_once_per_kind_finishes_every_job_as_asking_each_time(seed) -> None:
+    """Remembering per kind whether ``solo`` gives a rate: the same finishes at the
+    same times in the same order and the same events as asking at every join and
+    finish; copies are asked once per kind, not at every join and leave."""
+    out, events, asked = _program(seed, remember=True)
+    plain_out, plain_events, plain_asked = _program(seed, remember=False)
+    assert out == plain_out
+    assert events == plain_events
+    for kind in ("h2d", "d2h"):
+        assert asked.get(kind, 0) <= 1
+    assert asked.get("compute", 0) <= plain_asked.get("compute", 0)
+
+
+def test_a_stale_timer_does_nothing_and_a_slowed_compute_job_keeps_its_timer() -> None:
+    """A copy kernel slows a compute job after its timer was set: the kept timer fires
+    at the old due, is queued again for the new one and finishes it there; an h2d copy
+    re-planned by a second copy finishes once, at its re-planned due."""
+    env = simpy.Environment()
+    link = PcieLink(toy_profile())
+    server = FluidServer(env, link.allocate, solo=link.solo_rate, shift=link.shift_rate)
+    ends: dict[str, float] = {}
+    c = FluidJob(1e-3, "compute")
+    server.then_submit(c, lambda: ends.setdefault("c", env.now))
+    k = FluidJob(5e6, "h2d", None, KERNEL)
+
+    def kernel(_ev: object) -> None:
+        server.then_submit(k, lambda: ends.setdefault("k", env.now))
+    env.timeout(2e-4).callbacks.append(kernel)
+    d = FluidJob(4e6, "d2h")
+    finishes: list[float] = []
+    server.then_submit(d, lambda: finishes.append(env.now))
+    env.run()
+    kernel_rate = link.kernel_rate
+    slowed = k.work / kernel_rate  # the kernel's own time: c ran at 1 - slowdown then
+    assert ends["k"] == pytest.approx(2e-4 + slowed)
+    assert ends["c"] == pytest.approx(1e-3 + slowed * link.slowdown)
+    assert len(finishes) == 1
+    assert c.token >= 1 and c.due == c.timer_at == float("inf")
