@@ -57,6 +57,16 @@ LOG_FACTOR, LOG_SLACK = 8, 4096
 
 
 class L3Store:
+    # slotted: every event reads it, and from 30 attributes CPython 3.11 gives an instance
+    # its own dict (a hashed lookup per read; ARCHITECTURE.md, RequestState)
+    __slots__ = (
+        '_hits', '_keys', '_log', '_logged', '_next_node', '_placed', '_removed_at',
+        'attached', 'bytes_read', 'bytes_written', 'clients', 'down_nodes', 'duplex_shared',
+        'env', 'epoch', 'evictions', 'hanging', 'latency_s', 'lost', 'name', 'nic',
+        'node_capacity', 'nodes', 'query_latency_s', 'rate', 'refusing', 'shared', 'used',
+        'version', 'went_down'
+    )
+
     def __init__(self, env: simpy.Environment, *, name: str, capacity_bytes: float,
                  read_bytes_per_s: float, write_bytes_per_s: float, latency_s: float,
                  query_latency_s: float, shared: bool, duplex_shared: bool,

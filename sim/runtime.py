@@ -81,6 +81,20 @@ Load = tuple[Kind, int, list[Run], list[Run]]
 
 
 class SimRuntime:
+    # slotted: every event reads it, and from 30 attributes CPython 3.11 gives an instance
+    # its own dict (a hashed lookup per read; ARCHITECTURE.md, RequestState)
+    __slots__ = (
+        '_chain_compute', '_chain_loads', '_completions', '_decode', '_groups', '_lowest',
+        '_next_slot', '_one_layer', '_pending', '_prefilled', '_prepared', '_shapes', '_wake',
+        'backup_throttle', 'batch_shapes', 'bytes_accounted', 'bytes_per_page', 'copies',
+        'cost', 'device', 'device_sizes', 'env', 'fluid', 'fold_counts', 'fold_layers',
+        'full', 'generation', 'host', 'host_lane', 'host_sizes', 'interpreter', 'l3',
+        'l3_bytes', 'l3_client', 'layer_bytes', 'layers_touched', 'layerwise', 'link',
+        'mamba', 'mem_layout', 'model', 'page_size', 'profile', 'rows', 'runtime_id', 'state',
+        'state_active', 'state_copy_s', 'steady', 'streams', 'swa_window', 'timeline',
+        'trace_layers', 'writeback'
+    )
+
     def __init__(self, env: simpy.Environment, *, profile: HardwareProfile | str,
                  model: ModelPreset | str, page_size: int,
                  device_pages: Mapping[Kind | str, int],
