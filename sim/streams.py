@@ -42,19 +42,17 @@ def call_at(env: simpy.Environment, at: float, callback: Callable[[simpy.Event],
     delay``: ``at``, or where exact_delay's delay lands when no delay reaches ``at``;
     normal priority; the next id), with ``callback`` its one callback. Nothing else can
     wait on it: it is not returned."""
-    now = env._now  # type: ignore[attr-defined]
-    key = now + (at - now)  # exact_delay's first try, which it keeps when it lands
-    if key != at or at < now:
-        key = now + exact_delay(now, at)  # (it raises for a time before now)
     event = _new_event(simpy.Event)
     event.callbacks, event._ok, event._value = [callback], True, None
-    heappush(env._queue, (key, NORMAL, next(env._eid), event))  # type: ignore[attr-defined]
+    queue_at(env, at, event)
 
 
 def queue_at(env: simpy.Environment, at: float, event: Any) -> None:
     """Queue ``event`` (triggered ok: what ``Environment.step`` reads of it, its
-    ``callbacks`` and ``_ok``, are set) where :func:`call_at` queues its event: a timer
-    that needs no :class:`simpy.Event` (sim.fluid's, which carry their job)."""
+    ``callbacks`` and ``_ok``, are set) as ``env.timeout(exact_delay(env.now, at))`` is
+    queued (at ``at``, or where exact_delay's delay lands when no delay reaches it; normal
+    priority; the next id): :func:`call_at`'s event, or a timer that needs no
+    :class:`simpy.Event` (sim.fluid's, which carry their job)."""
     now = env._now  # type: ignore[attr-defined]
     key = now + (at - now)  # exact_delay's first try, which it keeps when it lands
     if key != at or at < now:
