@@ -1,7 +1,8 @@
 """The fluid server's own bookkeeping shortcuts (sim.fluid): its timers are slotted objects
-queued by :func:`sim.streams.queue_at` where a timeout would be queued, and it asks
-``solo`` once per kind whether that kind has a solo rate. Twinned against the plain
-forms: the same finishes, bit for bit, and the same events in the same order."""
+queued by :func:`sim.streams.queue_at` where a timeout would be queued (tested beside
+call_at in test_stream_direct.py), and it asks ``solo`` once per kind whether that kind
+has a solo rate. Twinned against the plain forms: the same finishes, bit for bit, and the
+same events in the same order."""
 
 from __future__ import annotations
 
@@ -9,48 +10,11 @@ import random
 
 import pytest
 import simpy
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from simtoys import KERNEL, toy_profile
 
 from sim.driver import events_scheduled
 from sim.fluid import FluidJob, FluidServer
 from sim.link import PcieLink
-from sim.simtime import exact_delay
-from sim.streams import queue_at
-
-_times = st.floats(0.0, 1e6, allow_nan=False, allow_infinity=False)
-
-
-class _Tick:
-    """The least an event in SimPy's queue needs (what sim.fluid's timers have)."""
-
-    __slots__ = ("callbacks", "_ok")
-
-
-@settings(max_examples=300, deadline=None)
-@given(now=_times, ats=st.lists(st.tuples(_times, st.booleans()), min_size=1, max_size=12))
-def test_queue_at_queues_a_timer_as_the_timeout_it_replaces(now, ats) -> None:
-    """Timers at random times from now on (some tied, at now too), some queued by
-    queue_at and some as timeouts, in one queue: the same keys, firing order and times
-    as all as timeouts."""
-    def run(fast: bool) -> tuple[list[tuple[float, int]], list[tuple[int, float]]]:
-        env = simpy.Environment(initial_time=now)
-        fired: list[tuple[int, float]] = []
-        for i, (x, use) in enumerate(ats):
-            at = x if x >= now else now
-            def cb(_ev: object, i: int = i) -> None:
-                fired.append((i, env.now))
-            if fast and use:
-                tick = _Tick()
-                tick.callbacks, tick._ok = [cb], True
-                queue_at(env, at, tick)
-            else:
-                env.timeout(exact_delay(env.now, at)).callbacks.append(cb)
-        keys = [(t, p) for t, p, _, _ in sorted(env._queue)]  # type: ignore[attr-defined]
-        env.run()
-        return keys, fired
-    assert run(True) == run(False)
 
 
 class _Forgetful(dict):

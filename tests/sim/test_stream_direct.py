@@ -19,7 +19,7 @@ from simtoys import twin_run_events_saved
 
 import sim.streams as streams
 from sim.simtime import exact_delay
-from sim.streams import Stream, call_at
+from sim.streams import Stream, call_at, queue_at
 
 NAMES = ("compute", "h2d", "d2h")
 
@@ -143,12 +143,25 @@ def test_a_run_with_direct_chains_is_the_run_with_their_events(
 _times = st.floats(0.0, 1e6, allow_nan=False, allow_infinity=False)
 
 
+class _Tick:
+    """The least an event in SimPy's queue needs (what sim.fluid's timers have)."""
+
+    __slots__ = ("callbacks", "_ok")
+
+
+def _tick_at(env: simpy.Environment, at: float, cb: Any) -> None:
+    tick = _Tick()
+    tick.callbacks, tick._ok = [cb], True
+    queue_at(env, at, tick)
+
+
+@pytest.mark.parametrize("fast_timer", [call_at, _tick_at], ids=["call_at", "queue_at"])
 @settings(max_examples=300, deadline=None)
 @given(now=_times, ats=st.lists(st.tuples(_times, st.booleans()), min_size=1, max_size=12))
-def test_call_at_queues_its_event_as_the_timeout_it_replaces(now, ats) -> None:
-    """Timers at random times from now on (some tied, at now too), some as call_at and
-    some as the timeout, in one queue: the same keys and the same firing order and times
-    as all as timeouts."""
+def test_fast_timers_queue_as_the_timeout_they_replace(fast_timer, now, ats) -> None:
+    """Timers at random times from now on (some tied, at now too), some by call_at (or
+    queue_at, for an object that is no Event: sim.fluid's timers) and some as the timeout,
+    in one queue: the same keys and the same firing order and times as all as timeouts."""
     def run(fast: bool) -> tuple[list[tuple[float, int]], list[tuple[int, float]]]:
         env = simpy.Environment(initial_time=now)
         fired: list[tuple[int, float]] = []
@@ -157,7 +170,7 @@ def test_call_at_queues_its_event_as_the_timeout_it_replaces(now, ats) -> None:
             def cb(_ev: object, i: int = i) -> None:
                 fired.append((i, env.now))
             if fast and use:
-                call_at(env, at, cb)
+                fast_timer(env, at, cb)
             else:
                 env.timeout(exact_delay(env.now, at)).callbacks.append(cb)
         keys = [(t, p) for t, p, _, _ in sorted(env._queue)]  # type: ignore[attr-defined]
