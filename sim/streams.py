@@ -6,6 +6,8 @@ generator function; its process is the op's completion event. Ops run by callbac
 (:meth:`Stream.submit_chain`) start in the very order a process would start, and
 :func:`call_at` queues a timer exactly where ``env.timeout`` would: what runs, when and
 in which order is unchanged; only SimPy work is saved (a kick, a Timeout's set-up).
+:func:`first_of` (the fold's and the driver's waits) is ``env.any_of`` without the
+condition's value, likewise.
 """
 
 from __future__ import annotations
