@@ -48,6 +48,7 @@ from sim.hardware.profile import HardwareProfile, load_profile
 from sim.l3 import L3Store
 from sim.runtime import SimRuntime
 from sim.shared import SimTenantRuntime, share_runtime
+from sim.streams import first_of
 
 
 @dataclass
@@ -327,10 +328,8 @@ class _Feed:
                 if not self.kick[i].triggered:
                     self.kick[i].succeed()
             self.more = env.event()
-            waits = [self.more]
-            if self.pending:
-                waits.append(env.timeout(self.pending[0][0] - env.now))
-            yield env.any_of(waits)
+            yield first_of(env, (self.more, env.timeout(self.pending[0][0] - env.now))
+                           if self.pending else (self.more,))
 
 
 def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa: ANN202
@@ -387,5 +386,5 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa:
         wake = feed.wake(i, rt)
         deadline = sched.next_deadline(env.now)
         if deadline is not None:
-            wake = env.any_of([wake, env.timeout(deadline - env.now)])
+            wake = first_of(env, (wake, env.timeout(deadline - env.now)))
         yield wake

@@ -90,7 +90,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import simpy
-from simpy.events import Condition
 
 from hicache.runtime.handles import Kind
 from hicache.runtime.interface import (
@@ -103,6 +102,7 @@ from hicache.scheduler.scheduler import StepResult
 from sim.batch import build_completion, build_handle
 from sim.fluid import FluidJob
 from sim.simtime import exact_delay
+from sim.streams import first_of
 
 if TYPE_CHECKING:
     from hicache.scheduler.scheduler import Scheduler
@@ -198,41 +198,6 @@ def _steps_at_once(out: FoldedSteps, taken: float, works: list[float], sample: f
     return good, stop
 
 
-def _first_of(env: simpy.Environment, events: tuple[simpy.Event, ...]) -> simpy.Event:
-    """``env.any_of(events)`` without its value (a fold's waits never read it): an event
-    scheduled at the same moment and place in the queue (when the first of ``events`` is
-    processed, or at once for one processed already: one event scheduled, as the
-    condition), failing as it does, whose processing first takes its checks off the
-    other events, as the condition's does, then resumes the waiting process."""
-    for ev in events:
-        if isinstance(ev, Condition):  # nested: its checks come off recursively
-            return env.any_of(list(events))
-    out = env.event()
-
-    def check(ev: simpy.Event) -> None:
-        if out.triggered:
-            return
-        if ev.ok:
-            out.succeed()
-        else:
-            ev.defused = True
-            out.fail(ev.value)
-
-    def unhook(_: simpy.Event) -> None:
-        for ev in events:
-            callbacks = ev.callbacks
-            if callbacks and check in callbacks:
-                callbacks.remove(check)
-
-    for ev in events:
-        if ev.callbacks is None:  # processed already
-            check(ev)
-        else:
-            ev.callbacks.append(check)
-    out.callbacks.append(unhook)  # type: ignore[union-attr]
-    return out
-
-
 class DecodeFolder:
     """Folds one replica's steady decode steps (module doc). ``horizon()``: the time a
     fold must end before (the next arrival the driver knows of when it can only come to
@@ -289,7 +254,7 @@ class DecodeFolder:
         self._applied = 0  # completions the scheduler has taken (_advance)
         result: StepResult | bool = False
         while not inbox():
-            yield _first_of(env, (wake(),))  # a hop after it: the compute stream idles first
+            yield first_of(env, (wake(),))  # a hop after it: the compute stream idles first
             result = self._absorb(plan, -1)  # transfers done while B runs: C is prepared
             if result is not True:
                 break
@@ -308,7 +273,7 @@ class DecodeFolder:
         takens, last = steps.taken, steps.taken[-1]
         timer = env.timeout(exact_delay(env.now, last))
         while True:
-            yield _first_of(env, (timer, wake()))
+            yield first_of(env, (timer, wake()))
             t = env.now
             taken = bisect.bisect_left(takens, t)  # how many < t: never decrease
             if t >= last or inbox() or taken + 1 >= len(takens):

@@ -6,6 +6,8 @@ generator function; its process is the op's completion event. Ops run by callbac
 (:meth:`Stream.submit_chain`) start in the very order a process would start, and
 :func:`call_at` queues a timer exactly where ``env.timeout`` would: what runs, when and
 in which order is unchanged; only SimPy work is saved (a kick, a Timeout's set-up).
+:func:`first_of` (the fold's and the driver's waits) is ``env.any_of`` without the
+condition's value, likewise.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from heapq import heappush
 from typing import Any
 
 import simpy
-from simpy.events import NORMAL, URGENT
+from simpy.events import NORMAL, URGENT, Condition
 
 from sim.simtime import exact_delay
 
@@ -58,6 +60,43 @@ def queue_at(env: simpy.Environment, at: float, event: Any) -> None:
     if key != at or at < now:
         key = now + exact_delay(now, at)  # (it raises for a time before now)
     heappush(env._queue, (key, NORMAL, next(env._eid), event))  # type: ignore[attr-defined]
+
+
+def first_of(env: simpy.Environment, events: tuple[simpy.Event, ...]) -> simpy.Event:
+    """``env.any_of(events)`` without its value (for a wait that never reads it: the
+    fold's, the driver's): an event scheduled at the same moment and place in the queue
+    (when the first of ``events`` is processed, or at once for one processed already:
+    one event scheduled, as the condition), failing as it does, whose processing first
+    takes its checks off the other events, as the condition's does, then resumes the
+    waiting process. A nested condition among ``events``: ``env.any_of`` itself (its
+    checks come off recursively)."""
+    for ev in events:
+        if isinstance(ev, Condition):
+            return env.any_of(list(events))
+    out = env.event()
+
+    def check(ev: simpy.Event) -> None:
+        if out.triggered:
+            return
+        if ev.ok:
+            out.succeed()
+        else:
+            ev.defused = True
+            out.fail(ev.value)
+
+    def unhook(_: simpy.Event) -> None:
+        for ev in events:
+            callbacks = ev.callbacks
+            if callbacks and check in callbacks:
+                callbacks.remove(check)
+
+    for ev in events:
+        if ev.callbacks is None:  # processed already
+            check(ev)
+        else:
+            ev.callbacks.append(check)
+    out.callbacks.append(unhook)  # type: ignore[union-attr]
+    return out
 
 
 class Stream:

@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import sys
+
+import pytest
 import simpy
 
 from hicache.runtime.interface import TransferCompletion, TransferKind
 from hicache.scenario import load_scenario
 from sim.driver import simulate
 from sim.shared import SimTenantRuntime
+from sim.streams import first_of
 from tests.sim.simtoys import make_runtime, toy_model, toy_profile
 
 
@@ -95,3 +99,46 @@ def test_host_ready_drops_only_the_pages_its_backup_still_holds():
     rt.host_ready(ext(3, 1), a)  # not its page any more
     assert waits.pages() == {3: b}
     assert rt.pending_events(ext(1, 3)) == [b]
+
+
+@pytest.mark.parametrize(("name", "sets", "waits"), [
+    # four replicas with L3: the feed waits on its next arrival's timer or a pushed one;
+    # the replicas' waits take prefetch deadlines
+    ("mooncake_trace.yaml", [], {("route", False), ("_replica", False)}),
+    # two replicas on one shared runtime: each wait with a deadline holds a condition
+    # already (the runtime's completion or the replica's kick): ``env.any_of`` itself
+    ("mooncake_trace.yaml", ["replicas=2", "sharing.pool=shared"],
+     {("route", False), ("_replica", True)}),
+    # one replica: follow-ups push arrivals (the feed's wait on the pushed event alone)
+    ("multiturn_tiers.yaml", ["workload.num_clients=8", "workload.num_rounds=4"],
+     {("route", False)}),
+])
+def test_driver_waits_by_first_of_run_as_by_any_of(monkeypatch: pytest.MonkeyPatch, name: str,
+                                                  sets: list[str], waits: set) -> None:
+    """The driver's waits (``sim.streams.first_of``) against ``env.any_of`` in their
+    place (L1+L2+L3): the same records, rows, decisions, time and SimPy events."""
+    from sim import driver
+    from tests.sim.test_fold import TRACE
+
+    if name == "mooncake_trace.yaml":
+        if not TRACE.exists():
+            pytest.skip("shared traces absent")
+        sets = [*sets, "workload.max_requests=120", f"workload.path={TRACE}"]
+    seen: set[tuple[str, bool]] = set()
+
+    def counted(env: simpy.Environment, events: tuple) -> simpy.Event:
+        nested = any(isinstance(e, simpy.events.Condition) for e in events)
+        seen.add((sys._getframe(1).f_code.co_name, nested))  # noqa: SLF001
+        return first_of(env, events)
+
+    vsc = dict(load_scenario(f"scenarios/{name}", sets).expand())["L1+L2+L3"]
+    runs = []
+    for wait in (lambda env, events: env.any_of(list(events)), counted):
+        monkeypatch.setattr(driver, "first_of", wait)
+        res = simulate(vsc, progress=False)
+        assert res.stall is None and not res.unfinished
+        rows = [repr(sorted(rep.timeline.as_tuples())) for rep in res.replicas]
+        runs.append((repr(res.records), rows, repr(res.decisions), repr(res.sim_time),
+                     res.events))
+    assert runs[0] == runs[1]
+    assert seen == waits  # each kind of wait ran
