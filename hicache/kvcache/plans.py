@@ -56,7 +56,9 @@ class PlanBuilder:
         self._frees: list[CacheExtentRef] = []
         self._releases: list[Release] = []
         self.inflight: dict[int, BatchPlan] = {}
-        self._computing = 0  # plans in inflight with slices (compute_inflight)
+        # plans in inflight with slices: compute_inflight(), read as an attribute by the
+        # scheduler every step; only build and complete change it
+        self.computing = 0
 
     # -- IntentSink ------------------------------------------------------------------
     def next_job_id(self) -> int:
@@ -89,7 +91,7 @@ class PlanBuilder:
         :meth:`complete`."""
         if slices:
             self._batch_id += 1
-            self._computing += 1
+            self.computing += 1
             bid = self._batch_id
         else:
             self._cache_plan_id -= 1
@@ -115,11 +117,11 @@ class PlanBuilder:
     def complete(self, batch_id: int) -> BatchPlan:
         plan = self.inflight.pop(batch_id)
         if plan.slices:
-            self._computing -= 1
+            self.computing -= 1
         return plan
 
     def compute_inflight(self) -> int:
         """Plans with compute in flight; cache-only plans do not hold the pipeline.
         Counted as plans enter and leave :attr:`inflight` (only :meth:`build` and
         :meth:`complete` change it), not by a walk of it."""
-        return self._computing
+        return self.computing

@@ -39,9 +39,8 @@ from hicache.runtime.interface import (
     RequestSlice,
     RuntimeInfo,
     TransferKind,
-    decode_slice,
 )
-from hicache.runtime.slot_init import slot_builder, slot_init
+from hicache.runtime.slot_init import slot_builder, slot_init, slot_twin
 from hicache.tiers.hashing import l3_page_keys
 from hicache.tree.components import Kind, TreeSpec
 from hicache.tree.invariants import TreeInvariantError, check_tree
@@ -90,6 +89,13 @@ _NOTHING = StepResult()  # a step that planned and ended nothing (immutable: sha
 # built per step that plans or ends something, per load: at slot speed (slot_builder)
 _step_result, _load_intent = slot_builder(StepResult), slot_builder(LoadIntent)
 _request_slice = slot_builder(RequestSlice)
+# _next_plan fills this twin with decode_slice's stores in line, then re-classes it
+_SliceTwin = slot_twin(RequestSlice)
+# those stores, in this order: a field added to RequestSlice must be set there too
+if tuple(f.name for f in fields(RequestSlice)) != (  # pragma: no cover
+        "rid", "phase", "context_tokens", "new_tokens", "request", "attach", "loads",
+        "finishes", "checkpoint"):
+    raise TypeError("RequestSlice's fields changed: update Scheduler._next_plan's decode")
 
 
 class Scheduler:
@@ -144,7 +150,7 @@ class Scheduler:
         self.kv.shrink()  # a pool shared with other schedulers may want pages back
         self._admit(now)
         plans = []
-        if self.plans.compute_inflight() < (2 if self.cfg.overlap else 1):
+        if self.plans.computing < (2 if self.cfg.overlap else 1):  # compute_inflight()
             plan = self._next_plan()
             if plan is not None:
                 plans.append(plan)
@@ -198,7 +204,8 @@ class Scheduler:
 
     def next_deadline(self, now: float) -> float | None:
         """When a waiting request's prefetch timeout expires (so a driver can wake up)."""
-        return self.l3.next_deadline(self.waiting, now) if self.l3 is not None else None
+        l3 = self.l3  # no timeout policy: no deadline (L3Prefetcher.next_deadline's test)
+        return l3.next_deadline(self.waiting, now) if l3 is not None and l3.times_out else None
 
     # -- steady decode (a simulator may advance several steps at once) ------------------
     def steady_decode(self, plan: BatchPlan) -> int:
@@ -219,7 +226,7 @@ class Scheduler:
         # plan whose first slice is not a decode one fails _same_decode)
         if (not slices or slices[0].phase is not _DECODE or plan.backups or plan.stores
                 or plan.prefetches or not self.cfg.overlap or self.components is not None
-                or self.plans.compute_inflight() != 2 or self.plans.has_pending):
+                or self.plans.computing != 2 or self.plans.has_pending):
             return 0
         inflight, running = self.plans.inflight, self.running
         prev = inflight.get(plan.batch_id - 1)
@@ -317,7 +324,9 @@ class Scheduler:
     def _admit(self, now: float) -> None:
         """Admit waiting requests FIFO while the head may go (module doc).
         :meth:`L3Prefetcher.on_arrivals` is skipped with no request undecided (it walks
-        only those: it would do nothing)."""
+        only those: it would do nothing), and :meth:`L3Prefetcher.ready` for a head that
+        waits for its own prefetch under ``wait_complete`` (``waits_own``): its first test,
+        a no that changes nothing, made here (one call per blocked step saved)."""
         l3 = self.l3
         if l3 is not None and l3.undecided:
             l3.on_arrivals(now)
@@ -326,8 +335,10 @@ class Scheduler:
             st = waiting[0]
             if st.req.arrival > now:
                 break
-            if l3 is not None and not l3.ready(st, now):
-                break
+            if l3 is not None and (
+                    (st.status is _PREFETCHING and not st.prefetch_done and l3.waits_own)
+                    or not l3.ready(st, now)):
+                break  # the first test is ready()'s own short no, without the call
             ok = (self.components.start(st) if self.components is not None
                   else self.kv.admit(st))
             if not ok:
@@ -366,7 +377,8 @@ class Scheduler:
             self._prefilling = [st for st in self._prefilling
                                 if st.prefill_planned < st.prompt_len - st.prefix_tokens]
         else:
-            add, make = slices.append, decode_slice
+            add, new, twin, cls, decode = (slices.append, object.__new__, _SliceTwin,
+                                           RequestSlice, _DECODE)
             # a running request outside _prefilling has its whole prompt planned (it
             # leaves the list once planned, and its prefix is fixed at admission): with
             # the list empty, no request needs the test
@@ -379,7 +391,20 @@ class Scheduler:
                         prefilling and st.prefill_planned < st.prompt_len - st.prefix_tokens)):
                     continue
                 st.decode_planned = planned = planned + 1
-                add(make(st.rid, st.prompt_len + planned - 1, handle, planned >= last))
+                # decode_slice(st.rid, st.prompt_len + planned - 1, handle, planned >= last)
+                # in line (one call per running request per decode step saved)
+                s = new(twin)
+                s.rid = st.rid
+                s.phase = decode
+                s.context_tokens = st.prompt_len + planned - 1
+                s.new_tokens = 1
+                s.request = handle
+                s.attach = ()
+                s.loads = ()
+                s.finishes = planned >= last
+                s.checkpoint = False
+                s.__class__ = cls
+                add(s)
         if not slices:
             return None
         return self.plans.build(tuple(slices))
