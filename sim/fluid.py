@@ -336,9 +336,7 @@ class FluidServer:
         the job goes stale (its token)."""
         job.token = token = job.token + 1
         job.timer_at = at
-        timer = _new_timer(_Timer)  # (:meth:`_timer`, in line)
-        timer.callbacks, timer._ok, timer.job, timer.token = self._ring, True, job, token
-        queue_at(self.env, at, timer)
+        self._timer(job, token, at)
 
     def _timer(self, job: FluidJob, token: int, at: float) -> None:
         """Queue a timer for ``job`` set under ``token``, firing at ``at`` (>= now) where
@@ -426,10 +424,8 @@ class FluidServer:
         self._remove(job)
         if self._solo is None:
             self._replan()
-        else:
-            has = self._solo_kinds.get(job.kind)
-            if not (has or (has is None and self._has_solo(job))):
-                self._changed(job, joined=False)  # (no solo rate: it changed others)
+        elif not self._has_solo(job):
+            self._changed(job, joined=False)  # (no solo rate: it changed others)
         if folded is not None and not folded.holds():
             folded.materialise()
         if job.then is not None:
