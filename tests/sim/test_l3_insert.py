@@ -156,3 +156,23 @@ def test_an_answer_nothing_changed_since_places_a_repeated_key_once() -> None:
         _both(stores, todo, mark)
         assert list(marked.keys) == (["a", "x", "y"] if capacity > 2 else ["x", "y"])
         assert marked.bytes_written == 3 and marked._placed[-1] == ["x", "y"]
+
+
+def test_a_one_go_write_skips_present_and_repeated_keys() -> None:
+    """A write that fits whole (L3Store._place_all) places each key unless present, with
+    no check first: a present key keeps its value and place even when it equals the
+    value this write would give it (one node, one size: the keys placed are told by the
+    identity of the write's own values), a repeated key is placed once, and the keys
+    placed take the nodes in turn as key after key would."""
+    for nodes in (1, 3):
+        store = L3Store.mooncake(simpy.Environment(),
+                                 MooncakeSpec(1e-3, 0.0, 100.0, 1e9, 1e9, nodes))
+        ref = Reference(100.0, nodes)
+        for keys in (["a", "q"], ["b", "a", "b", "c", "q"], ["a", "q"], ["d", "d"]):
+            assert store._fits(len(keys), 1)
+            assert store.insert(keys, 1) == ref.insert(keys, 1, set())
+            assert list(store.keys.items()) == list(ref.keys.items())
+            assert (store.used, store.bytes_written, store._next_node) == \
+                (ref.used, ref.written, ref.next)
+        assert list(store.keys) == ["a", "q", "b", "c", "d"]
+        assert list(store._placed) == [["a", "q"], ["b", "c"], ["d"]]
