@@ -15,10 +15,10 @@ serves ``service_rate(group)`` bytes/s in all, split equally among the replicas 
 transfers in that group (Mooncake: one group for reads and writes; file: one each).
 Keys enter only through :meth:`L3Store.insert`: a write that fits whole (no key's turn
 can evict, every node live: the usual) places each key unless present in one go, asking
-none first (:meth:`L3Store._place_all`); else ``version`` counts the changes of the
-contents, and a put's exists answer carries it (:meth:`L3Store.missing_marked`), so its
-write checks its keys only against the batches placed since, while none left the store
-(none placed: not at all). A prefetch's get trusts its queries' hits while none left the
+none first (:meth:`L3Store._place_all`); else it asks which are present, unless nothing
+changed since its exists answer (:meth:`L3Store.missing_marked`: the ``version`` of the
+contents it answered at). ``version`` counts the changes of the contents; a prefetch's
+get trusts its queries' hits while none left the
 store since the version before them (:meth:`L3Store.kept_since`).
 The LRU order: until the store first evicts, its contents are a plain dict (cheap to
 fill) and a touch appends its keys to a log of runs to move to the end (keys placed while
@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
-from itertools import filterfalse, repeat, takewhile
+from itertools import filterfalse, takewhile
 from typing import TYPE_CHECKING
 
 import simpy
@@ -52,7 +52,6 @@ from sim.hardware.profile import FileSpec, MooncakeSpec
 if TYPE_CHECKING:
     from sim.l3_client import L3Client
 
-PLACED_LOG = 32  # batches whose keys L3Store keeps (an insert checks those since its mark)
 # L3Store's log of LRU moves is applied once it holds more keys than this many times the
 # contents, plus the slack
 LOG_FACTOR, LOG_SLACK = 8, 4096
@@ -62,7 +61,7 @@ class L3Store:
     # slotted: every event reads it, and from 30 attributes CPython 3.11 gives an instance
     # its own dict (a hashed lookup per read; ARCHITECTURE.md, RequestState)
     __slots__ = (
-        '_hits', '_keys', '_log', '_logged', '_next_node', '_placed', '_removed_at',
+        '_hits', '_keys', '_log', '_logged', '_next_node', '_removed_at',
         'attached', 'bytes_read', 'bytes_written', 'clients', 'down_nodes', 'duplex_shared',
         'env', 'epoch', 'evictions', 'hanging', 'latency_s', 'lost', 'name', 'nic',
         'node_capacity', 'nodes', 'query_latency_s', 'rate', 'refusing', 'shared', 'used',
@@ -101,12 +100,10 @@ class L3Store:
         self.went_down = env.event()  # fires when the store starts refusing
         self._next_node = 0
         self.epoch = 0  # bumped whenever an input of the clients' L3 split changes
-        # what :meth:`insert` needs to know of keys a :meth:`missing_marked` answer lacked:
         # ``version`` counts the changes of the contents (a batch of keys placed, keys
-        # evicted or dropped), ``_removed_at`` is the version of the last removal, and
-        # ``_placed`` the keys each of the last ``PLACED_LOG`` batches placed (newest last)
+        # evicted or dropped; :meth:`missing_marked`, :meth:`insert`), ``_removed_at`` is
+        # the version of the last removal (:meth:`kept_since`)
         self.version = self._removed_at = 0
-        self._placed: deque[list[L3Key]] = deque(maxlen=PLACED_LOG)
         # :meth:`count_hits`' answers (first key -> the keys asked, the hits found, the
         # version then) while no key left the store: a later query of the same keys
         # starts after them (a conversation's prefix, asked again every turn)
@@ -288,20 +285,18 @@ class L3Store:
 
         Where no key's turn can evict, even were every key new (:meth:`_fits`), the keys
         are placed in one go without asking which are present (:meth:`_place_all`).
-        Else the keys present are found first: ``absent_at``: every key was absent at
-        that ``version`` (a :meth:`missing_marked` answer). Keys enter the store only
-        here, so while nothing has left it since, the keys present now are those that
-        the batches placed since placed: the keys are checked against those batches (a
-        few, small) instead of the whole store; they are all absent while nothing has
-        changed since that version, or when the store holds none of them (asked first)."""
+        Else the keys present are found first, unless nothing has changed since the
+        ``version`` ``absent_at`` at which every key was absent (a :meth:`missing_marked`
+        answer): all absent then, or when the store holds none of them (asked first)."""
         new = list(keys)
         if self._fits(len(new), size):
             return self._place_all(new, size)
-        # every key absent (one may repeat): else the keys not present, once each
+        # every key absent (one may repeat): else the keys not present; once each
+        fresh = dict.fromkeys(new)
         if absent_at == self.version or self._keys.keys().isdisjoint(new):
-            new = list(dict.fromkeys(new))
+            new = list(fresh)
         else:
-            new = self._new(new, absent_at)
+            new = list(filterfalse(self._keys.__contains__, fresh))
         if new and not self.live_nodes:
             raise NoLiveNode(f"L3 {self.name!r}: all {self.nodes} nodes are down")
         if size > self.node_capacity:
@@ -327,7 +322,7 @@ class L3Store:
                 lost.pop(key, None)
         self.bytes_written += len(new) * size
         if new:
-            self._placed_batch(new)
+            self.version += 1
         return len(new)
 
     def _fits(self, n: int, size: int) -> bool:
@@ -368,28 +363,10 @@ class L3Store:
             for key in new:
                 lost.pop(key, None)
         self.bytes_written += n * size
-        self._placed_batch(new)
+        self.version += 1
         if self._log:  # placed after the moves that wait: they move after them
             self._logs(tuple(new))
         return n
-
-    def _new(self, keys: Iterable[L3Key], absent_at: int | None) -> list[L3Key]:
-        """The keys not present now, each once, in order (:meth:`insert`)."""
-        fresh = dict.fromkeys(keys)
-        since = self.version - absent_at if absent_at is not None else -1
-        if since < 0 or self._removed_at > absent_at or since > len(self._placed):
-            return list(filterfalse(self._keys.__contains__, fresh))
-        placed = self._placed
-        for b in range(len(placed) - since, len(placed)):  # the batches placed since
-            batch = placed[b]
-            if not fresh.keys().isdisjoint(batch):
-                deque(map(fresh.pop, batch, repeat(None)), maxlen=0)
-        return list(fresh)
-
-    def _placed_batch(self, new: list[L3Key]) -> None:
-        """``new`` were placed (keys evicted to make room for them came first)."""
-        self.version += 1
-        self._placed.append(new)
 
     def _removed(self) -> None:
         """Keys left the store (evicted, dropped)."""
