@@ -18,8 +18,8 @@ can evict, every node live: the usual) places each key unless present in one go,
 none first (:meth:`L3Store._place_all`); else it asks which are present, unless nothing
 changed since its exists answer (:meth:`L3Store.missing_marked`: the ``version`` of the
 contents it answered at). ``version`` counts the changes of the contents; a prefetch's
-get trusts its queries' hits while none left the
-store since the version before them (:meth:`L3Store.kept_since`).
+get trusts its queries' hits while none left the store since the version before them
+(:meth:`L3Store.kept_since`).
 The LRU order: until the store first evicts, its contents are a plain dict (cheap to
 fill) and a touch appends its keys to a log of runs to move to the end (keys placed while
 moves wait join it: they follow those moves); the log is applied, a run that a later run
