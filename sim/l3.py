@@ -13,11 +13,13 @@ node (or a restarted master) is remembered in ``lost`` with the fault that lost 
 it is written again (what a healthy store would still hold: :meth:`truth_hits`). The store
 serves ``service_rate(group)`` bytes/s in all, split equally among the replicas with
 transfers in that group (Mooncake: one group for reads and writes; file: one each).
-Keys enter only through :meth:`L3Store.insert`; ``version`` counts the changes of the
-contents, and a put's exists answer carries it (:meth:`L3Store.missing_marked`), so its
-write checks its keys only against the batches placed since, while none left the store
-(none placed: not at all); a prefetch's get trusts its queries' hits while none left the
-store since the version before them (:meth:`L3Store.kept_since`).
+Keys enter only through :meth:`L3Store.insert`: a write that fits whole (no key's turn
+can evict, every node live: the usual) places each key unless present in one go, asking
+none first (:meth:`L3Store._place_all`); else it asks which are present, unless nothing
+changed since its exists answer (:meth:`L3Store.missing_marked`: the ``version`` of the
+contents it answered at). ``version`` counts the changes of the contents; a prefetch's
+get trusts its queries' hits while none left the store since the version before them
+(:meth:`L3Store.kept_since`).
 The LRU order: until the store first evicts, its contents are a plain dict (cheap to
 fill) and a touch appends its keys to a log of runs to move to the end (keys placed while
 moves wait join it: they follow those moves); the log is applied, a run that a later run
@@ -39,7 +41,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
-from itertools import cycle, filterfalse, islice, repeat, takewhile
+from itertools import filterfalse, takewhile
 from typing import TYPE_CHECKING
 
 import simpy
@@ -50,7 +52,6 @@ from sim.hardware.profile import FileSpec, MooncakeSpec
 if TYPE_CHECKING:
     from sim.l3_client import L3Client
 
-PLACED_LOG = 32  # batches whose keys L3Store keeps (an insert checks those since its mark)
 # L3Store's log of LRU moves is applied once it holds more keys than this many times the
 # contents, plus the slack
 LOG_FACTOR, LOG_SLACK = 8, 4096
@@ -60,7 +61,7 @@ class L3Store:
     # slotted: every event reads it, and from 30 attributes CPython 3.11 gives an instance
     # its own dict (a hashed lookup per read; ARCHITECTURE.md, RequestState)
     __slots__ = (
-        '_hits', '_keys', '_log', '_logged', '_next_node', '_placed', '_removed_at',
+        '_hits', '_keys', '_log', '_logged', '_next_node', '_removed_at',
         'attached', 'bytes_read', 'bytes_written', 'clients', 'down_nodes', 'duplex_shared',
         'env', 'epoch', 'evictions', 'hanging', 'latency_s', 'lost', 'name', 'nic',
         'node_capacity', 'nodes', 'query_latency_s', 'rate', 'refusing', 'shared', 'used',
@@ -99,12 +100,10 @@ class L3Store:
         self.went_down = env.event()  # fires when the store starts refusing
         self._next_node = 0
         self.epoch = 0  # bumped whenever an input of the clients' L3 split changes
-        # what :meth:`insert` needs to know of keys a :meth:`missing_marked` answer lacked:
         # ``version`` counts the changes of the contents (a batch of keys placed, keys
-        # evicted or dropped), ``_removed_at`` is the version of the last removal, and
-        # ``_placed`` the keys each of the last ``PLACED_LOG`` batches placed (newest last)
+        # evicted or dropped; :meth:`missing_marked`, :meth:`insert`), ``_removed_at`` is
+        # the version of the last removal (:meth:`kept_since`)
         self.version = self._removed_at = 0
-        self._placed: deque[list[L3Key]] = deque(maxlen=PLACED_LOG)
         # :meth:`count_hits`' answers (first key -> the keys asked, the hits found, the
         # version then) while no key left the store: a later query of the same keys
         # starts after them (a conversation's prefix, asked again every turn)
@@ -284,52 +283,31 @@ class L3Store:
         """Place the keys not yet present on live nodes (round-robin); returns how many
         were written. Raises :class:`NoLiveNode` when every node is down.
 
-        ``absent_at``: every key was absent at that ``version`` (a :meth:`missing_marked`
-        answer). Keys enter the store only here, so while nothing has left it since, the
-        keys present now are those that the batches placed since placed: the keys are
-        checked against those batches (a few, small) instead of the whole store. The keys
-        are all absent while nothing has changed since that version, or when the store
-        holds none of them (asked first: the usual), and are then placed unchecked (a
-        repeated key is seen by the count the batch placement adds)."""
+        Where no key's turn can evict, even were every key new (:meth:`_fits`), the keys
+        are placed in one go without asking which are present (:meth:`_place_all`).
+        Else the keys present are found first, unless nothing has changed since the
+        ``version`` ``absent_at`` at which every key was absent (a :meth:`missing_marked`
+        answer): all absent then, or when the store holds none of them (asked first)."""
         new = list(keys)
-        # every key absent (``unseen``; one may repeat): else the keys not present, once each
-        unseen = absent_at == self.version or self._keys.keys().isdisjoint(new)
-        if not unseen:
-            new = self._new(new, absent_at)
+        if self._fits(len(new), size):
+            return self._place_all(new, size)
+        # every key absent (one may repeat): else the keys not present; once each
+        fresh = dict.fromkeys(new)
+        if absent_at == self.version or self._keys.keys().isdisjoint(new):
+            new = list(fresh)
+        else:
+            new = list(filterfalse(self._keys.__contains__, fresh))
         if new and not self.live_nodes:
             raise NoLiveNode(f"L3 {self.name!r}: all {self.nodes} nodes are down")
         if size > self.node_capacity:
             return 0  # no node holds it
+        if self._fits(len(new), size):
+            return self._place_all(new, size)
         limit = self.capacity - size  # the live nodes do not change while this runs
-        keys, lost = self._keys, self.lost
-        nodes, spread = self.nodes, not self.down_nodes  # every node live: _place's turn
-        n = len(new)
-        if (spread and n and type(size) is int and type(self.used) is int
-                and self.used + (n - 1) * size <= limit):
-            # no key's turn evicts (integer bytes: the sums are exact): place them all
-            # round-robin in one go, as the loop below would
-            turn = self._next_node % nodes
-            places = [(size, node) for node in range(nodes)]
-            before = len(keys)
-            keys.update(zip(new, islice(cycle(places[turn:] + places[:turn]), n), strict=True))
-            if len(keys) - before < n:  # a key repeats (only unseen keys may): undo, once each
-                deque(map(keys.pop, new, repeat(None)), maxlen=0)
-                return self.insert(dict.fromkeys(new), size, absent_at)
-            self._next_node += n
-            self.used += n * size
-            if lost:
-                for key in new:
-                    lost.pop(key, None)
-            self.bytes_written += n * size
-            self._placed_batch(new)
-            if self._log:  # placed after the moves that wait: they move after them
-                self._logs(tuple(new))
-            return n
-        if unseen:
-            new = list(dict.fromkeys(new))
         if new:  # a key's turn may evict (or nodes are down): keep the order as it goes
             self._ordered()
-            keys = self._keys
+        keys, lost = self._keys, self.lost
+        nodes, spread = self.nodes, not self.down_nodes  # every node live: _place's turn
         for key in new:
             if self.used > limit:
                 self._evict(limit)
@@ -344,26 +322,51 @@ class L3Store:
                 lost.pop(key, None)
         self.bytes_written += len(new) * size
         if new:
-            self._placed_batch(new)
+            self.version += 1
         return len(new)
 
-    def _new(self, keys: Iterable[L3Key], absent_at: int | None) -> list[L3Key]:
-        """The keys not present now, each once, in order (:meth:`insert`)."""
-        fresh = dict.fromkeys(keys)
-        since = self.version - absent_at if absent_at is not None else -1
-        if since < 0 or self._removed_at > absent_at or since > len(self._placed):
-            return list(filterfalse(self._keys.__contains__, fresh))
-        placed = self._placed
-        for b in range(len(placed) - since, len(placed)):  # the batches placed since
-            batch = placed[b]
-            if not fresh.keys().isdisjoint(batch):
-                deque(map(fresh.pop, batch, repeat(None)), maxlen=0)
-        return list(fresh)
+    def _fits(self, n: int, size: int) -> bool:
+        """Whether ``n`` keys of ``size`` bytes, all new, are placed without any key's
+        turn evicting, on every node in turn: every node is live, a node holds ``size``
+        and the bytes fit (integers: the sums are exact)."""
+        return (n > 0 and not self.down_nodes and size <= self.node_capacity
+                and type(size) is int and type(self.used) is int
+                and self.used + (n - 1) * size <= self.capacity - size)
 
-    def _placed_batch(self, new: list[L3Key]) -> None:
-        """``new`` were placed (keys evicted to make room for them came first)."""
+    def _place_all(self, new: list[L3Key], size: int) -> int:
+        """Place the keys of ``new`` not present (:meth:`_fits` for all of them) in one
+        go, on the nodes in turn, as key after key would: each placed unless present
+        (``setdefault``: a present key keeps its value and place); when fewer were
+        placed than given (some present, or repeated), the keys placed are those holding
+        one of this call's own value tuples, and take their nodes in turn again."""
+        nodes = self.nodes
+        n = len(new)
+        turn = self._next_node % nodes
+        places = [(size, node) for node in range(nodes)]
+        # the nodes in turn from ``turn``, at least one per key (map and zip stop at the
+        # last key)
+        turns = (places[turn:] + places[:turn]) * (n // nodes + 1)
+        keys = self._keys
+        before = len(keys)
+        deque(map(keys.setdefault, new, turns), maxlen=0)
+        if len(keys) - before < n:  # this call's tuples: no value held before was one
+            ours = set(map(id, places))
+            new = [k for k in dict.fromkeys(new) if id(keys[k]) in ours]
+            n = len(new)
+            if not n:
+                return 0
+            keys.update(zip(new, turns, strict=False))  # (placed keys keep their place)
+        self._next_node += n
+        self.used += n * size
+        lost = self.lost
+        if lost:
+            for key in new:
+                lost.pop(key, None)
+        self.bytes_written += n * size
         self.version += 1
-        self._placed.append(new)
+        if self._log:  # placed after the moves that wait: they move after them
+            self._logs(tuple(new))
+        return n
 
     def _removed(self) -> None:
         """Keys left the store (evicted, dropped)."""
