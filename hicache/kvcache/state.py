@@ -11,7 +11,7 @@ Lifecycle::
     RUNNING: prefill chunks (planned, then completed) -> decode tokens -> DONE
     on arrival, a request that can never be served -> REJECTED (``rejected`` says why)
 
-``planned`` counters run ahead of ``done`` counters by at most the batches in flight
+``prefill_planned`` runs ahead of ``prefill_done`` by at most the batches in flight
 (overlap scheduling prepares batch N+1 while N executes).
 """
 
@@ -55,8 +55,10 @@ class RequestState:
     prefix_tokens: int = 0  # reused from the tree (attached + loaded), page aligned
     prefill_planned: int = 0  # prompt tokens planned beyond the prefix
     prefill_done: int = 0
-    decode_planned: int = 0  # output tokens planned after the first one
-    decode_done: int = 0
+    # output tokens planned after the first one; no count of them done is kept (one
+    # would be a store per running request per decode step that nothing reads: a
+    # request's decode steps end with the slice that ``finishes``)
+    decode_planned: int = 0
     handle: RequestRuntimeHandle | None = None
     kv: CacheExtentRef | None = None
     hashes: list[L3Key] = field(default_factory=list)  # L3 page keys (L3 only)

@@ -77,13 +77,22 @@ class LazyHeap:
 
     def __init__(self, key: KeyFn) -> None:
         self.key = key
-        self._heap: list[tuple[tuple, int, int, int, Node]] = []
+        # the LRU key ``(last_access,)`` entered as its bare item: a 1-tuple compares as
+        # its item does, so every comparison, hence every sift and pop, is the same, with
+        # no key call or key tuple per push and an int comparison, not two nested tuple
+        # ones, per sift step (the default strategy; every entry of a heap has one form)
+        self._flat = key is lru
+        self._heap: list[tuple[tuple | int, int, int, int, Node]] = []
         self._seq = 0
 
     def push(self, node: Node) -> None:
         self._seq += 1
-        heapq.heappush(self._heap,
-                       (self.key(node), node.last_access, self._seq, node.stamp, node))
+        if self._flat:
+            last = node.last_access
+            heapq.heappush(self._heap, (last, last, self._seq, node.stamp, node))
+        else:
+            heapq.heappush(self._heap,
+                           (self.key(node), node.last_access, self._seq, node.stamp, node))
 
     def __len__(self) -> int:
         return len(self._heap)

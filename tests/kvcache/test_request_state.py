@@ -14,7 +14,7 @@ from hicache.workload.request import Request
 PAGE = 4
 # read per running request per planned batch (Scheduler._next_plan, prepared, _batch_done)
 HOT = ("req", "rid", "prompt_len", "output_len", "status", "prefix_tokens", "prefill_planned",
-       "decode_planned", "decode_done", "handle", "kv")
+       "decode_planned", "handle", "kv")
 
 
 @given(rid=hs.integers(0, 10**6), prompt=hs.integers(0, 40), output=hs.integers(1, 50),
