@@ -201,6 +201,11 @@ def _steps_at_once(out: FoldedSteps, taken: float, works: Sequence[float], sampl
     return good, stop
 
 
+def _floats(column: list[float] | np.ndarray) -> list[float]:
+    """A column of :meth:`sim.cost.CostModel.decode_work_column` as Python floats."""
+    return column if isinstance(column, list) else column.tolist()
+
+
 class DecodeFolder:
     """Folds one replica's steady decode steps (module doc). ``horizon()``: the time a
     fold must end before (the next arrival the driver knows of when it can only come to
@@ -429,23 +434,16 @@ class DecodeFolder:
                 # ``remaining / rate``: numpy divides as Python does; at rate 1 the work)
                 got, stop = _steps_at_once(out, taken, column if rate == 1.0 else
                                            np.divide(column, rate), sample, cpu, horizon)
-                if stop or got == chunk:
-                    out.work += column[:got] if isinstance(column, list) else \
-                        column[:got].tolist()
-                    if stop:
-                        return out
-                    taken = takens[-1]
-                    n = len(takens)
-                    continue
+                out.work += _floats(column[:got])
+                if stop:
+                    return out
                 if got:
                     taken = takens[-1]
-                # the driver's cpu bounds step got: one by one
-                chunk_works = column if isinstance(column, list) else column.tolist()
-                out.work += chunk_works[:got]
-                chunk_works = chunk_works[got:]
                 n = len(takens)
-            else:
-                chunk_works = column if isinstance(column, list) else column.tolist()
+                if got == chunk:
+                    continue
+                column = column[got:]  # the driver's cpu bounds step got: one by one
+            chunk_works = _floats(column)
             delays = chunk_works if rate == 1.0 else [w / rate for w in chunk_works]
             for work in delays:
                 prepared = taken + cpu if timed else taken  # the next plan, built now
