@@ -314,6 +314,13 @@ class CostModel:
         (sim.fold). The analytic model needs only the contexts' sums per step (its
         attention terms are sums of integers, exact in floats): O(steps), not
         O(steps x requests). Compressed KV (its indexer's top-k) takes the exact path."""
+        works = self.decode_work_column(contexts, steps, first)
+        return works if isinstance(works, list) else works.tolist()
+
+    def decode_work_column(self, contexts: Sequence[int], steps: int, first: int = 0
+                           ) -> list[float] | np.ndarray:
+        """:meth:`decode_works`' floats, as numpy's float64 column where numpy adds the
+        layer times (a caller that goes on in numpy converts nothing), else as a list."""
         if (self.fitted is not None or self.tables is not None or not contexts
                 or self.model.compression is not None):
             return [sum(self.batch_layer_times((), [c + k for c in contexts]))
@@ -367,7 +374,7 @@ class CostModel:
             times[:] = ts
             if head:  # t + 0.0 is t (as above)
                 times[0] += head
-            return np.add.reduce(times, axis=0).tolist()
+            return np.add.reduce(times, axis=0)
         window = self.model.sliding_window if "swa" in kinds else None
         ordered = sorted(contexts)
         below = [0]  # below[i]: sum of the i smallest contexts

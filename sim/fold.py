@@ -21,9 +21,11 @@ brings scheduler and runtime to the state the unfolded run has at that moment::
 
 The steps are kept column-wise (:class:`FoldedSteps`). A chunk of many steps is timed at
 once with numpy (:func:`_steps_at_once`: one accumulate makes the loop's additions in its
-order) up to the first step whose driver is late, and ``CostModel.decode_works`` adds a
-chunk's layer times with one numpy reduction (row after row: the loop's order); with no
-horizon (several replicas) a fold times its steps up to its limit in a few long chunks.
+order) up to the first step whose driver is late, and ``CostModel.decode_work_column`` adds
+a chunk's layer times with one numpy reduction (row after row: the loop's order), whose
+column the accumulate reads as it is (a list in between costs more than the rest: trace
+3,000 L1+L2+L3, ~74M instructions); with no horizon (several replicas) a fold times its
+steps up to its limit in a few long chunks.
 
 Cache-only plans (batch ids < 0: a transfer's completion while two batches were in
 flight) may be in flight at the entry. They were executed after B and before C, so the
@@ -82,7 +84,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import replace
 from itertools import chain, compress, islice
 from operator import ne
@@ -158,14 +160,15 @@ VECTOR_CHUNK = 32  # a chunk of this many steps is timed with numpy (_steps_at_o
 MAX_CHUNK = 512  # steps timed at once when only the limit ends the fold (no horizon)
 
 
-def _steps_at_once(out: FoldedSteps, taken: float, works: list[float], sample: float,
+def _steps_at_once(out: FoldedSteps, taken: float, works: Sequence[float], sample: float,
                    cpu: float, horizon: float) -> tuple[int, bool]:
     """:meth:`DecodeFolder._schedule`'s loop over ``works`` with numpy, while the steps
     end after the driver's next plan is ready (``end >= taken + cpu``: then each step
     starts as the one before ends): one accumulate adds ``taken``, then each step's
     work and sample in the loop's order (a work of 0 adds 0.0: its start, as the loop
-    keeps it). Appends the steps to ``out`` up to the first whose driver is late or
-    that is taken at or after ``horizon``; returns (steps appended, horizon reached)."""
+    keeps it). ``works``: a list or a float64 numpy column. Appends the steps to ``out``
+    (Python floats) up to the first whose driver is late or that is taken at or after
+    ``horizon``; returns (steps appended, horizon reached)."""
     k = len(works)
     m = 2 if sample > 0 else 1  # (work, sample) or (work) per step
     seq = np.empty(1 + m * k)
@@ -196,6 +199,11 @@ def _steps_at_once(out: FoldedSteps, taken: float, works: list[float], sample: f
     out.end += ends_list
     out.taken += ends_list
     return good, stop
+
+
+def _floats(column: list[float] | np.ndarray) -> list[float]:
+    """A column of :meth:`sim.cost.CostModel.decode_work_column` as Python floats."""
+    return column if isinstance(column, list) else column.tolist()
 
 
 class DecodeFolder:
@@ -413,31 +421,30 @@ class DecodeFolder:
         out = FoldedSteps()
         add_start, add_ce = out.start.append, out.compute_end.append
         add_end, add_taken = out.end.append, out.taken.append
-        takens, works = out.taken, rt.cost.decode_works
+        takens, works = out.taken, rt.cost.decode_work_column
         timed, sampled = cpu > 0, sample > 0
         n = 0
         while n < limit:  # in chunks: the horizon often comes first (when there is one)
             chunk = min(limit - n, max(16, n) if horizon < math.inf else MAX_CHUNK)
-            # compute_op's sum of layer times, step by step
-            chunk_works = works(contexts, chunk, n)
-            # the delay of each step's compute job at ``rate`` (FluidServer._schedule's
-            # ``remaining / rate``; at rate 1 the work itself)
-            delays = chunk_works if rate == 1.0 else [w / rate for w in chunk_works]
+            # compute_op's sum of layer times, step by step (a numpy column for a long
+            # chunk: _steps_at_once takes it as it is, no list converted back)
+            column = works(contexts, chunk, n)
             if chunk >= VECTOR_CHUNK:
-                got, stop = _steps_at_once(out, taken, delays, sample, cpu, horizon)
+                # the delay of each step's compute job at ``rate`` (FluidServer._schedule's
+                # ``remaining / rate``: numpy divides as Python does; at rate 1 the work)
+                got, stop = _steps_at_once(out, taken, column if rate == 1.0 else
+                                           np.divide(column, rate), sample, cpu, horizon)
+                out.work += _floats(column[:got])
                 if stop:
-                    out.work += chunk_works[:got]
                     return out
                 if got:
                     taken = takens[-1]
-                if got == chunk:
-                    out.work += chunk_works
-                    n = len(takens)
-                    continue
-                out.work += chunk_works[:got]  # the driver's cpu bounds step got: one by one
-                chunk_works = chunk_works[got:]
-                delays = delays[got:]
                 n = len(takens)
+                if got == chunk:
+                    continue
+                column = column[got:]  # the driver's cpu bounds step got: one by one
+            chunk_works = _floats(column)
+            delays = chunk_works if rate == 1.0 else [w / rate for w in chunk_works]
             for work in delays:
                 prepared = taken + cpu if timed else taken  # the next plan, built now
                 start = taken

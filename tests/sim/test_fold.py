@@ -8,6 +8,7 @@ import math
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
@@ -205,6 +206,55 @@ def test_decode_works_every_chunk_path_bit_for_bit(model: str, hardware: str, se
             # sequential: the per-step cost as the compute op sums it (sum() adds in order)
             assert works == [sum(cost.batch_layer_times([], [c + k for c in contexts]))
                              for k in range(first, first + steps)], (steps, contexts)
+
+
+@pytest.mark.parametrize("model", ["llama-3-8b", "hybrid-swa-mamba"])
+def test_decode_work_column_is_decode_works_floats(model: str) -> None:
+    """decode_work_column gives decode_works' floats at every chunk length, as numpy's
+    float64 column where numpy adds the layer times (the fold times a long chunk from it
+    without a list in between), else as a list."""
+    cost = CostModel(load_profile("h100-sxm"), load_model(model))
+    contexts = [4090, 17, 4094, 63, 100_000]
+    for steps in (1, SUM_STEPS, VECTOR_STEPS - 1, VECTOR_STEPS, 97):
+        column = cost.decode_work_column(contexts, steps, 11)
+        assert isinstance(column, list | np.ndarray)
+        floats = column if isinstance(column, list) else column.tolist()
+        assert floats == cost.decode_works(contexts, steps, 11)
+        assert all(type(w) is float for w in cost.decode_works(contexts, steps, 11))
+    vectorized = isinstance(cost.decode_work_column(contexts, 97), np.ndarray)
+    assert vectorized == (model == "llama-3-8b" and cost_module._SEQUENTIAL_SUM)
+
+
+@pytest.mark.parametrize("cpu", [0.0, 2e-4, 0.05])
+@pytest.mark.parametrize("slowdown", [0.0, 0.3])
+def test_schedule_times_long_chunks_as_the_loop_also_at_a_slowed_rate(
+        cpu: float, slowdown: float) -> None:
+    """DecodeFolder._schedule's steps, chunks of VECTOR_CHUNK or more timed from numpy's
+    work column (divided by the rate beside a copy kernel that slows compute, as the
+    fluid server's ``work / rate``), equal the loop's, float for float and as Python
+    floats; with a late driver (cpu 0.05) the loop takes each chunk after its first step."""
+    from types import SimpleNamespace as NS
+
+    cost = CostModel(load_profile("h100-sxm"), load_model("llama-3-8b"))
+    folder = fold.DecodeFolder.__new__(fold.DecodeFolder)
+    folder.env, folder.cpu = NS(now=12.5), cpu
+    folder.rt = NS(cost=cost, fluid=NS(kinds={"d2h": 1} if slowdown else {}),
+                   link=NS(slowdown=slowdown))
+    folder.copies_slow_compute = bool(slowdown)
+    folder._copy_kernel = lambda: NS(due=1e9)  # a finite horizon: chunks 16, 16, 32, 64..
+    folder.horizon = lambda: 1e9 if slowdown else math.inf
+    contexts = [300, 4000, 17, 9000]
+    steps = folder._schedule(NS(slices=[NS(context_tokens=c) for c in contexts]), 300)
+    rate = 1.0 - slowdown
+    works = cost.decode_works(contexts, 300)
+    sample = cost.sample_time(len(contexts))
+    loop = _one_by_one(12.5, [w / rate for w in works] if slowdown else works,
+                       sample / rate if slowdown else sample, cpu, 1e9)
+    assert len(steps) == len(loop) == 300
+    assert steps.work == works
+    columns = (steps.start, steps.compute_end, steps.end, steps.taken)
+    assert list(zip(*columns, strict=True)) == loop
+    assert all(type(x) is float for col in (steps.work, *columns) for x in col)
 
 
 FAULTS = ["{kind: l3_store_down, start: %r, end: %r}",
