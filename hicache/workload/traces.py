@@ -61,12 +61,12 @@ def _is_number(v: Any) -> bool:
 
 
 class _Line:
-    """Error context for one line (``text``: as read, ``obj``: as parsed)."""
+    """Error context for one line."""
 
-    __slots__ = ("path", "lineno", "obj", "text")
+    __slots__ = ("path", "lineno", "obj")
 
-    def __init__(self, path: Path, lineno: int, obj: dict, text: str = "") -> None:
-        self.path, self.lineno, self.obj, self.text = path, lineno, obj, text
+    def __init__(self, path: Path, lineno: int, obj: dict) -> None:
+        self.path, self.lineno, self.obj = path, lineno, obj
 
     def error(self, field: str | None, problem: str) -> TraceFormatError:
         where = f"{self.path}:{self.lineno}"
@@ -97,24 +97,6 @@ class _Line:
             raise self.error(key, f"id {max(v)} does not fit 64 bits (must be < 2**63)")
         return v
 
-    def int_array(self, key: str) -> array:
-        """:meth:`int_list`'s ints as an ``array('q')``, checked in one pass where it can:
-        building the array rejects (TypeError, OverflowError) every element that is not
-        an int of 64 bits but a bool, which only a line whose text spells ``true`` or
-        ``false`` can hold; then no id may be negative. Anything else: :meth:`int_list`
-        (its error)."""
-        v = self.obj.get(key)
-        text = self.text
-        if type(v) is list and "true" not in text and "false" not in text:
-            try:
-                out = array("q", v)
-            except (TypeError, OverflowError):
-                pass
-            else:
-                if not v or min(v) >= 0:
-                    return out
-        return array("q", self.int_list(key))
-
 
 def _lines(path: Path, max_requests: int | None) -> Iterator[_Line]:
     count = 0
@@ -130,7 +112,7 @@ def _lines(path: Path, max_requests: int | None) -> Iterator[_Line]:
                 raise TraceFormatError(
                     f"{path}:{lineno}: bad JSON: {e.msg} (column {e.colno})"
                 ) from e
-            line = _Line(path, lineno, obj, text)
+            line = _Line(path, lineno, obj)
             if not isinstance(obj, dict):
                 raise line.error(None, f"expected a JSON object, got {type(obj).__name__}")
             count += 1
@@ -145,12 +127,12 @@ def iter_mooncake_trace(path: str | Path, max_requests: int | None = None) -> It
         ts = line.get("timestamp", "number")
         n_in = line.get("input_length", "int", 1)
         n_out = line.get("output_length", "int")
-        ids = line.int_array("hash_ids")
+        ids = line.int_list("hash_ids")
         want = -(-n_in // MOONCAKE_BLOCK)
         if len(ids) != want:
             raise line.error("hash_ids", f"has {len(ids)} ids, input_length {n_in} needs "
                              f"ceil({n_in}/{MOONCAKE_BLOCK}) = {want}")
-        tokens = BlockTokens(ids, n_in, MOONCAKE_BLOCK, chains)
+        tokens = BlockTokens(array("q", ids), n_in, MOONCAKE_BLOCK, chains)
         yield Request(rid=rid, arrival=ts / 1000.0, tokens=tokens, output_len=n_out)
 
 
@@ -162,7 +144,7 @@ def iter_token_trace(path: str | Path, max_requests: int | None = None) -> Itera
         if extra:
             raise line.error(sorted(extra)[0], f"unknown key; allowed: {sorted(_TOKEN_KEYS)}")
         arrival = line.get("arrival", "number")
-        tokens = line.int_array("tokens")
+        tokens = line.int_list("tokens")
         if not tokens:
             raise line.error("tokens", "empty prompt")
         out_len = line.get("output_len", "int")
@@ -174,7 +156,7 @@ def iter_token_trace(path: str | Path, max_requests: int | None = None) -> Itera
             raise line.error("close_session", f"expected true or false, got {close!r}")
         client = line.get("client", "int", -1) if "client" in line.obj else -1
         rnd = line.get("round", "int", -1) if "round" in line.obj else -1
-        yield Request(rid=rid, arrival=float(arrival), tokens=tokens,
+        yield Request(rid=rid, arrival=float(arrival), tokens=array("q", tokens),
                       output_len=out_len, session_id=sid, client=client, round=rnd,
                       close_session=close)
 

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-from array import array
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as hs
 
 from hicache.workload.request import Request
 from hicache.workload.traces import (
     TraceFormatError,
-    _Line,
     detect_format,
     iter_mooncake_trace,
     load_trace,
@@ -168,32 +164,3 @@ def test_format_detection_and_bad_format_name(tmp_path):
 def test_max_requests_stops_reading_early(tmp_path):
     p = write(tmp_path, [mooncake_line(), mooncake_line(), "{broken"])
     assert len(load_trace(p, max_requests=2)) == 2  # the broken third line is never read
-
-
-_JSON_IDS = hs.lists(hs.one_of(
-    hs.integers(0, 2**63 - 1), hs.sampled_from([0, 1, 2**63 - 1, 2**63, -1, -(2**63) - 1]),
-    hs.booleans(), hs.floats(allow_nan=False, allow_infinity=False), hs.just(None),
-    hs.text(max_size=3)), max_size=6)
-
-
-@settings(max_examples=400, deadline=None)
-@given(ids=_JSON_IDS | hs.integers() | hs.just("x"), extra=hs.sampled_from(["", "true", "false"]))
-def test_int_array_checks_what_int_list_checks(ids: object, extra: str) -> None:
-    """_Line.int_array's one-pass checks (the array's own, the line's text for bools, the
-    sign) take what int_list takes, as the same ints, and refuse what it refuses with its
-    error: bools (in a line whose text has no other true or false, or one with some),
-    floats, strings, None, ids out of 64 bits or negative, a missing key, not a list."""
-    obj = {"hash_ids": ids} if ids != "x" else {}
-    if extra:
-        obj["note"] = extra == "true"
-    text = json.dumps(obj)
-    line = _Line(Path("t.jsonl"), 3, json.loads(text), text)
-    try:
-        want: object = array("q", line.int_list("hash_ids"))
-    except TraceFormatError as e:
-        want = str(e)
-    try:
-        got: object = line.int_array("hash_ids")
-    except TraceFormatError as e:
-        got = str(e)
-    assert got == want and type(got) is type(want)
