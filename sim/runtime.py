@@ -7,7 +7,8 @@ batches (each op once the host launched it), the LM head and sampling, then one 
 copy per batch; every handle is checked against (runtime_id, generation); bytes copied per
 direction are counted by the link (``bytes_moved``) and, independently, from page counts at
 prepare (``bytes_accounted``). ``batch_shapes`` records what each batch computed (tokens,
-requests, context, load bytes) for residual plots.
+requests, context, load bytes) for residual plots. The runtime composes components with
+one concern each (:class:`SimRuntime`); ``generation`` equals its memory's.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from sim.writeback import Writeback, chunked_backup_op
 
 _FULL = Kind.FULL  # hot: Enum reads (ARCHITECTURE.md)
 
-# the names SimRuntime exposes for its components' parts (module doc): set once, never
+# the names SimRuntime exposes for its components' parts (its doc): set once, never
 # rebound; the ops, chains and folds read them per event
 VIEWS = {
     "link": ("transfers", "link"), "fluid": ("transfers", "fluid"),
@@ -77,8 +78,9 @@ class SimRuntime:
     batches, completions, the wake-up a driver waits on, the generation.
 
     Besides its components it exposes, under the names the ops, chains and folds read
-    (:data:`VIEWS`), references to their parts: set once here (or by :meth:`restart`, for
-    the current memory's), never rebound, so a hot read costs one slot read."""
+    (:data:`VIEWS`), references to their parts: set once here, never rebound (a restart
+    replaces only the memory), so a hot read costs one slot read; the cold rest are
+    properties."""
 
     # slotted: every event reads it (ARCHITECTURE.md, RequestState)
     __slots__ = (
