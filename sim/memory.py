@@ -11,6 +11,7 @@ a plan gets depends only on which ids are free; a plan is placed only after
 :func:`sim.validate.check_plan` and :func:`sim.validate.check_capacity` passed
 (:meth:`Memory.apply_frees`), so no allocation fails midway. :attr:`steady` holds the
 rows of the last all-decode plan placed while they are as it says (:mod:`sim.steady`).
+``rows``, ``device`` and ``host`` are never rebound (the runtime reads them as views).
 """
 
 from __future__ import annotations

@@ -65,8 +65,10 @@ VIEWS = {
     "bytes_accounted": ("accounting", "bytes_accounted"),
     "l3_bytes": ("accounting", "l3_bytes"), "fold_counts": ("accounting", "fold_counts"),
     "layerwise": ("config", "layerwise"), "trace_layers": ("config", "trace_layers"),
-    "fold_layers": ("config", "fold_layers"),
+    "fold_layers": ("config", "fold_layers"), "bytes_per_page": ("config", "bytes_per_page"),
 }
+# the same for the current memory's parts: set by every restart (a new Memory)
+MEMORY_VIEWS = ("rows", "device", "host")
 
 
 class SimRuntime:
@@ -79,8 +81,8 @@ class SimRuntime:
 
     Besides its components it exposes, under the names the ops, chains and folds read
     (:data:`VIEWS`), references to their parts: set once here, never rebound (a restart
-    replaces only the memory), so a hot read costs one slot read; the cold rest are
-    properties."""
+    replaces only the memory, and sets the views of its parts, :data:`MEMORY_VIEWS`), so a
+    hot read costs one slot read; the cold rest are properties."""
 
     # slotted: every event reads it (ARCHITECTURE.md, RequestState)
     __slots__ = (
@@ -93,7 +95,9 @@ class SimRuntime:
         # views (VIEWS)
         'batch_shapes', 'bytes_accounted', 'copies', 'fluid', 'fold_counts', 'fold_layers',
         'host_lane', 'interpreter', 'l3_bytes', 'l3_client', 'layerwise', 'link',
-        'streams', 'trace_layers',
+        'streams', 'trace_layers', 'bytes_per_page',
+        # memory views (MEMORY_VIEWS)
+        'rows', 'device', 'host',
     )
 
     def __init__(self, env: simpy.Environment, *, profile: HardwareProfile | str,
@@ -139,7 +143,7 @@ class SimRuntime:
         self.batch_shapes, self.bytes_accounted = acc.batch_shapes, acc.bytes_accounted
         self.l3_bytes, self.fold_counts = acc.l3_bytes, acc.fold_counts
         self.layerwise, self.trace_layers = cfg.layerwise, cfg.trace_layers
-        self.fold_layers = cfg.fold_layers
+        self.fold_layers, self.bytes_per_page = cfg.fold_layers, cfg.bytes_per_page
         self._chain_loads = chain_possible(self)
         self._chain_compute = compute_chain.chain_possible(self)
         self.generation = 0
@@ -151,7 +155,8 @@ class SimRuntime:
         self.generation += 1
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()  # a driver waiting on the old generation wakes and re-reads
-        self.memory = Memory(self.config, self.generation)
+        self.memory = mem = Memory(self.config, self.generation)
+        self.rows, self.device, self.host = mem.rows, mem.device, mem.host  # MEMORY_VIEWS
         self._prepared: dict[int, BatchState] = {}
         self._completions: list[Completion] = []
         # what completion_event handed out (None: nothing yet since the last completion,
@@ -163,7 +168,6 @@ class SimRuntime:
     page_size = property(lambda self: self.config.page_size)
     device_sizes = property(lambda self: self.config.device_sizes)
     host_sizes = property(lambda self: self.config.host_sizes)
-    bytes_per_page = property(lambda self: self.config.bytes_per_page)
     layer_bytes = property(lambda self: self.config.layer_bytes)
     layers_touched = property(lambda self: self.config.layers_touched)
     mem_layout = property(lambda self: self.config.mem_layout)
@@ -171,9 +175,6 @@ class SimRuntime:
     swa_window = property(lambda self: self.config.swa_window)
     mamba = property(lambda self: self.config.mamba)
     state_copy_s = property(lambda self: self.config.state_copy_s)
-    device = property(lambda self: self.memory.device)
-    host = property(lambda self: self.memory.host)
-    rows = property(lambda self: self.memory.rows)
     state = property(lambda self: self.memory.state)
     full = property(lambda self: self.memory.full)
     state_active = property(lambda self: self.memory.state_active)

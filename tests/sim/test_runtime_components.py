@@ -25,7 +25,7 @@ from sim.accounting import Accounting
 from sim.batch import BatchState
 from sim.l3 import L3Store
 from sim.memory import Memory
-from sim.runtime import VIEWS, SimRuntime
+from sim.runtime import MEMORY_VIEWS, VIEWS, SimRuntime
 from sim.runtime_config import RuntimeConfig
 
 PAGE = 16
@@ -44,6 +44,8 @@ def _config(**kw: object) -> RuntimeConfig:
 def _views_hold(rt: SimRuntime) -> None:
     for name, (component, attr) in VIEWS.items():
         assert getattr(rt, name) is getattr(getattr(rt, component), attr), name
+    for name in MEMORY_VIEWS:  # the current memory's
+        assert getattr(rt, name) is getattr(rt.memory, name), name
 
 
 @pytest.mark.parametrize("with_l3", [False, True])
@@ -68,7 +70,6 @@ def test_views_are_the_components_parts_across_restarts(with_l3: bool) -> None:
                                       strict=True))
     assert rt.memory is not old and rt.memory.generation == rt.generation == 2
     assert rt.open_requests() == 0 and rt.full.free_count == rt.config.device_sizes[_FULL]
-    assert rt.rows is rt.memory.rows and rt.device is rt.memory.device
     assert 1 in rt.batch_shapes  # counts describe the whole run: a restart keeps them
     with pytest.raises(StaleHandleError):
         rt.prepare_batch(BatchPlan(2, slices=(
