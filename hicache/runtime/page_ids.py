@@ -30,8 +30,7 @@ import bisect
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Sequence
-from itertools import islice, pairwise, repeat
-from operator import add, lt
+from itertools import pairwise
 from typing import Literal
 
 Run = tuple[int, int]
@@ -240,24 +239,7 @@ class PageIds:
         return None if end <= fresh else max(start, fresh)
 
     def bad_runs(self, runs: Sequence[Run]) -> int | None:
-        """A page of ``runs`` that is not handed out, or listed twice, else None. Runs
-        that pass (the usual case: a plan's frees) are checked with C-level iteration
-        alone: sorted by start, none reaches below 0 or past the handed-out mark, none
-        starts before the one before it ends, and the used map counts no zero in any;
-        only a list that fails is walked run by run (:meth:`_bad_run`), which names the
-        page the walk finds first."""
-        if len(runs) > 1:
-            starts, lengths = zip(*sorted(runs), strict=True)
-            ends = list(map(add, starts, lengths))
-            if (starts[0] >= 0 and max(ends) <= self._fresh
-                    and not any(map(lt, islice(starts, 1, None), ends))
-                    and not any(map(self._used.count, repeat(0, len(ends)), starts, ends))):
-                return None
-        return self._bad_run(runs)
-
-    def _bad_run(self, runs: Sequence[Run]) -> int | None:
-        """:meth:`bad_runs` run by run: the first page not handed out, in run order, else
-        the first page listed twice, in page order, else None."""
+        """A page of ``runs`` that is not handed out, or listed twice, else None."""
         used, fresh = self._used, self._fresh
         find = used.find
         for s, n in runs:

@@ -122,26 +122,3 @@ def test_bad_runs_names_the_page_a_page_by_page_walk_names(taken, freed, data) -
     runs = data.draw(st.lists(st.tuples(st.one_of(start, start, st.integers(-1, 70)),
                                         st.integers(1, 4)), max_size=6))
     assert ids.bad_runs(runs) == _bad_page_by_page(used.__contains__, runs)
-
-
-@given(st.sampled_from(["lowest", "lifo", "fifo"]), st.integers(0, 40),
-       st.lists(st.integers(0, 40), max_size=10),
-       st.lists(st.tuples(st.integers(-2, 44), st.integers(0, 5)), min_size=2, max_size=10))
-def test_bad_runs_c_level_pass_agrees_with_the_walk(order, taken, freed, runs) -> None:
-    """bad_runs answers a list of two or more runs that passes with C-level checks alone
-    (bounds, overlap of the sorted runs, zeros counted in the used map) and leaves any
-    other to the run by run walk: the same answer as the walk, for lists that pass,
-    overlap (one run inside another, empty runs inside one), cross freed pages or the
-    mark, or start below 0."""
-    from hicache.runtime.page_ids import PageIds
-
-    ids = PageIds(40, order)
-    ids.take_runs(taken)
-    for p in freed:
-        if ids.is_used(p):
-            ids.give([p])
-    assert ids.bad_runs(runs) == ids._bad_run(runs)  # noqa: SLF001
-    held = runs_of([p for p in range(40) if ids.is_used(p)])
-    if len(held) > 1:
-        assert ids.bad_runs(held[::-1]) is None
-        assert ids.bad_runs([*held, held[0]]) == held[0][0]  # listed twice
