@@ -51,7 +51,7 @@ class PendingBackup:
 @dataclass(frozen=True, slots=True)
 class LoadGroup:
     """One h2d op: the layers it moves, its bytes and copy calls (frozen: a runtime
-    shares one batch's groups with every batch that loads the same, ``_load_groups``)."""
+    shares one batch's groups with every batch that loads the same, ``Transfers.load_groups``)."""
 
     layers: range
     nbytes: int
@@ -69,7 +69,7 @@ def group_steps(groups: Sequence[LoadGroup]) -> GroupSteps:
     (``float(nbytes)``) and its landing's (the layer of its rows or -1, ``int(nbytes)``,
     ``nbytes``, the layers landed then and the next group: the groups without bytes
     after g land with it); and the last group with bytes (-1: none). The runtime computes
-    it once per shared tuple of groups (``SimRuntime._load_groups``: ``load_steps``)."""
+    it once per shared tuple of groups (``Transfers.load_groups``: ``load_steps``)."""
     n = len(groups)
     work: list[float] = []
     lands: list[tuple[int, int, int, int, int]] = []
@@ -121,7 +121,7 @@ class BatchShapes(Mapping[int, dict[str, int]]):
     KEYS = ("requests", "tokens", "context_tokens", "load_bytes")
 
     def __init__(self) -> None:
-        # batch id -> (requests, tokens, context_tokens, load_bytes): SimRuntime writes it
+        # batch id -> (requests, tokens, context_tokens, load_bytes): Accounting writes it
         self.rows: dict[int, tuple[int, int, int, int]] = {}
         self._runs: dict[int, tuple[int, int, int]] = {}  # first id -> (n, requests, ctx)
 

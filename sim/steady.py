@@ -11,7 +11,7 @@ count derived) and placed touching only the rows whose context reached their las
 that joined) are checked and placed one by one, as any plan's.
 
 Invariant (what makes a match exact): a :class:`SteadyRows` held by the runtime
-(``SimRuntime.steady``) with ``takes`` equal to its pool's describes open rows as they
+(``Memory.steady``) with ``takes`` equal to its pool's describes open rows as they
 are now: every row it lists is open, and holds ``caps[i] // page_size`` pages. Rows
 grow only by device FULL allocations (:attr:`sim.pools.PagePool.takes` counts them; a
 prepare that allocates only for new rows moves the count on, see :func:`after_prepare`)

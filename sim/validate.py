@@ -31,7 +31,7 @@ from sim.rows import RequestRow
 from sim.steady import SteadyRows
 
 if TYPE_CHECKING:
-    from sim.runtime import SimRuntime
+    from sim.memory import Memory
 
 
 _FULL, _DEVICE, _HOST = Kind.FULL, Tier.DEVICE, Tier.HOST  # hot: Enum reads (ARCHITECTURE.md)
@@ -58,40 +58,40 @@ class Checked(NamedTuple):
     contexts: list[int] | None = None
 
 
-def check_ext(rt: SimRuntime, ext: CacheExtentRef, tier: Tier, what: str) -> None:
-    check_generation(ext, rt.runtime_id, rt.generation, what)
+def check_ext(mem: Memory, ext: CacheExtentRef, tier: Tier, what: str) -> None:
+    check_generation(ext, mem.runtime_id, mem.generation, what)
     if ext.tier is not tier:
         raise ValueError(f"{what} must be on {tier}, got {ext.tier}")
 
 
-def _current(rt: SimRuntime, ext: CacheExtentRef, tier: Tier) -> bool:
-    return ext.tier is tier and ext.generation == rt.generation and \
-        ext.runtime_id == rt.runtime_id
+def _current(mem: Memory, ext: CacheExtentRef, tier: Tier) -> bool:
+    return ext.tier is tier and ext.generation == mem.generation and \
+        ext.runtime_id == mem.runtime_id
 
 
-def row_of(rt: SimRuntime, handle: RequestRuntimeHandle, what: str) -> RequestRow:
-    check_generation(handle, rt.runtime_id, rt.generation, what)
-    row = rt.rows.get(handle.slot_id)
+def row_of(mem: Memory, handle: RequestRuntimeHandle, what: str) -> RequestRow:
+    check_generation(handle, mem.runtime_id, mem.generation, what)
+    row = mem.rows.get(handle.slot_id)
     if row is None or row.handle != handle:
         raise StaleHandleError(f"{what}: request slot {handle.slot_id} is not open (the "
                                "handle outlived its release)")
     return row
 
 
-def _open_row(rt: SimRuntime, handle: RequestRuntimeHandle, what: str) -> RequestRow:
+def _open_row(mem: Memory, handle: RequestRuntimeHandle, what: str) -> RequestRow:
     """:func:`row_of`, with the common case (the very handle the runtime issued) first."""
-    row = rt.rows.get(handle.slot_id)
-    if row is not None and row.handle is handle and handle.generation == rt.generation:
+    row = mem.rows.get(handle.slot_id)
+    if row is not None and row.handle is handle and handle.generation == mem.generation:
         return row
-    return row_of(rt, handle, what)
+    return row_of(mem, handle, what)
 
 
-def check_plan(rt: SimRuntime, plan: BatchPlan) -> Checked:
+def check_plan(mem: Memory, plan: BatchPlan, l3: bool) -> Checked:
     """Reject stale or misplaced handles and slices whose context their pages do not
     hold, before anything changes; return what each release will free (prepare frees
     exactly that) and each slice's row and new pages (:class:`Checked`)."""
     slices = plan.slices
-    sd = rt.steady
+    sd = mem.steady
     matched = sd.match(slices) if sd is not None and slices else None
     if matched is not None:  # its first slices repeat these rows, as checked then
         contexts, new = matched
@@ -101,25 +101,25 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Checked:
             if len({s.rid for s in slices}) != len(slices):
                 matched = None  # the general check names the slice
             else:
-                more_rows, more_new, firsts = _check_slices(rt, slices[len(new):],
+                more_rows, more_new, firsts = _check_slices(mem, slices[len(new):],
                                                             plan.batch_id)
                 slice_rows, new = slice_rows + more_rows, new + more_new
     if matched is None:
-        slice_rows, new, firsts = _check_slices(rt, slices, plan.batch_id)
+        slice_rows, new, firsts = _check_slices(mem, slices, plan.batch_id)
         sd = contexts = None
     for b in plan.backups:
-        if not _current(rt, b.src, _DEVICE):
-            check_ext(rt, b.src, _DEVICE, f"backup job {b.job_id}")
+        if not _current(mem, b.src, _DEVICE):
+            check_ext(mem, b.src, _DEVICE, f"backup job {b.job_id}")
     for st in plan.stores:
-        if not _current(rt, st.src, _HOST):
-            check_ext(rt, st.src, _HOST, f"store job {st.job_id}")
+        if not _current(mem, st.src, _HOST):
+            check_ext(mem, st.src, _HOST, f"store job {st.job_id}")
         if len(st.keys) != st.src.num_pages:
             raise ValueError(f"store job {st.job_id}: {len(st.keys)} keys for "
                              f"{st.src.num_pages} pages")
-    if (plan.stores or plan.prefetches) and rt.l3 is None:
+    if (plan.stores or plan.prefetches) and not l3:
         raise ValueError("store/prefetch intents need an L3 (SimRuntime(l3=...))")
     for ext in plan.frees:
-        check_generation(ext, rt.runtime_id, rt.generation, "freed extent")
+        check_generation(ext, mem.runtime_id, mem.generation, "freed extent")
     released: Released = {}
     if plan.releases:
         slots = {rel.request.slot_id for rel in plan.releases}
@@ -128,20 +128,20 @@ def check_plan(rt: SimRuntime, plan: BatchPlan) -> Checked:
         # a matched slice names its row's very handle, and the rows are open: a release
         # of a row they list is one of a matched slice's request (found by identity)
         later = plan.slices if sd is None else plan.slices[len(sd.rows):]
-        if (sd is not None and any([rt.rows.get(slot) in sd.rows for slot in slots])) or any(
+        if (sd is not None and any([mem.rows.get(slot) in sd.rows for slot in slots])) or any(
                 [s.request is not None and s.request.slot_id in slots for s in later]):
             raise ValueError(f"batch {plan.batch_id} both releases and continues a request")
         for rel in plan.releases:
-            released[rel.request.slot_id] = _check_release(rt, rel)
-    frees = _check_frees(rt, plan, released) if plan.frees or released else _NO_FREES
+            released[rel.request.slot_id] = _check_release(mem, rel)
+    frees = _check_frees(mem, plan, released) if plan.frees or released else _NO_FREES
     return Checked(released, slice_rows, new, firsts, frees, sd, contexts)
 
 
-def _check_slices(rt: SimRuntime, slices: tuple[RequestSlice, ...], batch_id: int
+def _check_slices(mem: Memory, slices: tuple[RequestSlice, ...], batch_id: int
                   ) -> tuple[list[RequestRow | None], list[int], int]:
     """:func:`check_plan`'s checks of ``slices``, one by one: (each slice's open row or
     None, its new pages, how many are first slices)."""
-    rows, page = rt.rows, rt.page_size
+    rows, page = mem.rows, mem.page_size
     slice_rows: list[RequestRow | None] = []
     new: list[int] = []
     add_row, add_new = slice_rows.append, new.append
@@ -155,7 +155,7 @@ def _check_slices(rt: SimRuntime, slices: tuple[RequestSlice, ...], batch_id: in
             # handles only (restart empties them)
             row = rows.get(h.slot_id)
             if row is None or row.handle is not h:
-                row = row_of(rt, h, f"request {s.rid}")  # the full check (raises if stale)
+                row = row_of(mem, h, f"request {s.rid}")  # the full check (raises if stale)
             if row.rid != s.rid:
                 raise ValueError(f"request {s.rid}: its handle is request {row.rid}'s")
             if s.attach or s.loads:
@@ -163,23 +163,23 @@ def _check_slices(rt: SimRuntime, slices: tuple[RequestSlice, ...], batch_id: in
             add_row(row)
             existing, ctx = row.size, s.context_tokens  # new_pages, in line
             if ctx > existing * page:
-                new_pages(rt, s, existing)  # raises
+                new_pages(mem, s, existing)  # raises
             n = -(-(ctx + s.new_tokens) // page) - existing
             add_new(n if n > 0 else 0)
             continue  # a later slice: nothing more to check
         firsts += 1
         for ext in s.attach:  # state pieces may come from L2 (hybrid load-back)
             tier = _HOST if ext.tier is _HOST and ext.pool is not _FULL else _DEVICE
-            if not _current(rt, ext, tier):
-                check_ext(rt, ext, tier, f"attach of request {s.rid}")
-            if ext.pool is not _FULL and not rt.state_active:
+            if not _current(mem, ext, tier):
+                check_ext(mem, ext, tier, f"attach of request {s.rid}")
+            if ext.pool is not _FULL and not mem.state_active:
                 raise ValueError(f"attach of request {s.rid}: pool '{ext.pool}' is not kept "
                                  "by this runtime")
         for load in s.loads:
-            if not _current(rt, load.src, _HOST):
-                check_ext(rt, load.src, _HOST, f"load of request {s.rid}")
+            if not _current(mem, load.src, _HOST):
+                check_ext(mem, load.src, _HOST, f"load of request {s.rid}")
         slice_rows.append(None)
-        new.append(new_pages(rt, s, sum(
+        new.append(new_pages(mem, s, sum(
             e.num_pages for e in s.attach if e.pool is _FULL) + sum(
             ld.src.num_pages for ld in s.loads if ld.src.pool is _FULL)))
     return slice_rows, new, firsts
@@ -194,9 +194,9 @@ def _twice(slices: tuple[RequestSlice, ...], batch_id: int) -> None:
         seen.add(s.rid)
 
 
-def _check_release(rt: SimRuntime, rel: Release) -> list[Run]:
+def _check_release(mem: Memory, rel: Release) -> list[Run]:
     """Check what ``rel`` keeps; return the runs of the request's own pages it frees."""
-    row = _open_row(rt, rel.request, "release")
+    row = _open_row(mem, rel.request, "release")
     kept = rel.kept()
     own = row.own_runs()
     keep: list[Run] = [(r.first_page, r.page_count)  # the FULL pages kept, as runs
@@ -205,12 +205,12 @@ def _check_release(rt: SimRuntime, rel: Release) -> list[Run]:
     # then they are own pages, and the rest of ``own`` is what runs_minus would give
     rest = _after_prefix(own, keep)
     for ext in kept:
-        if not _current(rt, ext, _DEVICE):
-            check_ext(rt, ext, _DEVICE, "release keep")
+        if not _current(mem, ext, _DEVICE):
+            check_ext(mem, ext, _DEVICE, "release keep")
         if ext.pool is _FULL:
             ok = rest is not None or not runs_minus(ext.runs(), own)
         else:
-            ok = rt.state.check_keep(rel.request.slot_id, ext)
+            ok = mem.state.check_keep(rel.request.slot_id, ext)
         if not ok:
             raise ValueError(f"release of request {row.rid}: keep holds pages the "
                              "request did not allocate")
@@ -242,7 +242,7 @@ def _after_prefix(own: list[Run], keep: list[Run]) -> list[Run] | None:
     return [(s + cut, n - cut), *own[i + 1:]] if cut else own[i:]
 
 
-def _check_frees(rt: SimRuntime, plan: BatchPlan, released: Released) -> Freed:
+def _check_frees(mem: Memory, plan: BatchPlan, released: Released) -> Freed:
     """Every page the plan frees is allocated and freed once (frees and releases), and
     none is read by the plan's own backups or stores; return the frees' runs by pool
     (:attr:`Checked.frees`). Works on runs: one :meth:`PagePool.bad_runs` per pool; only
@@ -256,7 +256,7 @@ def _check_frees(rt: SimRuntime, plan: BatchPlan, released: Released) -> Freed:
             runs = frees[key] = []
         runs += e.runs()
     if plan.backups or plan.stores:
-        _explain_frees(rt, plan, released)
+        _explain_frees(mem, plan, released)
         return frees
     device_full = (_DEVICE, _FULL)
     if released:  # the releases' runs join L1 FULL's, after its frees (the check's order)
@@ -266,12 +266,12 @@ def _check_frees(rt: SimRuntime, plan: BatchPlan, released: Released) -> Freed:
     else:
         checks = frees
     for (tier, pool), runs in checks.items():
-        if runs and rt.tier(tier)[pool].bad_runs(runs) is not None:
-            _explain_frees(rt, plan, released)  # raises: it runs the same bad_runs first
+        if runs and mem.tier(tier)[pool].bad_runs(runs) is not None:
+            _explain_frees(mem, plan, released)  # raises: it runs the same bad_runs first
     return frees
 
 
-def _explain_frees(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
+def _explain_frees(mem: Memory, plan: BatchPlan, released: Released) -> None:
     """:func:`_check_frees`'s checks page run by page run, each with its source: raise
     for the first page of a pool that is not allocated, read by the plan's own backups or
     stores, or freed twice."""
@@ -289,13 +289,13 @@ def _explain_frees(rt: SimRuntime, plan: BatchPlan, released: Released) -> None:
     def what(source: int) -> str:
         if source >= 0:
             return f"free of {plan.frees[source].num_pages} pages"
-        return f"release of request {rt.rows[plan.releases[~source].request.slot_id].rid}"
+        return f"release of request {mem.rows[plan.releases[~source].request.slot_id].rid}"
 
     reads: dict[tuple[Tier, Kind], list[tuple[int, int]]] = {}
     for ext in [b.src for b in plan.backups] + [s.src for s in plan.stores]:
         reads.setdefault((ext.tier, ext.pool), []).extend(ext.runs())
     for (tier, pool), spans in freed.items():
-        pages_pool = rt.tier(tier)[pool]
+        pages_pool = mem.tier(tier)[pool]
         # one pass over the runs finds whether any page is unallocated or freed twice; only
         # then are they walked again below, for the message that names the culprit
         clean = pages_pool.bad_runs([(s, n) for s, n, _ in spans]) is None
@@ -332,23 +332,23 @@ def _overlap(spans: list[tuple[int, int, int]], read: list[tuple[int, int]]
     return None
 
 
-def new_pages(rt: SimRuntime, s: RequestSlice, existing: int) -> int:
-    if s.context_tokens > existing * rt.page_size:
+def new_pages(mem: Memory, s: RequestSlice, existing: int) -> int:
+    if s.context_tokens > existing * mem.page_size:
         raise ValueError(f"request {s.rid}: context {s.context_tokens} tokens but only "
-                         f"{existing} pages of {rt.page_size} hold KV")
-    total = -(-(s.context_tokens + s.new_tokens) // rt.page_size)
+                         f"{existing} pages of {mem.page_size} hold KV")
+    total = -(-(s.context_tokens + s.new_tokens) // mem.page_size)
     return max(0, total - existing)
 
 
-def check_capacity(rt: SimRuntime, plan: BatchPlan, checked: Checked) -> None:
-    state = rt.state_active
+def check_capacity(mem: Memory, plan: BatchPlan, checked: Checked) -> None:
+    state = mem.state_active
     if not (state or checked.firsts or plan.backups or plan.prefetches):
         # later slices only, no copy into L2: they allocate new FULL pages alone, and the
         # plan's frees and releases return pages first (counted only when the pool's free
         # pages fall short: the check below, for that one pool)
         n = sum(checked.new)
-        if n and n > rt.full.free_count:
-            _short_full(rt, plan, checked, n)
+        if n and n > mem.full.free_count:
+            _short_full(mem, plan, checked, n)
         return
     need_device: dict[Kind, int] = {_FULL: sum(checked.new)}
     need_host: dict[Kind, int] = {}
@@ -361,7 +361,7 @@ def check_capacity(rt: SimRuntime, plan: BatchPlan, checked: Checked) -> None:
                             checked.new[h:] if h else checked.new, strict=True)
                         if state or checked.firsts else ()):
         if state:
-            for pool, n in rt.state.needs(s, new).items():
+            for pool, n in mem.state.needs(s, new).items():
                 need_device[pool] = need_device.get(pool, 0) + n
         if row is not None:
             continue  # a later slice loads and attaches nothing (check_plan)
@@ -382,19 +382,19 @@ def check_capacity(rt: SimRuntime, plan: BatchPlan, checked: Checked) -> None:
         key = (_DEVICE, _FULL)
         back[key] = back.get(key, 0) + sum(map(itemgetter(1), released[rel.request.slot_id]))
         if state:
-            for pool, n in rt.state.releasable(rel.request.slot_id, rel.kept()).items():
+            for pool, n in mem.state.releasable(rel.request.slot_id, rel.kept()).items():
                 back[(_DEVICE, pool)] = back.get((_DEVICE, pool), 0) + n
     for tier, need in ((_DEVICE, need_device), (_HOST, need_host)):
         for pool, n in need.items():
             if not n:
                 continue
-            free = rt.tier(tier)[pool].free_count + back.get((tier, pool), 0)
+            free = mem.tier(tier)[pool].free_count + back.get((tier, pool), 0)
             if n > free:
                 raise CapacityError(f"batch {plan.batch_id} needs {n} {tier.value} pages of "
                                     f"pool '{pool}', {free} free (not accounted for)")
 
 
-def _short_full(rt: SimRuntime, plan: BatchPlan, checked: Checked, n: int) -> None:
+def _short_full(mem: Memory, plan: BatchPlan, checked: Checked, n: int) -> None:
     """:func:`check_capacity` of a plan that needs ``n`` new L1 FULL pages and nothing
     else, more than the pool has free: raise unless its frees and releases return
     enough (the same sum and message as the general check)."""
@@ -402,7 +402,7 @@ def _short_full(rt: SimRuntime, plan: BatchPlan, checked: Checked, n: int) -> No
                if ext.tier == _DEVICE and ext.pool == _FULL)
     for rel in plan.releases:
         back += sum(k for _, k in checked.released[rel.request.slot_id])
-    free = rt.full.free_count + back
+    free = mem.full.free_count + back
     if n > free:
         raise CapacityError(f"batch {plan.batch_id} needs {n} {_DEVICE.value} pages of "
                             f"pool '{_FULL}', {free} free (not accounted for)")

@@ -35,6 +35,11 @@ from typing import Literal
 
 Run = tuple[int, int]
 
+# the marks a run's slice of the used map is set to, as a bytearray repeated: a bytearray
+# is stored in a bytearray slice as it is, where bytes would be copied into a temporary
+# bytearray first (CPython's bytearray_ass_subscript); the same bytes either way
+_ZERO, _ONE = bytearray(1), bytearray(b"\x01")
+
 
 def runs_of(pages: Iterable[int]) -> list[Run]:
     """Page ids in order -> ascending runs ``(start, length)`` listing them in that order.
@@ -148,7 +153,7 @@ class PageIds:
                 start = self._fresh
                 k = self._take_fresh(out, left)
                 if k:
-                    self._used[start:start + k] = b"\x01" * k
+                    self._used[start:start + k] = _ONE * k
             self.free = self.capacity - self._fresh + self._n_runs
             return out
         if self.order == "fresh":  # new names for all n pages, one run
@@ -171,7 +176,7 @@ class PageIds:
             self._take_fresh(out, left)
         used = self._used
         for s, k in out:
-            used[s:s + k] = b"\x01" * k
+            used[s:s + k] = _ONE * k
         self.free = self.capacity - self._fresh + self._n_runs
         return out
 
@@ -187,7 +192,7 @@ class PageIds:
             k = ends[i] - s
             if k > left:  # the last run taken: its front part
                 out.append((s, left))
-                used[s:s + left] = b"\x01" * left
+                used[s:s + left] = _ONE * left
                 starts[i] = s + left
                 left = 0
                 break
@@ -195,7 +200,7 @@ class PageIds:
             if k == 1:
                 used[s] = 1
             else:
-                used[s:s + k] = b"\x01" * k
+                used[s:s + k] = _ONE * k
             left -= k
             i += 1
         if i:
@@ -278,7 +283,7 @@ class PageIds:
                 if n == 1:
                     used[s] = 0
                 elif n:
-                    used[s:s + n] = bytes(n)
+                    used[s:s + n] = _ZERO * n
                 else:
                     continue  # no page
                 total += n
@@ -302,7 +307,7 @@ class PageIds:
             if n == 1:
                 used[s] = 0
             else:
-                used[s:s + n] = bytes(n)
+                used[s:s + n] = _ZERO * n
             total += n
         if self.order == "fresh":
             pass  # retired, counted free, never handed out again

@@ -1,8 +1,8 @@
-"""``SimRuntime._load_groups`` shares one tuple of layer-wise groups among batches whose
-loads have the same pages and copy calls per pool: over any sequence of batches, each
-gets the groups computed afresh for its own loads (same bytes and calls per layer) and
-what a chain's steps read of them (``group_steps``), and the shared groups cannot be
-changed."""
+"""``Transfers.load_groups`` (``SimRuntime.transfers``) shares one tuple of layer-wise
+groups among batches whose loads have the same pages and copy calls per pool: over any
+sequence of batches, each gets the groups computed afresh for its own loads (same bytes
+and calls per layer) and what a chain's steps read of them (``group_steps``), and the
+shared groups cannot be changed."""
 
 from __future__ import annotations
 
@@ -41,9 +41,9 @@ def test_shared_load_groups_are_those_of_each_batch(batches):
     fresh = make_runtime(env, toy_profile(), toy_model())
     for spec in batches * 2:  # each batch again, once its groups are shared
         loads = _loads(spec)
-        fresh._groups.clear()  # noqa: SLF001
-        groups, steps = rt._load_groups(loads)  # noqa: SLF001
-        assert (groups, steps) == fresh._load_groups(loads)  # noqa: SLF001
+        fresh.transfers._groups.clear()  # noqa: SLF001
+        groups, steps = rt.transfers.load_groups(loads)
+        assert (groups, steps) == fresh.transfers.load_groups(loads)
         assert steps == group_steps(groups)  # the steps are those of the groups shared
 
 
@@ -51,8 +51,8 @@ def test_shared_load_groups_are_frozen():
     env = simpy.Environment()
     rt = make_runtime(env, toy_profile(), toy_model())
     loads = _loads([([1, 2, 5], [0, 1, 2, 3, 4, 5])])
-    groups, steps = rt._load_groups(loads)  # noqa: SLF001
-    again = rt._load_groups(loads)  # noqa: SLF001
+    groups, steps = rt.transfers.load_groups(loads)
+    again = rt.transfers.load_groups(loads)
     assert again[0] is groups and again[1] is steps  # shared, computed once
     with pytest.raises(dataclasses.FrozenInstanceError):
         groups[0].nbytes = 0  # type: ignore[misc]

@@ -11,10 +11,10 @@ import pytest
 
 from hicache.runtime.handles import Kind, RequestRuntimeHandle, Tier, coalesce
 from hicache.runtime.page_ids import merged, pages_of, runs_of
+from sim.memory import Memory
 from sim.ops import split_runs
 from sim.pools import CapacityError, PagePool
 from sim.rows import RequestRow
-from sim.runtime import SimRuntime
 
 
 @pytest.mark.parametrize("order", ["lifo", "lowest"])
@@ -85,7 +85,7 @@ def test_a_prefetch_frees_and_keeps_by_runs_what_it_did_by_pages(order: str) -> 
             fetched, rest = split_runs(runs, got)
             assert pages_of(fetched) == pages[:got] and pages_of(rest) == pages[got:]
             assert merged(rest) == runs_of(pages[got:])
-            assert SimRuntime._extent(rt, Tier.HOST, fetched, Kind.FULL).page_runs == \
+            assert Memory.extent(rt, Tier.HOST, fetched, Kind.FULL).page_runs == \
                 coalesce(pages[:got])  # type: ignore[arg-type]
             by_pages.free(pages[got:])
             if rest:
