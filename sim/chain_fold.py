@@ -45,7 +45,7 @@ import math
 from typing import TYPE_CHECKING
 
 from sim.compute_chain import ComputeChain
-from sim.fluid import FluidJob, compute_job
+from sim.fluid import FluidJob
 from sim.streams import call_at
 
 if TYPE_CHECKING:
@@ -508,7 +508,7 @@ class ChainFold:
         if c_active:
             if c_fresh:
                 assert cc is not None
-                c = compute_job(cc.times[cc.layer], "compute")
+                c = FluidJob(cc.times[cc.layer], "compute", thread="compute")
                 c.then = cc._layer_done
             else:
                 assert self.c0 is not None

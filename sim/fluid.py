@@ -122,7 +122,6 @@ PLAN_AHEAD = True
 # time it earlier: SoloRate); False: _settled asks (tests compare the two, bit for bit)
 ALONE = True
 _due = attrgetter("due")
-_rate = attrgetter("rate")  # (list(map(_rate, jobs)): the rates, read in C)
 Allocator = Callable[[list[FluidJob]], None]
 # (job, jobs) -> the rate of ``job`` when it joining or leaving ``jobs`` changes no other
 # job's rate (a compute job on a PCIe link), else None: re-allocate them all. Whether it
@@ -307,7 +306,7 @@ class FluidServer:
     def _replan(self, new: FluidJob | None = None) -> None:
         if not self.jobs:
             return
-        before = list(map(_rate, self.jobs))
+        before = [j.rate for j in self.jobs]
         self._allocate(self.jobs)
         for job, rate in zip(self.jobs, before, strict=True):
             if job is new or job.rate != rate:
@@ -541,7 +540,7 @@ class FluidServer:
         idle = not self.jobs
         if idle:
             self._last = since  # charged from ``since`` at the next change, as submit's
-        before = list(map(_rate, self.jobs))
+        before = [j.rate for j in self.jobs]
         self._add(job)
         self._allocate(self.jobs)
         for other, rate in zip(self.jobs, before, strict=False):

@@ -29,7 +29,6 @@ link rate (see :mod:`sim.copy_engine`); that form also holds while the link is s
 from __future__ import annotations
 
 import math
-from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from sim.fluid import FluidJob
@@ -39,7 +38,6 @@ if TYPE_CHECKING:
     from sim.l3_client import L3Client
 
 DIRECTIONS = ("h2d", "d2h")
-_rate = attrgetter("rate")
 
 
 class PcieLink:
@@ -205,7 +203,7 @@ class PcieLink:
         l3 = self.l3
         if l3_jobs and l3 is not None:
             l3.allocate(l3_jobs)
-            l3_total = sum(map(_rate, l3_jobs))  # (summed as the generator's)
+            l3_total = sum(job.rate for job in l3_jobs)
         host = self.host * self.host_factor
         squeezed = False
         if total * scale + l3_total > host:
