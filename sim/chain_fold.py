@@ -571,6 +571,12 @@ def _watch_quiet(jobs: list) -> bool:
     return True
 
 
+def _all_timed(times: tuple[float, ...], first: int) -> bool:
+    """Every layer from ``first`` on takes time (``t > 0``, as ``0.0 < t``: NaN does not),
+    checked in C, not a loop of Python comparisons per layer."""
+    return all(map(_ZERO.__lt__, times[first:]))
+
+
 def try_fold(chain: LoadChain) -> bool:
     """Fold ``chain`` from its present step (group ``chain.g``, with bytes, about to
     launch) when the conditions of the module doc hold; False: it runs unfolded."""
@@ -606,11 +612,8 @@ def try_fold(chain: LoadChain) -> bool:
             return False  # watch might arm its deadline timer at one of the changes
     if link.host_binds(rate, l3_total) or link.host_binds(0, l3_total):
         return False  # host memory binds, with a kernel on the link or without
-    if cc is not None:
-        times = cc.times
-        for i in range(cc.layer, len(times)):
-            if not times[i] > 0:
-                return False
+    if cc is not None and not _all_timed(cc.times, cc.layer):
+        return False
     fold = ChainFold(chain, cc, job)
     if not fold.plan(rate, slow):
         return False
@@ -619,3 +622,4 @@ def try_fold(chain: LoadChain) -> bool:
 
 
 _KERNEL = frozenset({"kernel"})
+_ZERO = 0.0

@@ -26,7 +26,7 @@ import simpy
 
 from sim import tail_fold
 from sim.batch import BatchState, build_completion
-from sim.fluid import FluidJob
+from sim.fluid import compute_job
 from sim.streams import after
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ class ComputeChain:
 
     def _job(self, seconds: float, then: Callable[[], None], thread: str = "") -> None:
         """A compute job of ``seconds``; ``then()`` runs in its finish."""
-        self.rt.fluid.then_submit(FluidJob(seconds, "compute", thread=thread), then)
+        self.rt.fluid.then_submit(compute_job(seconds, thread), then)
 
     def _forward_done(self, _ev: object = None) -> None:
         rt = self.rt

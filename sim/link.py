@@ -61,11 +61,15 @@ class PcieLink:
 
     @property
     def factor(self) -> float:
-        return math.prod(self.slowed.values())
+        """The PCIe faults' factors' product (1 with none: ``math.prod`` of nothing)."""
+        slowed = self.slowed
+        return math.prod(slowed.values()) if slowed else 1
 
     @property
     def host_factor(self) -> float:
-        return math.prod(self.pressed.values())
+        """The host-memory faults' factors' product (1 with none)."""
+        pressed = self.pressed
+        return math.prod(pressed.values()) if pressed else 1
 
     def solo_rate(self, job: FluidJob, jobs: list[FluidJob]) -> float | None:
         """A compute job takes no link, NIC or host-memory share: its joining or leaving

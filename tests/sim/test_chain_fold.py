@@ -293,3 +293,15 @@ def test_group_steps_are_the_groups_read_one_by_one(spec: list[tuple[int, int]])
             layers = grp.layers
             assert lands[g] == (layers.start if len(layers) == 1 else -1, grp.nbytes,
                                 grp.nbytes, groups[nxt - 1].layers.stop, nxt)
+
+
+@given(st.lists(st.one_of(st.floats(allow_nan=True), st.sampled_from([0.0, -0.0, 0, 3])),
+                max_size=12), st.integers(0, 14))
+def test_all_timed_is_the_loop_it_replaces(times: list[float], first: int) -> None:
+    """try_fold's check that every layer left takes time, against the plain loop."""
+    plain = True
+    for i in range(first, len(times)):
+        if not times[i] > 0:
+            plain = False
+            break
+    assert chain_fold._all_timed(tuple(times), first) is plain
