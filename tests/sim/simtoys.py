@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -118,6 +119,46 @@ def layer_pipeline(env: simpy.Environment, fluid: FluidServer, slowdown: float,
         fluid.then_submit(FluidJob(loads[i], "h2d", None, KERNEL), moved)
 
     return state, launch
+
+
+def submit_at(env: simpy.Environment, fluid: FluidServer, at: float, job: FluidJob,
+              name: str, out: list[str]) -> None:
+    """Submit ``job`` to ``fluid`` at time ``at``; its finish appends ``"{name} now"``."""
+    def go(_ev: object) -> None:
+        fluid.then_submit(job, lambda: out.append(f"{name} {env.now!r}"))
+    env.timeout(at).callbacks.append(go)
+
+
+def random_jobs(env: simpy.Environment, fluid: FluidServer, rng: random.Random,
+                out: list[str], kinds: list[str], most: int,
+                compute: Callable[[float, str], FluidJob] = FluidJob) -> None:
+    """4 to ``most`` jobs of ``kinds`` at random times in the first 2 ms (:func:`submit_at`,
+    named kind and index): compute jobs built by ``compute``, copies of 0.1-20 MB, 60% of
+    them copy kernels."""
+    for i in range(rng.randint(4, most)):
+        kind = rng.choice(kinds)
+        at = rng.uniform(0.0, 2e-3)
+        if kind == "compute":
+            job = compute(rng.uniform(1e-5, 4e-4), "compute")
+        else:
+            job = FluidJob(rng.uniform(1e5, 2e7), kind, None,
+                           KERNEL if rng.random() < 0.6 else frozenset())
+        submit_at(env, fluid, at, job, f"{kind}{i}", out)
+
+
+def side_traffic(env: simpy.Environment, fluid: FluidServer, rng: random.Random,
+                 out: list[str]) -> None:
+    """Up to six L3 transfers and d2h copy kernels at random times in the first 2 ms
+    (beside a :func:`layer_pipeline`); each finish appends ``"{kind} at now"``."""
+    def other(kind: str, at: float, nbytes: float) -> None:
+        def go(_ev: object) -> None:
+            tags = KERNEL if kind == "d2h" else frozenset()
+            fluid.submit(FluidJob(nbytes, kind, None, tags)).callbacks.append(
+                lambda _e: out.append(f"{kind} {at!r} {env.now!r}"))
+        env.timeout(at).callbacks.append(go)
+
+    for _ in range(rng.randint(0, 6)):
+        other(rng.choice(["l3", "l3", "d2h"]), rng.uniform(0, 2e-3), rng.uniform(1e5, 3e7))
 
 
 def split_pages(pages: list[int], cuts: set[int] | list[int] = ()) -> list[tuple[int, int]]:

@@ -12,7 +12,7 @@ import pytest
 import simpy
 from hypothesis import given
 from hypothesis import strategies as st
-from simtoys import KERNEL, layer_pipeline, toy_profile
+from simtoys import layer_pipeline, random_jobs, side_traffic, toy_profile
 
 import sim.fluid as fluid_module
 from sim.driver import events_scheduled
@@ -59,15 +59,7 @@ def _pipeline(seed: int) -> tuple[list[str], int, int]:
     out: list[str] = []
     state, launch = layer_pipeline(env, server, link.slowdown, loads, work, 5e-6, out)
 
-    def other(kind: str, at: float, nbytes: float) -> None:
-        def go(_ev: object) -> None:
-            tags = KERNEL if kind == "d2h" else frozenset()
-            server.submit(FluidJob(nbytes, kind, None, tags)).callbacks.append(
-                lambda _e: out.append(f"{kind} {at!r} {env.now!r}"))
-        env.timeout(at).callbacks.append(go)
-
-    for _ in range(rng.randint(0, 6)):
-        other(rng.choice(["l3", "l3", "d2h"]), rng.uniform(0, 2e-3), rng.uniform(1e5, 3e7))
+    side_traffic(env, server, rng, out)
     env.timeout(5e-6).callbacks.append(lambda _ev: launch(0))
     env.run()
     assert state["next"] == layers
@@ -85,20 +77,8 @@ def _program(seed: int) -> tuple[list[str], int, int]:
     server, settled = _server(env, link)
     out: list[str] = []
 
-    def start(at: float, job: FluidJob, name: str) -> None:
-        def go(_ev: object) -> None:
-            server.then_submit(job, lambda: out.append(f"{name} {env.now!r}"))
-        env.timeout(at).callbacks.append(go)
-
-    for i in range(rng.randint(4, 40)):
-        kind = rng.choice(["compute", "compute", "compute", "h2d", "d2h"])
-        at = rng.uniform(0.0, 2e-3)
-        if kind == "compute":
-            job = compute_job(rng.uniform(1e-5, 4e-4), "compute")
-        else:
-            job = FluidJob(rng.uniform(1e5, 2e7), kind, None,
-                           KERNEL if rng.random() < 0.6 else frozenset())
-        start(at, job, f"{kind}{i}")
+    random_jobs(env, server, rng, out, ["compute", "compute", "compute", "h2d", "d2h"], 40,
+                compute_job)
     env.run()
     return out, events_scheduled(env), settled[0]
 

@@ -9,12 +9,12 @@ import random
 
 import pytest
 import simpy
-from simtoys import KERNEL, layer_pipeline, toy_profile
+from simtoys import layer_pipeline, side_traffic, toy_profile
 
 import sim.fluid as fluid_module
 from hicache.scenario import load_scenario
 from sim.driver import events_scheduled, simulate
-from sim.fluid import FluidJob, FluidServer
+from sim.fluid import FluidServer
 from sim.link import PcieLink
 
 OVERHEAD = 5e-6
@@ -48,15 +48,7 @@ def pipeline(seed: int, plan: bool, monkeypatch: pytest.MonkeyPatch
     out: list[str] = []
     state, launch = layer_pipeline(env, server, link.slowdown, loads, work, OVERHEAD, out)
 
-    def other(kind: str, at: float, nbytes: float) -> None:
-        def go(_ev: object) -> None:
-            tags = KERNEL if kind == "d2h" else frozenset()
-            server.submit(FluidJob(nbytes, kind, None, tags)).callbacks.append(
-                lambda _e: out.append(f"{kind} {at!r} {env.now!r}"))
-        env.timeout(at).callbacks.append(go)
-
-    for _ in range(rng.randint(0, 6)):
-        other(rng.choice(["l3", "l3", "d2h"]), rng.uniform(0, 2e-3), rng.uniform(1e5, 3e7))
+    side_traffic(env, server, rng, out)
     env.timeout(OVERHEAD).callbacks.append(lambda _ev: launch(0))
     env.run()
     assert state["next"] == layers  # every layer computed (a lost timer would stall)

@@ -10,7 +10,7 @@ import random
 
 import pytest
 import simpy
-from simtoys import KERNEL, toy_profile
+from simtoys import KERNEL, random_jobs, toy_profile
 
 from sim.driver import events_scheduled
 from sim.fluid import FluidJob, FluidServer
@@ -47,20 +47,7 @@ def _program(seed: int, remember: bool) -> tuple[list[str], int, dict[str, int]]
         server._solo_kinds = _Forgetful()
     out: list[str] = []
 
-    def start(at: float, job: FluidJob, name: str) -> None:
-        def go(_ev: object) -> None:
-            server.then_submit(job, lambda: out.append(f"{name} {env.now!r}"))
-        env.timeout(at).callbacks.append(go)
-
-    for i in range(rng.randint(4, 30)):
-        kind = rng.choice(["compute", "compute", "h2d", "d2h"])
-        at = rng.uniform(0.0, 2e-3)
-        if kind == "compute":
-            job = FluidJob(rng.uniform(1e-5, 4e-4), "compute")
-        else:
-            job = FluidJob(rng.uniform(1e5, 2e7), kind, None,
-                           KERNEL if rng.random() < 0.6 else frozenset())
-        start(at, job, f"{kind}{i}")
+    random_jobs(env, server, rng, out, ["compute", "compute", "h2d", "d2h"], 30)
     env.run()
     return out, events_scheduled(env), asked
 
