@@ -26,10 +26,10 @@ moves wait join it: they follow those moves); the log is applied, a run that a l
 starts with skipped (its keys all move again later), when the order is read (``keys``, a
 drop) or the log outgrows the contents. From the first eviction on, the order is a deque
 of keys (``_order``: the contents in their order then, and the log's runs after them) that
-touches and placed keys extend, a key's place being its last entry (``_count``: its
-entries in the deque); an eviction pops the front, and evicts a key at its last entry
-only (the earlier ones are stale). The deque keeps last entries only when it outgrows the
-contents as the log does, or when the order is read (``keys``, a drop). Either way the
+touches and placed keys extend, a key's place being its last entry (``_extra``: a key's
+entries beyond one, if any); an eviction pops the front, and evicts a key at its last
+entry only (the earlier ones are stale). The deque keeps last entries only when it
+outgrows the contents as the log does, or when the order is read (``keys``, a drop). Either way the
 order is the one moving each key to the end at its touch gives (tests/sim/
 test_l3_lru_log.py), and the contents stay a plain dict.
 Fault state counts overlapping faults: ``refusing`` (down: every call fails at once),
@@ -66,7 +66,7 @@ class L3Store:
     # slotted: every event reads it, and from 30 attributes CPython 3.11 gives an instance
     # its own dict (a hashed lookup per read; ARCHITECTURE.md, RequestState)
     __slots__ = (
-        '_count', '_hits', '_keys', '_log', '_logged', '_next_node', '_order', '_removed_at',
+        '_extra', '_hits', '_keys', '_log', '_logged', '_next_node', '_order', '_removed_at',
         'attached', 'bytes_read', 'bytes_written', 'clients', 'down_nodes', 'duplex_shared',
         'env', 'epoch', 'evictions', 'hanging', 'latency_s', 'lost', 'name', 'nic',
         'node_capacity', 'nodes', 'query_latency_s', 'rate', 'refusing', 'shared', 'used',
@@ -94,9 +94,10 @@ class L3Store:
         self._log: list[Sequence[L3Key]] = []  # runs of keys to move to the end, in turn
         self._logged = 0  # keys in ``_log``
         # from the first eviction: every key once or more, a key's last entry its place,
-        # and each key's count of entries (None, empty: no eviction yet)
+        # and the keys with more than one entry -> how many more (None, empty: no eviction
+        # yet)
         self._order: deque[L3Key] | None = None
-        self._count: dict[L3Key, int] = {}
+        self._extra: dict[L3Key, int] = {}
         self.used = 0
         self.bytes_read = self.bytes_written = 0  # served to and taken from replicas
         self.evictions = 0
@@ -258,7 +259,7 @@ class L3Store:
             if not all(map(self._keys.__contains__, keys)):
                 raise KeyError(next(filterfalse(self._keys.__contains__, keys)))
             order.extend(keys)
-            _count_elements(self._count, keys)
+            _count_elements(self._extra, keys)
             if len(order) > LOG_FACTOR * len(self._keys) + LOG_SLACK:
                 self._compact()
         elif keys:
@@ -302,13 +303,13 @@ class L3Store:
         order, then the log's runs (no key moved; a logged key absent is a KeyError)."""
         if self._order is None:
             keys = self._keys
-            order, count = deque(keys), dict.fromkeys(keys, 1)
+            order, extra = deque(keys), {}
             for run in self._kept_runs():
                 order.extend(run)
-                _count_elements(count, run)
-            if len(count) != len(keys):
-                raise KeyError(next(k for k in count if k not in keys))
-            self._order, self._count = order, count
+                _count_elements(extra, run)
+            if not keys.keys() >= extra.keys():
+                raise KeyError(next(k for k in extra if k not in keys))
+            self._order, self._extra = order, extra
 
     def _compact(self) -> deque[L3Key]:
         """Keep the last entry of each key in ``_order`` only (the order: it is each
@@ -318,7 +319,7 @@ class L3Store:
         if len(order) > len(self._keys):
             last = dict.fromkeys(reversed(order))
             self._order = order = deque(reversed(last))
-            self._count = dict.fromkeys(last, 1)
+            self._extra = {}
         return order
 
     def insert(self, keys: Iterable[L3Key], size: int, absent_at: int | None = None) -> int:
@@ -350,7 +351,7 @@ class L3Store:
             self._ordered()
         keys, lost = self._keys, self.lost
         nodes, spread = self.nodes, not self.down_nodes  # every node live: _place's turn
-        order, count = self._order, self._count
+        order = self._order
         assert order is not None or not new
         for key in new:
             if self.used > limit:
@@ -362,7 +363,6 @@ class L3Store:
                 node = self._place()
             keys[key] = (size, node)
             order.append(key)  # type: ignore[union-attr]
-            count[key] = 1
             self.used += size
             if lost:
                 lost.pop(key, None)
@@ -413,7 +413,6 @@ class L3Store:
         order = self._order
         if order is not None:  # (keys new to the store: one entry each)
             order.extend(new)
-            self._count.update(dict.fromkeys(new, 1))
         elif self._log:  # placed after the moves that wait: they move after them
             self._logs(tuple(new))
         return n
@@ -431,16 +430,18 @@ class L3Store:
             return
         self._ordered()
         self._removed()
-        order, count = self._order, self._count
+        order, extra = self._order, self._extra
         assert order is not None
         popleft = order.popleft
         while self.used > limit and keys:
             key = popleft()
-            n = count[key]
-            if n > 1:  # a stale entry: the key moved since
-                count[key] = n - 1
+            n = extra.get(key)
+            if n:  # a stale entry: the key moved since
+                if n > 1:
+                    extra[key] = n - 1
+                else:
+                    del extra[key]
                 continue
-            del count[key]
             old, _ = keys.pop(key)
             self.used -= old
             self.evictions += 1
@@ -471,7 +472,7 @@ class L3Store:
             self.lost[key] = fault
         if gone and self._order is not None:  # (last entries only: one each)
             self._order = deque(filter(keys.__contains__, self._order))
-            self._count = dict.fromkeys(self._order, 1)
+            self._extra = {}
         return len(gone)
 
     # ---- fault state (sim.faults switches it) -------------------------------------------
