@@ -24,9 +24,14 @@ The LRU order: until the store first evicts, its contents are a plain dict (chea
 fill) and a touch appends its keys to a log of runs to move to the end (keys placed while
 moves wait join it: they follow those moves); the log is applied, a run that a later run
 starts with skipped (its keys all move again later), when the order is read (``keys``, a
-drop) or the log outgrows the contents. From the first eviction on, the contents are an
-OrderedDict and a touch moves its keys at once. Either way the order is the one moving
-each key to the end at its touch gives (tests/sim/test_l3_lru_log.py).
+drop) or the log outgrows the contents. From the first eviction on, the order is a deque
+of keys (``_order``: the contents in their order then, and the log's runs after them) that
+touches and placed keys extend, a key's place being its last entry (``_extra``: a key's
+entries beyond one, if any); an eviction pops the front, and evicts a key at its last
+entry only (the earlier ones are stale). The deque keeps last entries only when it
+outgrows the contents as the log does, or when the order is read (``keys``, a drop).
+Either way the order is the one moving each key to the end at its touch gives
+(tests/sim/test_l3_lru_log.py), and the contents stay a plain dict.
 Fault state counts overlapping faults: ``refusing`` (down: every call fails at once),
 ``hanging`` (calls get no answer), and the set of nodes down.
 
@@ -39,7 +44,7 @@ re-uses it); whatever changes those inputs must go through :meth:`bump`.
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import _count_elements, deque  # type: ignore[attr-defined]
 from collections.abc import Iterable, Sequence
 from itertools import filterfalse, takewhile
 from typing import TYPE_CHECKING
@@ -52,8 +57,8 @@ from sim.hardware.profile import FileSpec, MooncakeSpec
 if TYPE_CHECKING:
     from sim.l3_client import L3Client
 
-# L3Store's log of LRU moves is applied once it holds more keys than this many times the
-# contents, plus the slack
+# L3Store's log of LRU moves is applied (its order deque keeps last entries only) once it
+# holds more keys than this many times the contents, plus the slack
 LOG_FACTOR, LOG_SLACK = 8, 4096
 
 
@@ -61,7 +66,7 @@ class L3Store:
     # slotted: every event reads it, and from 30 attributes CPython 3.11 gives an instance
     # its own dict (a hashed lookup per read; ARCHITECTURE.md, RequestState)
     __slots__ = (
-        '_hits', '_keys', '_log', '_logged', '_next_node', '_removed_at',
+        '_extra', '_hits', '_keys', '_log', '_logged', '_next_node', '_order', '_removed_at',
         'attached', 'bytes_read', 'bytes_written', 'clients', 'down_nodes', 'duplex_shared',
         'env', 'epoch', 'evictions', 'hanging', 'latency_s', 'lost', 'name', 'nic',
         'node_capacity', 'nodes', 'query_latency_s', 'rate', 'refusing', 'shared', 'used',
@@ -83,11 +88,16 @@ class L3Store:
         self.latency_s, self.query_latency_s = latency_s, query_latency_s
         self.duplex_shared = duplex_shared
         # the contents, key -> (bytes, node), least recently used first once ``_log`` is
-        # applied: a plain dict with the LRU moves logged (cheap to fill) until the first
-        # eviction, then an OrderedDict refreshed in place (module doc: the LRU order)
+        # applied until the first eviction (the LRU moves logged: cheap to fill), in
+        # ``_order`` from then on (module doc: the LRU order)
         self._keys: dict[L3Key, tuple[int, int]] = {}
         self._log: list[Sequence[L3Key]] = []  # runs of keys to move to the end, in turn
         self._logged = 0  # keys in ``_log``
+        # from the first eviction: every key once or more, a key's last entry its place,
+        # and the keys with more than one entry -> how many more (None, empty: no eviction
+        # yet)
+        self._order: deque[L3Key] | None = None
+        self._extra: dict[L3Key, int] = {}
         self.used = 0
         self.bytes_read = self.bytes_written = 0  # served to and taken from replicas
         self.evictions = 0
@@ -169,7 +179,11 @@ class L3Store:
     # ---- contents ----------------------------------------------------------------------
     @property
     def keys(self) -> dict[L3Key, tuple[int, int]]:
-        """The contents, key -> (bytes, node), least recently used first."""
+        """The contents, key -> (bytes, node), least recently used first (a copy once the
+        store has evicted)."""
+        if self._order is not None:
+            keys = self._keys
+            return {k: keys[k] for k in self._compact()}
         if self._log:
             self._replay()
         return self._keys
@@ -236,11 +250,18 @@ class L3Store:
 
     def touch(self, keys: Sequence[L3Key]) -> None:
         """Refresh the LRU position of ``keys``, all present (a :meth:`count_hits` prefix,
-        no time passed), in order, without asking each again: moved at once once the store
-        has evicted (an absent key is a KeyError), else logged (``_log``: applied when the
-        order is read; an absent key is a KeyError then)."""
-        if type(self._keys) is not dict:
-            deque(map(self._keys.move_to_end, keys), maxlen=0)  # type: ignore[attr-defined]
+        no time passed), in order, without asking each again: added to ``_order`` and
+        counted once the store has evicted (an absent key is a KeyError, nothing moved),
+        else logged (``_log``: applied when the order is read; an absent key is a
+        KeyError then)."""
+        order = self._order
+        if order is not None:
+            if not all(map(self._keys.__contains__, keys)):
+                raise KeyError(next(filterfalse(self._keys.__contains__, keys)))
+            order.extend(keys)
+            _count_elements(self._extra, keys)
+            if len(order) > LOG_FACTOR * len(self._keys) + LOG_SLACK:
+                self._compact()
         elif keys:
             self._logs(keys if type(keys) is tuple else tuple(keys))
 
@@ -254,8 +275,16 @@ class L3Store:
 
     def _replay(self) -> None:
         """Apply ``_log``: each run's keys moved to the end in turn (popped and placed
-        again: a plain dict), less the runs that a later run starts with (their keys all
-        move again later, and only a key's last move decides its place)."""
+        again: a plain dict), less the runs that a later run starts with
+        (:meth:`_kept_runs`)."""
+        keys = self._keys
+        pop = keys.pop
+        for run in self._kept_runs():
+            keys.update(zip(run, map(pop, run), strict=True))
+
+    def _kept_runs(self) -> list[Sequence[L3Key]]:
+        """Empty ``_log``; its runs in turn less those that a later run starts with (their
+        keys all move again later, and only a key's last move decides its place)."""
         log, self._log, self._logged = self._log, [], 0
         later: dict[L3Key, Sequence[L3Key]] = {}  # first key -> a later run from it
         keep = []
@@ -266,18 +295,32 @@ class L3Store:
             if seen is None or len(run) > len(seen):
                 later[run[0]] = run
             keep.append(run)
-        keys = self._keys
-        pop = keys.pop
-        for run in reversed(keep):
-            keys.update(zip(run, map(pop, run), strict=True))
+        keep.reverse()
+        return keep
 
     def _ordered(self) -> None:
-        """From the first eviction on, keep the order in an OrderedDict (the log applied
-        first): evictions pop its front, touches move keys in place."""
-        if type(self._keys) is dict:
-            if self._log:
-                self._replay()
-            self._keys = OrderedDict(self._keys)
+        """From the first eviction on, keep the order in ``_order``: the contents in their
+        order, then the log's runs (no key moved; a logged key absent is a KeyError)."""
+        if self._order is None:
+            keys = self._keys
+            order, extra = deque(keys), {}
+            for run in self._kept_runs():
+                order.extend(run)
+                _count_elements(extra, run)
+            if not keys.keys() >= extra.keys():
+                raise KeyError(next(k for k in extra if k not in keys))
+            self._order, self._extra = order, extra
+
+    def _compact(self) -> deque[L3Key]:
+        """Keep the last entry of each key in ``_order`` only (the order: it is each
+        key's last entry's); returns it."""
+        order = self._order
+        assert order is not None
+        if len(order) > len(self._keys):
+            last = dict.fromkeys(reversed(order))
+            self._order = order = deque(reversed(last))
+            self._extra = {}
+        return order
 
     def insert(self, keys: Iterable[L3Key], size: int, absent_at: int | None = None) -> int:
         """Place the keys not yet present on live nodes (round-robin); returns how many
@@ -308,6 +351,8 @@ class L3Store:
             self._ordered()
         keys, lost = self._keys, self.lost
         nodes, spread = self.nodes, not self.down_nodes  # every node live: _place's turn
+        order = self._order
+        assert order is not None or not new
         for key in new:
             if self.used > limit:
                 self._evict(limit)
@@ -317,6 +362,7 @@ class L3Store:
             else:
                 node = self._place()
             keys[key] = (size, node)
+            order.append(key)  # type: ignore[union-attr]
             self.used += size
             if lost:
                 lost.pop(key, None)
@@ -364,7 +410,10 @@ class L3Store:
                 lost.pop(key, None)
         self.bytes_written += n * size
         self.version += 1
-        if self._log:  # placed after the moves that wait: they move after them
+        order = self._order
+        if order is not None:  # (keys new to the store: one entry each)
+            order.extend(new)
+        elif self._log:  # placed after the moves that wait: they move after them
             self._logs(tuple(new))
         return n
 
@@ -376,11 +425,24 @@ class L3Store:
 
     def _evict(self, limit: float) -> None:
         """Evict least recently used keys until ``used <= limit``."""
-        if self.used > limit and self._keys:
-            self._ordered()
-            self._removed()
-        while self.used > limit and self._keys:
-            _, (old, _) = self._keys.popitem(last=False)  # type: ignore[call-arg]
+        keys = self._keys
+        if not (self.used > limit and keys):
+            return
+        self._ordered()
+        self._removed()
+        order, extra = self._order, self._extra
+        assert order is not None
+        popleft = order.popleft
+        while self.used > limit and keys:
+            key = popleft()
+            n = extra.get(key)
+            if n:  # a stale entry: the key moved since
+                if n > 1:
+                    extra[key] = n - 1
+                else:
+                    del extra[key]
+                continue
+            old, _ = keys.pop(key)
             self.used -= old
             self.evictions += 1
 
@@ -394,15 +456,23 @@ class L3Store:
 
     def drop(self, fault: int, node: int | None = None) -> int:
         """Lose the keys of ``node`` (None: all of them) to ``fault``; returns how many."""
-        if self._log:
-            self._replay()
-        gone = [k for k, (_, n) in self._keys.items() if node is None or n == node]
+        keys = self._keys
+        if self._order is not None:
+            lru: Iterable[L3Key] = self._compact()
+        else:
+            if self._log:
+                self._replay()
+            lru = keys
+        gone = [k for k in lru if node is None or keys[k][1] == node]
         if gone:
             self._removed()
         for key in gone:
-            size, _ = self._keys.pop(key)
+            size, _ = keys.pop(key)
             self.used -= size
             self.lost[key] = fault
+        if gone and self._order is not None:  # (last entries only: one each)
+            self._order = deque(filter(keys.__contains__, self._order))
+            self._extra = {}
         return len(gone)
 
     # ---- fault state (sim.faults switches it) -------------------------------------------

@@ -1,11 +1,13 @@
-"""L3Store's logged LRU (a plain dict and the moves logged until the first eviction, the
-log applied less the runs a later run starts with) keeps the order, contents and
-evictions an OrderedDict refreshed at once keeps (the store before the log: its contents
-made an OrderedDict from the start)."""
+"""L3Store's LRU (a plain dict and the moves logged until the first eviction, the log
+applied less the runs a later run starts with; then a deque of keys whose last entry is
+a key's place, stale entries skipped by count) keeps the order, contents, evictions and
+lost keys of a reference store on an OrderedDict refreshed at once (the store before
+the log)."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
+from itertools import takewhile
 
 import pytest
 import simpy
@@ -32,12 +34,65 @@ ops = st.lists(st.tuples(
     max_size=50)
 
 
-def store(capacity: int, eager: bool) -> L3Store:
-    s = L3Store.mooncake(simpy.Environment(),
-                         MooncakeSpec(1e-3, 0.0, float(capacity), 1e9, 1e9, 2))
-    if eager:
-        s._keys = OrderedDict()  # refreshed at once from the start
-    return s
+class Reference:
+    """The store's documented rules on an OrderedDict whose order is refreshed at once:
+    keys placed key by key on live nodes in turn (evicting least recently used keys
+    first), a touch moves its keys to the end, a drop loses a node's keys in LRU order."""
+
+    def __init__(self, capacity: int, nodes: int = 2) -> None:
+        self.keys: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        self.node_capacity, self.nodes = capacity / nodes, nodes
+        self.down: set[int] = set()
+        self.used = self.evictions = self.next = self.version = 0
+        self.lost: dict[str, int] = {}
+
+    def evict(self, limit: float) -> None:
+        if self.used > limit and self.keys:
+            self.version += 1
+        while self.used > limit and self.keys:
+            _, (old, _) = self.keys.popitem(last=False)
+            self.used -= old
+            self.evictions += 1
+
+    def put(self, keys: tuple[str, ...], size: int) -> None:
+        new = [k for k in dict.fromkeys(keys) if k not in self.keys]
+        if new and len(self.down) == self.nodes:
+            raise NoLiveNode("all down")
+        if size > self.node_capacity:
+            return
+        limit = self.node_capacity * (self.nodes - len(self.down)) - size
+        for key in new:
+            self.evict(limit)
+            while self.next % self.nodes in self.down:
+                self.next += 1
+            self.keys[key] = (size, self.next % self.nodes)
+            self.next += 1
+            self.used += size
+            self.lost.pop(key, None)
+        self.version += bool(new)
+
+    def get(self, keys: tuple[str, ...]) -> None:
+        for key in takewhile(self.keys.__contains__, keys):
+            self.keys.move_to_end(key)
+
+    def drop(self, fault: int, node: int) -> None:
+        gone = [k for k, (_, n) in self.keys.items() if n == node]
+        self.version += bool(gone)
+        for key in gone:
+            self.used -= self.keys.pop(key)[0]
+            self.lost[key] = fault
+
+    def node_down(self, node: int, on: bool) -> None:
+        if on:
+            self.down.add(node)
+            self.evict(self.node_capacity * (self.nodes - len(self.down)))
+        else:
+            self.down.discard(node)
+
+
+def store(capacity: int) -> L3Store:
+    return L3Store.mooncake(simpy.Environment(),
+                            MooncakeSpec(1e-3, 0.0, float(capacity), 1e9, 1e9, 2))
 
 
 @settings(max_examples=400, deadline=None)
@@ -51,34 +106,41 @@ def test_logged_lru_equals_an_ordered_dict_refreshed_at_once(ops, capacity, slac
 
 
 def twins(ops: list, capacity: int, size: int) -> None:
-    lazy, eager = store(capacity, False), store(capacity, True)
-    down: set[int] = set()
+    lazy, ref = store(capacity), Reference(capacity)
     for op, arg in ops:
-        for s in (lazy, eager):
-            if op == "put":  # missing_marked, then insert (may evict)
-                todo, mark = s.missing_marked(tuple(arg))
-                try:
-                    s.insert(todo, size, mark)
-                except NoLiveNode:
-                    assert not s.live_nodes
-            elif op == "get":  # count_hits, then touch the hits
-                s.touch(tuple(arg)[:s.count_hits(tuple(arg))])
-            elif op == "drop":
-                s.drop(0, len(arg) % 2)
-            elif op == "down":
-                s.node_down(len(arg) % 2, len(arg) % 2 not in down)
-        if op == "down":
-            down ^= {len(arg) % 2}
-        if op == "read":  # (applies the log)
-            assert list(lazy.keys.items()) == list(eager.keys.items())
-        assert set(lazy._keys) == set(eager._keys)  # (the contents: no order read)
+        node = len(arg) % 2
+        if op == "put":  # missing_marked, then insert (may evict)
+            todo, mark = lazy.missing_marked(tuple(arg))
+            try:
+                lazy.insert(todo, size, mark)
+            except NoLiveNode:
+                assert not lazy.live_nodes
+                with pytest.raises(NoLiveNode):
+                    ref.put(tuple(arg), size)
+            else:
+                ref.put(tuple(arg), size)
+        elif op == "get":  # count_hits, then touch the hits
+            lazy.touch(tuple(arg)[:lazy.count_hits(tuple(arg))])
+            ref.get(tuple(arg))
+        elif op == "drop":
+            lazy.drop(0, node)
+            ref.drop(0, node)
+        elif op == "down":
+            lazy.node_down(node, node not in ref.down)
+            ref.node_down(node, node not in ref.down)
+        elif op == "read":  # (applies the log, or keeps last entries only)
+            assert list(lazy.keys.items()) == list(ref.keys.items())
+        assert lazy._keys == ref.keys  # (the contents: no order read)
         assert (lazy.used, lazy.evictions, lazy.version, lazy.lost) == \
-            (eager.used, eager.evictions, eager.version, eager.lost)
-    assert list(lazy.keys.items()) == list(eager.keys.items())
+            (ref.used, ref.evictions, ref.version, ref.lost)
+        if lazy._order is not None:  # every key's entries counted, the last one its place
+            assert Counter(lazy._order) == {k: 1 + lazy._extra.get(k, 0) for k in ref.keys}
+            assert 0 not in lazy._extra.values()
+    assert list(lazy.keys.items()) == list(ref.keys.items())
 
 
 def test_the_log_is_applied_less_runs_a_later_run_starts_with():
-    s = store(100, False)
+    s = store(100)
     s.insert(["a", "b", "c", "d"], 1)
     s.touch(("a", "b"))
     s.touch(("c",))
@@ -89,7 +151,7 @@ def test_the_log_is_applied_less_runs_a_later_run_starts_with():
 
 
 def test_a_later_run_from_the_same_key_on_another_branch_leaves_a_run_to_move():
-    s = store(100, False)
+    s = store(100)
     s.insert(["a", "b", "c", "d", "x"], 1)
     s.touch(("a", "b"))
     s.touch(("c",))
@@ -97,13 +159,20 @@ def test_a_later_run_from_the_same_key_on_another_branch_leaves_a_run_to_move():
     assert list(s.keys) == ["d", "b", "c", "a", "x"]
 
 
-def test_the_first_eviction_keeps_the_order_in_an_ordered_dict():
-    s = store(4, False)
+def test_the_first_eviction_keeps_the_order_in_a_deque_of_last_entries():
+    s = store(4)
     s.insert(["a", "b", "c"], 1)
     s.touch(("a",))
     s.insert(["d"], 1)  # placed after a's move (logged too): b is the least recent
-    assert type(s._keys) is dict and len(s._log) == 2
+    assert s._order is None and len(s._log) == 2
     s.insert(["e"], 1)  # evicts b
-    assert type(s._keys) is OrderedDict and list(s.keys) == ["c", "a", "d", "e"]
+    assert type(s._keys) is dict and list(s.keys) == ["c", "a", "d", "e"]
     with pytest.raises(KeyError):
-        s.touch(("b",))  # evicted: moved at once now, and absent
+        s.touch(("b",))  # evicted: absent, and nothing moved
+    s.touch(("c", "a", "c"))  # stale entries: c's first two, a's first
+    assert list(s._order) == ["c", "a", "d", "e", "c", "a", "c"]
+    assert s._extra == {"c": 2, "a": 1}  # (entries beyond one)
+    s.insert(["f"], 1)  # pops c and a (stale) and evicts d, at its only entry
+    assert list(s._order) == ["e", "c", "a", "c", "f"] and s._extra == {"c": 1}
+    assert list(s.keys) == ["e", "a", "c", "f"]  # (last entries only kept)
+    assert list(s._order) == ["e", "a", "c", "f"] and not s._extra
