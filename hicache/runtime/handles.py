@@ -72,14 +72,14 @@ class PageRun:
         return range(self.first_page, self.first_page + self.page_count)
 
 
-_new, _RunBuilder = object.__new__, slot_twin(PageRun)  # page_run's plain slot stores
+_RunBuilder = slot_twin(PageRun)  # page_run's plain slot stores
 
 
 def page_run(first_page: int, page_count: int) -> PageRun:
     """``PageRun(first_page, page_count)`` of a run its caller knows is valid (a pool's
     pages: ``first_page >= 0``, ``page_count >= 1``), its slots set directly: equal to the
     constructor's, without its check (a runtime builds one per run it places)."""
-    r = _new(_RunBuilder)
+    r = _RunBuilder()
     r.first_page = first_page
     r.page_count = page_count
     r.__class__ = PageRun  # slot_init.slot_twin: a PageRun before anyone sees it

@@ -152,7 +152,7 @@ if tuple(f.name for f in fields(RequestSlice)) != _SLICE_FIELDS:  # pragma: no c
     raise TypeError("RequestSlice's fields changed: update decode_slice")
 
 
-_SLICE, _new, _SliceBuilder = RequestSlice, object.__new__, slot_twin(RequestSlice)
+_SLICE, _SliceBuilder = RequestSlice, slot_twin(RequestSlice)
 
 
 def decode_slice(rid: int, context_tokens: int, request: RequestRuntimeHandle,
@@ -163,7 +163,7 @@ def decode_slice(rid: int, context_tokens: int, request: RequestRuntimeHandle,
     field, each a C call with an argument tuple) costs several times this: filled by
     plain slot stores as its :func:`slot_twin`, then re-classed (as :func:`slot_builder`
     builds, with the constant fields in line)."""
-    s = _new(_SliceBuilder)
+    s = _SliceBuilder()
     s.rid = rid
     s.phase = _DECODE
     s.context_tokens = context_tokens

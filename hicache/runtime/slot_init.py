@@ -79,17 +79,22 @@ def slot_init(cls: type[T]) -> type[T]:
 def slot_twin(cls: type[T]) -> type[T]:
     """The private subclass :func:`slot_builder` fills (module doc): no slots of its own,
     ``object``'s ``__setattr__`` and ``__delattr__`` (a plain store per field; with
-    either inherited, every store would go through the frozen class's hook). A value
-    built in it must be re-classed ``obj.__class__ = cls`` before anyone sees it."""
+    either inherited, every store would go through the frozen class's hook), and
+    ``object``'s ``__init__``, so that a bare call ``twin()`` makes an empty instance
+    (``type.__call__`` reaches ``object``'s allocation at once, where ``object.__new__
+    (twin)`` goes through its wrapper, which copies its argument tuple: ~290
+    instructions more per value). A value built in it must be re-classed ``obj.__class__
+    = cls`` before anyone sees it."""
     if "__slots__" not in cls.__dict__:
         raise TypeError(f"{cls.__name__}: slot_twin is for slots classes")
     return type(f"{cls.__name__}Builder", (cls,), {
         "__slots__": (), "__setattr__": object.__setattr__,
-        "__delattr__": object.__delattr__, "__module__": cls.__module__})
+        "__delattr__": object.__delattr__, "__init__": object.__init__,
+        "__module__": cls.__module__})
 
 
 _SELF = "slot_builder_obj_"  # the builder's local for the value
-_RESERVED = {_SELF, "_new", "_twin", "_cls"}  # the builder's own names: no field's
+_RESERVED = {_SELF, "_twin", "_cls"}  # the builder's own names: no field's
 
 
 def slot_builder(cls: type[T]) -> Callable[..., T]:
@@ -100,9 +105,9 @@ def slot_builder(cls: type[T]) -> Callable[..., T]:
     clash = [f.name for f in fields if f.name in _RESERVED or f.name.startswith("_default_")]
     if clash:
         raise TypeError(f"{cls.__name__}: slot_builder's own names as fields: {clash}")
-    env: dict[str, Any] = {"_new": object.__new__, "_twin": slot_twin(cls), "_cls": cls}
+    env: dict[str, Any] = {"_twin": slot_twin(cls), "_cls": cls}
     args: list[str] = []
-    body = [f"    {_SELF} = _new(_twin)"]
+    body = [f"    {_SELF} = _twin()"]
     for f in fields:
         if f.default is not dataclasses.MISSING:
             env[f"_default_{f.name}"] = f.default

@@ -89,12 +89,9 @@ _NOTHING = StepResult()  # a step that planned and ended nothing (immutable: sha
 # built per step that plans or ends something, per load: at slot speed (slot_builder)
 _step_result, _load_intent = slot_builder(StepResult), slot_builder(LoadIntent)
 _request_slice = slot_builder(RequestSlice)
-# _next_plan fills this twin with decode_slice's stores in line, then re-classes it.
-# Made by a bare call: with object's own __init__, type.__call__ reaches object_new at
-# once, where object.__new__(twin) goes through its wrapper, which copies its argument
-# tuple and walks the bases (about 290 instructions less per decode slice)
-_SliceTwin = type("RequestSliceDecode", (slot_twin(RequestSlice),),
-                  {"__slots__": (), "__init__": object.__init__, "__module__": __name__})
+# _next_plan fills this twin (made by a bare call: slot_twin) with decode_slice's stores
+# in line, then re-classes it
+_SliceTwin = slot_twin(RequestSlice)
 # those stores, in this order: a field added to RequestSlice must be set there too
 if tuple(f.name for f in fields(RequestSlice)) != (  # pragma: no cover
         "rid", "phase", "context_tokens", "new_tokens", "request", "attach", "loads",

@@ -95,7 +95,7 @@ def test_the_classes_that_use_it_build_with_every_field_set() -> None:
     classes = [c for m in (interface, handles, actions, decisions, radix, manager, scheduler)
                for c in vars(m).values()
                if isinstance(c, type) and dataclasses.is_dataclass(c)
-               and any(n.startswith("_set_")  # a C __init__ (a bare-called twin): none
+               and any(n.startswith("_set_")  # a C __init__ (a slot_twin's): none
                        for n in getattr(getattr(c.__init__, "__code__", None), "co_names",
                                         ()))]
     names = {c.__name__ for c in classes}
