@@ -202,7 +202,7 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[Run], generat
     fetched, rest = split_runs(reserved, got)
     if rest:  # the pages of runs_of(pages[got:]), freed as free(pages[got:]) frees them
         rt.host[_FULL].free_runs(merged(rest))
-    extent = rt._extent(_HOST, fetched, _FULL) if got else None
+    extent = rt.memory.extent(_HOST, fetched, _FULL) if got else None
     rt.complete(TC(pf.job_id, TK.PREFETCH, rt.env.now, got, extent, hit))
 
 

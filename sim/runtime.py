@@ -32,7 +32,6 @@ from hicache.runtime.interface import (
     PreparedBatchHandle,
     RuntimeInfo,
 )
-from hicache.runtime.page_ids import Run
 from hicache.runtime.writeback import WritebackConfig
 from hicache.tiers.l3_guard import RetryPolicy
 from hicache.timeline import Timeline
@@ -110,8 +109,6 @@ class SimRuntime:
                  timeline: Timeline | None = None, trace_layers: bool = False,
                  writeback: WritebackConfig | str | None = None,
                  l3_retry: RetryPolicy | None = None, fold_layers: bool = True) -> None:
-        if page_size <= 0:
-            raise ValueError("page_size must be > 0")
         device_pages, host_pages = pools_of(device_pages), pools_of(host_pages)
         if _FULL not in device_pages:
             raise ValueError("device_pages needs a 'full' pool (request KV lives there)")
@@ -343,10 +340,6 @@ class SimRuntime:
     # ---- ops helpers ------------------------------------------------------------------
     def tier(self, tier: Tier) -> TierPools:
         return self.memory.tier(tier)
-
-    def _extent(self, tier: Tier, runs: list[Run], pool: Kind) -> CacheExtentRef:
-        """The extent of the pages of ``runs`` (:meth:`Memory.extent`; sim.ops)."""
-        return self.memory.extent(tier, runs, pool)
 
     def backup_calls(self, st: BatchState) -> int:
         """Copy calls of the batch's one all-layer backup op (:mod:`sim.transfers`)."""
