@@ -10,9 +10,11 @@ folded and unfolded (``run.fold_decode`` and ``run.fold_layers`` both on, both o
 with one timeline row per step, and writes a SHA-256 per (variant,
 fold, part) of: per-request records, decisions, simulated end time, each replica's sorted
 timeline rows, batch shapes, bytes moved, write-back steps and fault costs. Floats are
-hashed by ``repr`` (bit-exact). Two larger cases follow (``PRESSURE``: folded only):
+hashed by ``repr`` (bit-exact). Larger cases follow (``PRESSURE``: folded only):
 multiturn_tiers at 64 x 10 rounds, where L1 fills and queue heads wait (the shrunk runs
-never block), and 2,000 trace requests. ``compare`` lists every part that differs and
+never block), 2,000 trace requests, and those 2,000 again on an L3 store of 1 TB (its
+L1+L2+L3 variant), which evicts (~200k keys: no other case fills the store, whose LRU
+order is only read from its first eviction on). ``compare`` lists every part that differs and
 exits 1 if any does. ``--only NAME`` limits ``record`` to cases whose file name contains
 NAME.
 """
@@ -31,14 +33,28 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from hicache.scenario import load_scenario  # noqa: E402
+from hicache.schema.yamlio import read_yaml  # noqa: E402
 from sim.driver import SimResult, simulate  # noqa: E402
 from tests.sim.test_fold import SHRUNK, TRACE  # noqa: E402
 
-# (label, scenario file, --set items): larger runs, folded only
+
+def l3_capacity(capacity_bytes: float, profile: str = "h100-sxm") -> str:
+    """A ``hardware=`` override: the shipped ``profile`` with an L3 (Mooncake) store of
+    ``capacity_bytes``."""
+    hw = dict(read_yaml(ROOT / "scenarios" / "hardware" / f"{profile}.yaml").data)
+    hw["l3"] = {**hw["l3"], "mooncake": {**hw["l3"]["mooncake"],
+                                         "capacity_bytes": capacity_bytes}}
+    return "hardware=" + json.dumps(hw)
+
+
+# (label, scenario file, --set items, variants (None: all)): larger runs, folded only
 PRESSURE = [("pressure:multiturn_tiers 64x10", "multiturn_tiers.yaml",
-             ["workload.num_rounds=10", "run.layerwise=true"]),
+             ["workload.num_rounds=10", "run.layerwise=true"], None),
             ("pressure:mooncake_trace 2000", "mooncake_trace.yaml",
-             ["workload.max_requests=2000", "run.layerwise=true"])]
+             ["workload.max_requests=2000", "run.layerwise=true"], None),
+            ("pressure:mooncake_trace 2000 L3 1TB", "mooncake_trace.yaml",
+             ["workload.max_requests=2000", "run.layerwise=true", l3_capacity(1e12)],
+             {"L1+L2+L3"})]
 
 
 def _digest(value: object) -> str:
@@ -60,9 +76,10 @@ def parts(res: SimResult) -> dict[str, str]:
 
 def record(only: str | None) -> dict[str, dict[str, str]]:
     runs: dict[str, dict[str, str]] = {}
-    cases = [(name, name, sets, (True, False)) for name, sets in sorted(SHRUNK.items())]
-    cases += [(label, name, sets, (True,)) for label, name, sets in PRESSURE]
-    for label, name, sets, folds in cases:
+    cases = [(name, name, sets, None, (True, False)) for name, sets in sorted(SHRUNK.items())]
+    cases += [(label, name, sets, only_variants, (True,))
+              for label, name, sets, only_variants in PRESSURE]
+    for label, name, sets, variants, folds in cases:
         if only and only not in name:
             continue
         if name.startswith("mooncake"):
@@ -71,6 +88,8 @@ def record(only: str | None) -> dict[str, dict[str, str]]:
                 continue
             sets = [*sets, f"workload.path={TRACE}"]
         for variant, sc in load_scenario(ROOT / "scenarios" / name, sets).expand():
+            if variants is not None and variant not in variants:
+                continue
             for fold in folds:
                 vsc = sc.with_overrides([f"run.fold_decode={str(fold).lower()}",
                                          f"run.fold_layers={str(fold).lower()}",
