@@ -22,10 +22,10 @@ get trusts its queries' hits while none left the store since the version before 
 (:meth:`L3Store.kept_since`).
 The LRU order: until the store first evicts, its contents are a plain dict (cheap to
 fill) and a touch appends its keys to a log of runs to move to the end (a tuple; keys
-placed while moves wait join it as a list: they follow those moves, and are the dict's
-last keys, in turn); the log is applied, a touched run that a later run starts with
-skipped (its keys all move again later), when the order is read (``keys``, a drop) or the
-log outgrows the contents. From the first eviction on, the order is a deque of keys
+placed while moves wait join it as their count: they follow those moves, and are the
+dict's last keys, in turn); the log is applied, a touched run that a later run starts
+with skipped (its keys all move again later), when the order is read (``keys``, a drop)
+or the log outgrows the contents. From the first eviction on, the order is a deque of keys
 (``_order``: the keys present when the log began, in their order, then the log's runs:
 each key once, and again per touch) that touches and placed keys extend, a key's place
 being its last entry (``_extra``: a key's entries beyond one, its touches', if any); an
@@ -93,8 +93,9 @@ class L3Store:
         # applied until the first eviction (the LRU moves logged: cheap to fill), in
         # ``_order`` from then on (module doc: the LRU order)
         self._keys: dict[L3Key, tuple[int, int]] = {}
-        # runs of keys to move to the end, in turn: touched (tuples), placed (lists)
-        self._log: list[Sequence[L3Key]] = []
+        # runs of keys to move to the end, in turn: touched (tuples), placed (their count:
+        # the dict's next keys from its keys placed before the log's first placed run)
+        self._log: list[tuple[L3Key, ...] | int] = []
         self._logged = 0  # keys in ``_log``
         # from the first eviction: every key once or more, a key's last entry its place,
         # and the keys with more than one entry -> how many more (None, empty: no eviction
@@ -202,13 +203,14 @@ class L3Store:
         """The keys the store lacks, in order (those :meth:`contains_each` says False)."""
         return list(filterfalse(self._keys.__contains__, keys))
 
-    def missing_marked(self, keys: Sequence[L3Key]) -> tuple[list[L3Key], int]:
+    def missing_marked(self, keys: Sequence[L3Key]) -> tuple[Sequence[L3Key], int]:
         """:meth:`missing`, and the contents' ``version`` it answered at: the mark to give
         :meth:`insert` with those keys (``absent_at``). New pages' keys (the usual) are
-        all missing: asked in one C loop (``isdisjoint``), then copied."""
+        all missing: asked in one C loop (``isdisjoint``), and answered as given when a
+        tuple (immutable: not copied), else copied."""
         present = self._keys.keys()
         if present.isdisjoint(keys):
-            return list(keys), self.version
+            return keys if type(keys) is tuple else list(keys), self.version
         return list(filterfalse(present.__contains__, keys)), self.version
 
     def count_hits(self, keys: Sequence[L3Key]) -> int:
@@ -268,34 +270,36 @@ class L3Store:
         elif keys:
             self._logs(keys if type(keys) is tuple else tuple(keys))
 
-    def _logs(self, run: tuple[L3Key, ...] | list[L3Key]) -> None:
-        """Log ``run`` to move to the end (keys touched: a tuple, or placed while moves
-        wait: a list); the log is applied once it outgrows the contents (a bound on what
-        it holds)."""
+    def _logs(self, run: tuple[L3Key, ...] | int) -> None:
+        """Log ``run`` to move to the end: keys touched (a tuple), or as many keys placed
+        while moves wait (a count: the dict's last keys, in turn); the log is applied
+        once it outgrows the contents (a bound on what it holds)."""
         self._log.append(run)
-        self._logged += len(run)
+        self._logged += run if type(run) is int else len(run)
         if self._logged > LOG_FACTOR * len(self._keys) + LOG_SLACK:
             self._replay()
 
     def _replay(self) -> None:
         """Apply ``_log``: each run's keys moved to the end in turn (popped and placed
         again: a plain dict), less the runs that a later run starts with
-        (:meth:`_kept_runs`)."""
+        (:meth:`_kept_runs`; placed runs' keys read before any moves)."""
         keys = self._keys
         pop = keys.pop
-        for run in self._kept_runs():
+        runs = self._kept_runs()
+        it = islice(keys, len(keys) - sum(r for r in runs if type(r) is int), None)
+        for run in [tuple(islice(it, r)) if type(r) is int else r for r in runs]:
             keys.update(zip(run, map(pop, run), strict=True))
 
-    def _kept_runs(self) -> list[Sequence[L3Key]]:
+    def _kept_runs(self) -> list[tuple[L3Key, ...] | int]:
         """Empty ``_log``; its runs in turn less the touched ones that a later run starts
         with (their keys all move again later, and only a key's last move decides its
         place). Placed runs are all kept (each key placed once: :meth:`_ordered`); none
         starts with a key present before it, so none is a later touched run's start."""
         log, self._log, self._logged = self._log, [], 0
-        later: dict[L3Key, Sequence[L3Key]] = {}  # first key -> a later run from it
-        keep: list[Sequence[L3Key]] = []
+        later: dict[L3Key, tuple[L3Key, ...]] = {}  # first key -> a later run from it
+        keep: list[tuple[L3Key, ...] | int] = []
         for run in reversed(log):
-            if type(run) is list:
+            if type(run) is int:
                 keep.append(run)
                 continue
             seen = later.get(run[0])
@@ -316,11 +320,14 @@ class L3Store:
         if self._order is None:
             keys = self._keys
             runs = self._kept_runs()
-            placed = sum(len(run) for run in runs if type(run) is list)
-            order, extra = deque(islice(keys, len(keys) - placed)), {}
+            it = iter(keys)  # (the dict's keys in turn: those before the log, then placed)
+            order = deque(islice(it, len(keys) - sum(r for r in runs if type(r) is int)))
+            extra: dict[L3Key, int] = {}
             for run in runs:
-                order.extend(run)
-                if type(run) is tuple:
+                if type(run) is int:
+                    order.extend(islice(it, run))
+                else:
+                    order.extend(run)
                     _count_elements(extra, run)
             if not keys.keys() >= extra.keys():
                 raise KeyError(next(k for k in extra if k not in keys))
@@ -439,7 +446,7 @@ class L3Store:
         if order is not None:  # (keys new to the store: one entry each)
             order.extend(new)
         elif self._log:  # placed after the moves that wait: they move after them
-            self._logs(new)  # (a list: placed keys, this call's own)
+            self._logs(n)  # (the dict's last n keys)
         return n
 
     def _removed(self) -> None:

@@ -1,8 +1,9 @@
-"""L3Store's LRU (a plain dict and the moves logged until the first eviction, the log
-applied less the runs a later run starts with; then a deque of keys whose last entry is
-a key's place, stale entries skipped by count) keeps the order, contents, evictions and
-lost keys of a reference store on an OrderedDict refreshed at once (the store before
-the log)."""
+"""L3Store's LRU (a plain dict and the moves logged until the first eviction, keys placed
+meanwhile logged as their count, the log applied less the touched runs a later run starts
+with; then a deque of keys whose last entry is a key's place, each key once plus once per
+touch, stale entries skipped by count; a put's evictions made for its last key first)
+keeps the order, contents, evictions and lost keys of a reference store on an OrderedDict
+refreshed at once, evicting key by key (the store before the log)."""
 
 from __future__ import annotations
 
@@ -167,7 +168,7 @@ def test_the_first_eviction_keeps_the_order_in_a_deque_of_last_entries():
     s.insert(["a", "b", "c"], 1)
     s.touch(("a",))
     s.insert(["d"], 1)  # placed after a's move (logged too): b is the least recent
-    assert s._order is None and len(s._log) == 2
+    assert s._order is None and s._log == [("a",), 1]  # (d: its count)
     s.insert(["e"], 1)  # evicts b
     # the keys present when the log began (a, b, c), then its runs: a's move, d placed
     # (once: not in the dict's order as well), and a's first entry popped stale
