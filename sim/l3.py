@@ -30,9 +30,10 @@ or the log outgrows the contents. From the first eviction on, the order is a deq
 each key once, and again per touch) that touches and placed keys extend, a key's place
 being its last entry (``_extra``: a key's entries beyond one, its touches', if any); an
 eviction pops the front, and evicts a key at its last entry only (the earlier ones are
-stale). The deque keeps last entries only when it
-outgrows the contents as the log does, or when the order is read (``keys``, a drop).
-Either way the order is the one moving each key to the end at its touch gives
+stale); a put's evictions are made for its last key's turn first, where the keys present
+make room for all its keys. The deque keeps last entries only when it outgrows the
+contents as the log does, or when the order is read (``keys``, a drop). Either way the
+order is the one moving each key to the end at its touch gives
 (tests/sim/test_l3_lru_log.py), and the contents stay a plain dict.
 Fault state counts overlapping faults: ``refusing`` (down: every call fails at once),
 ``hanging`` (calls get no answer), and the set of nodes down.
