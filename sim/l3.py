@@ -21,16 +21,19 @@ contents it answered at). ``version`` counts the changes of the contents; a pref
 get trusts its queries' hits while none left the store since the version before them
 (:meth:`L3Store.kept_since`).
 The LRU order: until the store first evicts, its contents are a plain dict (cheap to
-fill) and a touch appends its keys to a log of runs to move to the end (keys placed while
-moves wait join it: they follow those moves); the log is applied, a run that a later run
-starts with skipped (its keys all move again later), when the order is read (``keys``, a
-drop) or the log outgrows the contents. From the first eviction on, the order is a deque
-of keys (``_order``: the contents in their order then, and the log's runs after them) that
-touches and placed keys extend, a key's place being its last entry (``_extra``: a key's
-entries beyond one, if any); an eviction pops the front, and evicts a key at its last
-entry only (the earlier ones are stale). The deque keeps last entries only when it
-outgrows the contents as the log does, or when the order is read (``keys``, a drop).
-Either way the order is the one moving each key to the end at its touch gives
+fill) and a touch appends its keys to a log of runs to move to the end (a tuple; keys
+placed while moves wait join it as their count: they follow those moves, and are the
+dict's last keys, in turn); the log is applied, a touched run that a later run starts
+with skipped (its keys all move again later), when the order is read (``keys``, a drop)
+or the log outgrows the contents. From the first eviction on, the order is a deque of keys
+(``_order``: the keys present when the log began, in their order, then the log's runs:
+each key once, and again per touch) that touches and placed keys extend, a key's place
+being its last entry (``_extra``: a key's entries beyond one, its touches', if any); an
+eviction pops the front, and evicts a key at its last entry only (the earlier ones are
+stale); a put's evictions are made for its last key's turn first, where the keys present
+make room for all its keys. The deque keeps last entries only when it outgrows the
+contents as the log does, or when the order is read (``keys``, a drop). Either way the
+order is the one moving each key to the end at its touch gives
 (tests/sim/test_l3_lru_log.py), and the contents stay a plain dict.
 Fault state counts overlapping faults: ``refusing`` (down: every call fails at once),
 ``hanging`` (calls get no answer), and the set of nodes down.
@@ -46,7 +49,7 @@ from __future__ import annotations
 
 from collections import _count_elements, deque  # type: ignore[attr-defined]
 from collections.abc import Iterable, Sequence
-from itertools import filterfalse, takewhile
+from itertools import filterfalse, islice, takewhile
 from typing import TYPE_CHECKING
 
 import simpy
@@ -91,7 +94,9 @@ class L3Store:
         # applied until the first eviction (the LRU moves logged: cheap to fill), in
         # ``_order`` from then on (module doc: the LRU order)
         self._keys: dict[L3Key, tuple[int, int]] = {}
-        self._log: list[Sequence[L3Key]] = []  # runs of keys to move to the end, in turn
+        # runs of keys to move to the end, in turn: touched (tuples), placed (their count:
+        # the dict's next keys from its keys placed before the log's first placed run)
+        self._log: list[tuple[L3Key, ...] | int] = []
         self._logged = 0  # keys in ``_log``
         # from the first eviction: every key once or more, a key's last entry its place,
         # and the keys with more than one entry -> how many more (None, empty: no eviction
@@ -199,13 +204,14 @@ class L3Store:
         """The keys the store lacks, in order (those :meth:`contains_each` says False)."""
         return list(filterfalse(self._keys.__contains__, keys))
 
-    def missing_marked(self, keys: Sequence[L3Key]) -> tuple[list[L3Key], int]:
+    def missing_marked(self, keys: Sequence[L3Key]) -> tuple[Sequence[L3Key], int]:
         """:meth:`missing`, and the contents' ``version`` it answered at: the mark to give
         :meth:`insert` with those keys (``absent_at``). New pages' keys (the usual) are
-        all missing: asked in one C loop (``isdisjoint``), then copied."""
+        all missing: asked in one C loop (``isdisjoint``), and answered as given when a
+        tuple (immutable: not copied), else copied."""
         present = self._keys.keys()
         if present.isdisjoint(keys):
-            return list(keys), self.version
+            return keys if type(keys) is tuple else list(keys), self.version
         return list(filterfalse(present.__contains__, keys)), self.version
 
     def count_hits(self, keys: Sequence[L3Key]) -> int:
@@ -265,30 +271,38 @@ class L3Store:
         elif keys:
             self._logs(keys if type(keys) is tuple else tuple(keys))
 
-    def _logs(self, run: tuple[L3Key, ...]) -> None:
-        """Log ``run`` to move to the end (keys touched, or placed while moves wait); the
-        log is applied once it outgrows the contents (a bound on what it holds)."""
+    def _logs(self, run: tuple[L3Key, ...] | int) -> None:
+        """Log ``run`` to move to the end: keys touched (a tuple), or as many keys placed
+        while moves wait (a count: the dict's last keys, in turn); the log is applied
+        once it outgrows the contents (a bound on what it holds)."""
         self._log.append(run)
-        self._logged += len(run)
+        self._logged += run if type(run) is int else len(run)
         if self._logged > LOG_FACTOR * len(self._keys) + LOG_SLACK:
             self._replay()
 
     def _replay(self) -> None:
         """Apply ``_log``: each run's keys moved to the end in turn (popped and placed
         again: a plain dict), less the runs that a later run starts with
-        (:meth:`_kept_runs`)."""
+        (:meth:`_kept_runs`; placed runs' keys read before any moves)."""
         keys = self._keys
         pop = keys.pop
-        for run in self._kept_runs():
+        runs = self._kept_runs()
+        it = islice(keys, len(keys) - sum(r for r in runs if type(r) is int), None)
+        for run in [tuple(islice(it, r)) if type(r) is int else r for r in runs]:
             keys.update(zip(run, map(pop, run), strict=True))
 
-    def _kept_runs(self) -> list[Sequence[L3Key]]:
-        """Empty ``_log``; its runs in turn less those that a later run starts with (their
-        keys all move again later, and only a key's last move decides its place)."""
+    def _kept_runs(self) -> list[tuple[L3Key, ...] | int]:
+        """Empty ``_log``; its runs in turn less the touched ones that a later run starts
+        with (their keys all move again later, and only a key's last move decides its
+        place). Placed runs are all kept (each key placed once: :meth:`_ordered`); none
+        starts with a key present before it, so none is a later touched run's start."""
         log, self._log, self._logged = self._log, [], 0
-        later: dict[L3Key, Sequence[L3Key]] = {}  # first key -> a later run from it
-        keep = []
+        later: dict[L3Key, tuple[L3Key, ...]] = {}  # first key -> a later run from it
+        keep: list[tuple[L3Key, ...] | int] = []
         for run in reversed(log):
+            if type(run) is int:
+                keep.append(run)
+                continue
             seen = later.get(run[0])
             if seen is not None and len(seen) >= len(run) and seen[:len(run)] == run:
                 continue
@@ -299,14 +313,23 @@ class L3Store:
         return keep
 
     def _ordered(self) -> None:
-        """From the first eviction on, keep the order in ``_order``: the contents in their
-        order, then the log's runs (no key moved; a logged key absent is a KeyError)."""
+        """From the first eviction on, keep the order in ``_order``: the keys present when
+        the log began, in their order (the dict's first keys: those placed since are its
+        last, each in one placed run), then the log's runs, so that each key has one
+        entry and one more per touched run holding it, counted in ``_extra`` (no key
+        moved; a touched key absent is a KeyError)."""
         if self._order is None:
             keys = self._keys
-            order, extra = deque(keys), {}
-            for run in self._kept_runs():
-                order.extend(run)
-                _count_elements(extra, run)
+            runs = self._kept_runs()
+            it = iter(keys)  # (the dict's keys in turn: those before the log, then placed)
+            order = deque(islice(it, len(keys) - sum(r for r in runs if type(r) is int)))
+            extra: dict[L3Key, int] = {}
+            for run in runs:
+                if type(run) is int:
+                    order.extend(islice(it, run))
+                else:
+                    order.extend(run)
+                    _count_elements(extra, run)
             if not keys.keys() >= extra.keys():
                 raise KeyError(next(k for k in extra if k not in keys))
             self._order, self._extra = order, extra
@@ -344,18 +367,26 @@ class L3Store:
             raise NoLiveNode(f"L3 {self.name!r}: all {self.nodes} nodes are down")
         if size > self.node_capacity:
             return 0  # no node holds it
-        if self._fits(len(new), size):
-            return self._place_all(new, size)
         limit = self.capacity - size  # the live nodes do not change while this runs
+        ahead = (len(new) - 1) * size  # the bytes placed before the last key's turn
+        if new and type(size) is int and type(self.used) is int and ahead <= limit:
+            # the keys present make room for every key's turn: made for the last turn
+            # first, it evicts the keys the turns would in turn (the least recently used
+            # prefix that the last turn needs), and no key's turn evicts then
+            self._evict(limit, ahead)
+            if self._fits(len(new), size):
+                return self._place_all(new, size)
         if new:  # a key's turn may evict (or nodes are down): keep the order as it goes
             self._ordered()
         keys, lost = self._keys, self.lost
         nodes, spread = self.nodes, not self.down_nodes  # every node live: _place's turn
         order = self._order
         assert order is not None or not new
+        evicted = False
         for key in new:
             if self.used > limit:
-                self._evict(limit)
+                self._pop_lru(limit)
+                evicted = True
             if spread:
                 node = self._next_node % nodes
                 self._next_node += 1
@@ -366,6 +397,8 @@ class L3Store:
             self.used += size
             if lost:
                 lost.pop(key, None)
+        if evicted:
+            self._removed()
         self.bytes_written += len(new) * size
         if new:
             self.version += 1
@@ -414,7 +447,7 @@ class L3Store:
         if order is not None:  # (keys new to the store: one entry each)
             order.extend(new)
         elif self._log:  # placed after the moves that wait: they move after them
-            self._logs(tuple(new))
+            self._logs(n)  # (the dict's last n keys)
         return n
 
     def _removed(self) -> None:
@@ -423,17 +456,25 @@ class L3Store:
         self._removed_at = self.version
         self._hits.clear()  # its answers no longer hold (kept_since)
 
-    def _evict(self, limit: float) -> None:
-        """Evict least recently used keys until ``used <= limit``."""
-        keys = self._keys
-        if not (self.used > limit and keys):
+    def _evict(self, limit: float, ahead: int = 0) -> None:
+        """Evict least recently used keys until ``used + ahead <= limit`` (one change of
+        the contents)."""
+        if not (self.used + ahead > limit and self._keys):
             return
         self._ordered()
         self._removed()
+        self._pop_lru(limit, ahead)
+
+    def _pop_lru(self, limit: float, ahead: int = 0) -> None:
+        """Evict keys from the front of ``_order`` (present) until ``used + ahead <=
+        limit`` (stale entries popped on the way); the caller marks the change
+        (:meth:`_removed`)."""
+        keys = self._keys
         order, extra = self._order, self._extra
         assert order is not None
         popleft = order.popleft
-        while self.used > limit and keys:
+        used, evicted = self.used, 0
+        while used + ahead > limit and keys:
             key = popleft()
             n = extra.get(key)
             if n:  # a stale entry: the key moved since
@@ -443,8 +484,10 @@ class L3Store:
                     del extra[key]
                 continue
             old, _ = keys.pop(key)
-            self.used -= old
-            self.evictions += 1
+            used -= old
+            evicted += 1
+        self.used = used
+        self.evictions += evicted
 
     def _place(self) -> int:
         for _ in range(self.nodes):

@@ -250,13 +250,13 @@ class L3Client:
             self.ledger.count(self.blame, "store_pages_failed", len(todo))
         return written or 0
 
-    def _write(self, todo: list[L3Key], bytes_per_key: int, nbytes: int, mark: int | None
+    def _write(self, todo: Sequence[L3Key], bytes_per_key: int, nbytes: int, mark: int | None
                ) -> Proc:
         """One attempt of :meth:`put` (the guard's): the transfer, then the insert."""
         outcome = yield from self._transfer("write", nbytes)
         return self._wrote(todo, bytes_per_key, outcome, mark)
 
-    def _wrote(self, todo: list[L3Key], bytes_per_key: int, outcome: str,
+    def _wrote(self, todo: Sequence[L3Key], bytes_per_key: int, outcome: str,
                mark: int | None = None) -> tuple[str, int]:
         """A write attempt that moved its bytes (``outcome`` ok) inserts ``todo`` (all
         absent at the store's version ``mark``, None: not known); an error when no node

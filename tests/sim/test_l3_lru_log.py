@@ -1,8 +1,9 @@
-"""L3Store's LRU (a plain dict and the moves logged until the first eviction, the log
-applied less the runs a later run starts with; then a deque of keys whose last entry is
-a key's place, stale entries skipped by count) keeps the order, contents, evictions and
-lost keys of a reference store on an OrderedDict refreshed at once (the store before
-the log)."""
+"""L3Store's LRU (a plain dict and the moves logged until the first eviction, keys placed
+meanwhile logged as their count, the log applied less the touched runs a later run starts
+with; then a deque of keys whose last entry is a key's place, each key once plus once per
+touch, stale entries skipped by count; a put's evictions made for its last key first)
+keeps the order, contents, evictions and lost keys of a reference store on an OrderedDict
+refreshed at once, evicting key by key (the store before the log)."""
 
 from __future__ import annotations
 
@@ -46,13 +47,14 @@ class Reference:
         self.used = self.evictions = self.next = self.version = 0
         self.lost: dict[str, int] = {}
 
-    def evict(self, limit: float) -> None:
-        if self.used > limit and self.keys:
-            self.version += 1
+    def evict(self, limit: float) -> bool:
+        """Evict least recently used keys until ``used <= limit``; whether any went."""
+        evicted = self.used > limit and bool(self.keys)
         while self.used > limit and self.keys:
             _, (old, _) = self.keys.popitem(last=False)
             self.used -= old
             self.evictions += 1
+        return evicted
 
     def put(self, keys: tuple[str, ...], size: int) -> None:
         new = [k for k in dict.fromkeys(keys) if k not in self.keys]
@@ -61,14 +63,16 @@ class Reference:
         if size > self.node_capacity:
             return
         limit = self.node_capacity * (self.nodes - len(self.down)) - size
+        evicted = False  # (a put's evictions: one change of the contents)
         for key in new:
-            self.evict(limit)
+            evicted |= self.evict(limit)
             while self.next % self.nodes in self.down:
                 self.next += 1
             self.keys[key] = (size, self.next % self.nodes)
             self.next += 1
             self.used += size
             self.lost.pop(key, None)
+        self.version += evicted
         self.version += bool(new)
 
     def get(self, keys: tuple[str, ...]) -> None:
@@ -85,7 +89,7 @@ class Reference:
     def node_down(self, node: int, on: bool) -> None:
         if on:
             self.down.add(node)
-            self.evict(self.node_capacity * (self.nodes - len(self.down)))
+            self.version += self.evict(self.node_capacity * (self.nodes - len(self.down)))
         else:
             self.down.discard(node)
 
@@ -164,8 +168,11 @@ def test_the_first_eviction_keeps_the_order_in_a_deque_of_last_entries():
     s.insert(["a", "b", "c"], 1)
     s.touch(("a",))
     s.insert(["d"], 1)  # placed after a's move (logged too): b is the least recent
-    assert s._order is None and len(s._log) == 2
+    assert s._order is None and s._log == [("a",), 1]  # (d: its count)
     s.insert(["e"], 1)  # evicts b
+    # the keys present when the log began (a, b, c), then its runs: a's move, d placed
+    # (once: not in the dict's order as well), and a's first entry popped stale
+    assert list(s._order) == ["c", "a", "d", "e"] and not s._extra
     assert type(s._keys) is dict and list(s.keys) == ["c", "a", "d", "e"]
     with pytest.raises(KeyError):
         s.touch(("b",))  # evicted: absent, and nothing moved
@@ -176,3 +183,15 @@ def test_the_first_eviction_keeps_the_order_in_a_deque_of_last_entries():
     assert list(s._order) == ["e", "c", "a", "c", "f"] and s._extra == {"c": 1}
     assert list(s.keys) == ["e", "a", "c", "f"]  # (last entries only kept)
     assert list(s._order) == ["e", "a", "c", "f"] and not s._extra
+
+
+def test_a_put_makes_room_for_all_its_keys_first_one_change():
+    s = store(4)
+    s.insert(["a", "b", "c", "d"], 1)
+    s.touch(("a",))
+    v = s.version
+    todo, mark = s.missing_marked(("e", "f", "a"))
+    assert s.insert(todo, 1, mark) == 2  # b and c evicted, as turn by turn, once
+    assert list(s.keys) == ["d", "a", "e", "f"] and s.evictions == 2
+    assert s.version == v + 2 and s._removed_at == v + 1  # evictions, then the keys placed
+    assert not s.kept_since(mark) and s.kept_since(s.version)
