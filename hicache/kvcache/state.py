@@ -99,18 +99,20 @@ class RequestState:
     def forget(self) -> None:
         """The request is done: drop what only serving it needed (page keys, hashes, its
         released lock handles and the nodes they and ``load_nodes`` point at, its runtime
-        handle and the extents of its row, of its prefix and of what it handed the tree,
-        and its prompt's page keys memoised on its tokens). Its record keeps everything a
-        report reads; memory stays proportional to what the cache holds, not to every
-        token a long run served (an hour of chat held 16 GiB through finished requests:
-        benchmarks/soak.py), and so does the heap the cyclic collector scans: the emptied
-        containers are one shared empty tuple (a list is tracked even empty), and a
-        finished request keeps no extent (full trace: 12,031 requests held 159k page runs
-        and 2.3M page keys to the end of the run, 43% of the objects it tracked)."""
+        handle and the extents of its row, of its prefix, of its last checkpoint and of
+        what it handed the tree, and its prompt's page keys memoised on its tokens). Its
+        record keeps everything a report reads; memory stays proportional to what the
+        cache holds, not to every token a long run served (an hour of chat held 16 GiB
+        through finished requests: benchmarks/soak.py), and so does the heap the cyclic
+        collector scans: the emptied containers are one shared empty tuple (a list is
+        tracked even empty), and a finished request keeps no extent (full trace: 12,031
+        requests held 159k page runs and 2.3M page keys to the end of the run, 43% of the
+        objects the collector tracked)."""
         self.pages = self.hashes = self.load_nodes = self.donated = self.chunk_locks = ()
         self.lock = self.host_lock = self.prefix_lock = self.prefetch_lock = None
         self.handle = self.kv = None
-        self.attach = ()
+        self.attach = self.checkpoint = ()
+        self.state_donated = {}  # empty: a dict the collector does not track
         drop = getattr(self.req.tokens, "drop_page_keys", None)
         if drop is not None:
             drop()

@@ -28,6 +28,14 @@ SETS = ["workload.max_requests=300", "run.layerwise=true", "cache.device_tokens=
 FIELDS = ("pages", "hashes", "load_nodes", "donated", "chunk_locks", "attach")
 
 
+def _hybrid() -> SimResult:
+    """Multi-turn chat on a hybrid model whose SWA and MAMBA pools have L1 and L2 tiers:
+    requests keep checkpoints and state extents handed to the tree."""
+    sc = load_scenario(ROOT / "scenarios" / "hybrid_swa_mamba.yaml",
+                       ["workload.num_clients=8", "workload.num_rounds=4"])
+    return simulate(dict(sc.expand())["L1+L2 hybrid-aware"], name="hybrid", progress=False)
+
+
 def _old_forget(self: RequestState) -> None:
     """RequestState.forget before it dropped extents, handles and tokens' page keys."""
     self.pages, self.hashes, self.load_nodes = [], [], []
@@ -64,10 +72,21 @@ def test_finished_requests_hold_nothing_but_their_record() -> None:
         assert (st.record()["finish"] is None) == (st.status is Status.REJECTED)
 
 
-def test_forgetting_more_changes_no_result(monkeypatch: pytest.MonkeyPatch) -> None:
-    new = _outcome(_run())
+@pytest.mark.parametrize("run", [_run, _hybrid])
+def test_forgetting_more_changes_no_result(monkeypatch: pytest.MonkeyPatch, run) -> None:  # noqa: ANN001
+    new = _outcome(run())
     monkeypatch.setattr(RequestState, "forget", _old_forget)
-    assert _outcome(_run()) == new
+    assert _outcome(run()) == new
+
+
+def test_finished_hybrid_requests_keep_no_state_extent() -> None:
+    res = _hybrid()
+    states = [st for rep in res.replicas for st in rep.scheduler.requests.values()]
+    assert states and all(st.status is Status.DONE for st in states)
+    for st in states:
+        assert st.checkpoint == () and st.state_donated == {} and st.reserved == {}
+        assert not gc.is_tracked(st.state_donated)
+        assert all(getattr(st, f) == () for f in FIELDS)
 
 
 def test_page_keys_are_rebuilt_equal_after_a_drop() -> None:
