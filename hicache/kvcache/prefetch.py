@@ -53,9 +53,6 @@ _prefetch_stop = slot_builder(PrefetchStop)
 
 PREFETCH_SHARE = 0.25  # at most this share of L2 is reserved for L3 prefetches in flight
 OVER_SHARE_MODES = ("wait", "skip")  # what a prefetch over the share does (module doc)
-# an arrival's start that finds no room says so before locking its prefix (start); off:
-# lock, test, unlock, as before (tests/sim/test_prefetch_room_first.py twins the two)
-ROOM_FIRST = True
 
 
 class L3Prefetcher:
@@ -234,14 +231,6 @@ class L3Prefetcher:
         if rest <= 0 or not should_query(rest * self.page, self.cache):
             st.prefetch_job = 0  # decided: nothing worth fetching
             return True
-        if ROOM_FIRST and not (at_head or whole) and min(
-                rest, self._share_left(), self.budget.host_free()) < max(
-                    rest, self.threshold_pages):
-            # no room, below's test (max_pages < threshold, or < rest), made before the
-            # lock: nothing makes room here and locks change no page count, so the lock
-            # and its unlock would change nothing but counters and stale heap entries
-            # (full trace: 18.5k of 30.6k starts, an undecided arrival retried per step)
-            return False
         # protect the L1/L2 prefix the prefetch continues, before making L2 room for it:
         # if L2 evicted it (now, or while the request queues), the fetched pages would
         # hang on nothing (SGLang host-locks last_host_node first, too)
