@@ -159,6 +159,12 @@ class BlockTokens(LazyTokens):
         self._keys = (page_size, keys)
         return keys
 
+    def drop_page_keys(self) -> None:
+        """Forget the page keys :meth:`page_keys` built (the request that asked is done;
+        :meth:`hicache.kvcache.state.RequestState.forget`): a finished prompt holds no
+        list of them for the rest of the run. A later ask builds them again, equal."""
+        self._keys = None
+
     def page_hashes(self, page_size: int) -> list[str] | None:
         """The page-hash chain of the full pages (:func:`hicache.tiers.hashing.
         page_hashes`), from the shared memo; None without one, or when pages would
