@@ -247,19 +247,28 @@ def test_decode_works_memory_bound_shortcut_only_where_it_holds(
 
 
 @settings(max_examples=60, deadline=None)
-@given(contexts=hs.lists(hs.integers(0, 60_000), min_size=1, max_size=300),
-       first=hs.integers(0, 2_000), steps=hs.integers(1, 80),
-       pair_flops=hs.sampled_from([None, 1e5, 1e6, 1e7]))
+@given(n=hs.integers(1, 40), steps=hs.integers(2, 120), lead=hs.floats(0.0, 1.0),
+       pair_flops=hs.sampled_from([None, 3e6, 1e7, 1e8]))
 def test_decode_works_equal_the_layer_times_whichever_term_bounds(
-        contexts: list[int], first: int, steps: int, pair_flops: float | None) -> None:
-    """Any batch, any chunk, compute- or memory-bound or crossing: decode_works gives
+        n: int, steps: int, lead: float, pair_flops: float | None) -> None:
+    """Any batch size and chunk, memory-bound, compute-bound or crossing from one to the
+    other within the chunk (with costly pairs the batch's contexts are put where the
+    compute term overtakes the memory term, ``lead`` of the chunk in): decode_works gives
     the unfolded compute op's sums of layer times, float for float."""
     cost = CostModel(load_profile("h100-sxm"), load_model("llama-3-8b"))
+    pairs_at = 0  # the sum of (c + 1) at the chunk's first step
     if pair_flops is not None:
         cost.attn_flops_per_pair = pair_flops
-    assert cost.decode_works(contexts, steps, first) == [
-        sum(cost.batch_layer_times([], [c + k for c in contexts]))
-        for k in range(first, first + steps)]
+        flops, nbytes = cost._fixed("full", n, n)
+        kv = cost.kv_token["full"]
+        # a(P) = (flops + pair_flops P) / F, b(P) = (nbytes + (P + n) kv) / H: equal at
+        cross = (((nbytes + n * kv) / cost.hbm - flops / cost.flops_per_s)
+                 / (pair_flops / cost.flops_per_s - kv / cost.hbm))
+        pairs_at = max(n, int(cross) - int(lead * steps) * n)
+    total = pairs_at - n  # contexts summing to it
+    contexts = [total // n + (i < total % n) for i in range(n)]
+    assert cost.decode_works(contexts, steps) == [
+        sum(cost.batch_layer_times([], [c + k for c in contexts])) for k in range(steps)]
 
 
 @pytest.mark.parametrize("model", ["llama-3-8b", "hybrid-swa-mamba"])
