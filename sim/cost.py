@@ -341,20 +341,36 @@ class CostModel:
             # sum of (c + k + 1) at step k = first (integers: the loop's below[-1] exactly)
             pairs = sum(contexts) + first * n + n
             ts: list[float] | np.ndarray
+            # memory-bound throughout (decode, the usual case): max(a, b) is b at every
+            # step when the last step's a is at most the first step's b, as a and b only
+            # grow from step to step (products by non-negative constants, sums, quotients
+            # by positive ones: rounding keeps their order); then no a is computed
+            bound = (per_pair >= 0 and kv >= 0 and flops_per_s > 0 and hbm > 0
+                     and (flops + per_pair * float(pairs + (steps - 1) * n)) / flops_per_s
+                     <= (nbytes + (pairs + n) * kv) / hbm)
             if (steps >= VECTOR_STEPS and _SEQUENTIAL_SUM  # integers exact in both
                     and (pairs + steps * n) * max(1, abs(kv)) + abs(nbytes) < 2 ** 53):
                 # the loop below, element by element, all steps at once (x * y and x + y
                 # as y * x and y + x: the same floats)
-                p = np.arange(pairs, pairs + steps * n, n, dtype=np.int64)
-                ts = per_pair * p
-                ts += flops
-                ts /= flops_per_s
-                b = (p + n) * kv + nbytes
-                b /= hbm
-                np.maximum(ts, b, out=ts)  # max(a, b): neither is NaN nor -0.0
+                if bound and type(kv) is int:  # keys x kv: integers, exact (above)
+                    ts = np.arange((pairs + n) * kv, (pairs + n + steps * n) * kv, n * kv,
+                                   dtype=np.int64) + nbytes
+                    ts /= hbm
+                else:
+                    p = np.arange(pairs, pairs + steps * n, n, dtype=np.int64)
+                    ts = per_pair * p
+                    ts += flops
+                    ts /= flops_per_s
+                    b = (p + n) * kv + nbytes
+                    b /= hbm
+                    np.maximum(ts, b, out=ts)  # max(a, b): neither is NaN nor -0.0
                 ts += launch
                 if allreduce:  # t + 0.0 is t (t >= 0.0, never -0.0)
                     ts += allreduce
+            elif bound:  # the loop below without a
+                keys = pairs + n
+                ts = [(nbytes + k * kv) / hbm + launch + allreduce
+                      for k in range(keys, keys + steps * n, n)]
             else:
                 ts = []
                 add_t = ts.append

@@ -208,6 +208,69 @@ def test_decode_works_every_chunk_path_bit_for_bit(model: str, hardware: str, se
                              for k in range(first, first + steps)], (steps, contexts)
 
 
+def _bound(cost: CostModel, contexts: list[int], k: int) -> tuple[float, float]:
+    """(compute, memory) roofline terms of one full-attention layer at decode step k."""
+    flops, nbytes = cost._work("full", (), [c + k for c in contexts])
+    return flops / cost.flops_per_s, nbytes / cost.hbm
+
+
+@pytest.mark.parametrize("sequential", [True, False])
+@pytest.mark.parametrize("pair_flops, contexts, first, steps", [
+    (None, [40] * 400, 0, 300),  # compute-bound (400 short requests), memory-bound later
+    (1e7, [5000, 20, 700] + [0] * 27, 0, 300),  # memory-bound, compute-bound later
+    (1e7, [5000, 20, 700] + [0] * 27, 80, 12),  # the same, a short chunk (the loop)
+    (None, [9000, 300], 7, 60),  # memory-bound throughout (the shortcut)
+])
+def test_decode_works_memory_bound_shortcut_only_where_it_holds(
+        sequential: bool, pair_flops: float | None, contexts: list[int], first: int,
+        steps: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """decode_work_column skips the compute term when the last step's is at most the
+    first step's memory term; where the roofline's max changes side within a chunk, in
+    either direction, every step still takes max(compute, memory) as the unfolded
+    compute op's layer times do (an attention's flops per pair set high makes compute
+    grow faster than memory: costly pairs)."""
+    if sequential and not cost_module._SEQUENTIAL_SUM:
+        pytest.skip("this Python's sum() compensates")
+    monkeypatch.setattr(cost_module, "_SEQUENTIAL_SUM", sequential)
+    cost = CostModel(load_profile("h100-sxm"), load_model("llama-3-8b"))
+    if pair_flops is not None:
+        cost.attn_flops_per_pair = pair_flops  # read by both the fold's and the op's path
+    a0, b0 = _bound(cost, contexts, first)
+    a1, b1 = _bound(cost, contexts, first + steps - 1)
+    if contexts == [9000, 300]:
+        assert a1 < b0  # the shortcut's case
+    else:  # the case asked for: the max changes side within the chunk
+        assert (a0 > b0) != (a1 > b1)
+    works = cost.decode_works(contexts, steps, first)
+    assert works == [sum(cost.batch_layer_times([], [c + k for c in contexts]))
+                     for k in range(first, first + steps)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=hs.integers(1, 40), steps=hs.integers(2, 120), lead=hs.floats(0.0, 1.0),
+       pair_flops=hs.sampled_from([None, 3e6, 1e7, 1e8]))
+def test_decode_works_equal_the_layer_times_whichever_term_bounds(
+        n: int, steps: int, lead: float, pair_flops: float | None) -> None:
+    """Any batch size and chunk, memory-bound, compute-bound or crossing from one to the
+    other within the chunk (with costly pairs the batch's contexts are put where the
+    compute term overtakes the memory term, ``lead`` of the chunk in): decode_works gives
+    the unfolded compute op's sums of layer times, float for float."""
+    cost = CostModel(load_profile("h100-sxm"), load_model("llama-3-8b"))
+    pairs_at = 0  # the sum of (c + 1) at the chunk's first step
+    if pair_flops is not None:
+        cost.attn_flops_per_pair = pair_flops
+        flops, nbytes = cost._fixed("full", n, n)
+        kv = cost.kv_token["full"]
+        # a(P) = (flops + pair_flops P) / F, b(P) = (nbytes + (P + n) kv) / H: equal at
+        cross = (((nbytes + n * kv) / cost.hbm - flops / cost.flops_per_s)
+                 / (pair_flops / cost.flops_per_s - kv / cost.hbm))
+        pairs_at = max(n, int(cross) - int(lead * steps) * n)
+    total = pairs_at - n  # contexts summing to it
+    contexts = [total // n + (i < total % n) for i in range(n)]
+    assert cost.decode_works(contexts, steps) == [
+        sum(cost.batch_layer_times([], [c + k for c in contexts])) for k in range(steps)]
+
+
 @pytest.mark.parametrize("model", ["llama-3-8b", "hybrid-swa-mamba"])
 def test_decode_work_column_is_decode_works_floats(model: str) -> None:
     """decode_work_column gives decode_works' floats at every chunk length, as numpy's
