@@ -16,8 +16,6 @@ rows of the last all-decode plan placed while they are as it says (:mod:`sim.ste
 
 from __future__ import annotations
 
-from itertools import starmap
-
 import simpy
 
 from hicache.runtime.handles import (
@@ -25,7 +23,7 @@ from hicache.runtime.handles import (
     Kind,
     RequestRuntimeHandle,
     Tier,
-    page_run,
+    extent_of_runs,
 )
 from hicache.runtime.interface import (
     BackupIntent,
@@ -38,7 +36,7 @@ from hicache.runtime.interface import (
 from hicache.runtime.page_ids import Run, pages_of, runs_of
 from hicache.runtime.state import StateKeeper, state_loads
 from sim import steady, validate
-from sim.batch import BatchState, PendingBackup, build_extent
+from sim.batch import BatchState, PendingBackup
 from sim.pending import PendingPages
 from sim.pools import TierPools
 from sim.rows import RequestRow
@@ -82,8 +80,7 @@ class Memory:
     def extent(self, tier: Tier, runs: list[Run], pool: Kind) -> CacheExtentRef:
         """The extent of the pages of ``runs`` (an allocation's: coalesced already, so
         its runs are ``coalesce`` of its pages)."""
-        return build_extent(self.runtime_id, self.generation, tier,
-                            tuple(starmap(page_run, runs)), pool)
+        return extent_of_runs(self.runtime_id, self.generation, tier, runs, pool)
 
     # ---- frees and releases -----------------------------------------------------------
     def apply_frees(self, plan: BatchPlan, l3: bool) -> validate.Checked:
