@@ -77,10 +77,12 @@ class Memory:
             return self.host
         raise ValueError(f"the runtime places no pages on tier {tier}")
 
-    def extent(self, tier: Tier, runs: list[Run], pool: Kind) -> CacheExtentRef:
+    def extent(self, tier: Tier, runs: list[Run], pool: Kind,
+               count: int | None = None) -> CacheExtentRef:
         """The extent of the pages of ``runs`` (an allocation's: coalesced already, so
-        its runs are ``coalesce`` of its pages)."""
-        return extent_of_runs(self.runtime_id, self.generation, tier, runs, pool)
+        its runs are ``coalesce`` of its pages); ``count``: their pages, when the caller
+        allocated that many (else counted when asked)."""
+        return extent_of_runs(self.runtime_id, self.generation, tier, runs, pool, count)
 
     # ---- frees and releases -----------------------------------------------------------
     def apply_frees(self, plan: BatchPlan, l3: bool) -> validate.Checked:
@@ -114,8 +116,9 @@ class Memory:
     def backup(self, b: BackupIntent, done: simpy.Event) -> PendingBackup:
         """Reserve ``b``'s L2 pages; they wait on ``done`` (:meth:`pending_events`)."""
         pool = b.src.pool
-        runs = self.host[pool].allocate_runs(b.src.num_pages)
-        pending = PendingBackup(b, self.extent(_HOST, runs, pool), b.src.runs(), runs, done)
+        n = b.src.num_pages
+        runs = self.host[pool].allocate_runs(n)
+        pending = PendingBackup(b, self.extent(_HOST, runs, pool, n), b.src.runs(), runs, done)
         waits = self.pending.get(pool)
         if waits is None:
             waits = self.pending[pool] = PendingPages()
@@ -240,7 +243,7 @@ class Memory:
             pool, n = src.pool, src.num_pages
             runs = self.device[pool].allocate_runs(n)
             loads.append((pool, n, src.runs(), runs))
-            ext = self.extent(_DEVICE, runs, pool)
+            ext = self.extent(_DEVICE, runs, pool, n)
             loaded.append(ext)
             if pool is _FULL:
                 row.append_extent(ext)

@@ -215,19 +215,21 @@ _ExtentBuilder = slot_twin(CacheExtentRef)  # extent_of_runs' plain slot stores
 
 
 def extent_of_runs(runtime_id: str, generation: int, tier: Tier, runs: Sequence[Run],
-                   pool: Kind) -> CacheExtentRef:
+                   pool: Kind, count: int | None = None) -> CacheExtentRef:
     """``CacheExtentRef(runtime_id, generation, tier, tuple(PageRun(s, n) for s, n in
     runs), pool)`` of runs its caller knows are valid and coalesced (a pool's
     allocation: ``s >= 0``, ``n >= 1``, none continues the one before it), with
     :meth:`CacheExtentRef.runs`' pairs set from ``runs`` at once: an equal value, built
-    without listing them again (a runtime builds one per allocation it places)."""
+    without listing them again (a runtime builds one per allocation it places).
+    ``count``: the pages of ``runs`` when the caller knows it (the number it allocated:
+    :attr:`CacheExtentRef.num_pages` then counts none), else None (counted when asked)."""
     e = _ExtentBuilder()
     e.runtime_id = runtime_id
     e.generation = generation
     e.tier = tier
     e.page_runs = tuple(starmap(page_run, runs))
     e.pool = pool
-    e._count = None
+    e._count = count
     e._runs = tuple(runs)
     e.__class__ = CacheExtentRef  # slot_init.slot_twin: a CacheExtentRef before anyone sees it
     return e

@@ -85,8 +85,10 @@ def test_runs_are_the_page_runs_pairs_after_any_cut(runs: list[tuple[int, int]],
     """runs() of an extent, built either way, and of its parts, is the pairs of its page
     runs: a kept list never goes stale (extents are frozen; every cut is a new one)."""
     fast = extent_of_runs("rt", 1, Tier.DEVICE, runs, Kind.FULL)
+    counted = extent_of_runs("rt", 1, Tier.DEVICE, runs, Kind.FULL, sum(n for _, n in runs))
     ref = CacheExtentRef("rt", 1, Tier.DEVICE, tuple(PageRun(s, n) for s, n in runs))
-    for ext in (fast, ref):
+    assert counted.num_pages == ref.num_pages == len(list(ref.pages())) == fast.num_pages
+    for ext in (fast, counted, ref):
         assert ext.runs() == [(r.first_page, r.page_count) for r in ext.page_runs] == runs
         if 0 < at < ext.num_pages:
             for part in ext.split(at):
