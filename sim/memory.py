@@ -141,22 +141,25 @@ class Memory:
     # ---- placement ----------------------------------------------------------------
     def place_steady(self, plan: BatchPlan
                      ) -> tuple[list[int], tuple[PreparedSlice, ...], tuple[int, ...]] | None:
-        """Place a plan of slices alone (no intents) that repeats the rows of
-        :attr:`steady` exactly (:mod:`sim.steady`), with the pages they need free: its
-        (decode contexts, prepared slices, finished rids); else None, and the general
-        prepare decides. The same steps as the general path takes for such a plan
-        (check_plan's match, the capacity of its new pages, the steady placement),
-        without the plan's intents looked at one by one (it has none)."""
+        """Place a plan of slices alone (no intents) each of which repeats a row of
+        :attr:`steady`, in its order (:mod:`sim.steady`: every row, or the rows of the
+        requests still in the plan), with the pages they need free: its (decode
+        contexts, prepared slices, finished rids); else None, and the general prepare
+        decides. The same steps as the general path takes for such a plan (check_plan's
+        match, the capacity of its new pages, the steady placement), without the plan's
+        intents looked at one by one (it has none)."""
         sd, slices = self.steady, plan.slices
-        matched = sd.match(slices) if len(slices) == len(sd.rows) else None  # type: ignore[union-attr]
-        if matched is None:
+        if not slices or len(slices) > len(sd.rows):  # type: ignore[union-attr]
+            return None  # (joined requests: the general prepare checks them)
+        matched = sd.match(slices)  # type: ignore[union-attr]
+        if matched is None or len(matched[1]) < len(slices):
             return None
-        contexts, new = matched
-        if new is not sd.zeros and sum(new) > sd.pool.free_count:  # type: ignore[union-attr]
+        sd, contexts, new = matched
+        if new is not sd.zeros and sum(new) > sd.pool.free_count:
             return None  # refused by the general check, with its message
-        prepared = steady.place(sd, new, self.page_size)  # type: ignore[arg-type]
+        prepared = steady.place(sd, new, self.page_size)
         finished = tuple([s.rid for s in slices if s.finishes])
-        self.steady = steady.without_finished(sd, slices, finished)  # type: ignore[arg-type]
+        self.steady = steady.without_finished(sd, slices, finished)
         return contexts, prepared, finished
 
     def place(self, plan: BatchPlan, checked: validate.Checked, st: BatchState,

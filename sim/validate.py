@@ -93,9 +93,9 @@ def check_plan(mem: Memory, plan: BatchPlan, l3: bool) -> Checked:
     slices = plan.slices
     sd = mem.steady
     matched = sd.match(slices) if sd is not None and slices else None
-    if matched is not None:  # its first slices repeat these rows, as checked then
-        contexts, new = matched
-        slice_rows: list[RequestRow | None] = sd.rows  # type: ignore[union-attr,assignment]
+    if matched is not None:  # its first slices repeat rows, as checked then: sd's now
+        sd, contexts, new = matched
+        slice_rows: list[RequestRow | None] = sd.rows  # type: ignore[assignment]
         firsts = 0
         if len(new) < len(slices):  # requests that joined: checked one by one
             if len({s.rid for s in slices}) != len(slices):
