@@ -16,8 +16,6 @@ rows of the last all-decode plan placed while they are as it says (:mod:`sim.ste
 
 from __future__ import annotations
 
-from itertools import starmap
-
 import simpy
 
 from hicache.runtime.handles import (
@@ -25,7 +23,7 @@ from hicache.runtime.handles import (
     Kind,
     RequestRuntimeHandle,
     Tier,
-    page_run,
+    extent_of_runs,
 )
 from hicache.runtime.interface import (
     BackupIntent,
@@ -38,7 +36,7 @@ from hicache.runtime.interface import (
 from hicache.runtime.page_ids import Run, pages_of, runs_of
 from hicache.runtime.state import StateKeeper, state_loads
 from sim import steady, validate
-from sim.batch import BatchState, PendingBackup, build_extent
+from sim.batch import BatchState, PendingBackup
 from sim.pending import PendingPages
 from sim.pools import TierPools
 from sim.rows import RequestRow
@@ -79,11 +77,12 @@ class Memory:
             return self.host
         raise ValueError(f"the runtime places no pages on tier {tier}")
 
-    def extent(self, tier: Tier, runs: list[Run], pool: Kind) -> CacheExtentRef:
+    def extent(self, tier: Tier, runs: list[Run], pool: Kind,
+               count: int | None = None) -> CacheExtentRef:
         """The extent of the pages of ``runs`` (an allocation's: coalesced already, so
-        its runs are ``coalesce`` of its pages)."""
-        return build_extent(self.runtime_id, self.generation, tier,
-                            tuple(starmap(page_run, runs)), pool)
+        its runs are ``coalesce`` of its pages); ``count``: their pages, when the caller
+        allocated that many (else counted when asked)."""
+        return extent_of_runs(self.runtime_id, self.generation, tier, runs, pool, count)
 
     # ---- frees and releases -----------------------------------------------------------
     def apply_frees(self, plan: BatchPlan, l3: bool) -> validate.Checked:
@@ -117,8 +116,9 @@ class Memory:
     def backup(self, b: BackupIntent, done: simpy.Event) -> PendingBackup:
         """Reserve ``b``'s L2 pages; they wait on ``done`` (:meth:`pending_events`)."""
         pool = b.src.pool
-        runs = self.host[pool].allocate_runs(b.src.num_pages)
-        pending = PendingBackup(b, self.extent(_HOST, runs, pool), b.src.runs(), runs, done)
+        n = b.src.num_pages
+        runs = self.host[pool].allocate_runs(n)
+        pending = PendingBackup(b, self.extent(_HOST, runs, pool, n), b.src.runs(), runs, done)
         waits = self.pending.get(pool)
         if waits is None:
             waits = self.pending[pool] = PendingPages()
@@ -141,22 +141,25 @@ class Memory:
     # ---- placement ----------------------------------------------------------------
     def place_steady(self, plan: BatchPlan
                      ) -> tuple[list[int], tuple[PreparedSlice, ...], tuple[int, ...]] | None:
-        """Place a plan of slices alone (no intents) that repeats the rows of
-        :attr:`steady` exactly (:mod:`sim.steady`), with the pages they need free: its
-        (decode contexts, prepared slices, finished rids); else None, and the general
-        prepare decides. The same steps as the general path takes for such a plan
-        (check_plan's match, the capacity of its new pages, the steady placement),
-        without the plan's intents looked at one by one (it has none)."""
+        """Place a plan of slices alone (no intents) each of which repeats a row of
+        :attr:`steady`, in its order (:mod:`sim.steady`: every row, or the rows of the
+        requests still in the plan), with the pages they need free: its (decode
+        contexts, prepared slices, finished rids); else None, and the general prepare
+        decides. The same steps as the general path takes for such a plan (check_plan's
+        match, the capacity of its new pages, the steady placement), without the plan's
+        intents looked at one by one (it has none)."""
         sd, slices = self.steady, plan.slices
-        matched = sd.match(slices) if len(slices) == len(sd.rows) else None  # type: ignore[union-attr]
-        if matched is None:
+        if not slices or len(slices) > len(sd.rows):  # type: ignore[union-attr]
+            return None  # (joined requests: the general prepare checks them)
+        matched = sd.match(slices)  # type: ignore[union-attr]
+        if matched is None or len(matched[1]) < len(slices):
             return None
-        contexts, new = matched
-        if new is not sd.zeros and sum(new) > sd.pool.free_count:  # type: ignore[union-attr]
+        sd, contexts, new = matched
+        if new is not sd.zeros and sum(new) > sd.pool.free_count:
             return None  # refused by the general check, with its message
-        prepared = steady.place(sd, new, self.page_size)  # type: ignore[arg-type]
+        prepared = steady.place(sd, new, self.page_size)
         finished = tuple([s.rid for s in slices if s.finishes])
-        self.steady = steady.without_finished(sd, slices, finished)  # type: ignore[arg-type]
+        self.steady = steady.without_finished(sd, slices, finished)
         return contexts, prepared, finished
 
     def place(self, plan: BatchPlan, checked: validate.Checked, st: BatchState,
@@ -243,7 +246,7 @@ class Memory:
             pool, n = src.pool, src.num_pages
             runs = self.device[pool].allocate_runs(n)
             loads.append((pool, n, src.runs(), runs))
-            ext = self.extent(_DEVICE, runs, pool)
+            ext = self.extent(_DEVICE, runs, pool, n)
             loaded.append(ext)
             if pool is _FULL:
                 row.append_extent(ext)

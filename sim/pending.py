@@ -26,7 +26,12 @@ def first_hit(runs: list[Run], held: list[Run]) -> int | None:
     if runs == held and runs:  # the usual: a backup's own pages
         return 0
     ordered = sorted(held)
-    starts = [s for s, _ in ordered]
+    return _first_hit_in(runs, ordered, [s for s, _ in ordered])
+
+
+def _first_hit_in(runs: list[Run], ordered: list[Run], starts: list[int]) -> int | None:
+    """:func:`first_hit` of ``held`` sorted (``ordered``) and its starts (``starts``):
+    sorted once for every ``runs`` it is asked about."""
     last = len(ordered) - 1
     pos = 0  # pages of ``runs`` before this run
     for s, n in runs:
@@ -53,8 +58,11 @@ class PendingPages:
     def add(self, runs: list[Run], done: simpy.Event) -> None:
         """``runs`` (disjoint) wait for ``done`` now, taken from any entry that held them."""
         by = self._by
-        for ev, held in list(by.items()) if by else ():
-            if first_hit(held, runs) is not None:
+        if by and runs:  # ``runs`` sorted once for every entry asked (none holds a page: no hit)
+            ordered = sorted(runs)
+            starts = [s for s, _ in ordered]
+        for ev, held in list(by.items()) if by and runs else ():
+            if _first_hit_in(held, ordered, starts) is not None:
                 rest = runs_minus(held, runs)
                 if rest:
                     by[ev] = rest

@@ -93,9 +93,9 @@ def check_plan(mem: Memory, plan: BatchPlan, l3: bool) -> Checked:
     slices = plan.slices
     sd = mem.steady
     matched = sd.match(slices) if sd is not None and slices else None
-    if matched is not None:  # its first slices repeat these rows, as checked then
-        contexts, new = matched
-        slice_rows: list[RequestRow | None] = sd.rows  # type: ignore[union-attr,assignment]
+    if matched is not None:  # its first slices repeat rows, as checked then: sd's now
+        sd, contexts, new = matched
+        slice_rows: list[RequestRow | None] = sd.rows  # type: ignore[assignment]
         firsts = 0
         if len(new) < len(slices):  # requests that joined: checked one by one
             if len({s.rid for s in slices}) != len(slices):
@@ -245,8 +245,9 @@ def _after_prefix(own: list[Run], keep: list[Run]) -> list[Run] | None:
 def _check_frees(mem: Memory, plan: BatchPlan, released: Released) -> Freed:
     """Every page the plan frees is allocated and freed once (frees and releases), and
     none is read by the plan's own backups or stores; return the frees' runs by pool
-    (:attr:`Checked.frees`). Works on runs: one :meth:`PagePool.bad_runs` per pool; only
-    a plan that fails it, or whose backups or stores read pages, is walked again by
+    (:attr:`Checked.frees`). Works on runs: per pool one :meth:`PagePool.bad_runs` and,
+    where the plan's backups or stores read that pool, one walk of both sorted runs
+    (:func:`_meet`); only a plan that fails one is walked again by
     :func:`_explain_frees`, which names the culprit (and raises in the same order)."""
     frees: Freed = {}
     for e in plan.frees:
@@ -255,9 +256,6 @@ def _check_frees(mem: Memory, plan: BatchPlan, released: Released) -> Freed:
         if runs is None:
             runs = frees[key] = []
         runs += e.runs()
-    if plan.backups or plan.stores:
-        _explain_frees(mem, plan, released)
-        return frees
     device_full = (_DEVICE, _FULL)
     if released:  # the releases' runs join L1 FULL's, after its frees (the check's order)
         extra = [run for rel in plan.releases for run in released[rel.request.slot_id]]
@@ -265,10 +263,37 @@ def _check_frees(mem: Memory, plan: BatchPlan, released: Released) -> Freed:
         checks[device_full] = [*frees.get(device_full, ()), *extra]
     else:
         checks = frees
-    for (tier, pool), runs in checks.items():
-        if runs and mem.tier(tier)[pool].bad_runs(runs) is not None:
-            _explain_frees(mem, plan, released)  # raises: it runs the same bad_runs first
+    reads: dict[tuple[Tier, Kind], list[Run]] | None = None
+    if plan.backups or plan.stores:  # the runs they read, by pool (a few extents)
+        reads = {}
+        for ext in [b.src for b in plan.backups] + [st.src for st in plan.stores]:
+            key = (ext.tier, ext.pool)
+            got = reads.get(key)
+            if got is None:
+                got = reads[key] = []
+            got += ext.runs()
+    for key, runs in checks.items():
+        if runs and (mem.tier(key[0])[key[1]].bad_runs(runs) is not None or (
+                reads is not None and key in reads and _meet(runs, reads[key]))):
+            _explain_frees(mem, plan, released)  # raises: it runs the same checks first
     return frees
+
+
+def _meet(runs: list[Run], other: list[Run]) -> bool:
+    """Whether a page of ``runs`` (pairwise disjoint) is one of ``other`` (any runs):
+    both sorted, walked once side by side."""
+    a, b = sorted(runs), sorted(other)
+    i = j = 0
+    while i < len(a) and j < len(b):
+        s, n = a[i]
+        t, m = b[j]
+        if s + n <= t:  # a[i] ends before b[j] (and every later b) starts
+            i += 1
+        elif t + m <= s:  # b[j] ends before a[i] (and every later a) starts
+            j += 1
+        else:
+            return True
+    return False
 
 
 def _explain_frees(mem: Memory, plan: BatchPlan, released: Released) -> None:

@@ -12,11 +12,11 @@ its pool (runtime restarted, slot reused) is rejected by :func:`check_generation
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, starmap
 
-from hicache.runtime.page_ids import merged, runs_of
+from hicache.runtime.page_ids import Run, merged, runs_of
 from hicache.runtime.slot_init import slot_init, slot_twin
 
 
@@ -105,6 +105,11 @@ class CacheExtentRef:
     page_runs: tuple[PageRun, ...]
     pool: Kind = Kind.FULL  # which component's pool; sidecars follow it
     _count: int | None = field(default=None, init=False, repr=False, compare=False)
+    # ``runs()``'s pairs, listed once (an extent's runs are read by every check, free,
+    # copy and wait that names it); a runtime that builds an extent from its runs sets
+    # them at once (:func:`extent_of_runs`)
+    _runs: tuple[tuple[int, int], ...] | None = field(default=None, init=False, repr=False,
+                                                      compare=False)
 
     @property
     def num_pages(self) -> int:
@@ -142,8 +147,13 @@ class CacheExtentRef:
 
     def runs(self) -> list[tuple[int, int]]:
         """The page runs as ``(start, count)`` pairs (:mod:`hicache.runtime.page_ids`'
-        ``Run``), in order: :meth:`with_runs`' input form."""
-        return [(r.first_page, r.page_count) for r in self.page_runs]
+        ``Run``), in order: :meth:`with_runs`' input form (a new list each call: the
+        caller's to change; the pairs are listed once per extent)."""
+        runs = self._runs
+        if runs is None:
+            runs = tuple([(r.first_page, r.page_count) for r in self.page_runs])
+            object.__setattr__(self, "_runs", runs)
+        return list(runs)
 
     def with_runs(self, runs: Iterable[tuple[int, int]]) -> CacheExtentRef:
         """:meth:`with_pages` of runs ``(start, count)`` (joined where they continue)."""
@@ -199,6 +209,30 @@ class CacheExtentRef:
 
     def _with(self, runs: tuple[PageRun, ...]) -> CacheExtentRef:
         return CacheExtentRef(self.runtime_id, self.generation, self.tier, runs, self.pool)
+
+
+_ExtentBuilder = slot_twin(CacheExtentRef)  # extent_of_runs' plain slot stores
+
+
+def extent_of_runs(runtime_id: str, generation: int, tier: Tier, runs: Sequence[Run],
+                   pool: Kind, count: int | None = None) -> CacheExtentRef:
+    """``CacheExtentRef(runtime_id, generation, tier, tuple(PageRun(s, n) for s, n in
+    runs), pool)`` of runs its caller knows are valid and coalesced (a pool's
+    allocation: ``s >= 0``, ``n >= 1``, none continues the one before it), with
+    :meth:`CacheExtentRef.runs`' pairs set from ``runs`` at once: an equal value, built
+    without listing them again (a runtime builds one per allocation it places).
+    ``count``: the pages of ``runs`` when the caller knows it (the number it allocated:
+    :attr:`CacheExtentRef.num_pages` then counts none), else None (counted when asked)."""
+    e = _ExtentBuilder()
+    e.runtime_id = runtime_id
+    e.generation = generation
+    e.tier = tier
+    e.page_runs = tuple(starmap(page_run, runs))
+    e.pool = pool
+    e._count = count
+    e._runs = tuple(runs)
+    e.__class__ = CacheExtentRef  # slot_init.slot_twin: a CacheExtentRef before anyone sees it
+    return e
 
 
 @slot_init

@@ -5,6 +5,8 @@ plan of later slices only."""
 
 from __future__ import annotations
 
+import random
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -14,10 +16,17 @@ from hypothesis import strategies as hs
 from simtoys import host_copy_of_prefill, make_runtime, split_pages, toy_profile
 
 from hicache.runtime.handles import CacheExtentRef, Kind, PageRun, StaleHandleError, Tier
-from hicache.runtime.interface import BatchPlan, LoadIntent, Phase, Release, RequestSlice
+from hicache.runtime.interface import (
+    BackupIntent,
+    BatchPlan,
+    LoadIntent,
+    Phase,
+    Release,
+    RequestSlice,
+)
 from hicache.runtime.page_ids import runs_minus
 from sim.pools import CapacityError, PagePool
-from sim.validate import _after_prefix
+from sim.validate import _after_prefix, check_plan
 
 PAGE = 16
 
@@ -293,3 +302,59 @@ def test_a_batchs_load_bytes_are_its_load_groups_bytes(env, profile, model,
     assert shape == {"requests": 2, "tokens": 2, "context_tokens": 5 * PAGE,
                      "load_bytes": shape["load_bytes"]}
     assert rt.batch_shapes[0]["load_bytes"] == 0
+
+
+def test_frees_that_the_plans_own_backups_read_are_refused(env, profile, model) -> None:
+    """A plan whose frees (extents of any runs, in any order) hold a page that one of its
+    backups reads is refused, naming the free and the page, whatever the runs look like;
+    any other such plan passes. Checked against the pages themselves, plan by plan
+    (a check that missed a shared page, or saw one where there is none, would show)."""
+    rt, kv = _cached(env, profile, model, pages=12)
+    pages = list(kv.pages())
+    rng = random.Random(7)
+    seen = Counter()
+    for _ in range(400):
+        order = rng.sample(pages, rng.randint(1, len(pages)))
+        cuts = sorted(rng.sample(range(1, len(order)), min(len(order) - 1, rng.randint(0, 3))))
+        frees = tuple(kv.with_pages(order[a:b])
+                      for a, b in zip([0, *cuts], [*cuts, len(order)], strict=True))
+        reads = [kv.with_pages(rng.sample(pages, rng.randint(1, 4)))
+                 for _ in range(rng.randint(1, 2))]
+        plan = BatchPlan(9, frees=frees, backups=tuple(BackupIntent(r, job_id=i)
+                                                       for i, r in enumerate(reads)))
+        read = {p for r in reads for p in r.pages()}
+        hit = [(i, p) for i, e in enumerate(frees) for p in e.pages() if p in read]
+        if hit:
+            i, p = min(hit, key=lambda h: (h[0], list(frees[h[0]].pages()).index(h[1])))
+            with pytest.raises(ValueError, match=f"free of {frees[i].num_pages} pages: plan "
+                                                 "frees L1 page"):
+                check_plan(rt.memory, plan, False)
+            seen["refused"] += 1
+        else:
+            check_plan(rt.memory, plan, False)
+            seen["passed"] += 1
+    assert seen["refused"] > 50 and seen["passed"] > 50
+    assert rt.device[Kind.FULL].used_count == 12  # a check changes nothing
+
+
+def test_a_release_whose_freed_pages_a_backup_reads_is_refused(env, profile, model) -> None:
+    """The pages a release frees (its own pages the cache did not keep) count among the
+    plan's frees: a backup of them in the same plan is refused, naming the release."""
+    rt = make_runtime(env, profile, model)
+    h = rt.prepare_batch(BatchPlan(1, slices=(RequestSlice(7, Phase.PREFILL, 0, 4 * PAGE),)))
+    rt.execute_batch(h)
+    env.run()
+    kv, req = h.slices[0].kv, h.slices[0].request
+    keep = kv.slice(0, 2)
+    for read, refused in ((kv.slice(1, 3), True), (kv.slice(0, 2), False),
+                          (kv.slice(3, 4), True)):
+        plan = BatchPlan(2, releases=(Release(req, keep=keep),),
+                         backups=(BackupIntent(read, job_id=1),))
+        if refused:
+            with pytest.raises(ValueError, match="release of request 7: plan frees L1 page"):
+                check_plan(rt.memory, plan, False)
+        else:
+            check_plan(rt.memory, plan, False)
+    h2 = rt.prepare_batch(BatchPlan(2, releases=(Release(req, keep=keep),),
+                                    backups=(BackupIntent(keep, job_id=1),)))
+    assert h2.backups[0].num_pages == 2

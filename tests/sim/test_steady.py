@@ -33,18 +33,24 @@ class _Toy:
     """A tiny scheduler: requests join (a prefill batch of their own), decode in join
     order one token a batch, finish, and are released by the next plan; now and then
     an external allocation grows a row outside any prepare (as sim.fold places the
-    pages of folded steps)."""
+    pages of folded steps), and a request leaves the plans unreleased, released two
+    plans later (as one a fold finished: the rows of before, less its row)."""
 
     def __init__(self, rt: SimRuntime, env: simpy.Environment, seed: int) -> None:
         self.rt, self.env, self.rand = rt, env, random.Random(seed)
         self.running: list[list] = []  # [rid, handle, context, left]
         self.release: list = []
+        self.later: list = []  # [plans to wait, handle]: released when due
         self.next_rid, self.bid = 1, 0
         self.seen: list = []
 
     def step(self) -> None:
         rand, rt = self.rand, self.rt
         self.bid += 1
+        for due in self.later:
+            due[0] -= 1
+        self.release += [h for n, h in self.later if n <= 0]
+        self.later = [due for due in self.later if due[0] > 0]
         releases = tuple(Release(h) for h in self.release)
         self.release = []
         if not self.running or rand.random() < 0.15:  # a request joins
@@ -62,6 +68,9 @@ class _Toy:
             need = len(row.pages) * PAGE - r[2] + 1
             row.append(rt.device[Kind.FULL].allocate(1), own=True)
             r[2] += need  # the folded steps' tokens
+        if len(self.running) > 1 and rand.random() < 0.08:  # finished in a fold
+            gone = self.running.pop(rand.randrange(len(self.running)))
+            self.later.append([2, gone[1]])
         slices = []
         for r in self.running:
             r[3] -= 1
@@ -86,12 +95,17 @@ def _run(profile, model, seed: int, steps: int, on: bool, monkeypatch) -> tuple[
     match = _MATCH
 
     def counted(self, slices):
+        stale = not self.current()
         got = match(self, slices) if on else None
         counts["matched" if got else "general"] += 1
-        if got and got[1] is not self.zeros:
-            counts["new pages"] += sum(got[1])
-        if got and len(got[0]) < len(slices):
+        if got and got[2] is not got[0].zeros:
+            counts["new pages"] += sum(got[2])
+        if got and len(got[1]) < len(slices):
             counts["joined"] += 1
+        if got and got[0] is not self:
+            counts["skipped rows"] += 1
+        if got and stale:
+            counts["refreshed"] += 1
         return got
 
     monkeypatch.setattr(steady.SteadyRows, "match", counted)
@@ -111,6 +125,7 @@ def test_steady_plans_are_placed_as_slice_by_slice(profile, model, seed, monkeyp
     on, counts = _run(profile, model, seed, 300, True, monkeypatch)
     assert on.seen == off.seen
     assert counts["matched"] > 100 and counts["new pages"] > 5 and counts["joined"] > 5
+    assert counts["skipped rows"] > 5 and counts["refreshed"] > 5
     a, b = on.rt.device[Kind.FULL], off.rt.device[Kind.FULL]
     assert a.free_count == b.free_count
     assert a.allocate(a.free_count) == b.allocate(b.free_count)
@@ -136,14 +151,19 @@ def _steady_pair(env, profile, model, **kw):
 def test_a_repeated_plan_matches_and_a_changed_one_does_not(env, profile, model) -> None:
     rt, one, two = _steady_pair(env, profile, model)
     same = (decode_slice(1, PAGE + 3, one, False), decode_slice(2, 6, two, False))
-    assert rt.steady.match(same) == ([PAGE + 3, 6], [0, 0])
-    assert rt.steady.match(same[::-1]) is None  # another order
-    assert rt.steady.match(same[:1]) is None  # fewer
+    sd = rt.steady
+    assert sd.match(same) == (sd, [PAGE + 3, 6], [0, 0])
+    sub, ctx, new = sd.match(same[::-1])  # another order: the first slice's row on
+    assert sub.rows == sd.rows[1:] and (ctx, new) == ([6], [0])
+    sub, ctx, new = sd.match(same[:1])  # fewer: the rows named
+    assert sub.rows == sd.rows[:1] and (ctx, new) == ([PAGE + 3], [0])
+    assert sub.caps == sd.caps[:1] and sub.prepared == sd.prepared[:1]
     at_end = (decode_slice(1, 2 * PAGE, one, False), decode_slice(2, PAGE, two, False))
-    assert rt.steady.match(at_end) == ([2 * PAGE, PAGE], [True, True])  # a page each
-    assert rt.steady.match((decode_slice(1, 2 * PAGE + 1, one, False), same[1])) is None
+    assert sd.match(at_end) == (sd, [2 * PAGE, PAGE], [True, True])  # a page each
+    assert sd.match((decode_slice(1, 2 * PAGE + 1, one, False), same[1])) is None
     chunk = RequestSlice(1, Phase.DECODE, PAGE + 3, 2, request=one)  # two tokens
-    assert rt.steady.match((chunk, same[1])) is None
+    assert sd.match((chunk, same[1])) is None
+    assert sd.match((RequestSlice(3, Phase.PREFILL, 0, 5), *same)) is None  # a first one
 
 
 def test_a_stale_handle_is_refused_after_a_release(env, profile, model) -> None:
@@ -251,7 +271,7 @@ def test_rows_given_a_page_stay_remembered(env, profile, model) -> None:
     env.run()
     assert rt.steady.caps == [3 * PAGE, 2 * PAGE] and rt.steady.current()
     nxt = (decode_slice(1, 2 * PAGE + 1, one, False), decode_slice(2, PAGE + 1, two, False))
-    assert rt.steady.match(nxt) == ([2 * PAGE + 1, PAGE + 1], [0, 0])
+    assert rt.steady.match(nxt) == (rt.steady, [2 * PAGE + 1, PAGE + 1], [0, 0])
 
 
 def test_a_steady_plan_beyond_the_free_pages_is_refused_whole(env, profile, model) -> None:
@@ -265,17 +285,20 @@ def test_a_steady_plan_beyond_the_free_pages_is_refused_whole(env, profile, mode
         rt.prepare_batch(plan)
     assert [len(rt.rows[h.slot_id].pages) for h in (one, two)] == [2, 1]
     assert rt.device[Kind.FULL].free_count == 1 and 3 not in rt._prepared
-    assert rt.steady.match(plan.slices) == ([2 * PAGE, PAGE], [True, True])  # as it was
+    assert rt.steady.match(plan.slices)[1:] == ([2 * PAGE, PAGE], [True, True])  # as it was
     h = rt.prepare_batch(BatchPlan(3, slices=plan.slices[:1]))  # the general path
     assert h.slices[0].kv.num_pages == 3 and rt.device[Kind.FULL].free_count == 0
 
 
 def test_an_equal_handle_is_left_to_the_general_check(env, profile, model) -> None:
     """A handle equal to a row's by value (one that crossed a process) is not the very
-    one the row holds: no match, and the general check accepts it as before."""
+    one the row holds: its slice is not matched (the one before it is), and the general
+    check accepts it as before."""
     rt, one, two = _steady_pair(env, profile, model)
     copy = (decode_slice(1, PAGE + 3, one, False), decode_slice(2, 6, replace(two), False))
-    assert rt.steady.match(copy) is None
+    sub, contexts, _ = rt.steady.match(copy)
+    assert sub.rows == rt.steady.rows[:1] and contexts == [PAGE + 3]
+    assert rt.steady.match(copy[::-1]) is None
     h = rt.prepare_batch(BatchPlan(3, slices=copy))
     assert [s.kv.num_pages for s in h.slices] == [2, 1] and h.slices[1].request is two
 
