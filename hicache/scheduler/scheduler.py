@@ -449,8 +449,6 @@ class Scheduler:
         keep = self.components.finish(st) if self.components is not None else None
         self.kv.finish(st, keep)
         st.finish, st.status = now, _DONE
-        if not st.prefetch_job or st.prefetch_done:  # a late prefetch still needs them
-            st.pages = st.hashes = ()  # the record needs neither: O(prompt) freed
         self.running.remove(st)
         self.finished.append(st)
         if self.l3 is None or st.prefetch_job not in self.l3.jobs:
