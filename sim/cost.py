@@ -143,6 +143,11 @@ def _line(points: Sequence[Sequence[float]], names: tuple[str, ...]) -> LinearFi
     return fit_linear(names, [[1.0, *p[:-1]] for p in points], [p[-1] for p in points])
 
 
+def floats(column: list[float] | np.ndarray) -> list[float]:
+    """A column of :meth:`CostModel.decode_work_column` as Python floats."""
+    return column if isinstance(column, list) else column.tolist()
+
+
 class CostModel:
     """Per-layer compute, LM head and host times for a (profile, model) pair. Stateless
     after construction but for memos of pure functions (decode terms, sample times)."""
@@ -314,8 +319,7 @@ class CostModel:
         (sim.fold). The analytic model needs only the contexts' sums per step (its
         attention terms are sums of integers, exact in floats): O(steps), not
         O(steps x requests). Compressed KV (its indexer's top-k) takes the exact path."""
-        works = self.decode_work_column(contexts, steps, first)
-        return works if isinstance(works, list) else works.tolist()
+        return floats(self.decode_work_column(contexts, steps, first))
 
     def decode_work_column(self, contexts: Sequence[int], steps: int, first: int = 0
                            ) -> list[float] | np.ndarray:

@@ -102,6 +102,7 @@ from hicache.runtime.interface import (
 )
 from hicache.scheduler.scheduler import StepResult
 from sim.batch import build_completion, build_handle
+from sim.cost import floats
 from sim.fluid import FluidJob
 from sim.simtime import exact_delay
 from sim.streams import first_of
@@ -199,11 +200,6 @@ def _steps_at_once(out: FoldedSteps, taken: float, works: Sequence[float], sampl
     out.end += ends_list
     out.taken += ends_list
     return good, stop
-
-
-def _floats(column: list[float] | np.ndarray) -> list[float]:
-    """A column of :meth:`sim.cost.CostModel.decode_work_column` as Python floats."""
-    return column if isinstance(column, list) else column.tolist()
 
 
 class DecodeFolder:
@@ -434,7 +430,7 @@ class DecodeFolder:
                 # ``remaining / rate``: numpy divides as Python does; at rate 1 the work)
                 got, stop = _steps_at_once(out, taken, column if rate == 1.0 else
                                            np.divide(column, rate), sample, cpu, horizon)
-                out.work += _floats(column[:got])
+                out.work += floats(column[:got])
                 if stop:
                     return out
                 if got:
@@ -443,7 +439,7 @@ class DecodeFolder:
                 if got == chunk:
                     continue
                 column = column[got:]  # the driver's cpu bounds step got: one by one
-            chunk_works = _floats(column)
+            chunk_works = floats(column)
             delays = chunk_works if rate == 1.0 else [w / rate for w in chunk_works]
             for work in delays:
                 prepared = taken + cpu if timed else taken  # the next plan, built now
