@@ -57,19 +57,19 @@ class PendingPages:
 
     def add(self, runs: list[Run], done: simpy.Event) -> None:
         """``runs`` (disjoint) wait for ``done`` now, taken from any entry that held them."""
-        by = self._by
-        if by and runs:  # ``runs`` sorted once for every entry asked (none holds a page: no hit)
-            ordered = sorted(runs)
-            starts = [s for s, _ in ordered]
-        for ev, held in list(by.items()) if by and runs else ():
-            if _first_hit_in(held, ordered, starts) is not None:
-                rest = runs_minus(held, runs)
-                if rest:
-                    by[ev] = rest
-                else:
-                    del by[ev]
         if not runs:
             return
+        by = self._by
+        if by:  # ``runs`` sorted once for every entry asked
+            ordered = sorted(runs)
+            starts = [s for s, _ in ordered]
+            for ev, held in list(by.items()):
+                if _first_hit_in(held, ordered, starts) is not None:
+                    rest = runs_minus(held, runs)
+                    if rest:
+                        by[ev] = rest
+                    else:
+                        del by[ev]
         old = by.get(done)
         by[done] = [*old, *runs] if old else list(runs)
 
