@@ -18,10 +18,8 @@ from pathlib import Path
 import pytest
 
 from hicache.cli import main
+from tests.shared_data import TRACES, skip_reason
 
-_SHARED = Path(__file__).resolve().parents[3] / "shared"  # beside the repository (CI)
-if not _SHARED.exists():
-    _SHARED = Path("/work/shared")  # where this workplace keeps it
 RECORDED = sorted((Path(__file__).parent / "traces").glob("*.json"))
 
 
@@ -36,9 +34,9 @@ def _case(path: Path):  # noqa: ANN202 - a pytest.param
 def test_replay_caches_exactly_what_sglang_caches(recorded: Path, capsys) -> None:  # noqa: ANN001
     sglang = json.loads(recorded.read_text())
     first = sglang[0]
-    trace = _SHARED / "traces/mooncake" / first["trace"]
+    trace = TRACES / first["trace"]
     if not trace.exists():
-        pytest.skip("shared traces not present")
+        pytest.skip(skip_reason(trace))
     args = ["replay", "--trace", str(trace), "--format", "mooncake", "--page-size",
             str(first["page_size"]), "--json", "--capacity-tokens",
             ",".join(str(r["capacity_tokens"]) for r in sglang)]

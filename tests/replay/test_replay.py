@@ -11,11 +11,9 @@ from hicache.cli import main
 from hicache.config import CacheConfig
 from hicache.replay.engine import L3Set, ReplayCache, replay
 from hicache.workload.request import Request
+from tests.shared_data import SYNTHETIC_TRACE, skip_reason
 
-_SHARED = Path(__file__).resolve().parents[3] / "shared"  # beside the repository (CI)
-if not _SHARED.exists():
-    _SHARED = Path("/work/shared")  # where this workplace keeps it
-TRACE = _SHARED / "traces/mooncake/mooncake_synthetic_trace.jsonl"
+TRACE = SYNTHETIC_TRACE
 
 
 def req(rid: int, tokens: list[int]) -> Request:
@@ -85,7 +83,7 @@ def test_a_malformed_line_names_file_and_line(tmp_path: Path, capsys) -> None:
     assert "bad.jsonl:2" in err
 
 
-@pytest.mark.skipif(not TRACE.exists(), reason="shared traces not present")
+@pytest.mark.skipif(not TRACE.exists(), reason=skip_reason(TRACE))
 def test_mooncake_trace_hit_rate_grows_with_capacity(capsys) -> None:
     rates = []
     for cap in (100_000, 2_000_000):

@@ -14,12 +14,10 @@ from hicache.kvcache.state import RequestState, Status
 from hicache.scenario import load_scenario
 from hicache.workload.tokens import BlockTokens
 from sim.driver import SimResult, simulate
+from tests.shared_data import CONVERSATION_TRACE, skip_reason
 
 ROOT = Path(__file__).resolve().parents[2]
-_SHARED = ROOT.parent / "shared"  # beside the repository (CI)
-if not _SHARED.exists():
-    _SHARED = Path("/work/shared")  # where this workplace keeps it
-TRACE = _SHARED / "traces/mooncake/mooncake_conversation_trace.jsonl"
+TRACE = CONVERSATION_TRACE
 
 # a small L1 and L2 under the timeout policy: L3 prefetches, some of them completing
 # after their request was admitted (and finished), evictions from both tiers
@@ -44,7 +42,7 @@ def _old_forget(self: RequestState) -> None:
 
 def _run() -> SimResult:
     if not TRACE.exists():
-        pytest.skip("shared traces absent")
+        pytest.skip(skip_reason(TRACE))
     sc = load_scenario(ROOT / "scenarios" / "mooncake_trace.yaml",
                        [*SETS, f"workload.path={TRACE}"])
     return simulate(dict(sc.expand())["L1+L2+L3"], name="forget", progress=False)

@@ -21,12 +21,10 @@ from sim.driver import SimResult, simulate
 from sim.hardware.model import load_model
 from sim.hardware.profile import load_profile
 from sim.simtime import exact_delay
+from tests.shared_data import CONVERSATION_TRACE, skip_reason
 
 ROOT = Path(__file__).resolve().parents[2]
-_SHARED = ROOT.parent / "shared"  # beside the repository (CI)
-if not _SHARED.exists():
-    _SHARED = Path("/work/shared")  # where this workplace keeps it
-TRACE = _SHARED / "traces/mooncake/mooncake_conversation_trace.jsonl"
+TRACE = CONVERSATION_TRACE
 
 # every shipped scenario, shrunk so that both runs of every variant take seconds; each
 # keeps what it studies (tiers, policies, model, hardware, replicas and router)
@@ -49,7 +47,7 @@ SHRUNK = {
 def _variants(name: str, sets: list[str]) -> list[tuple[str, object]]:
     if name.startswith("mooncake"):
         if not TRACE.exists():
-            pytest.skip("shared traces absent")
+            pytest.skip(skip_reason(TRACE))
         sets = [*sets, f"workload.path={TRACE}"]
     return list(load_scenario(ROOT / "scenarios" / name, sets).expand())
 

@@ -12,12 +12,10 @@ import pytest
 
 from hicache.scenario import load_scenario
 from sim.driver import SimResult, simulate
+from tests.shared_data import CONVERSATION_TRACE, skip_reason
 
 ROOT = Path(__file__).resolve().parents[2]
-_SHARED = ROOT.parent / "shared"  # beside the repository (CI)
-if not _SHARED.exists():
-    _SHARED = Path("/work/shared")  # where this workplace keeps it
-TRACE = _SHARED / "traces/mooncake/mooncake_conversation_trace.jsonl"
+TRACE = CONVERSATION_TRACE
 
 CASES = [
     ("mooncake_trace.yaml", ["workload.max_requests=300", "cache.device_tokens=60000",
@@ -33,7 +31,7 @@ CASES = [
 def _scenario(name: str, sets: list[str], scheme: str):  # noqa: ANN202 - a Scenario
     if name.startswith("mooncake"):
         if not TRACE.exists():
-            pytest.skip("shared traces absent")
+            pytest.skip(skip_reason(TRACE))
         sets = [*sets, f"workload.path={TRACE}"]
     sc = load_scenario(ROOT / "scenarios" / name, [*sets, f"cache.l3_key_scheme={scheme}"])
     return dict(sc.expand())["L1+L2+L3"]
@@ -71,7 +69,7 @@ def test_both_key_schemes_replay_the_same_trace(policy: str) -> None:
     from hicache.workload.traces import load_trace
 
     if not TRACE.exists():
-        pytest.skip("shared traces absent")
+        pytest.skip(skip_reason(TRACE))
     out = {}
     for scheme in ("sha256", "chain64"):
         cfg = CacheConfig(page_size=64, device_tokens=60000, enable_hierarchical_cache=True,

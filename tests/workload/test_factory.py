@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 
 from hicache.workload.factory import KINDS, make_config, make_workload
 from hicache.workload.multiturn import MultiturnWorkload
+from tests.shared_data import SYNTHETIC_TRACE
 
-_SHARED = Path(__file__).resolve().parents[3] / "shared"  # beside the repository (CI)
-if not _SHARED.exists():
-    _SHARED = Path("/work/shared")  # where this workplace keeps it
-TRACE = str(_SHARED / "traces/mooncake/mooncake_synthetic_trace.jsonl")
+TRACE = str(SYNTHETIC_TRACE)
 
 
 def test_every_kind_builds_with_defaults_except_trace_path(tmp_path):

@@ -15,13 +15,11 @@ from hicache.workload.traces import (
     load_trace,
     write_token_trace,
 )
+from tests.shared_data import TRACES, skip_reason
 
-_SHARED = Path(__file__).resolve().parents[3] / "shared"  # beside the repository (CI)
-if not _SHARED.exists():
-    _SHARED = Path("/work/shared")  # where this workplace keeps it
-MOONCAKE = _SHARED / "traces/mooncake"
+MOONCAKE = TRACES
 CONVERSATION = MOONCAKE / "mooncake_conversation_trace.jsonl"
-needs_trace = pytest.mark.skipif(not CONVERSATION.exists(), reason="shared traces absent")
+needs_trace = pytest.mark.skipif(not CONVERSATION.exists(), reason=skip_reason(CONVERSATION))
 
 
 @needs_trace
