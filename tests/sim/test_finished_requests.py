@@ -6,12 +6,15 @@ forget, which kept all of that: the same run, bit for bit."""
 from __future__ import annotations
 
 import gc
+import json
 from pathlib import Path
 
 import pytest
 
+from hicache.kvcache.prefetch import L3Prefetcher
 from hicache.kvcache.state import RequestState, Status
 from hicache.scenario import load_scenario
+from hicache.schema.yamlio import read_yaml
 from hicache.workload.tokens import BlockTokens
 from sim.driver import SimResult, simulate
 from tests.shared_data import CONVERSATION_TRACE, skip_reason
@@ -40,11 +43,19 @@ def _old_forget(self: RequestState) -> None:
     self.lock = self.host_lock = self.prefix_lock = self.prefetch_lock = None
 
 
-def _run() -> SimResult:
+def _slow_l3() -> str:
+    """A ``hardware=`` override: the shipped H100 profile with a 0.7 GB/s Mooncake NIC,
+    so that some prefetches outlive their timeout, their request and its decode."""
+    hw = dict(read_yaml(ROOT / "scenarios" / "hardware" / "h100-sxm.yaml").data)
+    hw["l3"] = {**hw["l3"], "mooncake": {**hw["l3"]["mooncake"], "nic_bytes_per_s": 7e8}}
+    return "hardware=" + json.dumps(hw)
+
+
+def _run(*extra: str) -> SimResult:
     if not TRACE.exists():
         pytest.skip(skip_reason(TRACE))
     sc = load_scenario(ROOT / "scenarios" / "mooncake_trace.yaml",
-                       [*SETS, f"workload.path={TRACE}"])
+                       [*SETS, *extra, f"workload.path={TRACE}"])
     return simulate(dict(sc.expand())["L1+L2+L3"], name="forget", progress=False)
 
 
@@ -75,6 +86,35 @@ def test_forgetting_more_changes_no_result(monkeypatch: pytest.MonkeyPatch, run)
     new = _outcome(run())
     monkeypatch.setattr(RequestState, "forget", _old_forget)
     assert _outcome(run()) == new
+
+
+def test_a_request_finished_before_its_prefetch_landed_is_forgotten_when_it_lands(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scheduler._finish keeps what a prefetch still in flight inserts by (its pages and
+    L3 keys); L3Prefetcher.done inserts the pages, then forgets the request."""
+    late: list[RequestState] = []
+    done = L3Prefetcher.done
+
+    def watched(self: L3Prefetcher, c) -> None:  # noqa: ANN001
+        st = self.jobs[c.job_id]
+        if st.status is Status.DONE:
+            assert st.pages and st.hashes and st.kv is not None  # kept for the insert
+            late.append(st)
+        done(self, c)
+
+    monkeypatch.setattr(L3Prefetcher, "done", watched)
+    res = _run(_slow_l3())
+    assert len(late) >= 3
+    for st in late:
+        assert st.kv is None and st.handle is None and st.prefetch_done
+        assert all(getattr(st, f) == () for f in FIELDS)
+    assert _outcome(res) == _outcome(_run_forgetting_nothing(monkeypatch, _slow_l3()))
+
+
+def _run_forgetting_nothing(monkeypatch: pytest.MonkeyPatch, *extra: str) -> SimResult:
+    """The same run with forget a no-op: every finished request keeps all it held."""
+    monkeypatch.setattr(RequestState, "forget", lambda self: None)
+    return _run(*extra)
 
 
 def test_finished_hybrid_requests_keep_no_state_extent() -> None:
