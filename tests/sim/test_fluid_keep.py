@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import math
 import random
+from pathlib import Path
 
 import pytest
 import simpy
 from simtoys import random_jobs, toy_profile
 
 import sim.fluid as fluid_module
+from hicache.scenario import load_scenario
+from sim.driver import simulate
 from sim.fluid import FluidJob, FluidServer, _Timer
 from sim.link import PcieLink
 from sim.streams import call_at
@@ -142,3 +145,45 @@ def test_a_job_slowed_twice_at_once_keeps_one_timer(keep, monkeypatch) -> None:
     # finishes no earlier at c's join and a's finish), c's first, a new one when a's
     # finish speeds it up and that one moving on at b's finish
     assert processed == (9 if keep else 11)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+_SHARED = ROOT.parent / "shared"  # beside the repository (CI)
+if not _SHARED.exists():
+    _SHARED = Path("/work/shared")  # where this workplace keeps it
+TRACE = _SHARED / "traces/mooncake/mooncake_conversation_trace.jsonl"
+
+
+@pytest.mark.parametrize("case", ["multiturn", "trace"])
+def test_a_run_with_kept_timers_is_the_run_with_a_timer_per_re_plan(case, monkeypatch
+                                                                     ) -> None:
+    """L3 transfers, write-back copies and layer-wise loads (folded chains absorbing L3
+    changes included): the same records, timelines and end, the same events queued (a
+    kept timer's re-plan takes the id a new timer takes), fewer fluid timers fired."""
+    if case == "trace":
+        if not TRACE.exists():
+            pytest.skip("shared traces absent")
+        sc = load_scenario(ROOT / "scenarios" / "mooncake_trace.yaml",
+                           ["workload.max_requests=300", "run.layerwise=true",
+                            f"workload.path={TRACE}"])
+    else:
+        sc = load_scenario(ROOT / "scenarios" / "multiturn_tiers.yaml",
+                           ["workload.num_clients=16", "workload.num_rounds=6",
+                            "run.layerwise=true", "cache.device_tokens=20000",
+                            "cache.hicache_ratio=1.5"])
+    vsc = dict(sc.expand())["L1+L2+L3"]
+    fired = {False: 0, True: 0}
+    fire = FluidServer._fire
+    runs = {}
+    for keep in (False, True):
+        monkeypatch.setattr(fluid_module, "KEEP", keep)
+
+        def counted(self: FluidServer, timer: _Timer, keep: bool = keep) -> None:
+            fired[keep] += 1
+            fire(self, timer)
+        monkeypatch.setattr(FluidServer, "_fire", counted)
+        res = simulate(vsc, name="keep", progress=False)
+        runs[keep] = (repr(res.records), repr(res.decisions), repr(res.sim_time),
+                      [repr(rep.timeline.as_tuples()) for rep in res.replicas], res.events)
+    assert runs[True] == runs[False]
+    assert fired[True] < fired[False]
