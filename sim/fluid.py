@@ -9,11 +9,15 @@ compute). No process per job: a finish is a timer guarded by a token, so a re-pl
 holding its job and token, queued where ``env.timeout`` would be
 (:func:`sim.streams.queue_at`), with no Event, callback list or partial per timer. A
 compute job slowed by a copy kernel keeps its timer (it fires early and re-arms for the
-exact finish) instead of leaving one stale timer per rate change; other kinds (PCIe, L3)
-take a new timer at each change, so equal jobs sharing a link still finish in the order
-they were re-planned. Finishes are bit-identical either way; a kept timer only changes
-the order among events at exactly the same time, which ``benchmarks/sim_fingerprint.py``
-checks stays the same.
+exact finish) instead of leaving one stale timer per rate change. A job of another kind
+(PCIe, L3) re-planned to finish no earlier than its live timer fires keeps it too
+(``KEEP``), but the re-plan takes the queue entry's id a new timer would have taken, and
+the kept timer, when it fires, moves to that very entry (time and id): every event keeps
+its place (equal jobs sharing a link finish in the order they were re-planned), and an
+L3 job slowed by several joins at one instant, or slowed and sped up again, leaves one
+timer, not a stale one per re-plan. Finishes are bit-identical either way; a kept compute
+timer only changes the order among events at exactly the same time, which
+``benchmarks/sim_fingerprint.py`` checks stays the same.
 
 Re-allocating costs what changed: a compute job joining or leaving changes no other
 rate (``solo``); a copy kernel joining or leaving a PCIe link it has alone changes only
@@ -54,11 +58,14 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Generator
+from heapq import heappush
 from operator import attrgetter
 from typing import Any, Protocol
 
 import simpy
+from simpy.events import NORMAL
 
+from sim.simtime import exact_delay
 from sim.streams import queue_at
 
 _NO_TAGS: frozenset[str] = frozenset()
@@ -70,7 +77,7 @@ class FluidJob:
     lane whose thread runs it) steer :mod:`sim.interpreter`."""
 
     __slots__ = ("work", "remaining", "rate", "kind", "cap", "tags", "done", "token", "gil",
-                 "thread", "then", "due", "timer_at")
+                 "thread", "then", "due", "timer_at", "live", "key", "eid")
 
     def __init__(self, work: float, kind: str, cap: float | None = None,
                  tags: frozenset[str] = _NO_TAGS, gil: float = 0.0,
@@ -86,6 +93,10 @@ class FluidJob:
         self.then: Callable[[], None] | None = None  # called at the finish (then_submit)
         self.token = 0
         self.due = self.timer_at = math.inf  # when it finishes; when its live timer fires
+        # the live timer's time in the queue; the entry it moves to when it fires (kept
+        # by a re-plan, :meth:`FluidServer._schedule`): time and id (-1: none)
+        self.live = self.key = math.inf
+        self.eid = -1
 
 
 _new_job = object.__new__
@@ -100,7 +111,8 @@ def compute_job(work: float, thread: str = "") -> FluidJob:
     job.work = job.remaining = float(work)
     job.rate, job.kind, job.cap, job.tags, job.gil = 0.0, "compute", None, _NO_TAGS, 0.0
     job.thread, job.done, job.then, job.token = thread, None, None, 0
-    job.due = job.timer_at = math.inf
+    job.due = job.timer_at = job.live = job.key = math.inf
+    job.eid = -1
     return job
 
 
@@ -118,6 +130,11 @@ _new_timer = object.__new__
 # Timers of compute jobs planned ahead (:meth:`FluidServer._schedule`); False: one at each
 # finish its rate gives when it changes, as before (tests compare the two, bit for bit)
 PLAN_AHEAD = True
+# A job of another kind (PCIe, L3) re-planned to finish no earlier than its live timer
+# fires keeps it; the timer, when it fires, moves to the very entry (time and id) a new
+# timer would have got at the last re-plan (the id is taken then), so every event keeps
+# its place; False: a new timer at each re-plan (tests compare the two, bit for bit)
+KEEP = True
 # A compute job at its rate alone is timed at its due without _settled (which could not
 # time it earlier: SoloRate); False: _settled asks (tests compare the two, bit for bit)
 ALONE = True
@@ -340,8 +357,11 @@ class FluidServer:
     def _schedule(self, job: FluidJob) -> None:
         """Set the job's finish time from its rate. A compute job's live timer that fires
         no later is kept (it re-arms for the finish when it fires: :meth:`_fire`), so a
-        layer slowed and sped up again by a copy kernel leaves no stale timer per change
-        (module doc: why only compute)."""
+        layer slowed and sped up again by a copy kernel leaves no stale timer per change.
+        Another kind's live timer that fires no later is kept too (``KEEP``): the entry
+        a new timer would take now (time, the next id) is taken for it to move to when
+        it fires (:meth:`_fire`), so the events keep the order of a new timer per
+        re-plan (module doc)."""
         if job.rate <= 0:
             job.token += 1  # stalled until a later re-plan gives it a rate
             job.due = job.timer_at = math.inf
@@ -350,9 +370,16 @@ class FluidServer:
         delay = (remaining if remaining > 0.0 else 0.0) / job.rate  # max(0.0, remaining)
         now = self.env._now  # type: ignore[attr-defined]
         job.due = due = now + delay  # the time simpy gives a timeout(delay)
-        if job.kind == "compute" and (
-                job.timer_at <= due or (PLAN_AHEAD and self._planned(job, now, due))):
-            return
+        if job.kind == "compute":
+            if job.timer_at <= due or (PLAN_AHEAD and self._planned(job, now, due)):
+                return
+        elif KEEP and job.timer_at != math.inf:
+            key = now + (due - now)  # where queue_at queues a timer at ``due`` now
+            if key != due:
+                key = now + exact_delay(now, due)
+            if job.live <= key:  # it fires first: when it does, it moves to this entry
+                job.key, job.eid = key, next(self.env._eid)  # type: ignore[attr-defined]
+                return
         self._arm(job, due)
 
     def _arm(self, job: FluidJob, at: float) -> None:
@@ -367,7 +394,8 @@ class FluidServer:
         ``env.timeout(exact_delay(now, at))`` would (:meth:`_fire`)."""
         timer = _new_timer(_Timer)
         timer.callbacks, timer._ok, timer.job, timer.token = self._ring, True, job, token
-        queue_at(self.env, at, timer)
+        job.live = queue_at(self.env, at, timer)
+        job.eid = -1
 
     def _planned(self, job: FluidJob, now: float, due: float) -> bool:
         """Plan the timer of a compute job (due at ``due``, its live timer later) ahead:
@@ -438,11 +466,18 @@ class FluidServer:
         job = timer.job
         if timer.token != job.token:
             return  # re-planned earlier since this timer was set
+        eid = job.eid
+        if eid >= 0:  # kept by a re-plan (_schedule): on to the entry it would have set
+            job.eid = -1
+            job.timer_at = job.live = key = job.key
+            timer.callbacks = self._ring
+            heappush(self.env._queue, (key, NORMAL, eid, timer))  # type: ignore[attr-defined]
+            return
         due = job.due
         if self.env._now < due:  # type: ignore[attr-defined]  # slowed since: wait on
             job.timer_at = due  # for the finish its rate gives now (the same timer)
             timer.callbacks = self._ring
-            queue_at(self.env, due, timer)
+            job.live = queue_at(self.env, due, timer)
             return
         self._finish(job)
 

@@ -49,17 +49,19 @@ def call_at(env: simpy.Environment, at: float, callback: Callable[[simpy.Event],
     queue_at(env, at, event)
 
 
-def queue_at(env: simpy.Environment, at: float, event: Any) -> None:
+def queue_at(env: simpy.Environment, at: float, event: Any) -> float:
     """Queue ``event`` (triggered ok: what ``Environment.step`` reads of it, its
     ``callbacks`` and ``_ok``, are set) as ``env.timeout(exact_delay(env.now, at))`` is
     queued (at ``at``, or where exact_delay's delay lands when no delay reaches it; normal
     priority; the next id): :func:`call_at`'s event, or a timer that needs no
-    :class:`simpy.Event` (sim.fluid's, which carry their job)."""
+    :class:`simpy.Event` (sim.fluid's, which carry their job). Returns the time it is
+    queued at."""
     now = env._now  # type: ignore[attr-defined]
     key = now + (at - now)  # exact_delay's first try, which it keeps when it lands
     if key != at or at < now:
         key = now + exact_delay(now, at)  # (it raises for a time before now)
     heappush(env._queue, (key, NORMAL, next(env._eid), event))  # type: ignore[attr-defined]
+    return key
 
 
 def first_of(env: simpy.Environment, events: tuple[simpy.Event, ...]) -> simpy.Event:
