@@ -69,6 +69,16 @@ class PagePool:
                              "allocated")
         self._ids.give_runs(runs, checked=True)  # bad_runs (or the caller) found nothing
 
+    def give_checked(self, runs: Sequence[Run]) -> bool:
+        """Free ``runs`` checking each as it is freed (``lowest`` pools only): True when
+        every page was allocated and listed once; else False and nothing changed
+        (:meth:`PageIds.give_checked`)."""
+        return self._ids.give_checked(runs)
+
+    def take_given(self, runs: Sequence[Run]) -> None:
+        """Undo a :meth:`give_checked` of ``runs`` that returned True."""
+        self._ids.take_given(runs)
+
     def bad_runs(self, runs: Sequence[Run]) -> int | None:
         """A page of ``runs`` ``(start, length)`` that is not allocated or is listed twice,
         else None (what :meth:`free_runs` refuses)."""
