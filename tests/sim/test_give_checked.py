@@ -15,6 +15,7 @@ from simtoys import make_runtime
 from hicache.runtime.handles import CacheExtentRef, Kind, Tier, extent_of_runs
 from hicache.runtime.interface import BatchPlan, CapacityError, Phase, Release, RequestSlice
 from hicache.runtime.page_ids import PageIds, Run
+from sim.pools import PagePool
 
 PAGE = 16
 
@@ -136,3 +137,26 @@ def test_a_capacity_refusal_takes_the_given_frees_and_releases_back(rt) -> None:
         releases=(Release(two),), frees=(_ext(rt, Tier.HOST, [(1, 2)]),)))
     assert h2.slices[0].kv.num_pages == 4 + free
     assert rt.device[Kind.FULL].free_count == 0 and rt.host[Kind.FULL].free_count == 9
+
+
+@settings(max_examples=200)
+@given(hs.lists(hs.tuples(hs.booleans(), hs.integers(1, 30)), max_size=40), runs_asked,
+       hs.booleans())
+def test_a_pools_unchecked_free_is_the_check_then_the_give(steps, asked, twice) -> None:
+    """``PagePool.free_runs`` of runs no one checked (a prefetch's unused reservation)
+    frees them checking as it gives: it refuses what ``bad_runs`` refuses, naming the page
+    it names, changing nothing, and else leaves the pool the check-then-give leaves."""
+    a, b, held = _pool(steps)
+    pool = PagePool(Tier.HOST, Kind.FULL, 120)
+    pool._ids = a
+    runs = held[:3] + asked + (held[:1] if twice else [])
+    before = _state(a)
+    bad = b.bad_runs(runs)
+    if bad is not None:
+        with pytest.raises(ValueError, match=f"L2 pool 'full': page {bad} is not allocated"):
+            pool.free_runs(runs)
+        assert _state(a) == before
+        return
+    pool.free_runs(runs)
+    b.give_runs(runs)
+    assert _state(a) == _state(b)
