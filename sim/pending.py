@@ -101,6 +101,9 @@ class PendingPages:
     def events(self, runs: list[Run]) -> list[simpy.Event]:
         """The unfired events the pages of ``runs`` wait for, each once, in the order of
         the first page of ``runs`` that waits for it."""
+        find = self._marks.find
+        if not any([find(1, s, s + n) >= 0 for s, n in runs]):
+            return []  # no entry holds a page of them (the usual: their backup is done)
         hits = []
         for ev, held in self._by.items():
             pos = first_hit(runs, held)
