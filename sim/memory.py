@@ -9,7 +9,9 @@ control plane holds, a reservation in flight (a backup's or prefetch's L2 pages)
 the pools hand out the lowest free ids first (``lifo``: the ablation's order), so what
 a plan gets depends only on which ids are free; a plan is placed only after
 :func:`sim.validate.check_plan` and :func:`sim.validate.check_capacity` passed
-(:meth:`Memory.apply_frees`), so no allocation fails midway. :attr:`steady` holds the
+(:meth:`Memory.apply_frees`: with lowest-first pools its frees are checked as they are
+given, before the capacity check, and taken back if either refuses), so no allocation
+fails midway. :attr:`steady` holds the
 rows of the last all-decode plan placed while they are as it says (:mod:`sim.steady`).
 ``rows``, ``device`` and ``host`` are never rebound (the runtime reads them as views).
 """

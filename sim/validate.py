@@ -10,6 +10,11 @@ first ones) comes back in :class:`Checked`, so prepare places the plan without l
 up again: frees and releases change neither (a plan never both releases and continues a
 request). A release that keeps the request's first own pages, in order (the prompt's
 pages the cache took), frees the rest of its own runs: no per-page check is needed.
+With ``give_checks`` (pools that hand out the lowest page first) whether each freed page
+is allocated and freed once is checked as the prepare frees it
+(:meth:`sim.pools.PagePool.give_checked`, one pass over the runs), before
+:func:`check_capacity`; a refusal of either leaves every pool as it was, and names the
+culprit as the check made here would have (:func:`refuse_frees`).
 """
 
 from __future__ import annotations
