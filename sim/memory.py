@@ -9,7 +9,9 @@ control plane holds, a reservation in flight (a backup's or prefetch's L2 pages)
 the pools hand out the lowest free ids first (``lifo``: the ablation's order), so what
 a plan gets depends only on which ids are free; a plan is placed only after
 :func:`sim.validate.check_plan` and :func:`sim.validate.check_capacity` passed
-(:meth:`Memory.apply_frees`), so no allocation fails midway. :attr:`steady` holds the
+(:meth:`Memory.apply_frees`: with lowest-first pools its frees are checked as they are
+given, before the capacity check, and taken back if either refuses), so no allocation
+fails midway. :attr:`steady` holds the
 rows of the last all-decode plan placed while they are as it says (:mod:`sim.steady`).
 ``rows``, ``device`` and ``host`` are never rebound (the runtime reads them as views).
 """
@@ -38,7 +40,7 @@ from hicache.runtime.state import StateKeeper, state_loads
 from sim import steady, validate
 from sim.batch import BatchState, PendingBackup
 from sim.pending import PendingPages
-from sim.pools import TierPools
+from sim.pools import PagePool, TierPools
 from sim.rows import RequestRow
 from sim.runtime_config import RuntimeConfig
 from sim.transfers import Load
@@ -54,7 +56,7 @@ class Memory:
     def __init__(self, config: RuntimeConfig, generation: int) -> None:
         self.runtime_id, self.generation = config.runtime_id, generation
         self.page_size = config.page_size
-        self.lowest = config.order == "lowest"  # (apply_frees: a pool's frees in one call)
+        self.lowest = config.order == "lowest"  # (apply_frees: frees checked as given)
         self.device = TierPools(_DEVICE, config.device_sizes, config.order)
         self.host = TierPools(_HOST, config.host_sizes, config.order)
         self.rows: dict[int, RequestRow] = {}
@@ -88,27 +90,65 @@ class Memory:
     def apply_frees(self, plan: BatchPlan, l3: bool) -> validate.Checked:
         """A prepare's first half: check the whole plan (nothing changes unless it
         passes; ``l3``: the runtime has an L3 store), then apply its frees and
-        releases; return what the checks found."""
+        releases; return what the checks found. Pools that hand out the lowest page
+        first check each freed page as they free it (:meth:`_give`), before the capacity
+        check (whose refusal takes them back): the same checks, in the same order."""
+        if self.lowest:
+            checked = validate.check_plan(self, plan, l3, give_checks=True)
+            given = self._give(plan, checked) if checked.frees else []
+            try:
+                validate.check_capacity(self, plan, checked, given=True)
+            except BaseException:
+                for pool, runs in given:  # nothing changes: the pools as they were
+                    pool.take_given(runs)
+                raise
+            for rel in plan.releases:
+                self._release(rel, None)
+            return checked
         checked = validate.check_plan(self, plan, l3)  # nothing changes before both pass
         validate.check_capacity(self, plan, checked)
         released = checked.released
-        if plan.frees:  # check_plan proved each page allocated and freed once
-            if self.lowest:  # a pool's runs at once: the same pushes, in the same order
-                for (tier, pool), runs in checked.frees.items():
-                    self.tier(tier)[pool].free_runs(runs, checked=True)
-            else:  # lifo: each extent's first page ends on top, extent by extent
-                for ext in plan.frees:
-                    self.tier(ext.tier)[ext.pool].free_runs(ext.runs(), checked=True)
+        for ext in plan.frees:  # lifo: each extent's first page ends on top, extent by extent
+            self.tier(ext.tier)[ext.pool].free_runs(ext.runs(), checked=True)
         for rel in plan.releases:
             self._release(rel, released[rel.request.slot_id])
         return checked
 
-    def _release(self, rel: Release, freed: list[Run]) -> None:
-        """Close the row; ``freed``: the runs of its own pages the tree did not keep."""
+    def _give(self, plan: BatchPlan, checked: validate.Checked
+              ) -> list[tuple[PagePool, list[Run]]]:
+        """Free the runs of the plan's frees and its releases' L1 pages
+        (:attr:`validate.Checked.frees` of ``give_checks``), each pool's at once (the
+        pool's free runs are one form per set of free pages: any order leaves the same
+        pool), checking each page as it is freed; return the pools and runs freed. A page
+        not allocated or freed twice: every pool is taken back as it was and the plan is
+        refused, named as :func:`validate.check_plan` names it."""
+        given: list[tuple[PagePool, list[Run]]] = []
+        tier = self.tier
+        for (t, kind), runs in checked.frees.items():
+            if not runs:
+                continue
+            pool = tier(t)[kind]
+            if not pool.give_checked(runs):
+                for done, back in given:
+                    done.take_given(back)
+                validate.refuse_frees(self, plan, checked.released)  # raises
+                # it did not: a run of no pages (no PageRun has one), freed as none
+                runs = [run for run in runs if run[1] > 0]
+                if not pool.give_checked(runs):  # pragma: no cover - refused above
+                    raise AssertionError("a free the checks passed was refused")
+                for done, back in given:
+                    done.give_checked(back)
+            given.append((pool, runs))
+        return given
+
+    def _release(self, rel: Release, freed: list[Run] | None) -> None:
+        """Close the row; ``freed``: the runs of its own pages the tree did not keep
+        (None: freed already, :meth:`_give`)."""
         row = self.rows.pop(rel.request.slot_id)
         if self.steady is not None and row in self.steady.rows:  # (identity: no __eq__)
             self.steady = None  # it lists a closed row
-        self.full.free_runs(freed, checked=True)  # check_plan's runs
+        if freed is not None:
+            self.full.free_runs(freed, checked=True)  # check_plan's runs
         if self.state_active:
             self.state.release(rel.request.slot_id, rel.kept())
 

@@ -2,10 +2,13 @@
 
 Invariant: each page belongs to at most one backup's entry, the one placed last that
 holds it (a later backup given a page takes it over); an entry lists only pages it
-still holds, and none is empty. That is the page -> event map the runtime kept before
-(one dict item per page), held per backup as its allocation's runs: placing a backup,
-readying it and asking what a store waits for cost per run and per backup in flight
-(a few), not per page.
+still holds, and none is empty; ``_marks[p]`` is 1 exactly for the pages some entry
+holds. That is the page -> event map the runtime kept before (one dict item per page),
+held per backup as its allocation's runs: placing a backup, readying it and asking what
+a store waits for cost per run and per backup in flight (a few), not per page; a
+placement whose pages no entry holds (the marks say so, per run: a backup's pages are
+taken over only when L2 pages freed while their backup copied are handed out again)
+looks at no entry.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import simpy
 from hicache.runtime.page_ids import Run, pages_of, runs_minus
 
 _FIRST = itemgetter(0)
+_ZERO, _ONE = bytearray(1), bytearray(b"\x01")  # a run's marks: repeated (page_ids)
 
 
 def first_hit(runs: list[Run], held: list[Run]) -> int | None:
@@ -47,10 +51,11 @@ def _first_hit_in(runs: list[Run], ordered: list[Run], starts: list[int]) -> int
 class PendingPages:
     """One pool's L2 pages waiting for their backups (module doc)."""
 
-    __slots__ = ("_by",)
+    __slots__ = ("_by", "_marks")
 
     def __init__(self) -> None:
         self._by: dict[simpy.Event, list[Run]] = {}  # backup's event -> runs it holds
+        self._marks = bytearray()  # page -> 1 while an entry holds it (grown on demand)
 
     def __len__(self) -> int:
         return len(self._by)
@@ -59,9 +64,13 @@ class PendingPages:
         """``runs`` (disjoint) wait for ``done`` now, taken from any entry that held them."""
         if not runs:
             return
-        by = self._by
-        if by:  # ``runs`` sorted once for every entry asked
-            ordered = sorted(runs)
+        by, marks = self._by, self._marks
+        end = max([s + n for s, n in runs])
+        if end > len(marks):
+            marks.extend(bytes(max(end - len(marks), len(marks))))
+        find = marks.find
+        if by and any([find(1, s, s + n) >= 0 for s, n in runs]):  # some entry holds one
+            ordered = sorted(runs)  # sorted once for every entry asked
             starts = [s for s, _ in ordered]
             for ev, held in list(by.items()):
                 if _first_hit_in(held, ordered, starts) is not None:
@@ -70,6 +79,8 @@ class PendingPages:
                         by[ev] = rest
                     else:
                         del by[ev]
+        for s, n in runs:
+            marks[s:s + n] = _ONE * n
         old = by.get(done)
         by[done] = [*old, *runs] if old else list(runs)
 
@@ -79,6 +90,9 @@ class PendingPages:
         if held is None:
             return
         rest = [] if held == runs else runs_minus(held, runs)
+        marks = self._marks
+        for s, n in runs_minus(held, rest) if rest else held:  # the pages it lets go
+            marks[s:s + n] = _ZERO * n
         if rest:
             self._by[done] = rest
         else:
@@ -87,6 +101,9 @@ class PendingPages:
     def events(self, runs: list[Run]) -> list[simpy.Event]:
         """The unfired events the pages of ``runs`` wait for, each once, in the order of
         the first page of ``runs`` that waits for it."""
+        find = self._marks.find
+        if not any([find(1, s, s + n) >= 0 for s, n in runs]):
+            return []  # no entry holds a page of them (the usual: their backup is done)
         hits = []
         for ev, held in self._by.items():
             pos = first_hit(runs, held)

@@ -32,6 +32,7 @@ class PagePool:
             raise ValueError(f"pool '{pool}' size must be >= 0")
         self.tier, self.pool, self.size = tier, pool, size
         self._ids = PageIds(size, order)
+        self._lowest = order == "lowest"  # (free_runs: checked as given)
         self.takes = 0  # allocations so far (sim.steady: pages placed since a count)
 
     @property
@@ -63,11 +64,27 @@ class PagePool:
         """Free the pages of ``runs`` ``(start, length)``, all or none. ``checked``: the
         caller proved every page allocated and listed once (a prepare's plan check,
         :func:`sim.validate.check_plan`), so they are not checked twice."""
-        p = None if checked else self._ids.bad_runs(runs)
+        ids = self._ids
+        if checked:
+            ids.give_runs(runs, checked=True)
+            return
+        if self._lowest and ids.give_checked(runs):
+            return  # each page checked as it was given: one pass
+        p = ids.bad_runs(runs)  # (a refusal changed nothing)
         if p is not None:
             raise ValueError(f"{self.tier.value} pool '{self.pool}': page {p} is not "
                              "allocated")
-        self._ids.give_runs(runs, checked=True)  # bad_runs (or the caller) found nothing
+        ids.give_runs(runs, checked=True)  # bad_runs found nothing
+
+    def give_checked(self, runs: Sequence[Run]) -> bool:
+        """Free ``runs`` checking each as it is freed (``lowest`` pools only): True when
+        every page was allocated and listed once; else False and nothing changed
+        (:meth:`PageIds.give_checked`)."""
+        return self._ids.give_checked(runs)
+
+    def take_given(self, runs: Sequence[Run]) -> None:
+        """Undo a :meth:`give_checked` of ``runs`` that returned True."""
+        self._ids.take_given(runs)
 
     def bad_runs(self, runs: Sequence[Run]) -> int | None:
         """A page of ``runs`` ``(start, length)`` that is not allocated or is listed twice,

@@ -207,9 +207,11 @@ class SimRuntime:
                 load_bytes += n * bpp[pool]
             accounted["h2d"] += load_bytes
             st.load_groups, st.load_steps = self.transfers.load_groups(loads)
-        self.host_lane.prepare(st, len(plan.slices),
-                               [g.calls if g.nbytes else 0 for g in st.load_groups]
-                               if loads else (), admits=bool(st.prefills))
+        lane = self.host_lane
+        if loads or lane.active:  # (else it has nothing to queue: HostLane.prepare)
+            lane.prepare(st, len(plan.slices),
+                         [g.calls if g.nbytes else 0 for g in st.load_groups]
+                         if loads else (), admits=bool(st.prefills))
         if loads:
             self._start_loads(st)
         if plan.backups:
@@ -235,7 +237,8 @@ class SimRuntime:
             return None
         st = BatchState(plan, None, self.generation)  # type: ignore[arg-type]
         st.decodes, prepared, st.finished = placed
-        self.host_lane.prepare(st, len(plan.slices), (), admits=False)
+        if self.host_lane.active:  # (else a batch loading nothing queues nothing)
+            self.host_lane.prepare(st, len(plan.slices), (), admits=False)
         self.accounting.record_shape(st, 0)
         st.handle = build_handle(self.config.runtime_id, self.generation, plan.batch_id,
                                  prepared, ())

@@ -10,6 +10,11 @@ first ones) comes back in :class:`Checked`, so prepare places the plan without l
 up again: frees and releases change neither (a plan never both releases and continues a
 request). A release that keeps the request's first own pages, in order (the prompt's
 pages the cache took), frees the rest of its own runs: no per-page check is needed.
+With ``give_checks`` (pools that hand out the lowest page first) whether each freed page
+is allocated and freed once is checked as the prepare frees it
+(:meth:`sim.pools.PagePool.give_checked`, one pass over the runs), before
+:func:`check_capacity`; a refusal of either leaves every pool as it was, and names the
+culprit as the check made here would have (:func:`refuse_frees`).
 """
 
 from __future__ import annotations
@@ -49,7 +54,9 @@ class Checked(NamedTuple):
     new: list[int]  # new FULL pages the slice's tokens need beyond those it holds
     firsts: int  # first slices (rows None): the only ones that load or attach
     # the runs of the plan's frees by (tier, pool), each pool's in plan order (the
-    # extents' runs one after another): what the prepare frees, checked once here
+    # extents' runs one after another): what the prepare frees, checked once here; with
+    # ``give_checks`` (check_plan) the releases' runs after L1 FULL's, all left to
+    # PagePool.give_checked to check as they are freed
     frees: Freed
     # a steady plan (sim.steady: its first slices repeat rows placed before, in order):
     # those rows, and those slices' contexts (their decodes); None for a plan whose
@@ -86,10 +93,15 @@ def _open_row(mem: Memory, handle: RequestRuntimeHandle, what: str) -> RequestRo
     return row_of(mem, handle, what)
 
 
-def check_plan(mem: Memory, plan: BatchPlan, l3: bool) -> Checked:
+def check_plan(mem: Memory, plan: BatchPlan, l3: bool, give_checks: bool = False
+               ) -> Checked:
     """Reject stale or misplaced handles and slices whose context their pages do not
     hold, before anything changes; return what each release will free (prepare frees
-    exactly that) and each slice's row and new pages (:class:`Checked`)."""
+    exactly that) and each slice's row and new pages (:class:`Checked`). ``give_checks``:
+    the caller frees the pages with :meth:`sim.pools.PagePool.give_checked` next, which
+    checks that each is allocated and listed once as it frees it (and frees none when one
+    is not): that check is left to it (:attr:`Checked.frees` then lists the releases'
+    pages too), and the rest of the frees' checks are made here."""
     slices = plan.slices
     sd = mem.steady
     matched = sd.match(slices) if sd is not None and slices else None
@@ -133,7 +145,8 @@ def check_plan(mem: Memory, plan: BatchPlan, l3: bool) -> Checked:
             raise ValueError(f"batch {plan.batch_id} both releases and continues a request")
         for rel in plan.releases:
             released[rel.request.slot_id] = _check_release(mem, rel)
-    frees = _check_frees(mem, plan, released) if plan.frees or released else _NO_FREES
+    frees = (_check_frees(mem, plan, released, give_checks) if plan.frees or released
+             else _NO_FREES)
     return Checked(released, slice_rows, new, firsts, frees, sd, contexts)
 
 
@@ -242,13 +255,16 @@ def _after_prefix(own: list[Run], keep: list[Run]) -> list[Run] | None:
     return [(s + cut, n - cut), *own[i + 1:]] if cut else own[i:]
 
 
-def _check_frees(mem: Memory, plan: BatchPlan, released: Released) -> Freed:
+def _check_frees(mem: Memory, plan: BatchPlan, released: Released,
+                 give_checks: bool = False) -> Freed:
     """Every page the plan frees is allocated and freed once (frees and releases), and
     none is read by the plan's own backups or stores; return the frees' runs by pool
     (:attr:`Checked.frees`). Works on runs: per pool one :meth:`PagePool.bad_runs` and,
     where the plan's backups or stores read that pool, one walk of both sorted runs
     (:func:`_meet`); only a plan that fails one is walked again by
-    :func:`_explain_frees`, which names the culprit (and raises in the same order)."""
+    :func:`_explain_frees`, which names the culprit (and raises in the same order).
+    ``give_checks``: no :meth:`PagePool.bad_runs` (the caller's ``give_checked`` checks
+    the same, :func:`check_plan`); return every pool's runs, the releases' with them."""
     frees: Freed = {}
     for e in plan.frees:
         key = (e.tier, e.pool)
@@ -273,10 +289,19 @@ def _check_frees(mem: Memory, plan: BatchPlan, released: Released) -> Freed:
                 got = reads[key] = []
             got += ext.runs()
     for key, runs in checks.items():
-        if runs and (mem.tier(key[0])[key[1]].bad_runs(runs) is not None or (
-                reads is not None and key in reads and _meet(runs, reads[key]))):
+        if not runs:
+            continue
+        pool = mem.tier(key[0])[key[1]]  # (raises for a tier or pool the runtime lacks)
+        if (not give_checks and pool.bad_runs(runs) is not None) or (
+                reads is not None and key in reads and _meet(runs, reads[key])):
             _explain_frees(mem, plan, released)  # raises: it runs the same checks first
-    return frees
+    return checks if give_checks else frees
+
+
+def refuse_frees(mem: Memory, plan: BatchPlan, released: Released) -> None:
+    """:func:`_check_frees`' checks of a plan whose frees a ``give_checked`` refused: raise
+    naming the culprit, as :func:`check_plan` without ``give_checks`` would have."""
+    _check_frees(mem, plan, released)
 
 
 def _meet(runs: list[Run], other: list[Run]) -> bool:
@@ -365,7 +390,12 @@ def new_pages(mem: Memory, s: RequestSlice, existing: int) -> int:
     return max(0, total - existing)
 
 
-def check_capacity(mem: Memory, plan: BatchPlan, checked: Checked) -> None:
+def check_capacity(mem: Memory, plan: BatchPlan, checked: Checked, given: bool = False
+                   ) -> None:
+    """Refuse a plan that needs more pages of a pool than it has free once the plan's
+    frees and releases returned theirs (they apply first). ``given``: those frees and the
+    releases' L1 FULL pages are back in their pools already (``give_checked``), so the
+    free counts hold them: the same sums and messages."""
     state = mem.state_active
     if not (state or checked.firsts or plan.backups or plan.prefetches):
         # later slices only, no copy into L2: they allocate new FULL pages alone, and the
@@ -373,7 +403,7 @@ def check_capacity(mem: Memory, plan: BatchPlan, checked: Checked) -> None:
         # pages fall short: the check below, for that one pool)
         n = sum(checked.new)
         if n and n > mem.full.free_count:
-            _short_full(mem, plan, checked, n)
+            _short_full(mem, plan, checked, n, given)
         return
     need_device: dict[Kind, int] = {_FULL: sum(checked.new)}
     need_host: dict[Kind, int] = {}
@@ -400,12 +430,14 @@ def check_capacity(mem: Memory, plan: BatchPlan, checked: Checked) -> None:
     for pf in plan.prefetches:
         need_host[_FULL] = need_host.get(_FULL, 0) + pf.max_pages
     back: dict[tuple[Tier, Kind], int] = {}  # what the frees and releases return first
-    for ext in plan.frees:
+    for ext in () if given else plan.frees:
         key = (ext.tier, ext.pool)
         back[key] = back.get(key, 0) + ext.num_pages
     for rel in plan.releases:
-        key = (_DEVICE, _FULL)
-        back[key] = back.get(key, 0) + sum(map(itemgetter(1), released[rel.request.slot_id]))
+        if not given:
+            key = (_DEVICE, _FULL)
+            back[key] = back.get(key, 0) + sum(map(itemgetter(1),
+                                                   released[rel.request.slot_id]))
         if state:
             for pool, n in mem.state.releasable(rel.request.slot_id, rel.kept()).items():
                 back[(_DEVICE, pool)] = back.get((_DEVICE, pool), 0) + n
@@ -419,10 +451,14 @@ def check_capacity(mem: Memory, plan: BatchPlan, checked: Checked) -> None:
                                     f"pool '{pool}', {free} free (not accounted for)")
 
 
-def _short_full(mem: Memory, plan: BatchPlan, checked: Checked, n: int) -> None:
+def _short_full(mem: Memory, plan: BatchPlan, checked: Checked, n: int,
+                given: bool = False) -> None:
     """:func:`check_capacity` of a plan that needs ``n`` new L1 FULL pages and nothing
     else, more than the pool has free: raise unless its frees and releases return
-    enough (the same sum and message as the general check)."""
+    enough (the same sum and message as the general check; ``given``: they did)."""
+    if given:
+        raise CapacityError(f"batch {plan.batch_id} needs {n} {_DEVICE.value} pages of "
+                            f"pool '{_FULL}', {mem.full.free_count} free (not accounted for)")
     back = sum(ext.num_pages for ext in plan.frees
                if ext.tier == _DEVICE and ext.pool == _FULL)
     for rel in plan.releases:

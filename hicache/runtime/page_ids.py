@@ -329,6 +329,75 @@ class PageIds:
         self._n_runs += total
         self.free += total
 
+    def give_checked(self, runs: Sequence[Run]) -> bool:
+        """:meth:`give_runs` of runs no one checked (``order="lowest"``), each checked as
+        it is given: a run of a page at least whose pages are all handed out and not given
+        earlier in this call (those are unmarked by then: listing a page twice shows as a
+        page not handed out), as :meth:`bad_runs` asks, run for run. At the first run that
+        is not, the runs given before it are taken back and False is returned: the freed
+        runs are sorted and coalesced (one form per set of free ids), so the pool is then
+        as it was. Else True. One pass over the runs instead of a check and a give."""
+        used, fresh, find = self._used, self._fresh, self._used.find
+        starts, ends = self._starts, self._ends
+        total = 0
+        for j, (s, n) in enumerate(runs):
+            e = s + n
+            if n == 1:
+                if s < 0 or s >= fresh or not used[s]:
+                    self._take_given(runs[:j])
+                    return False
+                used[s] = 0
+            elif n > 1 and s >= 0 and e <= fresh and find(0, s, e) < 0:
+                used[s:e] = _ZERO * n
+            else:  # a page not handed out or given twice, or a run of no page
+                self._take_given(runs[:j])
+                return False
+            total += n
+            i = bisect_left(starts, s)  # give_runs' join, as there
+            if ends[i - 1] == s:
+                if starts[i] == e:
+                    ends[i - 1] = ends[i]
+                    del starts[i], ends[i]
+                else:
+                    ends[i - 1] = e
+            elif starts[i] == e:
+                starts[i] = s
+            else:
+                starts.insert(i, s)
+                ends.insert(i, e)
+        self._n_runs += total
+        self.free += total
+        return True
+
+    def take_given(self, runs: Sequence[Run]) -> None:
+        """Undo a :meth:`give_checked` that returned True for ``runs`` (``order="lowest"``):
+        the pool is as it was before it (its freed runs' one form)."""
+        self._take_given(runs)
+        total = sum([n for _, n in runs])
+        self._n_runs -= total
+        self.free -= total
+
+    def _take_given(self, runs: Sequence[Run]) -> None:
+        """Take the runs of ``runs`` (each free, pages at least one, pairwise disjoint: just
+        given) out of the freed runs and mark them used; the counts are the caller's."""
+        starts, ends, used = self._starts, self._ends, self._used
+        for s, n in runs:
+            e = s + n
+            i = bisect.bisect_right(starts, s) - 1  # the freed run holding s .. e - 1
+            a, b = starts[i], ends[i]
+            if a == s:
+                if b == e:
+                    del starts[i], ends[i]
+                else:
+                    starts[i] = e
+            elif b == e:
+                ends[i] = s
+            else:
+                ends[i] = s
+                starts.insert(i + 1, e)
+                ends.insert(i + 1, b)
+            used[s:e] = _ONE * n
+
     def check(self) -> None:
         """Raise AssertionError when the free runs and the used map disagree: a freed page
         still marked used, a page free twice or beyond the fresh mark, or counts that do

@@ -57,6 +57,8 @@ def test_pending_pages_match_the_per_page_map(ops):
             env.run()  # processed: a store no longer waits for it
         assert got.pages() == ref.map
         assert bool(got) == bool(ref.map)
+        # the marks are the pages some entry holds (an add asks its entries only then)
+        assert {p for p, m in enumerate(got._marks) if m} == set(ref.map)
 
 
 @given(a=pages, b=pages)
