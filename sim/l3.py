@@ -70,6 +70,7 @@ class L3Store:
     # its own dict (a hashed lookup per read; ARCHITECTURE.md, RequestState)
     __slots__ = (
         '_extra', '_hits', '_keys', '_log', '_logged', '_next_node', '_order', '_removed_at',
+        '_unchecked',
         'attached', 'bytes_read', 'bytes_written', 'clients', 'down_nodes', 'duplex_shared',
         'env', 'epoch', 'evictions', 'hanging', 'latency_s', 'lost', 'name', 'nic',
         'node_capacity', 'nodes', 'query_latency_s', 'rate', 'refusing', 'shared', 'used',
@@ -98,6 +99,7 @@ class L3Store:
         # the dict's next keys from its keys placed before the log's first placed run)
         self._log: list[tuple[L3Key, ...] | int] = []
         self._logged = 0  # keys in ``_log``
+        self._unchecked = 0  # touched runs in ``_log`` not proved present (touch)
         # from the first eviction: every key once or more, a key's last entry its place,
         # and the keys with more than one entry -> how many more (None, empty: no eviction
         # yet)
@@ -254,21 +256,26 @@ class L3Store:
         or dropped, and either marks the version: :meth:`_removed`)."""
         return self._removed_at <= mark
 
-    def touch(self, keys: Sequence[L3Key]) -> None:
+    def touch(self, keys: Sequence[L3Key], checked: bool = False) -> None:
         """Refresh the LRU position of ``keys``, all present (a :meth:`count_hits` prefix,
-        no time passed), in order, without asking each again: added to ``_order`` and
-        counted once the store has evicted (an absent key is a KeyError, nothing moved),
-        else logged (``_log``: applied when the order is read; an absent key is a
-        KeyError then)."""
+        no time passed), in order: added to ``_order`` and counted once the store has
+        evicted (an absent key is a KeyError, nothing moved), else logged (``_log``:
+        applied when the order is read; an absent key is a KeyError then).
+        ``checked``: the caller proved every key present (a :meth:`count_hits` prefix
+        just found, or hits held since: :meth:`sim.l3_client.L3Client._got`), so none is
+        asked again (nor, logged, when the first eviction orders the log:
+        ``_unchecked`` counts the logged runs not proved)."""
         order = self._order
         if order is not None:
-            if not all(map(self._keys.__contains__, keys)):
+            if not checked and not all(map(self._keys.__contains__, keys)):
                 raise KeyError(next(filterfalse(self._keys.__contains__, keys)))
             order.extend(keys)
             _count_elements(self._extra, keys)
             if len(order) > LOG_FACTOR * len(self._keys) + LOG_SLACK:
                 self._compact()
         elif keys:
+            if not checked:
+                self._unchecked += 1
             self._logs(keys if type(keys) is tuple else tuple(keys))
 
     def _logs(self, run: tuple[L3Key, ...] | int) -> None:
@@ -296,7 +303,7 @@ class L3Store:
         with (their keys all move again later, and only a key's last move decides its
         place). Placed runs are all kept (each key placed once: :meth:`_ordered`); none
         starts with a key present before it, so none is a later touched run's start."""
-        log, self._log, self._logged = self._log, [], 0
+        log, self._log, self._logged, self._unchecked = self._log, [], 0, 0
         later: dict[L3Key, tuple[L3Key, ...]] = {}  # first key -> a later run from it
         keep: list[tuple[L3Key, ...] | int] = []
         for run in reversed(log):
@@ -317,9 +324,11 @@ class L3Store:
         the log began, in their order (the dict's first keys: those placed since are its
         last, each in one placed run), then the log's runs, so that each key has one
         entry and one more per touched run holding it, counted in ``_extra`` (no key
-        moved; a touched key absent is a KeyError)."""
+        moved; a touched key absent is a KeyError, asked unless every touched run logged
+        was proved present: ``_unchecked``)."""
         if self._order is None:
             keys = self._keys
+            unchecked = self._unchecked
             runs = self._kept_runs()
             it = iter(keys)  # (the dict's keys in turn: those before the log, then placed)
             order = deque(islice(it, len(keys) - sum(r for r in runs if type(r) is int)))
@@ -330,7 +339,7 @@ class L3Store:
                 else:
                     order.extend(run)
                     _count_elements(extra, run)
-            if not keys.keys() >= extra.keys():
+            if unchecked and not keys.keys() >= extra.keys():
                 raise KeyError(next(k for k in extra if k not in keys))
             self._order, self._extra = order, extra
 

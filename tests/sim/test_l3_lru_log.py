@@ -31,7 +31,8 @@ run = st.one_of(
 # the first eviction, the order is kept in an OrderedDict)
 # (drop and down: the node is the run's length's parity)
 ops = st.lists(st.tuples(
-    st.sampled_from(["put"] * 6 + ["get"] * 8 + ["read"] * 2 + ["drop"] * 2 + ["down"]), run),
+    st.sampled_from(["put"] * 6 + ["get"] * 6 + ["uget"] * 2 + ["read"] * 2 + ["drop"] * 2
+                    + ["down"]), run),
     max_size=50)
 
 
@@ -123,8 +124,9 @@ def twins(ops: list, capacity: int, size: int) -> None:
                     ref.put(tuple(arg), size)
             else:
                 ref.put(tuple(arg), size)
-        elif op == "get":  # count_hits, then touch the hits
-            lazy.touch(tuple(arg)[:lazy.count_hits(tuple(arg))])
+        elif op in ("get", "uget"):  # count_hits, then touch the hits (proved present,
+            # as L3Client._got touches them, or asked again)
+            lazy.touch(tuple(arg)[:lazy.count_hits(tuple(arg))], checked=op == "get")
             ref.get(tuple(arg))
         elif op == "drop":
             lazy.drop(0, node)
@@ -195,3 +197,24 @@ def test_a_put_makes_room_for_all_its_keys_first_one_change():
     assert list(s.keys) == ["d", "a", "e", "f"] and s.evictions == 2
     assert s.version == v + 2 and s._removed_at == v + 1  # evictions, then the keys placed
     assert not s.kept_since(mark) and s.kept_since(s.version)
+
+
+def test_a_touch_not_proved_present_is_asked_a_proved_one_is_not():
+    """Unproved touches of an absent key are KeyErrors, logged (when the first eviction
+    orders the log) or not; a proved touch (``checked``: L3Client._got's) is not asked."""
+    s = store(3)
+    s.insert(["a", "b", "c"], 1)
+    s.touch(("a", "x"))  # logged: asked when the order is kept from the first eviction
+    with pytest.raises(KeyError):
+        s.insert(["d"], 1)
+    s = store(3)
+    s.insert(["a", "b", "c"], 1)
+    s.touch(("a",), checked=True)
+    s.touch(("x",), checked=True)  # (a wrong claim: not asked, so nothing raises)
+    s.insert(["d"], 1)  # evicts b; the logged touches were not asked
+    assert s._order is not None and "b" not in s._keys
+    s.touch(("a",))  # asked: present
+    with pytest.raises(KeyError):
+        s.touch(("b",))  # evicted: asked, absent, nothing moved
+    s.touch(("b",), checked=True)  # (not asked)
+    assert list(s._order)[-1] == "b"
