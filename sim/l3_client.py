@@ -189,7 +189,7 @@ class L3Client:
         """Fetch ``keys`` into host memory; returns how many leading keys arrived (a key
         lost meanwhile, or a failed operation, ends the prefix). ``held``: a store
         ``version`` since which every key was found present (a prefetch's query hits;
-        None: not known), so while nothing left the store they all still are."""
+        None: not known), so while none of them left the store they all still are."""
         nbytes = len(keys) * bytes_per_key
         failed = None
         if self._clear():  # the first attempt unguarded (_clear): _read's body inline
@@ -213,12 +213,13 @@ class L3Client:
     def _got(self, keys: Sequence[L3Key], bytes_per_key: int, outcome: str,
              held: int | None = None) -> int:
         """What a read attempt that ended ``outcome`` delivered: the leading keys still
-        held (none unless ``ok``; all of them, not asked again, while none left the store
-        since ``held``: :meth:`get`), their LRU order refreshed and their bytes counted."""
+        held (none unless ``ok``; all of them, not asked again, while none of them left
+        the store since ``held``: :meth:`get`, :meth:`sim.l3.L3Store.held`), their LRU
+        order refreshed and their bytes counted."""
         store = self.store
         if outcome != OK:
             got = 0
-        elif held is not None and store.kept_since(held):
+        elif held is not None and store.held(keys, held):
             got = len(keys)
         else:
             got = store.count_hits(keys)
