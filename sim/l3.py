@@ -76,7 +76,7 @@ class L3Store:
         '_extra', '_hits', '_keys', '_log', '_logged', '_next_node', '_order', '_removed_at',
         '_gone', '_gone_from', '_unchecked',
         'attached', 'bytes_read', 'bytes_written', 'clients', 'down_nodes', 'duplex_shared',
-        'env', 'epoch', 'evictions', 'hanging', 'latency_s', 'lost', 'name', 'nic',
+        'env', 'epoch', 'evictions', 'hanging', 'latency_s', 'lost', 'movers', 'name', 'nic',
         'node_capacity', 'nodes', 'query_latency_s', 'rate', 'refusing', 'shared', 'used',
         'version', 'went_down'
     )
@@ -115,6 +115,9 @@ class L3Store:
         self.lost: dict[L3Key, int] = {}  # key -> index of the fault that lost it
         self.attached: set[str] = set()
         self.clients: list[L3Client] = []
+        # the clients with an L3 job under way (one group: duplex_shared), kept by each
+        # client as its jobs join and leave (L3Client._jobs_changed): share's count
+        self.movers = 0
         self.refusing: list[int] = []  # faults (indices) making every call fail now
         self.hanging: list[int] = []  # faults making calls go unanswered
         self.down_nodes: set[int] = set()
@@ -182,6 +185,8 @@ class L3Store:
 
     def share(self, group: str) -> float:
         """One moving replica's share of :meth:`service_rate` (equal split)."""
+        if self.duplex_shared:  # one group: the clients moving any L3 job, counted
+            return self.service_rate(group) / (self.movers or 1)
         active = sum(1 for c in self.clients if c.moving(group)) or 1
         return self.service_rate(group) / active
 

@@ -60,10 +60,21 @@ class L3Client:
         self.host_faults: list[int] = []  # host_pressure faults on this replica (blame)
         self.ledger: FaultLedger | None = None  # set by sim.faults when faults are injected
         self.blame: int | None = None  # the fault behind the last failed operation
+        self._moving = False  # an L3 job under way (counted in the store's movers)
         store.clients.append(self)
         store.bump()
         # who is moving (the store's share) changes with this replica's L3 jobs
-        fluid.listen("l3", store.bump)
+        fluid.listen("l3", self._jobs_changed)
+
+    def _jobs_changed(self) -> None:
+        """An L3 job joined or left this replica's fluid server (its listener): the
+        store's epoch moves, and its count of moving clients follows :meth:`moving`."""
+        store = self.store
+        store.bump()
+        moving = self.fluid.kinds.get("l3", 0) > 0
+        if moving is not self._moving:
+            self._moving = moving
+            store.movers += 1 if moving else -1
 
     # ---- rates ---------------------------------------------------------------------
     @property
