@@ -18,8 +18,9 @@ can evict, every node live: the usual) places each key unless present in one go,
 none first (:meth:`L3Store._place_all`); else it asks which are present, unless nothing
 changed since its exists answer (:meth:`L3Store.missing_marked`: the ``version`` of the
 contents it answered at). ``version`` counts the changes of the contents; a prefetch's
-get trusts its queries' hits while none left the store since the version before them
-(:meth:`L3Store.kept_since`).
+get trusts its queries' hits while none of them left the store since the version before
+them (:meth:`L3Store.held`: no key left, or only keys evicted, remembered, and none of
+them); a query remembers its hits the same way (``_hits``).
 The LRU order: until the store first evicts, its contents are a plain dict (cheap to
 fill) and a touch appends its keys to a log of runs to move to the end (a tuple; keys
 placed while moves wait join it as their count: they follow those moves, and are the
@@ -63,6 +64,9 @@ if TYPE_CHECKING:
 # L3Store's log of LRU moves is applied (its order deque keeps last entries only) once it
 # holds more keys than this many times the contents, plus the slack
 LOG_FACTOR, LOG_SLACK = 8, 4096
+# L3Store remembers the keys evicted since a version (``_gone``) until they are more than
+# this many at the start of an eviction: then it starts anew from the version then
+GONE_MAX = 1 << 16
 
 
 class L3Store:
@@ -70,8 +74,9 @@ class L3Store:
     # its own dict (a hashed lookup per read; ARCHITECTURE.md, RequestState)
     __slots__ = (
         '_extra', '_hits', '_keys', '_log', '_logged', '_next_node', '_order', '_removed_at',
+        '_gone', '_gone_from', '_unchecked',
         'attached', 'bytes_read', 'bytes_written', 'clients', 'down_nodes', 'duplex_shared',
-        'env', 'epoch', 'evictions', 'hanging', 'latency_s', 'lost', 'name', 'nic',
+        'env', 'epoch', 'evictions', 'hanging', 'latency_s', 'lost', 'movers', 'name', 'nic',
         'node_capacity', 'nodes', 'query_latency_s', 'rate', 'refusing', 'shared', 'used',
         'version', 'went_down'
     )
@@ -98,6 +103,7 @@ class L3Store:
         # the dict's next keys from its keys placed before the log's first placed run)
         self._log: list[tuple[L3Key, ...] | int] = []
         self._logged = 0  # keys in ``_log``
+        self._unchecked = 0  # touched runs in ``_log`` not proved present (touch)
         # from the first eviction: every key once or more, a key's last entry its place,
         # and the keys with more than one entry -> how many more (None, empty: no eviction
         # yet)
@@ -109,6 +115,9 @@ class L3Store:
         self.lost: dict[L3Key, int] = {}  # key -> index of the fault that lost it
         self.attached: set[str] = set()
         self.clients: list[L3Client] = []
+        # the clients with an L3 job under way (one group: duplex_shared), kept by each
+        # client as its jobs join and leave (L3Client._jobs_changed): share's count
+        self.movers = 0
         self.refusing: list[int] = []  # faults (indices) making every call fail now
         self.hanging: list[int] = []  # faults making calls go unanswered
         self.down_nodes: set[int] = set()
@@ -123,6 +132,11 @@ class L3Store:
         # version then) while no key left the store: a later query of the same keys
         # starts after them (a conversation's prefix, asked again every turn)
         self._hits: dict[L3Key, tuple[Sequence[L3Key], int, int]] = {}
+        # the keys evicted since the version ``_gone_from`` (every key that left the store
+        # after it, none dropped): a key found present at that version or after it, and
+        # none of them, is present still (:meth:`held`)
+        self._gone: set[L3Key] = set()
+        self._gone_from = 0
 
     def bump(self) -> None:
         """An input of the clients' L3 split changed (module doc: ``epoch``)."""
@@ -171,6 +185,8 @@ class L3Store:
 
     def share(self, group: str) -> float:
         """One moving replica's share of :meth:`service_rate` (equal split)."""
+        if self.duplex_shared:  # one group: the clients moving any L3 job, counted
+            return self.service_rate(group) / (self.movers or 1)
         active = sum(1 for c in self.clients if c.moving(group)) or 1
         return self.service_rate(group) / active
 
@@ -218,8 +234,8 @@ class L3Store:
         """Consecutive hits from the start of ``keys`` (no time passes).
 
         A query of keys whose start an earlier query of a tuple found present (the same
-        first key, then equal keys up to its hits: ``_hits``) while no key left the store
-        since (:meth:`kept_since`) finds them present still: it asks from there on only."""
+        first key, then equal keys up to its hits: ``_hits``) while none of them left the
+        store since (:meth:`held`) finds them present still: it asks from there on only."""
         if not keys:
             return 0
         first = keys[0]
@@ -228,7 +244,7 @@ class L3Store:
         if known is not None:
             seen, hits, mark = known
             start = min(hits, len(keys))
-            if self._removed_at > mark or keys[:start] != seen[:start]:
+            if keys[:start] != seen[:start] or not self.held(seen[:start], mark):
                 start = 0
         n = start + len(list(takewhile(self._keys.__contains__, keys[start:] if start else keys)))
         if n and type(keys) is tuple:  # (immutable: what it remembers stays what was asked)
@@ -254,21 +270,43 @@ class L3Store:
         or dropped, and either marks the version: :meth:`_removed`)."""
         return self._removed_at <= mark
 
-    def touch(self, keys: Sequence[L3Key]) -> None:
+    def held(self, keys: Iterable[L3Key], mark: int) -> bool:
+        """Whether ``keys``, each found present at the version ``mark`` or after it, are all
+        present still: no key left the store since (:meth:`kept_since`), or only evicted
+        keys left since and none of these (``_gone``, when it holds every key that left
+        since ``mark``: a key present at version v that left did so at a version after v,
+        and a drop starts ``_gone`` anew after its keys left)."""
+        return self._removed_at <= mark or (
+            mark >= self._gone_from and self._gone.isdisjoint(keys))
+
+    def _gone_anew(self) -> None:
+        """Forget the keys evicted so far: ``_gone`` holds every key that leaves from now on
+        (at a later version than now). Called before an eviction's first key leaves, or
+        after a drop's last one; the answers remembered are forgotten with them."""
+        self._gone = set()
+        self._gone_from = self.version
+        self._hits.clear()
+
+    def touch(self, keys: Sequence[L3Key], checked: bool = False) -> None:
         """Refresh the LRU position of ``keys``, all present (a :meth:`count_hits` prefix,
-        no time passed), in order, without asking each again: added to ``_order`` and
-        counted once the store has evicted (an absent key is a KeyError, nothing moved),
-        else logged (``_log``: applied when the order is read; an absent key is a
-        KeyError then)."""
+        no time passed), in order: added to ``_order`` and counted once the store has
+        evicted (an absent key is a KeyError, nothing moved), else logged (``_log``:
+        applied when the order is read; an absent key is a KeyError then).
+        ``checked``: the caller proved every key present (a :meth:`count_hits` prefix
+        just found, or hits held since: :meth:`sim.l3_client.L3Client._got`), so none is
+        asked again (nor, logged, when the first eviction orders the log:
+        ``_unchecked`` counts the logged runs not proved)."""
         order = self._order
         if order is not None:
-            if not all(map(self._keys.__contains__, keys)):
+            if not checked and not all(map(self._keys.__contains__, keys)):
                 raise KeyError(next(filterfalse(self._keys.__contains__, keys)))
             order.extend(keys)
             _count_elements(self._extra, keys)
             if len(order) > LOG_FACTOR * len(self._keys) + LOG_SLACK:
                 self._compact()
         elif keys:
+            if not checked:
+                self._unchecked += 1
             self._logs(keys if type(keys) is tuple else tuple(keys))
 
     def _logs(self, run: tuple[L3Key, ...] | int) -> None:
@@ -296,7 +334,7 @@ class L3Store:
         with (their keys all move again later, and only a key's last move decides its
         place). Placed runs are all kept (each key placed once: :meth:`_ordered`); none
         starts with a key present before it, so none is a later touched run's start."""
-        log, self._log, self._logged = self._log, [], 0
+        log, self._log, self._logged, self._unchecked = self._log, [], 0, 0
         later: dict[L3Key, tuple[L3Key, ...]] = {}  # first key -> a later run from it
         keep: list[tuple[L3Key, ...] | int] = []
         for run in reversed(log):
@@ -317,9 +355,11 @@ class L3Store:
         the log began, in their order (the dict's first keys: those placed since are its
         last, each in one placed run), then the log's runs, so that each key has one
         entry and one more per touched run holding it, counted in ``_extra`` (no key
-        moved; a touched key absent is a KeyError)."""
+        moved; a touched key absent is a KeyError, asked unless every touched run logged
+        was proved present: ``_unchecked``)."""
         if self._order is None:
             keys = self._keys
+            unchecked = self._unchecked
             runs = self._kept_runs()
             it = iter(keys)  # (the dict's keys in turn: those before the log, then placed)
             order = deque(islice(it, len(keys) - sum(r for r in runs if type(r) is int)))
@@ -330,7 +370,7 @@ class L3Store:
                 else:
                     order.extend(run)
                     _count_elements(extra, run)
-            if not keys.keys() >= extra.keys():
+            if unchecked and not keys.keys() >= extra.keys():
                 raise KeyError(next(k for k in extra if k not in keys))
             self._order, self._extra = order, extra
 
@@ -382,6 +422,8 @@ class L3Store:
         nodes, spread = self.nodes, not self.down_nodes  # every node live: _place's turn
         order = self._order
         assert order is not None or not new
+        if len(self._gone) > GONE_MAX:
+            self._gone_anew()
         evicted = False
         for key in new:
             if self.used > limit:
@@ -451,10 +493,10 @@ class L3Store:
         return n
 
     def _removed(self) -> None:
-        """Keys left the store (evicted, dropped)."""
+        """Keys left the store (evicted, dropped): the answers remembered (``_hits``) hold
+        while none of their keys left (:meth:`held`)."""
         self.version += 1
         self._removed_at = self.version
-        self._hits.clear()  # its answers no longer hold (kept_since)
 
     def _evict(self, limit: float, ahead: int = 0) -> None:
         """Evict least recently used keys until ``used + ahead <= limit`` (one change of
@@ -462,17 +504,19 @@ class L3Store:
         if not (self.used + ahead > limit and self._keys):
             return
         self._ordered()
+        if len(self._gone) > GONE_MAX:
+            self._gone_anew()
         self._removed()
         self._pop_lru(limit, ahead)
 
     def _pop_lru(self, limit: float, ahead: int = 0) -> None:
         """Evict keys from the front of ``_order`` (present) until ``used + ahead <=
-        limit`` (stale entries popped on the way); the caller marks the change
-        (:meth:`_removed`)."""
+        limit`` (stale entries popped on the way), each remembered in ``_gone``; the
+        caller marks the change (:meth:`_removed`)."""
         keys = self._keys
         order, extra = self._order, self._extra
         assert order is not None
-        popleft = order.popleft
+        popleft, gone = order.popleft, self._gone.add
         used, evicted = self.used, 0
         while used + ahead > limit and keys:
             key = popleft()
@@ -484,6 +528,7 @@ class L3Store:
                     del extra[key]
                 continue
             old, _ = keys.pop(key)
+            gone(key)
             used -= old
             evicted += 1
         self.used = used
@@ -513,6 +558,8 @@ class L3Store:
             size, _ = keys.pop(key)
             self.used -= size
             self.lost[key] = fault
+        if gone:
+            self._gone_anew()  # (keys dropped are not in _gone)
         if gone and self._order is not None:  # (last entries only: one each)
             self._order = deque(filter(keys.__contains__, self._order))
             self._extra = {}

@@ -60,10 +60,21 @@ class L3Client:
         self.host_faults: list[int] = []  # host_pressure faults on this replica (blame)
         self.ledger: FaultLedger | None = None  # set by sim.faults when faults are injected
         self.blame: int | None = None  # the fault behind the last failed operation
+        self._moving = False  # an L3 job under way (counted in the store's movers)
         store.clients.append(self)
         store.bump()
         # who is moving (the store's share) changes with this replica's L3 jobs
-        fluid.listen("l3", store.bump)
+        fluid.listen("l3", self._jobs_changed)
+
+    def _jobs_changed(self) -> None:
+        """An L3 job joined or left this replica's fluid server (its listener): the
+        store's epoch moves, and its count of moving clients follows :meth:`moving`."""
+        store = self.store
+        store.bump()
+        moving = self.fluid.kinds.get("l3", 0) > 0
+        if moving is not self._moving:
+            self._moving = moving
+            store.movers += 1 if moving else -1
 
     # ---- rates ---------------------------------------------------------------------
     @property
@@ -189,7 +200,7 @@ class L3Client:
         """Fetch ``keys`` into host memory; returns how many leading keys arrived (a key
         lost meanwhile, or a failed operation, ends the prefix). ``held``: a store
         ``version`` since which every key was found present (a prefetch's query hits;
-        None: not known), so while nothing left the store they all still are."""
+        None: not known), so while none of them left the store they all still are."""
         nbytes = len(keys) * bytes_per_key
         failed = None
         if self._clear():  # the first attempt unguarded (_clear): _read's body inline
@@ -213,16 +224,17 @@ class L3Client:
     def _got(self, keys: Sequence[L3Key], bytes_per_key: int, outcome: str,
              held: int | None = None) -> int:
         """What a read attempt that ended ``outcome`` delivered: the leading keys still
-        held (none unless ``ok``; all of them, not asked again, while none left the store
-        since ``held``: :meth:`get`), their LRU order refreshed and their bytes counted."""
+        held (none unless ``ok``; all of them, not asked again, while none of them left
+        the store since ``held``: :meth:`get`, :meth:`sim.l3.L3Store.held`), their LRU
+        order refreshed and their bytes counted."""
         store = self.store
         if outcome != OK:
             got = 0
-        elif held is not None and store.kept_since(held):
+        elif held is not None and store.held(keys, held):
             got = len(keys)
         else:
             got = store.count_hits(keys)
-        store.touch(keys[:got])
+        store.touch(keys[:got], checked=True)  # (count_hits' prefix, or held since)
         store.bytes_read += got * bytes_per_key
         return got
 

@@ -201,7 +201,9 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[Run], generat
     rt.l3_bytes["read"] += got * bpp
     fetched, rest = split_runs(reserved, got)
     if rest:  # the pages of runs_of(pages[got:]), freed as free(pages[got:]) frees them
-        rt.host[_FULL].free_runs(merged(rest))
+        # (this op's own reservation, allocated for it in this generation and handed to no
+        # one: each page allocated and listed once, nothing to check)
+        rt.host[_FULL].free_runs(merged(rest), checked=True)
     extent = rt.memory.extent(_HOST, fetched, _FULL) if got else None
     rt.complete(TC(pf.job_id, TK.PREFETCH, rt.env.now, got, extent, hit))
 

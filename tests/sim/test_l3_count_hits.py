@@ -1,15 +1,18 @@
 """L3Store.count_hits answers what asking every key from the first would answer, though it
-starts after a prefix an earlier tuple query found present (``_hits``) while no key left
-the store since; likewise ``missing_marked`` (its all-absent shortcut) and insert."""
+starts after a prefix an earlier tuple query found present (``_hits``) while none of it
+left the store since (L3Store.held); likewise ``missing_marked`` (its all-absent
+shortcut) and insert."""
 
 from __future__ import annotations
 
 from itertools import takewhile
 
+import pytest
 import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import sim.l3
 from sim.hardware.profile import MooncakeSpec
 from sim.l3 import L3Store
 
@@ -34,11 +37,18 @@ def asked(st_: L3Store, ks: list[str]) -> int:
 
 
 @settings(max_examples=400, deadline=None)
-@given(ops=ops, capacity=st.integers(1, 30), prefix=st.integers(0, 6))
-def test_count_hits_equals_asking_every_key(ops, capacity, prefix):
+@given(ops=ops, capacity=st.integers(1, 30), prefix=st.integers(0, 6),
+       gone=st.sampled_from([0, 4, 1 << 16]))
+def test_count_hits_equals_asking_every_key(ops, capacity, prefix, gone):
     """Queries share prefixes (the chains' starts), so the shortcut is taken often; its
     answers, and the store's contents and LRU order after each step, are the plain
     ones (a twin store that never remembers, whose count_hits asks every key)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sim.l3, "GONE_MAX", gone)  # small: the evicted keys forgotten often
+        twins(ops, capacity, prefix)
+
+
+def twins(ops: list, capacity: int, prefix: int) -> None:
     fast, plain = store(capacity), store(capacity)
     for op, arg, as_tuple in ops:
         if op == "drop":

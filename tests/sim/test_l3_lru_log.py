@@ -31,7 +31,8 @@ run = st.one_of(
 # the first eviction, the order is kept in an OrderedDict)
 # (drop and down: the node is the run's length's parity)
 ops = st.lists(st.tuples(
-    st.sampled_from(["put"] * 6 + ["get"] * 8 + ["read"] * 2 + ["drop"] * 2 + ["down"]), run),
+    st.sampled_from(["put"] * 6 + ["get"] * 6 + ["uget"] * 2 + ["read"] * 2 + ["drop"] * 2
+                    + ["down"]), run),
     max_size=50)
 
 
@@ -101,16 +102,19 @@ def store(capacity: int) -> L3Store:
 
 @settings(max_examples=400, deadline=None)
 @given(ops=ops, capacity=st.one_of(st.integers(6, 60), st.integers(100, 400)),
-       slack=st.integers(0, 12), size=st.sampled_from([1, 3]))
-def test_logged_lru_equals_an_ordered_dict_refreshed_at_once(ops, capacity, slack, size):
+       slack=st.integers(0, 12), size=st.sampled_from([1, 3]),
+       gone=st.sampled_from([0, 3, 1 << 16]))
+def test_logged_lru_equals_an_ordered_dict_refreshed_at_once(ops, capacity, slack, size, gone):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sim.l3, "LOG_SLACK", slack)  # small: the log is applied often
         mp.setattr(sim.l3, "LOG_FACTOR", 1)
+        mp.setattr(sim.l3, "GONE_MAX", gone)  # small: the evicted keys are forgotten often
         twins(ops, capacity, size)
 
 
 def twins(ops: list, capacity: int, size: int) -> None:
     lazy, ref = store(capacity), Reference(capacity)
+    found: list[tuple[tuple[str, ...], int]] = []  # hits found, and the version then
     for op, arg in ops:
         node = len(arg) % 2
         if op == "put":  # missing_marked, then insert (may evict)
@@ -123,8 +127,11 @@ def twins(ops: list, capacity: int, size: int) -> None:
                     ref.put(tuple(arg), size)
             else:
                 ref.put(tuple(arg), size)
-        elif op == "get":  # count_hits, then touch the hits
-            lazy.touch(tuple(arg)[:lazy.count_hits(tuple(arg))])
+        elif op in ("get", "uget"):  # count_hits, then touch the hits (proved present,
+            # as L3Client._got touches them, or asked again)
+            hits = tuple(arg)[:lazy.count_hits(tuple(arg))]
+            found.append((hits, lazy.version))
+            lazy.touch(hits, checked=op == "get")
             ref.get(tuple(arg))
         elif op == "drop":
             lazy.drop(0, node)
@@ -137,6 +144,8 @@ def twins(ops: list, capacity: int, size: int) -> None:
         assert lazy._keys == ref.keys  # (the contents: no order read)
         assert (lazy.used, lazy.evictions, lazy.version, lazy.lost) == \
             (ref.used, ref.evictions, ref.version, ref.lost)
+        for hits, mark in found:  # held: all present still (a get trusts it, not asking)
+            assert not lazy.held(hits, mark) or all(k in ref.keys for k in hits)
         if lazy._order is not None:  # every key's entries counted, the last one its place
             assert Counter(lazy._order) == {k: 1 + lazy._extra.get(k, 0) for k in ref.keys}
             assert 0 not in lazy._extra.values()
@@ -195,3 +204,58 @@ def test_a_put_makes_room_for_all_its_keys_first_one_change():
     assert list(s.keys) == ["d", "a", "e", "f"] and s.evictions == 2
     assert s.version == v + 2 and s._removed_at == v + 1  # evictions, then the keys placed
     assert not s.kept_since(mark) and s.kept_since(s.version)
+
+
+def test_a_touch_not_proved_present_is_asked_a_proved_one_is_not():
+    """Unproved touches of an absent key are KeyErrors, logged (when the first eviction
+    orders the log) or not; a proved touch (``checked``: L3Client._got's) is not asked."""
+    s = store(3)
+    s.insert(["a", "b", "c"], 1)
+    s.touch(("a", "x"))  # logged: asked when the order is kept from the first eviction
+    with pytest.raises(KeyError):
+        s.insert(["d"], 1)
+    s = store(3)
+    s.insert(["a", "b", "c"], 1)
+    s.touch(("a",), checked=True)
+    s.touch(("x",), checked=True)  # (a wrong claim: not asked, so nothing raises)
+    s.insert(["d"], 1)  # evicts b; the logged touches were not asked
+    assert s._order is not None and "b" not in s._keys
+    s.touch(("a",))  # asked: present
+    with pytest.raises(KeyError):
+        s.touch(("b",))  # evicted: asked, absent, nothing moved
+    s.touch(("b",), checked=True)  # (not asked)
+    assert list(s._order)[-1] == "b"
+
+
+def test_hits_are_held_across_an_eviction_of_other_keys_only():
+    """A query's hits, and a get's, stay trusted through an eviction that took none of
+    them (the evicted keys are remembered), not through one that took one, nor a drop."""
+    s = store(4)
+    s.insert(["a", "b", "c", "d"], 1)
+    assert s.count_hits(("c", "d")) == 2
+    mark = s.version
+    s.insert(["e"], 1)  # evicts a
+    assert not s.kept_since(mark) and s.held(("c", "d"), mark)
+    assert not s.held(("a",), mark)
+    del s._keys["c"]  # (behind the store's back: the remembered prefix is not asked)
+    assert s.count_hits(("c", "d")) == 2 and s.count_hits(("c", "d", "e")) == 3
+    s._keys["c"] = (1, 0)
+    s.insert(["f"], 1)  # evicts b
+    s.insert(["g"], 1)  # evicts c: the prefix is asked again
+    assert not s.held(("c", "d"), mark) and s.count_hits(("c", "d")) == 0
+    assert s.count_hits(("d", "e")) == 2
+    mark = s.version
+    assert s.drop(0, 1) and not s.held(("d", "e"), mark)  # (drops are not remembered)
+
+
+def test_evicted_keys_are_forgotten_past_the_bound_and_hits_before_are_not_trusted():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sim.l3, "GONE_MAX", 1)
+        s = store(4)
+        s.insert(["a", "b", "c", "d"], 1)
+        mark = s.version
+        s.insert(["e", "f"], 1)  # evicts a and b: two remembered
+        assert s._gone == {"a", "b"} and s.held(("c", "d"), mark)
+        s.insert(["g"], 1)  # more than GONE_MAX: forgotten before c is evicted
+        assert s._gone == {"c"} and s._gone_from > mark
+        assert not s.held(("d",), mark) and s.held(("d",), s._gone_from)
