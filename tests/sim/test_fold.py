@@ -318,6 +318,36 @@ def test_schedule_times_long_chunks_as_the_loop_also_at_a_slowed_rate(
     assert all(type(x) is float for col in (steps.work, *columns) for x in col)
 
 
+@pytest.mark.parametrize("cpu", [0.0, 2e-4, 0.05])
+@pytest.mark.parametrize("horizon", [math.inf, 12.5 + 3.0])
+def test_schedule_equal_whichever_path_times_each_chunk(
+        cpu: float, horizon: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where numpy starts (sim.cost's SUM_STEPS and VECTOR_STEPS, sim.fold's VECTOR_CHUNK:
+    a matter of speed in a run) changes no float of a fold's steps: every chunk in
+    Python's loop and sum(), or every chunk with numpy, gives the shipped thresholds'."""
+    from types import SimpleNamespace as NS
+
+    def steps(threshold: int | None) -> list[list[float]]:
+        if threshold is not None:
+            monkeypatch.setattr(cost_module, "SUM_STEPS", threshold)
+            monkeypatch.setattr(cost_module, "VECTOR_STEPS", threshold)
+            monkeypatch.setattr(fold, "VECTOR_CHUNK", threshold)
+        cost = CostModel(load_profile("h100-sxm"), load_model("llama-3-8b"))
+        folder = fold.DecodeFolder.__new__(fold.DecodeFolder)
+        folder.env, folder.cpu = NS(now=12.5), cpu
+        folder.rt = NS(cost=cost, fluid=NS(kinds={}), link=NS(slowdown=0.0))
+        folder.copies_slow_compute = False
+        folder.horizon = lambda: horizon
+        contexts = [300, 4000, 17, 9000, 120_000]
+        out = folder._schedule(NS(slices=[NS(context_tokens=c) for c in contexts]), 700)
+        return [out.work, out.start, out.compute_end, out.end, out.taken]
+
+    shipped = steps(None)
+    assert len(shipped[0]) > 50
+    assert steps(2) == shipped
+    assert steps(10 ** 9) == shipped
+
+
 FAULTS = ["{kind: l3_store_down, start: %r, end: %r}",
           "{kind: l3_node_down, node: 0, start: %r, end: %r}",
           "{kind: l3_timeout, start: %r, end: %r}",
