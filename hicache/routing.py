@@ -96,8 +96,8 @@ class Router:
             return self._next
         c = self.config
         loads = [v.load() for v in self.views]
-        least = min(range(n), key=lambda i: (loads[i], i))
         hi, lo = max(loads), min(loads)
+        least = loads.index(lo)  # the least loaded, the first of equals
         if hi - lo > c.balance_abs_threshold and hi > lo * c.balance_rel_threshold:
             return least
         matched = [v.match_tokens(req) for v in self.views]

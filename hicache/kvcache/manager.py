@@ -503,12 +503,16 @@ class KVCacheManager:
         other component on L1 (hybrid models) that finds room in its own L2 pool, one
         BackupIntent (job) per component. ``kinds``: only these (a node whose FULL copy
         is on L2 already). Without L2 room for FULL, when it is copied, nothing is."""
-        parts = sorted(((k, e) for k, e in a.extents if kinds is None or k in kinds),
-                       key=lambda part: _ORDER[part[0]])
+        if kinds is None and len(a.extents) == 1:  # one component: nothing to pick or order
+            parts = list(a.extents)
+        else:
+            parts = sorted(((k, e) for k, e in a.extents if kinds is None or k in kinds),
+                           key=lambda part: _ORDER[part[0]])
         if parts[0][0] is _FULL and not self.make_room(_HOST, parts[0][1].num_pages):
             parts = []
-        parts = [(k, e) for k, e in parts
-                 if k is _FULL or self._state_host_room(k, e.num_pages)]
+        if parts and parts[-1][0] is not _FULL:  # a state component (FULL sorts first)
+            parts = [(k, e) for k, e in parts
+                     if k is _FULL or self._state_host_room(k, e.num_pages)]
         if not parts:
             self.tree.residency.abort_backup(a.node_id)
             self._backups_refused += 1

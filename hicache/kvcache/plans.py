@@ -96,10 +96,14 @@ class PlanBuilder:
         else:
             self._cache_plan_id -= 1
             bid = self._cache_plan_id
-        plan = _plan(bid, slices, tuple(self._backups), tuple(self._stores),
-                     tuple(self._prefetches), tuple(self._frees), tuple(self._releases))
-        self._backups, self._stores, self._prefetches = [], [], []
-        self._frees, self._releases = [], []
+        if not (self._backups or self._stores or self._prefetches or self._frees
+                or self._releases):  # has_pending, in line: most plans carry no intent
+            plan = _plan(bid, slices, (), (), (), (), ())  # the empty lists stay
+        else:
+            plan = _plan(bid, slices, tuple(self._backups), tuple(self._stores),
+                         tuple(self._prefetches), tuple(self._frees), tuple(self._releases))
+            self._backups, self._stores, self._prefetches = [], [], []
+            self._frees, self._releases = [], []
         self.inflight[bid] = plan
         return plan
 

@@ -6,6 +6,8 @@ from array import array
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hicache.routing import Router, RouterConfig
 from hicache.schema.adapters import SchemaErrors, validate
@@ -58,3 +60,26 @@ def test_the_router_config_takes_a_name_or_a_mapping_and_names_bad_keys():
         validate(RouterConfig, {"cache_threshold": 1.5})
     with pytest.raises(ValueError, match="cache_threshold: expected a value <= 1.0"):
         RouterConfig(cache_threshold=1.5)  # built directly: checked without pydantic
+
+
+def _reference_route(cfg: RouterConfig, views: list[View], prompt: int) -> int:
+    """The cache-aware rule spelled out with (key, index) orders (the module doc)."""
+    n = len(views)
+    loads = [v.load() for v in views]
+    least = min(range(n), key=lambda i: (loads[i], i))
+    hi, lo = max(loads), min(loads)
+    if hi - lo > cfg.balance_abs_threshold and hi > lo * cfg.balance_rel_threshold:
+        return least
+    matched = [v.match_tokens(req(prompt)) for v in views]
+    best = max(range(n), key=lambda i: (matched[i], -loads[i], -i))
+    return best if matched[best] / prompt >= cfg.cache_threshold else least
+
+
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 100)), min_size=2, max_size=6),
+       st.integers(0, 8), st.sampled_from([0.0, 0.5, 1.0]))
+def test_cache_aware_picks_as_the_spelled_out_rule_ties_included(pairs, abs_gap, threshold):
+    # small loads and matches: many ties, where the first of equals must win
+    cfg = RouterConfig(policy="cache_aware", cache_threshold=threshold,
+                       balance_abs_threshold=abs_gap, balance_rel_threshold=1.5)
+    views = [View(q, c) for q, c in pairs]
+    assert Router(cfg, views).route(req(100)) == _reference_route(cfg, views, 100)
