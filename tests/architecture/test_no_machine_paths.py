@@ -53,25 +53,26 @@ def _git(*args: str) -> None:
     subprocess.run(["git", *args], check=True, capture_output=True)
 
 
-def test_a_clone_finds_the_folder_beside_its_origin(tmp_path: Path) -> None:
-    origin = tmp_path / "work" / "repo"
-    origin.mkdir(parents=True)
-    (tmp_path / "work" / "shared").mkdir()
-    _git("-C", str(origin), "init", "-q")
-    _git("-C", str(origin), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q",
+def _checkout_beside_shared(top: Path) -> Path:
+    """A git checkout ``top/main`` with one commit, and ``top/shared`` beside it."""
+    main = top / "main"
+    main.mkdir(parents=True)
+    (top / "shared").mkdir()
+    _git("-C", str(main), "init", "-q")
+    _git("-C", str(main), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q",
          "--allow-empty", "-m", "x")
+    return main
+
+
+def test_a_clone_finds_the_folder_beside_its_origin(tmp_path: Path) -> None:
+    origin = _checkout_beside_shared(tmp_path / "work")
     clone = tmp_path / "elsewhere" / "clone"
     _git("clone", "-q", str(origin), str(clone))
     assert find_shared(clone, {}) == tmp_path / "work" / "shared"
 
 
 def test_a_linked_worktree_finds_the_folder_beside_its_main_checkout(tmp_path: Path) -> None:
-    main = tmp_path / "work" / "main"
-    main.mkdir(parents=True)
-    (tmp_path / "work" / "shared").mkdir()
-    _git("-C", str(main), "init", "-q")
-    _git("-C", str(main), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q",
-         "--allow-empty", "-m", "x")
+    main = _checkout_beside_shared(tmp_path / "work")
     tree = tmp_path / "trees" / "mine"
     _git("-C", str(main), "worktree", "add", "-q", "-b", "mine", str(tree))
     assert find_shared(tree, {}) == tmp_path / "work" / "shared"

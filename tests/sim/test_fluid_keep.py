@@ -20,6 +20,7 @@ from sim.driver import simulate
 from sim.fluid import FluidJob, FluidServer, _Timer
 from sim.link import PcieLink
 from sim.streams import call_at
+from tests.shared_data import CONVERSATION_TRACE, skip_reason
 
 
 def _run(env: simpy.Environment) -> tuple[list[tuple], int]:
@@ -148,10 +149,7 @@ def test_a_job_slowed_twice_at_once_keeps_one_timer(keep, monkeypatch) -> None:
 
 
 ROOT = Path(__file__).resolve().parents[2]
-_SHARED = ROOT.parent / "shared"  # beside the repository (CI)
-if not _SHARED.exists():
-    _SHARED = Path("/work/shared")  # where this workplace keeps it
-TRACE = _SHARED / "traces/mooncake/mooncake_conversation_trace.jsonl"
+TRACE = CONVERSATION_TRACE
 
 
 @pytest.mark.parametrize("case", ["multiturn", "trace"])
@@ -162,7 +160,7 @@ def test_a_run_with_kept_timers_is_the_run_with_a_timer_per_re_plan(case, monkey
     kept timer's re-plan takes the id a new timer takes), fewer fluid timers fired."""
     if case == "trace":
         if not TRACE.exists():
-            pytest.skip("shared traces absent")
+            pytest.skip(skip_reason(TRACE))
         sc = load_scenario(ROOT / "scenarios" / "mooncake_trace.yaml",
                            ["workload.max_requests=300", "run.layerwise=true",
                             f"workload.path={TRACE}"])
