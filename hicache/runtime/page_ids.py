@@ -41,24 +41,6 @@ Run = tuple[int, int]
 _ZERO, _ONE = bytearray(1), bytearray(b"\x01")
 
 
-def _join(starts: list[int], ends: list[int], s: int, e: int) -> None:
-    """Put the freed run ``s .. e - 1`` into the sorted, coalesced free runs ``starts`` /
-    ``ends`` (sentinels at both ends), joining the run below or above it where they touch:
-    one form per set of free ids."""
-    i = bisect_left(starts, s)  # at most the sentinel's index
-    if ends[i - 1] == s:  # joins the run below (index -1: the sentinel)
-        if starts[i] == e:  # and the one above
-            ends[i - 1] = ends[i]
-            del starts[i], ends[i]
-        else:
-            ends[i - 1] = e
-    elif starts[i] == e:  # joins the run above
-        starts[i] = s
-    else:
-        starts.insert(i, s)
-        ends.insert(i, e)
-
-
 def runs_of(pages: Iterable[int]) -> list[Run]:
     """Page ids in order -> ascending runs ``(start, length)`` listing them in that order.
     A list that is one ascending run (an allocation handed back whole, the usual case)
@@ -305,7 +287,19 @@ class PageIds:
                 else:
                     continue  # no page
                 total += n
-                _join(starts, ends, s, s + n)
+                i = bisect_left(starts, s)  # at most the sentinel's index
+                e = s + n
+                if ends[i - 1] == s:  # joins the run below (index -1: the sentinel)
+                    if starts[i] == e:  # and the one above
+                        ends[i - 1] = ends[i]
+                        del starts[i], ends[i]
+                    else:
+                        ends[i - 1] = e
+                elif starts[i] == e:  # joins the run above
+                    starts[i] = s
+                else:
+                    starts.insert(i, s)
+                    ends.insert(i, e)
             self._n_runs += total
             self.free += total
             return
@@ -359,7 +353,20 @@ class PageIds:
                 self._take_given(runs[:j])
                 return False
             total += n
-            _join(starts, ends, s, e)
+            # give_runs' join, written out again: a shared function costs a call per run
+            # (measured: +27M instructions on 3,000 trace requests, +151M on the full trace)
+            i = bisect_left(starts, s)
+            if ends[i - 1] == s:
+                if starts[i] == e:
+                    ends[i - 1] = ends[i]
+                    del starts[i], ends[i]
+                else:
+                    ends[i - 1] = e
+            elif starts[i] == e:
+                starts[i] = s
+            else:
+                starts.insert(i, s)
+                ends.insert(i, e)
         self._n_runs += total
         self.free += total
         return True
