@@ -65,8 +65,7 @@ from typing import Any, Protocol
 import simpy
 from simpy.events import NORMAL
 
-from sim.simtime import exact_delay
-from sim.streams import queue_at
+from sim.streams import queue_at, queue_time
 
 _NO_TAGS: frozenset[str] = frozenset()
 
@@ -374,9 +373,7 @@ class FluidServer:
             if job.timer_at <= due or (PLAN_AHEAD and self._planned(job, now, due)):
                 return
         elif KEEP and job.timer_at != math.inf:
-            key = now + (due - now)  # where queue_at queues a timer at ``due`` now
-            if key != due:
-                key = now + exact_delay(now, due)
+            key = queue_time(now, due)  # where queue_at queues a timer at ``due`` now
             if job.live <= key:  # it fires first: when it does, it moves to this entry
                 job.key, job.eid = key, next(self.env._eid)  # type: ignore[attr-defined]
                 return

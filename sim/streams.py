@@ -56,11 +56,17 @@ def queue_at(env: simpy.Environment, at: float, event: Any) -> float:
     priority; the next id): :func:`call_at`'s event, or a timer that needs no
     :class:`simpy.Event` (sim.fluid's, which carry their job). Returns the time it is
     queued at."""
-    now = env._now  # type: ignore[attr-defined]
+    key = queue_time(env._now, at)  # type: ignore[attr-defined]
+    heappush(env._queue, (key, NORMAL, next(env._eid), event))  # type: ignore[attr-defined]
+    return key
+
+
+def queue_time(now: float, at: float) -> float:
+    """Where ``env.timeout(exact_delay(now, at))`` lands in the queue at ``now``: ``at``,
+    or the time exact_delay's delay reaches when no delay lands on ``at`` exactly."""
     key = now + (at - now)  # exact_delay's first try, which it keeps when it lands
     if key != at or at < now:
         key = now + exact_delay(now, at)  # (it raises for a time before now)
-    heappush(env._queue, (key, NORMAL, next(env._eid), event))  # type: ignore[attr-defined]
     return key
 
 
