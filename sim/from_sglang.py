@@ -117,9 +117,10 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     d["replicas"] = m.replicas
     if m.replicas > 1:
         d.setdefault("router", "round_robin")  # SGLang's DP load balancing default
-    d = apply_overrides(d, args.overrides, source=f"{source} (override)", base=Path.cwd())
-    sc = Scenario.from_mapping(d, source=source,
-                               base=base_sc.base_dir if base_sc is not None else None)
+    folder = base_sc.base_dir if base_sc is not None else None
+    d = apply_overrides(d, args.overrides, source=f"{source} (override)", base=Path.cwd(),
+                        doc_base=folder)
+    sc = Scenario.from_mapping(d, source=source, base=folder)
     _say(m, dataclasses.asdict(sc.cache), model)
     return sc
 
