@@ -63,8 +63,9 @@ def test_a_profile_path_resolves_against_the_scenario_folder(tmp_path, monkeypat
     sc = load_scenario(tmp_path / "s.yaml", [NIC])
     assert sc.hardware == {**mine, "l3": profile("h100-sxm", nic_bytes_per_s=7e8)["l3"]}
     assert sc.hardware["name"] == "mine"
-    assert sc.with_overrides(["hardware.cpu.scheduler_step_s=0.5"]).hardware["cpu"][
-        "scheduler_step_s"] == 0.5  # the Python API: the same folder
+    # the Python API (and sweep's --grid): the same folder
+    again = load_scenario(tmp_path / "s.yaml").with_overrides([NIC])
+    assert again.hardware == sc.hardware and again.variant("L1").hardware == sc.hardware
 
 
 def _with_variants(tmp_path: Path, variants: list) -> Path:
@@ -125,6 +126,7 @@ def test_unknown_keys_and_profiles_fail_naming_the_key_and_the_profile() -> None
         check_variants(sc.expand())
     assert "'h100-sxm'" in str(e.value) and "'l3.mooncake.nic_byte_per_s'" in str(e.value)
     assert "nic_bytes_per_s" in str(e.value)  # the suggestion
+    assert str(e.value).startswith(f"{sc.source} [variant L1]: hardware: ")
 
 
 def test_nothing_is_mutated_and_plain_keys_are_unchanged() -> None:
@@ -165,3 +167,14 @@ def test_the_run_folders_scenario_reruns_the_run(tmp_path, capsys) -> None:
     again = _run(str(tmp_path / "a" / folder / "scenario.yaml"), tmp_path / "c")
     assert list(again.values()) == [first[folder]]
     assert _run("quick", tmp_path / "d", *TINY) != first  # the override reached the runs
+
+
+def test_from_sglang_hardware_takes_dotted_keys_after_it(tmp_path) -> None:
+    from hicache.cli import build_parser
+    from sim.from_sglang import scenario_from_args
+
+    cmd = ("python -m sglang.launch_server --model-path meta-llama/Meta-Llama-3-8B-Instruct "
+           "--max-total-tokens 4096 --page-size 64")
+    args = build_parser().parse_args(["run", "quick", "--from-sglang", cmd, "--hardware",
+                                      "h200-sxm", "--set", NIC])
+    assert scenario_from_args(args).hardware == profile("h200-sxm", nic_bytes_per_s=7e8)
