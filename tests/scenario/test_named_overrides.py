@@ -169,12 +169,29 @@ def test_the_run_folders_scenario_reruns_the_run(tmp_path, capsys) -> None:
     assert _run("quick", tmp_path / "d", *TINY) != first  # the override reached the runs
 
 
-def test_from_sglang_hardware_takes_dotted_keys_after_it(tmp_path) -> None:
+def _from_sglang(*argv: str):  # noqa: ANN202 - a Scenario
     from hicache.cli import build_parser
     from sim.from_sglang import scenario_from_args
 
     cmd = ("python -m sglang.launch_server --model-path meta-llama/Meta-Llama-3-8B-Instruct "
-           "--max-total-tokens 4096 --page-size 64")
-    args = build_parser().parse_args(["run", "quick", "--from-sglang", cmd, "--hardware",
-                                      "h200-sxm", "--set", NIC])
-    assert scenario_from_args(args).hardware == profile("h200-sxm", nic_bytes_per_s=7e8)
+           "--mem-fraction-static 0.5 --page-size 64")
+    return scenario_from_args(build_parser().parse_args(["run", "quick", "--from-sglang",
+                                                         cmd, *argv]))
+
+
+def test_from_sglang_hardware_takes_dotted_keys_and_sizes_l1_by_them(tmp_path,
+                                                                     monkeypatch) -> None:
+    sc = _from_sglang("--hardware", "h200-sxm", "--set", NIC)
+    assert sc.hardware == profile("h200-sxm", nic_bytes_per_s=7e8)
+    # L1 is sized from the profile's GPU memory once --set changed it (as --gpu-memory)
+    mem = _from_sglang("--set", f"hardware.gpu.memory_bytes={40 << 30}")
+    assert mem.hardware["gpu"]["memory_bytes"] == 40 << 30
+    assert mem.cache.device_tokens == _from_sglang("--gpu-memory", "40GiB").cache.device_tokens
+    assert mem.cache.device_tokens < _from_sglang().cache.device_tokens
+    # a --hardware path is relative to the cwd (quick.yaml's folder has no hw/)
+    (tmp_path / "hw").mkdir()
+    (tmp_path / "hw" / "mine.yaml").write_text(yaml.safe_dump({**profile("b200"),
+                                                                "name": "mine"}))
+    monkeypatch.chdir(tmp_path)
+    sc = _from_sglang("--hardware", "hw/mine.yaml", "--set", NIC)
+    assert sc.hardware == {**profile("b200", nic_bytes_per_s=7e8), "name": "mine"}
