@@ -38,6 +38,9 @@ def test_a_dotted_key_changes_one_value_of_the_named_profile_in_every_variant() 
     assert [v.hardware for _, v in sc.expand()] == [want] * 3
     assert load_profile(sc.hardware).mooncake.nic_bytes_per_s == 7e8
     assert load_profile(sc.hardware).pcie == load_profile("h100-sxm").pcie
+    from hicache.scenario.command import describe
+
+    assert " on h100-sxm (inline) x1, " in describe("L1", sc)
 
 
 def test_items_apply_in_order() -> None:
