@@ -33,19 +33,8 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from hicache.scenario import load_scenario  # noqa: E402
-from hicache.schema.yamlio import read_yaml  # noqa: E402
 from sim.driver import SimResult, simulate  # noqa: E402
 from tests.sim.test_fold import SHRUNK, TRACE  # noqa: E402
-
-
-def l3_capacity(capacity_bytes: float, profile: str = "h100-sxm") -> str:
-    """A ``hardware=`` override: the shipped ``profile`` with an L3 (Mooncake) store of
-    ``capacity_bytes``."""
-    hw = dict(read_yaml(ROOT / "scenarios" / "hardware" / f"{profile}.yaml").data)
-    hw["l3"] = {**hw["l3"], "mooncake": {**hw["l3"]["mooncake"],
-                                         "capacity_bytes": capacity_bytes}}
-    return "hardware=" + json.dumps(hw)
-
 
 # (label, scenario file, --set items, variants (None: all)): larger runs, folded only
 PRESSURE = [("pressure:multiturn_tiers 64x10", "multiturn_tiers.yaml",
@@ -53,7 +42,8 @@ PRESSURE = [("pressure:multiturn_tiers 64x10", "multiturn_tiers.yaml",
             ("pressure:mooncake_trace 2000", "mooncake_trace.yaml",
              ["workload.max_requests=2000", "run.layerwise=true"], None),
             ("pressure:mooncake_trace 2000 L3 1TB", "mooncake_trace.yaml",
-             ["workload.max_requests=2000", "run.layerwise=true", l3_capacity(1e12)],
+             ["workload.max_requests=2000", "run.layerwise=true",
+              "hardware.l3.mooncake.capacity_bytes=1e12"],
              {"L1+L2+L3"})]
 
 

@@ -29,8 +29,10 @@ def add_scenario_args(p: argparse.ArgumentParser, *, optional: bool = False) -> 
                         "multiturn_tiers, long_context, ...)")
     p.add_argument("--set", dest="overrides", action="append", default=[],
                    metavar="KEY=VALUE",
-                   help="override a scenario key, e.g. --set cache.page_size=32 "
-                        "(repeatable; values are YAML: 32, true, null, [1, 2])")
+                   help="override a scenario key, e.g. --set cache.page_size=32, or one "
+                        "key of the hardware profile or model preset it names: "
+                        "hardware.l3.mooncake.nic_bytes_per_s=7e8 (repeatable, applied in "
+                        "order; values are YAML: 32, true, null, [1, 2])")
 
 
 def add_output_args(p: argparse.ArgumentParser, default: str) -> None:

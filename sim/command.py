@@ -112,7 +112,10 @@ def check_variants(variants: list[tuple[str, Scenario]]) -> None:
     from sim.hardware.profile import load_profile
 
     for _, vd in variants:
-        load_profile(vd.hardware)
+        try:
+            load_profile(vd.hardware)
+        except ValueError as e:  # name the scenario (and variant) that gave the profile
+            raise ValueError(f"{vd.source}: hardware: {e}") from None
 
 
 def run(args: argparse.Namespace) -> int:

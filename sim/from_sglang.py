@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hicache.presets import is_name
 from hicache.sglang.hf_config import load_hf_config, preset_from_hf
 from hicache.sglang.launch import read_server_args
 from hicache.sglang.mapping import Mapped, MappingError, device_tokens, map_server_args
@@ -68,6 +69,18 @@ def _model(args: argparse.Namespace, fields: dict, tp: int) -> tuple[dict, int |
                      f"Face page). Presets: {', '.join(sorted(set(KNOWN_MODELS)))}")
 
 
+def _hardware(d: dict[str, Any], overrides: list[str], source: str,
+              folder: Path | None) -> Any:
+    """The hardware profile the scenario will have once the ``hardware`` ``--set`` items
+    (``hardware=NAME``, ``hardware.gpu.memory_bytes=...``) apply, in their order."""
+    from hicache.scenario import apply_overrides
+
+    items = [i for i in overrides if i.partition("=")[0].strip().split(".")[0] == "hardware"]
+    return apply_overrides({"hardware": d.get("hardware", "h100-sxm")}, items,
+                           source=f"{source} (override)", base=Path.cwd(),
+                           doc_base=folder)["hardware"]
+
+
 def _gpu_memory(args: argparse.Namespace, hardware: Any) -> int:
     if args.gpu_memory:
         return args.gpu_memory
@@ -100,15 +113,19 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         print("--from-sglang: the base scenario's variants are dropped; the server args "
               "define the one variant", file=sys.stderr)
     d = {**base, "name": f"{base['name']}-sglang" if args.scenario else "sglang"}
-    if args.hardware:
-        d["hardware"] = args.hardware
+    if args.hardware:  # a path on the command line is relative to the cwd, as --set's
+        ref = Path(args.hardware).expanduser()
+        d["hardware"] = (args.hardware if is_name(args.hardware) or ref.is_absolute()
+                         else str(ref.resolve()))
+    folder = base_sc.base_dir if base_sc is not None else None
     d["model"], vocab = _model(args, fields, m.tensor_parallel)
     model = load_model(d["model"])
     cache = {**(base.get("cache") or {}), **m.cache}
     if m.mem_fraction_static is not None:  # else --max-total-tokens set device_tokens
         try:
             cache["device_tokens"] = device_tokens(
-                _gpu_memory(args, d.get("hardware", "h100-sxm")), m.mem_fraction_static,
+                _gpu_memory(args, _hardware(d, args.overrides, source, folder)),
+                m.mem_fraction_static,
                 _weight_bytes(model, vocab), model.kv_bytes_per_token())
         except MappingError as e:
             raise ValueError(str(e)) from None
@@ -117,9 +134,9 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     d["replicas"] = m.replicas
     if m.replicas > 1:
         d.setdefault("router", "round_robin")  # SGLang's DP load balancing default
-    d = apply_overrides(d, args.overrides, source=f"{source} (override)", base=Path.cwd())
-    sc = Scenario.from_mapping(d, source=source,
-                               base=base_sc.base_dir if base_sc is not None else None)
+    d = apply_overrides(d, args.overrides, source=f"{source} (override)", base=Path.cwd(),
+                        doc_base=folder)
+    sc = Scenario.from_mapping(d, source=source, base=folder)
     _say(m, dataclasses.asdict(sc.cache), model)
     return sc
 

@@ -12,6 +12,7 @@ Public API (what drivers, the CLI and notebooks use)::
     load_resolved(path_or_mapping)   -> Scenario   resolved data back, without pydantic
     write_resolved(scenario, path)                 scenario.resolved.json for another machine
     apply_overrides(d, items) -> dict                        the same dotted sets on data
+                        (hardware.KEY / model.KEY / router.KEY go into the named profile)
     json_schema() / json_schema_text()                       for editors (docs/...json)
     ScenarioError (a ValueError): every message starts with the file (and line) and key
 

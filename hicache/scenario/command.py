@@ -60,7 +60,9 @@ def describe(name: str, sc) -> str:  # noqa: ANN001 - a Scenario (pydantic loads
         tiers.append(f"L2 {cache.host_tokens(kv):,} tokens")
     if cache.hicache_storage_backend:
         tiers.append(f"L3 {cache.hicache_storage_backend}")
-    hw = sc.hardware if isinstance(sc.hardware, str) else "<inline profile>"
+    hw = sc.hardware if isinstance(sc.hardware, str) else (
+        f"{sc.hardware['name']} (inline)" if isinstance(sc.hardware.get("name"), str)
+        else "<inline profile>")
     return (f"{name}: {model.name} on {Path(str(hw)).stem} x{sc.replicas}, "
             f"{', '.join(tiers)}, page {cache.page_size}, {sc.workload.kind} workload, "
             f"seed {sc.seed}")

@@ -45,7 +45,8 @@ def load_scenario(name_or_path: str | Path, overrides: Iterable[str] = ()) -> Sc
     if is_resolved(doc.data):  # validated where it was written: rebuilt as it is
         sc = load_resolved(path)
         return sc.with_overrides(items) if items else sc
-    raw = apply_overrides(doc.data, items, source=source, base=Path.cwd())
+    raw = apply_overrides(doc.data, items, source=source, base=Path.cwd(),
+                          doc_base=path.resolve().parent)
     lines: dict[tuple, int | str] = dict(doc.lines)
     for item in items:
         key = tuple(item.partition("=")[0].strip().split("."))

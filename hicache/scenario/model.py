@@ -190,7 +190,7 @@ class Scenario(Plain):
             where = f"{source} [variant {v.name}]"
             here: dict[tuple, int | str] = {}  # a set key's errors point at its line
             for key, value in v.set.items():
-                set_path(body, str(key), copy.deepcopy(value), f"{where}: set")
+                set_path(body, str(key), copy.deepcopy(value), f"{where}: set", base)
                 at = (lines or {}).get(("variants", i, "set", key))
                 if at is not None:
                     here[tuple(str(key).split("."))] = at
@@ -238,7 +238,8 @@ class Scenario(Plain):
         where the items came from in messages (``--set``, ``--grid``)."""
         items = list(overrides)
         raw = apply_overrides(self._raw if self._raw is not None else self.to_mapping(),
-                              items, source=self.source, base=Path.cwd(), flag=flag)
+                              items, source=self.source, base=Path.cwd(), flag=flag,
+                              doc_base=self._base)
         labels = {tuple(i.partition("=")[0].strip().split(".")): f"{flag} {i}" for i in items}
         return Scenario.from_mapping(raw, source=self.source, base=self._base, lines=labels)
 

@@ -19,7 +19,8 @@ def add_sglang_args(p: argparse.ArgumentParser) -> None:
                    help="the model's Hugging Face config.json (or its folder); needed when "
                         "--model-path is neither a local folder nor a known preset")
     g.add_argument("--hardware", metavar="NAME|FILE", default=None,
-                   help="hardware profile (default: the scenario's, else h100-sxm)")
+                   help="hardware profile (default: the scenario's, else h100-sxm); "
+                        "--set hardware.KEY=VALUE changes one of its keys")
     g.add_argument("--gpu-memory", type=size_arg(1), default=None, metavar="BYTES",
                    help="GPU memory for --mem-fraction-static, e.g. 80GiB (default: the "
                         "hardware profile's gpu.memory_bytes)")

@@ -21,9 +21,13 @@ from hicache.schema.yamlio import read_yaml
 def resolve(source: str | Path | Mapping[str, Any], subdir: str, *,
             base: Path | None = None) -> tuple[dict[str, Any], str]:
     """Return (mapping, origin). A bare name is a bundled preset of ``subdir``
-    (:func:`hicache.presets.find_preset`); a relative path resolves against ``base``."""
+    (:func:`hicache.presets.find_preset`); a relative path resolves against ``base``. A
+    mapping's origin names the profile its ``name`` key gives (a scenario's ``--set
+    hardware.KEY=VALUE`` turns a named profile into such a mapping)."""
     if isinstance(source, Mapping):
-        return dict(source), "<mapping>"
+        name = source.get("name")
+        return dict(source), "<mapping>" + (f" ({subdir} {name!r})" if isinstance(name, str)
+                                            else "")
     doc = read_yaml(find_preset(subdir, source, base=base))
     if not isinstance(doc.data, Mapping):
         raise ValueError(f"{doc.source}: top level must be a mapping")

@@ -6,7 +6,6 @@ forget, which kept all of that: the same run, bit for bit."""
 from __future__ import annotations
 
 import gc
-import json
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,6 @@ import pytest
 from hicache.kvcache.prefetch import L3Prefetcher
 from hicache.kvcache.state import RequestState, Status
 from hicache.scenario import load_scenario
-from hicache.schema.yamlio import read_yaml
 from hicache.workload.tokens import BlockTokens
 from sim.driver import SimResult, simulate
 from tests.shared_data import CONVERSATION_TRACE, skip_reason
@@ -43,12 +41,9 @@ def _old_forget(self: RequestState) -> None:
     self.lock = self.host_lock = self.prefix_lock = self.prefetch_lock = None
 
 
-def _slow_l3() -> str:
-    """A ``hardware=`` override: the shipped H100 profile with a 0.7 GB/s Mooncake NIC,
-    so that some prefetches outlive their timeout, their request and its decode."""
-    hw = dict(read_yaml(ROOT / "scenarios" / "hardware" / "h100-sxm.yaml").data)
-    hw["l3"] = {**hw["l3"], "mooncake": {**hw["l3"]["mooncake"], "nic_bytes_per_s": 7e8}}
-    return "hardware=" + json.dumps(hw)
+# the shipped H100 profile with a 0.7 GB/s Mooncake NIC, so that some prefetches outlive
+# their timeout, their request and its decode
+SLOW_L3 = "hardware.l3.mooncake.nic_bytes_per_s=7e8"
 
 
 def _run(*extra: str) -> SimResult:
@@ -103,12 +98,12 @@ def test_a_request_finished_before_its_prefetch_landed_is_forgotten_when_it_land
         done(self, c)
 
     monkeypatch.setattr(L3Prefetcher, "done", watched)
-    res = _run(_slow_l3())
+    res = _run(SLOW_L3)
     assert len(late) >= 3
     for st in late:
         assert st.kv is None and st.handle is None and st.prefetch_done
         assert all(getattr(st, f) == () for f in FIELDS)
-    assert _outcome(res) == _outcome(_run_forgetting_nothing(monkeypatch, _slow_l3()))
+    assert _outcome(res) == _outcome(_run_forgetting_nothing(monkeypatch, SLOW_L3))
 
 
 def _run_forgetting_nothing(monkeypatch: pytest.MonkeyPatch, *extra: str) -> SimResult:
