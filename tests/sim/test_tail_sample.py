@@ -14,6 +14,7 @@ import pytest
 
 import sim.tail_fold as tail_fold
 from hicache.scenario import load_scenario
+from sim.cost import CostModel
 from sim.driver import SimResult, simulate
 from tests.sim.test_chain_fold import _assert_same, _case, _entries
 
@@ -31,7 +32,10 @@ def _run(sc: object, name: str, sample: bool, monkeypatch: pytest.MonkeyPatch,
         if cut is not None and not at_end:
             now = self.cc.rt.env.now
             k = sum(1 for s in self.starts if s <= now) - 1
-            cut[KINDS[self.kinds[k]]] += 1
+            kind = KINDS[self.kinds[k]]
+            cut[kind] += 1
+            if any(t > self.starts[k] for t in self.changes):
+                cut[kind + " split"] += 1  # L3 changes split it before the cut
         materialise(self, at_end)
 
     with monkeypatch.context() as m:
@@ -96,3 +100,26 @@ def test_outside_entries_see_the_unfolded_floats(seed: int | None,
     folded = _entries(vsc, variant, True, monkeypatch)
     assert len(folded) > 100
     assert folded == plain
+
+
+@pytest.fixture
+def long_samples(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Samples 40 times as long, in both twins: folds get cut while a sample runs, after
+    L3 changes split its progress (rare at the real length)."""
+    sample_time = CostModel._sample_time
+    monkeypatch.setattr(CostModel, "_sample_time",
+                        lambda self, requests: 40 * sample_time(self, requests))
+
+
+def test_samples_cut_after_l3_changes_materialise_exactly(
+        long_samples: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    cut: Counter[str] = Counter()
+    for seed in (None, 0, 1, 6):
+        variant, vsc = _case(seed)
+        _twin(vsc, variant, monkeypatch, cut)
+    assert cut["sample split"] > 0 and cut["sample"] > 10, cut
+    variant, vsc = _case(0)  # (one such cut)
+    with monkeypatch.context() as m:
+        m.setattr(tail_fold, "SAMPLE", False)
+        plain = _entries(vsc, variant, True, monkeypatch)
+    assert _entries(vsc, variant, True, monkeypatch) == plain
