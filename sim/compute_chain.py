@@ -86,7 +86,10 @@ class ComputeChain:
             self._layer_ready(None)
             return
         self.t0 = rt.env.now
-        self._job(sum(self.times), self._forward_done)
+        work = sum(self.times)
+        if rt.fold_layers and tail_fold.try_fold_forward(self, work):
+            return  # the forward and its sample run folded (sim.tail_fold)
+        self._job(work, self._forward_done)
 
     def _job(self, seconds: float, then: Callable[[], None], thread: str = "") -> None:
         """A compute job of ``seconds``; ``then()`` runs in its finish."""
