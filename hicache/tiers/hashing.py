@@ -3,7 +3,8 @@
 ``key_i = sha256(raw(key_{i-1}) || tokens of page i as little-endian int64)``, with an empty
 prefix for the first page of a sequence, rendered as 64 lowercase hex characters: SGLang's
 keys (``cache.l3_key_scheme: sha256``). The ``chain64`` scheme (:func:`l3_page_keys`, the
-simulator's default) keys integer page keys by :func:`chain64` instead, equal iff these are.
+simulator's default) keys integer page keys by :func:`chain64` instead, equal iff these are,
+or, in a simulated run, by that run's dense :class:`ChainIds` (equal iff chain64's are).
 
 Invariants: a key depends on the page's tokens *and* on every token before it (the chain);
 keys are identical across processes and machines (hashlib only, fixed byte order, never
