@@ -37,6 +37,7 @@ from hicache.runtime.handles import Kind
 from hicache.runtime.state import host_state_pool_sizes, state_pool_sizes
 from hicache.scenario import Scenario, as_scenario
 from hicache.scheduler.scheduler import Scheduler
+from hicache.tiers.hashing import ChainIds
 from hicache.timeline import Timeline
 from hicache.workload.factory import make_workload
 from hicache.workload.request import Request
@@ -113,7 +114,7 @@ def build(env: simpy.Environment, scenario: Scenario | dict,
     if sc.scheduler.track_components:
         pools.update(_state_pools(model, sc))
     if sc.sharing.pool != "none":
-        return _shared_replicas(env, sc, hw, pools, host_pages, l3), cache
+        return _keyed(_shared_replicas(env, sc, hw, pools, host_pages, l3), l3), cache
     replicas = []
     for i in range(sc.replicas):
         tl = Timeline()
@@ -121,7 +122,24 @@ def build(env: simpy.Environment, scenario: Scenario | dict,
         cfg = sc.scheduler_config(l3=l3 is not None)
         replicas.append(Replica(Scheduler(cache, rt.info(), cfg, replica=i), rt, tl,
                                 CrossingCost(hw, run.runtime_process)))
-    return replicas, cache
+    return _keyed(replicas, l3), cache
+
+
+# chain64 L3 keys as one run's dense chain ids (False: chain64's hashes; twin tests)
+CHAIN_IDS = True
+
+
+def _keyed(replicas: list[Replica], l3: L3Store | None) -> list[Replica]:
+    """The replicas, keying chain64 L3 pages by one :class:`ChainIds` for the run (every
+    replica reaches the one store): equal iff chain64's keys are, so every result is the
+    same, and dense, so a conversation's keys sit together in the store's tables
+    (:class:`hicache.tiers.hashing.ChainIds`)."""
+    if CHAIN_IDS and l3 is not None:
+        ids = ChainIds()
+        for r in replicas:
+            if r.scheduler.kv.key_scheme == "chain64":
+                r.scheduler.kv.use_chain_ids(ids)
+    return replicas
 
 
 def _runtime(env: simpy.Environment, sc: Scenario, hw: HardwareProfile,

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from hicache.tiers.hashing import (
     CHAIN64_SEED,
+    ChainIds,
     L3Key,
     L3KeyScheme,
     chain64,
@@ -35,6 +36,7 @@ class NodeKeys:
         self.page = page_size
         self.chain64 = scheme == "chain64"
         self._last: OrderedDict[int, L3Key] = OrderedDict()  # node id -> key of its last page
+        self.ids: ChainIds | None = None  # the run's chain ids, if it keeps them (chain64)
 
     def span(self, nodes: list[Node]) -> tuple[L3Key, ...]:
         """The keys of the pages of consecutive ``nodes`` (a path segment, top first)."""
@@ -54,7 +56,10 @@ class NodeKeys:
         for node in todo:
             first = node.key[0] if node.key else None
             if self.chain64 and type(first) is int:  # block prompts' first token ids
-                keys = chain64(node.key, CHAIN64_SEED if prior is None else prior)
+                if self.ids is not None:  # (a chain id: an int, as the memo holds)
+                    keys = self.ids.ids(node.key, -1 if prior is None else prior)  # type: ignore[arg-type]
+                else:
+                    keys = chain64(node.key, CHAIN64_SEED if prior is None else prior)
             elif isinstance(first, bytes):  # packed tokens already
                 keys = chain_keys(node.key, prior)
             else:

@@ -42,7 +42,7 @@ from hicache.runtime.interface import (
     TransferKind,
 )
 from hicache.runtime.slot_init import slot_builder, slot_init
-from hicache.tiers.hashing import L3Key, l3_page_keys
+from hicache.tiers.hashing import ChainIds, L3Key, l3_page_keys
 from hicache.tiers.write_policy import WritePolicy
 from hicache.tree.actions import Action, BackupNode, Deleted, Demoted, FreeDevice, FreeHost
 from hicache.tree.components import Kind, TreeSpec
@@ -126,8 +126,17 @@ class KVCacheManager:
         self._backups_refused = 0  # backups that found no L2 room
         self.key_scheme = cache.l3_key_scheme
         self._keys = NodeKeys(self.page, self.key_scheme)
+        # the run's chain ids (chain64 keys as dense ids; None: chain64's hashes), shared by
+        # the replicas of one simulated run: :meth:`use_chain_ids`
+        self.chain_ids: ChainIds | None = None
         self._refused: tuple | None = None  # what admit read when it last refused (admit)
         self._orphans: dict[int, list[CacheExtentRef]] = {}  # rid -> loads it owns (land)
+
+    def use_chain_ids(self, ids: ChainIds) -> None:
+        """Key chain64 pages by ``ids`` (:class:`hicache.tiers.hashing.ChainIds`, one per
+        run, shared by every replica reaching the same L3): equal iff chain64's keys are,
+        and dense. Set before the first request."""
+        self.chain_ids = self._keys.ids = ids
 
     def log(self, decision: Decision) -> None:
         self.decisions.append(decision)
@@ -476,7 +485,8 @@ class KVCacheManager:
             pages = page_keys(kv, self.page)
             if len(pages) > len(st.pages) and (tail := self.cache_kv(st, pages)) is not None:
                 if self.l3:
-                    st.hashes = l3_page_keys(kv, pages, self.page, self.key_scheme)
+                    st.hashes = l3_page_keys(kv, pages, self.page, self.key_scheme,
+                                             self.chain_ids)
                 self.write_through(st, pages, end=tail)
         self.budget.own -= self.footprint(st)
         if component_keep is not None:

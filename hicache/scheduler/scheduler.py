@@ -301,7 +301,8 @@ class Scheduler:
     def _arrive(self, req: Request) -> None:
         st = RequestState(req, page_keys(req.tokens, self.page), self.replica)
         if self.kv.l3:
-            st.hashes = l3_page_keys(req.tokens, st.pages, self.page, self.kv.key_scheme)
+            st.hashes = l3_page_keys(req.tokens, st.pages, self.page, self.kv.key_scheme,
+                                     self.kv.chain_ids)
         self.requests[req.rid] = st
         reason = self._never_servable(st)
         if reason is None:

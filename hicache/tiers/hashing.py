@@ -3,7 +3,8 @@
 ``key_i = sha256(raw(key_{i-1}) || tokens of page i as little-endian int64)``, with an empty
 prefix for the first page of a sequence, rendered as 64 lowercase hex characters: SGLang's
 keys (``cache.l3_key_scheme: sha256``). The ``chain64`` scheme (:func:`l3_page_keys`, the
-simulator's default) keys integer page keys by :func:`chain64` instead, equal iff these are.
+simulator's default) keys integer page keys by :func:`chain64` instead, equal iff these are,
+or, in a simulated run, by that run's dense :class:`ChainIds` (equal iff chain64's are).
 
 Invariants: a key depends on the page's tokens *and* on every token before it (the chain);
 keys are identical across processes and machines (hashlib only, fixed byte order, never
@@ -48,15 +49,76 @@ def chain64(pages: Sequence[int], prior: int = CHAIN64_SEED) -> list[int]:
     return [prior := hash((prior, k)) for k in pages]
 
 
+class ChainIds:
+    """Dense ids of integer page chains, for one run: the id of a page names its chain (the
+    page keys from a sequence's start to it), so ids are equal iff the chains are (exactly:
+    :func:`chain64`'s keys are, up to its collisions), and an id is content identity, never
+    a page's place. Ids are given in turn from 0 as chains are first seen and never
+    reused; a chain's new pages get consecutive ids, so a conversation's pages are close
+    together wherever ids index (a store's hash table: an int's hash is itself).
+
+    Invariants: each (parent id, page key) has one id; the ids made in one call past a
+    known prefix form a batch ``start..end - 1`` (``_end``), each the child of the one
+    before it, so a walk along a known chain compares a batch's page keys in one slice,
+    not page by page; every other child is in ``_more`` (-1: the parent of first pages).
+    A simulator keeps one per run, shared by its replicas (keys never leave a run)."""
+
+    __slots__ = ("_page", "_end", "_more")
+
+    def __init__(self) -> None:
+        self._page: list[int] = []  # id -> its page key
+        self._end: list[int] = []  # id -> the end of its batch (exclusive)
+        self._more: dict[tuple[int, int], int] = {}  # (parent, page key) -> id
+
+    def __len__(self) -> int:
+        return len(self._page)
+
+    def ids(self, pages: Sequence[int], prior: int = -1) -> list[int]:
+        """The ids of integer page keys ``pages`` following the page whose id is ``prior``
+        (-1: a sequence's start), made where first seen (as one batch)."""
+        if type(pages) is not list:
+            pages = list(pages)
+        page, end, more = self._page, self._end, self._more
+        n, i, p = len(pages), 0, prior
+        out: list[range] = []
+        while i < n:
+            k = pages[i]
+            c = p + 1  # p's child in its batch, if any
+            if not (p >= 0 and c < end[p] and page[c] == k):
+                found = more.get((p, k))
+                if found is None:  # the rest is new: one batch
+                    c, m = len(page), n - i
+                    page.extend(pages[i:] if i else pages)
+                    end.extend([c + m] * m)
+                    more[p, k] = c
+                    out.append(range(c, c + m))
+                    break
+                c = found
+            # along c's batch as far as the page keys agree (c's own does)
+            e = min(end[c], c + n - i)
+            m = e - c
+            if page[c:e] != pages[i:i + m]:
+                m = 1
+                while page[c + m] == pages[i + m]:
+                    m += 1
+            out.append(range(c, c + m))
+            i += m
+            p = c + m - 1
+        if len(out) == 1:
+            return list(out[0])
+        return [x for r in out for x in r]
+
+
 def l3_page_keys(tokens: Sequence[int], pages: Sequence, page_size: int,
-                 scheme: L3KeyScheme) -> list[L3Key]:
+                 scheme: L3KeyScheme, ids: ChainIds | None = None) -> list[L3Key]:
     """The L3 keys of the full pages of ``tokens``, whose page keys
     (:func:`hicache.tree.pagekeys.page_keys`) are ``pages``: :func:`chain64` of integer
-    page keys under ``chain64``; :func:`page_hashes` (SHA-256) otherwise (``sha256``,
-    and bytes page keys: conversations, plain token lists, which a salted ``hash`` cannot
-    key). :class:`hicache.kvcache.keys.NodeKeys` makes the same choice per tree node."""
+    page keys under ``chain64`` (their :class:`ChainIds` when the run keeps ``ids``:
+    equal iff those are); :func:`page_hashes` (SHA-256) otherwise (``sha256``, and bytes
+    page keys: conversations, plain token lists, which a salted ``hash`` cannot key).
+    :class:`hicache.kvcache.keys.NodeKeys` makes the same choice per tree node."""
     if scheme == "chain64" and pages and type(pages[0]) is int:
-        return chain64(pages)
+        return chain64(pages) if ids is None else ids.ids(pages)
     return page_hashes(tokens, page_size)
 
 

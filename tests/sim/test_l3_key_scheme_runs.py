@@ -80,3 +80,39 @@ def test_both_key_schemes_replay_the_same_trace(policy: str) -> None:
         out[scheme] = (records, len(l3))
     assert out["chain64"] == out["sha256"]
     assert sum(r.l3_hit for r in out["sha256"][0]) > 0
+
+
+def _small_l3(sets: list[str], capacity: float) -> list[str]:
+    """``sets`` with the Mooncake store shrunk to ``capacity`` bytes (it evicts)."""
+    import json
+
+    from hicache.schema.yamlio import read_yaml
+
+    hw = dict(read_yaml(ROOT / "scenarios/hardware/h100-sxm.yaml").data)
+    hw["l3"] = dict(hw["l3"])
+    hw["l3"]["mooncake"] = dict(hw["l3"]["mooncake"], capacity_bytes=capacity)
+    return [*sets, "hardware=" + json.dumps(hw)]
+
+
+@pytest.mark.parametrize("policy", ["write_through", "write_back"])
+def test_chain_ids_simulate_the_same_run_as_chain64(policy: str, monkeypatch) -> None:
+    """A run keys chain64 pages by one ChainIds (sim.driver.CHAIN_IDS): twin runs with and
+    without them, the store evicting, give the same results; with them the store's keys
+    are the run's dense ids."""
+    import sim.driver
+
+    sets = _small_l3(["workload.max_requests=300", "cache.device_tokens=60000",
+                      f"cache.hicache_write_policy={policy}"], 1e11)
+    runs, keys = {}, {}
+    for on in (False, True):
+        monkeypatch.setattr(sim.driver, "CHAIN_IDS", on)
+        res = simulate(_scenario("mooncake_trace.yaml", sets, "chain64"), name="x",
+                       progress=False)
+        runs[on] = _outcome(res)
+        store = res.replicas[0].runtime.l3_client.store
+        assert store.evictions > 0 and sum(r["l3_hit"] for r in res.records) > 0
+        made = res.replicas[0].scheduler.kv.chain_ids
+        keys[on] = (made is not None, all(0 <= k < len(made) for k in store.keys)
+                    if made is not None else None)
+    assert runs[True] == runs[False]
+    assert keys == {False: (False, None), True: (True, True)}
