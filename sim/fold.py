@@ -49,23 +49,25 @@ the driver takes it (it would end the fold, and costs less there).
 What could interrupt a fold: arrivals (with one replica a fold ends before the next one
 the feed knows, and one issued meanwhile, by a finish, interrupts it; with several, one
 routed to this replica interrupts it, and the router reads nothing a fold changes:
-``_Feed.horizon`` in :mod:`sim.driver`); completions of this
-replica's backups, stores and prefetches (they interrupt it at their exact time, however
-their work was paced: copy calls pipelined on the copy engine, L3 calls on the NIC, the
-store's shared service and host memory, :mod:`sim.l3_client`); prefetch deadlines
-(nothing may wait); L3 traffic of other replicas (it re-plans this replica's fluid
-server, where only L3 and PCIe rates change: compute keeps rate 1); copies that slow
-compute (SGLang's copy kernel: a fold starts none; none may be in flight but a
-backup's kernel already copying, :meth:`DecodeFolder._copy_kernel`: its rate cannot rise,
-so it finishes no earlier than its due, and the fold's steps, timed at the slowed rate
-``1 - compute_slowdown`` as the server times them (``start + work / rate``), all end
-before that due, so no step changes rate; the kernel's floats are charged at the folded
-compute jobs' changes as the L3 jobs' are, below. With L3 a backup on the d2h stream
-that is queued, or whose kernel ends too soon for two steps, means no fold can start,
-so none is tried, :meth:`DecodeFolder.steps_allowed`; this replica's L3 transfers,
-in flight at its start or started during it, run on, charged at the changes the folded
-compute jobs would have made, :meth:`sim.fluid.FluidServer.expect`, so their floats stay
-the unfolded run's); ``run.max_sim_time`` (a fold ends before it). Fault
+``_Feed.horizon`` in :mod:`sim.driver`); completions of this replica's backups, stores
+and prefetches (they interrupt it at their exact time, however their work was paced:
+copy calls pipelined on the copy engine, L3 calls on the NIC, the store's shared service
+and host memory, :mod:`sim.l3_client`); prefetch deadlines (a fold ends before the queue
+head's, ``Scheduler.fold_deadline``: its steps are all taken before any timer the driver
+sets for it, :func:`_before`, and its wait for batch C - 1 sets the driver's own timer,
+whose firing means no fold); L3 traffic of other replicas (it re-plans this replica's
+fluid server, where only L3 and PCIe rates change: compute keeps rate 1); copies that
+slow compute (SGLang's copy kernel: a fold starts none; none may be in flight but a
+backup's kernel already copying, :meth:`DecodeFolder._copy_kernel`: its rate cannot
+rise, so it finishes no earlier than its due, and the fold's steps, timed at the slowed
+rate ``1 - compute_slowdown`` as the server times them (``start + work / rate``), all
+end before that due, so no step changes rate; the kernel's floats are charged at the
+folded compute jobs' changes as the L3 jobs' are, below. With L3 a backup on the d2h
+stream that is queued, or whose kernel ends too soon for two steps, means no fold can
+start, so none is tried, :meth:`DecodeFolder.steps_allowed`; this replica's L3
+transfers, in flight at its start or started during it, run on, charged at the changes
+the folded compute jobs would have made, :meth:`sim.fluid.FluidServer.expect`, so their
+floats stay the unfolded run's); ``run.max_sim_time`` (a fold ends before it). Fault
 windows (:mod:`sim.faults`) need no stop: every kind scales or fails L3, NIC, PCIe or
 host-memory work, never a compute rate, and a steady pipeline takes no decision a fault
 could change; what the fault does to work in flight surfaces as a completion (above).
