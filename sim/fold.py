@@ -219,6 +219,8 @@ class DecodeFolder:
     fold must end before (the next arrival the driver knows of when it can only come to
     this replica, else the run's stop; inf: none)."""
 
+    _bound = math.inf  # the fold's steps are taken before this (set by run: _before)
+
     def __init__(self, env: simpy.Environment, sched: Scheduler, rt: SimRuntime, cpu: float,
                  horizon: Callable[[], float], per_step_rows: bool = False) -> None:
         self.env, self.sched, self.rt, self.cpu = env, sched, rt, cpu
@@ -243,7 +245,6 @@ class DecodeFolder:
         self._backup_blocks = bool(self.l3) and self.copies_slow_compute
         self.beside_copy = 0  # folds begun beside a backup's copy kernel (_copy_kernel)
         self._applied = 0  # completions the scheduler has taken in this fold (_advance)
-        self._bound = math.inf  # the fold's steps are taken before this (run, _before)
         self.before_deadline = 0  # folds begun while the queue head's prefetch deadline ran
 
     def steps_allowed(self, plans: tuple[BatchPlan, ...]) -> int:
