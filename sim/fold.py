@@ -49,23 +49,25 @@ the driver takes it (it would end the fold, and costs less there).
 What could interrupt a fold: arrivals (with one replica a fold ends before the next one
 the feed knows, and one issued meanwhile, by a finish, interrupts it; with several, one
 routed to this replica interrupts it, and the router reads nothing a fold changes:
-``_Feed.horizon`` in :mod:`sim.driver`); completions of this
-replica's backups, stores and prefetches (they interrupt it at their exact time, however
-their work was paced: copy calls pipelined on the copy engine, L3 calls on the NIC, the
-store's shared service and host memory, :mod:`sim.l3_client`); prefetch deadlines
-(nothing may wait); L3 traffic of other replicas (it re-plans this replica's fluid
-server, where only L3 and PCIe rates change: compute keeps rate 1); copies that slow
-compute (SGLang's copy kernel: a fold starts none; none may be in flight but a
-backup's kernel already copying, :meth:`DecodeFolder._copy_kernel`: its rate cannot rise,
-so it finishes no earlier than its due, and the fold's steps, timed at the slowed rate
-``1 - compute_slowdown`` as the server times them (``start + work / rate``), all end
-before that due, so no step changes rate; the kernel's floats are charged at the folded
-compute jobs' changes as the L3 jobs' are, below. With L3 a backup on the d2h stream
-that is queued, or whose kernel ends too soon for two steps, means no fold can start,
-so none is tried, :meth:`DecodeFolder.steps_allowed`; this replica's L3 transfers,
-in flight at its start or started during it, run on, charged at the changes the folded
-compute jobs would have made, :meth:`sim.fluid.FluidServer.expect`, so their floats stay
-the unfolded run's); ``run.max_sim_time`` (a fold ends before it). Fault
+``_Feed.horizon`` in :mod:`sim.driver`); completions of this replica's backups, stores
+and prefetches (they interrupt it at their exact time, however their work was paced:
+copy calls pipelined on the copy engine, L3 calls on the NIC, the store's shared service
+and host memory, :mod:`sim.l3_client`); prefetch deadlines (a fold ends before the queue
+head's, ``Scheduler.fold_deadline``: its steps are all taken before any timer the driver
+sets for it, :func:`_before`, and its wait for batch C - 1 sets the driver's own timer,
+whose firing means no fold); L3 traffic of other replicas (it re-plans this replica's
+fluid server, where only L3 and PCIe rates change: compute keeps rate 1); copies that
+slow compute (SGLang's copy kernel: a fold starts none; none may be in flight but a
+backup's kernel already copying, :meth:`DecodeFolder._copy_kernel`: its rate cannot
+rise, so it finishes no earlier than its due, and the fold's steps, timed at the slowed
+rate ``1 - compute_slowdown`` as the server times them (``start + work / rate``), all
+end before that due, so no step changes rate; the kernel's floats are charged at the
+folded compute jobs' changes as the L3 jobs' are, below. With L3 a backup on the d2h
+stream that is queued, or whose kernel ends too soon for two steps, means no fold can
+start, so none is tried, :meth:`DecodeFolder.steps_allowed`; this replica's L3
+transfers, in flight at its start or started during it, run on, charged at the changes
+the folded compute jobs would have made, :meth:`sim.fluid.FluidServer.expect`, so their
+floats stay the unfolded run's); ``run.max_sim_time`` (a fold ends before it). Fault
 windows (:mod:`sim.faults`) need no stop: every kind scales or fails L3, NIC, PCIe or
 host-memory work, never a compute rate, and a steady pipeline takes no decision a fault
 could change; what the fault does to work in flight surfaces as a completion (above).
@@ -202,10 +204,22 @@ def _steps_at_once(out: FoldedSteps, taken: float, works: Sequence[float], sampl
     return good, stop
 
 
+def _before(deadline: float | None) -> float:
+    """A time before which every timer the unfolded driver sets for ``deadline`` fires
+    later (inf: none): it sets one at each wait, at ``w + (deadline - w)`` for its time
+    ``w`` before the deadline, which two roundings put within 2 ulps of ``deadline``; a
+    fold whose steps are all taken before this never meets one."""
+    if deadline is None:
+        return math.inf
+    return deadline - 4 * math.ulp(deadline)
+
+
 class DecodeFolder:
     """Folds one replica's steady decode steps (module doc). ``horizon()``: the time a
     fold must end before (the next arrival the driver knows of when it can only come to
     this replica, else the run's stop; inf: none)."""
+
+    _bound = math.inf  # the fold's steps are taken before this (set by run: _before)
 
     def __init__(self, env: simpy.Environment, sched: Scheduler, rt: SimRuntime, cpu: float,
                  horizon: Callable[[], float], per_step_rows: bool = False) -> None:
@@ -231,6 +245,7 @@ class DecodeFolder:
         self._backup_blocks = bool(self.l3) and self.copies_slow_compute
         self.beside_copy = 0  # folds begun beside a backup's copy kernel (_copy_kernel)
         self._applied = 0  # completions the scheduler has taken in this fold (_advance)
+        self.before_deadline = 0  # folds begun while the queue head's prefetch deadline ran
 
     def steps_allowed(self, plans: tuple[BatchPlan, ...]) -> int:
         """How many steps a fold starting with ``plans`` may take (0: no fold now)."""
@@ -249,16 +264,26 @@ class DecodeFolder:
         a scheduler step it took at an interruption (:meth:`_absorb`), which the driver
         goes on with as if it had just stepped. ``inbox()``: arrivals wait; ``wake()``: an
         event the next completion or routed arrival fires."""
-        env, rt = self.env, self.rt
+        env, rt, sched = self.env, self.rt, self.sched
+        self._bound = bound = _before(sched.fold_deadline())
         if self.cpu > 0:
             yield rt.host_lane.run(self.cpu)
         freed = bool(plan.frees or plan.releases)
         if freed:  # here, as unfolded (prepare applies them first); its compute may fold
             rt.apply_frees(plan)
+        if env.now >= bound:  # the head's deadline came in the cpu yield: as unfolded,
+            self._start(replace(plan, frees=(), releases=()) if freed else plan)
+            return sched.step(env.now)  # C is prepared, then the driver's step again
         self._applied = 0  # completions the scheduler has taken (_advance)
         result: StepResult | bool = False
         while not inbox():
-            yield first_of(env, (wake(),))  # a hop after it: the compute stream idles first
+            if bound == math.inf:
+                yield first_of(env, (wake(),))  # a hop after: the compute stream idles first
+            else:  # the driver's own wait, its next prefetch deadline's timer with it
+                woken = wake()
+                deadline = sched.next_deadline(env.now)
+                assert deadline is not None  # the head's is later than now
+                yield first_of(env, (woken, env.timeout(deadline - env.now)))
             result = self._absorb(plan, -1)  # transfers done while B runs: C is prepared
             if result is not True:
                 break
@@ -271,6 +296,7 @@ class DecodeFolder:
             return result if isinstance(result, StepResult) else None
         done = self._take_completions()  # batch C - 1's (first step), cache-only plans'
         self.beside_l3 += rt.fluid.kinds.get("l3", 0) > 0
+        self.before_deadline += self._bound < math.inf
         self.beside_copy += rt.fluid.kinds.get("d2h", 0) > 0  # _quiet: its copy kernel
         self.beside_cache_only += len(done) > 1
         rt.fluid.expect(self._changes(plan, steps))
@@ -402,7 +428,7 @@ class DecodeFolder:
     def _schedule(self, plan: BatchPlan, limit: int) -> FoldedSteps:
         """The fold's steps: at most ``limit``, the last taken before the horizon."""
         env, rt, cpu = self.env, self.rt, self.cpu
-        horizon = self.horizon()
+        horizon = min(self.horizon(), self._bound)  # the head's deadline (run)
         contexts = [s.context_tokens for s in plan.slices]
         sample = rt.cost.sample_time(len(contexts))
         rate = 1.0  # the compute jobs' (a solo rate)

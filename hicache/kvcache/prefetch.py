@@ -51,6 +51,9 @@ _FULL, _HOST = Kind.FULL, Tier.HOST
 _prefetch, _prefetch_intent = slot_builder(Prefetch), slot_builder(PrefetchIntent)
 _prefetch_stop = slot_builder(PrefetchStop)
 
+# a queue head waiting for its own prefetch under ``timeout`` is still until its deadline
+# (still): off, never (the twin tests' switch: folds then stop at such a head)
+STILL_UNTIL_DEADLINE = True
 PREFETCH_SHARE = 0.25  # at most this share of L2 is reserved for L3 prefetches in flight
 OVER_SHARE_MODES = ("wait", "skip")  # what a prefetch over the share does (module doc)
 
@@ -77,6 +80,8 @@ class L3Prefetcher:
         self.waits_own = self.cache.hicache_storage_prefetch_policy == "wait_complete"
         self.times_out = self.cache.hicache_storage_prefetch_policy == "timeout"
         self._timeouts: dict[int, float] = {}  # prefetch pages -> timeout (see _timeout)
+        # on_arrivals' last refused start: (rid, tree shape, rest), None: none refused
+        self._refused: tuple[int, int, int] | None = None
 
     def _share_left(self) -> int:
         return int(self.budget.host_total * self.share) - self.reserved
@@ -113,11 +118,31 @@ class L3Prefetcher:
             st = undecided[0]
             if st.req.arrival > now:
                 break
-            if not self.start(st, self.tree.match(st.pages, touch=False, memo=True)):
+            if self._refused is not None and self._refusal_stands(st):
+                break  # start() would refuse it again: no match, no lock
+            m = self.tree.match(st.pages, touch=False, memo=True)
+            if not self.start(st, m):
+                # its match, to the split it made: rest cannot change before the shape
+                self._refused = (st.rid, self.tree.shape,
+                                 len(st.pages) - m.total_tokens // self.page)
                 break  # no L2 room for it; later arrivals wait behind it
             undecided.popleft()
             if self._share_left() < threshold:
                 break
+
+    def _refusal_stands(self, st: RequestState) -> bool:
+        """:meth:`start` of the undecided front ``st`` on arrival (not at the head, not
+        ``whole``) would refuse again, as :meth:`on_arrivals` saw it refuse: the tree's
+        :attr:`~UnifiedRadixTree.shape` (all a read-only match reads) is unchanged, so
+        its rest is the same, and the share left or the L2 room is still short of it.
+        A refusal changes nothing but the stamps of the host lock it takes on its
+        match's path and drops again, which decide nothing."""
+        refused = self._refused
+        if refused is None or refused[0] != st.rid or refused[1] != self.tree.shape:
+            return False
+        rest = refused[2]
+        room = min(rest, self._share_left(), self.budget.host_free())  # start's max_pages
+        return room < self.threshold_pages or room < rest
 
     def _start_or_skip(self, st: RequestState) -> None:
         """``skip``: decide ``st`` once: start its prefetch, or never."""
@@ -169,20 +194,29 @@ class L3Prefetcher:
     def still(self, head: RequestState) -> bool:
         """Until a completion or an arrival, :meth:`on_arrivals` and :meth:`ready` of the
         queue's ``head`` change nothing: no arrived request may start a prefetch (none
-        undecided, or the L2 share is spent), and the head is not prefetching or waits for
-        its own completion (``wait_complete``). Under ``timeout`` only the head's deadline
-        moves the queue by time alone (:meth:`ready` reads no other request's), and a head
-        not prefetching has none; a prefetching head is never still (its deadline may pass,
-        and ``best_effort`` goes at once). A lost prefix (:meth:`_lost_prefix`) reads only
-        the tree."""
+        undecided, the L2 share is spent, or the undecided front's start would refuse
+        again: :meth:`_refusal_stands`), and the head is not prefetching or waits for
+        its own completion (``wait_complete``), or under ``timeout`` until its deadline
+        (:meth:`deadline`: only the head's moves the queue by time alone, :meth:`ready`
+        reads no other request's, and a head not prefetching has none; the caller ends
+        before it, ``Scheduler.fold_deadline``). ``best_effort`` goes at once. A lost
+        prefix (:meth:`_lost_prefix`) reads only the tree."""
         policy = self.cache.hicache_storage_prefetch_policy
         undecided = self._undecided()
         if undecided and (self.skip_over_share  # skip decides every arrival at once
-                          or self._share_left() >= self.threshold_pages):
+                          or (self._share_left() >= self.threshold_pages
+                              and not self._refusal_stands(undecided[0]))):
             return False
         if head.status is _PREFETCHING:
-            return not head.prefetch_done and policy == "wait_complete"
+            if head.prefetch_done:
+                return False
+            return policy == "wait_complete" or (STILL_UNTIL_DEADLINE and self.times_out)
         return True
+
+    def deadline(self, st: RequestState) -> float:
+        """When ``st``'s prefetch times out under ``timeout`` (:func:`stop_decision`'s
+        ``arrival + timeout``, as :meth:`next_deadline` reads it)."""
+        return st.req.arrival + self._timeout(st.prefetch_pages)
 
     def next_deadline(self, waiting: Iterable[RequestState], now: float) -> float | None:
         """The earliest ``timeout`` deadline after ``now`` of a prefetching request
@@ -192,7 +226,7 @@ class L3Prefetcher:
         times = []
         for st in waiting:
             if st.status is _PREFETCHING:
-                deadline = st.req.arrival + self._timeout(st.prefetch_pages)
+                deadline = st.req.arrival + self._timeout(st.prefetch_pages)  # deadline()
                 if deadline > now:
                     times.append(deadline)
         return min(times) if times else None

@@ -242,7 +242,8 @@ class Scheduler:
         """Until an arrival or a completion, no step admits a waiting request or starts a
         prefetch, and none changes anything: the queue is empty, or its head has arrived
         and is held by ``max_running_requests``, by its own L3 prefetch
-        (:meth:`L3Prefetcher.still`), or by the cache manager's remembered refusal
+        (:meth:`L3Prefetcher.still`; under ``timeout`` until its deadline,
+        :meth:`fold_deadline`), or by the cache manager's remembered refusal
         (what that refusal read is unchanged: :meth:`KVCacheManager.refusal_stands`).
         Decode steps change none of it: they finish no request, touch neither the tree
         nor the budget; an arrival or a completion ends a fold."""
@@ -254,8 +255,23 @@ class Scheduler:
         if len(self.running) >= self.cfg.max_running_requests:
             return True
         if self.l3 is not None and head.status is _PREFETCHING:
-            return True  # ready() says wait until its completion (L3Prefetcher.still)
+            return True  # ready() says wait until its completion (or its deadline)
         return self.kv.refusal_stands(head)
+
+    def fold_deadline(self) -> float | None:
+        """When the queue stops being still by time alone (:meth:`_queue_still`): the
+        queue head's prefetch deadline under ``timeout`` while it waits for its own
+        prefetch and a running slot is free (at that step :meth:`L3Prefetcher.ready`
+        lets it go); None when no time does. A simulator folding steady decode steps
+        ends them before it."""
+        l3 = self.l3
+        if l3 is None or not l3.times_out or not self.waiting:
+            return None
+        head = self.waiting[0]
+        if (head.status is not _PREFETCHING or head.prefetch_done
+                or len(self.running) >= self.cfg.max_running_requests):
+            return None
+        return l3.deadline(head)
 
     def fold_decode(self, steps: int) -> tuple[BatchPlan, BatchPlan | None]:
         """Apply ``steps`` (>= 1) steps of a steady decode pipeline (:meth:`steady_decode`

@@ -1,7 +1,7 @@
 """Decode steps fold while requests wait, when the queue is still (Scheduler._queue_still):
-its head held by max_running_requests or by a remembered refusal. Folded and unfolded
-runs give the same decisions, records, timeline rows, batch shapes and bytes, and folds
-do happen with a waiting queue (else the test would show nothing)."""
+its head held by max_running_requests, by a remembered refusal, or by its own prefetch.
+Folded and unfolded runs give the same decisions, records, timeline rows, batch shapes
+and bytes, and folds do happen with a waiting queue (else the test would show nothing)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hicache.kvcache import prefetch
 from hicache.scenario import load_scenario
 from hicache.scheduler.scheduler import Scheduler
 from sim.driver import SimResult, simulate
@@ -52,10 +53,14 @@ def test_folds_with_a_still_queue_change_nothing(monkeypatch, sets, variant, hel
     assert seen[held] > 0, f"no fold with a queue head held by {held}: the test shows nothing"
 
 
-def test_timeout_policy_folds_while_the_head_is_not_prefetching(monkeypatch) -> None:
+@pytest.mark.parametrize("until_deadline", [True, False])
+def test_timeout_policy_folds_while_the_head_waits(monkeypatch, until_deadline) -> None:
     """Under the timeout prefetch policy only the head's own deadline moves the queue by
-    time alone: folds happen while a head that is not prefetching waits, never while a
-    prefetching head does, and change nothing."""
+    time alone: folds happen while a head that is not prefetching waits, and while a
+    prefetching head waits for its own prefetch (before its deadline, which the fold
+    ends before: sim.fold._before), or never then with the switch off; and change
+    nothing."""
+    monkeypatch.setattr(prefetch, "STILL_UNTIL_DEADLINE", until_deadline)
     sc = dict(load_scenario(ROOT / "scenarios/multiturn_tiers.yaml", FULL_L1).expand())[
         "L1+L2+L3"].with_overrides(["cache.hicache_storage_prefetch_policy=timeout"])
     plain = _observed(_run(sc, "L1+L2+L3", False))
@@ -72,9 +77,10 @@ def test_timeout_policy_folds_while_the_head_is_not_prefetching(monkeypatch) -> 
 
     monkeypatch.setattr(Scheduler, "steady_decode", spying)
     assert _observed(_run(sc, "L1+L2+L3", True)) == plain
-    assert seen["prefetching still"] == 0, seen
+    assert (seen["prefetching still"] > 0) is until_deadline, seen
     assert seen["waiting still"] > 0, f"no still queue with a waiting head: {seen}"
-    assert seen["prefetching moving"] > 0, f"no prefetching head: the test shows less: {seen}"
+    if not until_deadline:
+        assert seen["prefetching moving"] > 0, f"no prefetching head: shows less: {seen}"
 
 
 def test_same_decode_needs_the_same_requests_in_order_all_decoding() -> None:
