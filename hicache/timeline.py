@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from itertools import chain, starmap
 
 COLUMNS = ("lane", "op", "batch", "request", "layer", "start", "end", "bytes", "steps")
 
@@ -44,17 +45,24 @@ class TimelineRow:
         return self.end - self.start
 
 
+WIDTH = len(COLUMNS)
+
+
 class Timeline:
     """An append-only list of rows; a runtime records into it, reports read it.
 
-    Rows are kept as tuples in :data:`COLUMNS` order (recording is on a simulation's hot
-    path: hundreds of thousands of rows a run); :attr:`rows` builds their
-    :class:`TimelineRow` values on first read, and keeps them (one list, extended in place
-    as rows arrive; under a lock, as threads that record may read too). Either view
-    holds the same rows in the same order."""
+    Rows are kept flat: one list of their values, :data:`COLUMNS` after :data:`COLUMNS`
+    (recording is on a simulation's hot path: hundreds of thousands of rows a run, and a
+    tuple kept per row was an object for the cyclic collector to count and scan, up to
+    40% of a young collection's; the values are strs, ints and floats, which it does not
+    track). Invariant: its length is a multiple of :data:`WIDTH` whenever another thread
+    can look (one ``extend`` a row or a batch of rows). :attr:`rows` builds their
+    :class:`TimelineRow` values on first read, and keeps them (one list, extended in
+    place as rows arrive; under a lock, as threads that record may read too);
+    :meth:`as_tuples` builds tuples. Either view holds the same rows in the same order."""
 
     def __init__(self) -> None:
-        self._tuples: list[tuple] = []
+        self._flat: list = []
         self._rows: list[TimelineRow] = []
         self._building = threading.Lock()  # two readers never build the same rows twice
 
@@ -73,32 +81,42 @@ class Timeline:
     ) -> None:
         if end < start:
             raise ValueError(f"timeline row on {lane!r} ends ({end}) before it starts ({start})")
-        self._tuples.append((lane, op, batch, request, layer, start, end, int(nbytes), steps))
+        self._flat.extend((lane, op, batch, request, layer, start, end, int(nbytes), steps))
 
     def record_rows(self, rows: list[tuple]) -> None:
         """Append ``rows``, tuples in :data:`COLUMNS` order as :meth:`record` builds them
         (``nbytes`` an int, ``end >= start``: the caller built them so; not checked)."""
-        self._tuples.extend(rows)
+        self._flat.extend(chain.from_iterable(rows))
+
+    def _tuples(self, first: int = 0) -> list[tuple]:
+        """Rows ``first`` onwards, as tuples (from one copy of the values: a row another
+        thread records meanwhile is in it whole or not at all)."""
+        it = iter(self._flat[first * WIDTH:])
+        return list(zip(*[it] * WIDTH, strict=True))
 
     @property
     def rows(self) -> list[TimelineRow]:
         """The rows recorded so far, as values (read-only: record to add one)."""
-        rows, tuples = self._rows, self._tuples
-        if len(rows) < len(tuples):
+        rows = self._rows
+        if len(rows) < len(self):
             with self._building:
-                rows.extend([TimelineRow(*t) for t in tuples[len(rows):]])
+                rows.extend(starmap(TimelineRow, self._tuples(len(rows))))
         return rows
 
     def __len__(self) -> int:
-        return len(self._tuples)
+        return len(self._flat) // WIDTH
 
     def as_tuples(self) -> list[tuple]:
         """The rows as tuples in :data:`COLUMNS` order."""
-        return list(self._tuples)
+        return self._tuples()
 
-    def __getstate__(self) -> dict:  # a timeline crossing a process sends its tuples once
-        return {"_tuples": self._tuples}
+    def __getstate__(self) -> dict:  # a timeline crossing a process sends its values once
+        return {"_flat": self._flat}
 
     def __setstate__(self, state: dict) -> None:
-        self._tuples, self._rows = state["_tuples"], []
+        if "_flat" in state:
+            self._flat = state["_flat"]
+        else:  # pickled when rows were kept as tuples
+            self._flat = list(chain.from_iterable(state["_tuples"]))
+        self._rows = []
         self._building = threading.Lock()
