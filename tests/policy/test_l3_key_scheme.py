@@ -18,11 +18,12 @@ from hypothesis import strategies as st
 
 from hicache.kvcache.keys import NodeKeys
 from hicache.runtime.handles import CacheExtentRef, PageRun, Tier
-from hicache.tiers.hashing import BlockChains, chain64, l3_page_keys, page_hashes
+from hicache.tiers.hashing import BlockChains, ChainIds, chain64, l3_page_keys, page_hashes
 from hicache.tree.components import Kind, TreeSpec
 from hicache.tree.radix import UnifiedRadixTree, page_keys
 from hicache.workload.request import BufferPages, TokenView
 from hicache.workload.tokens import BlockTokens
+from tests.policy.bijection import assert_bijection
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = 8
@@ -41,14 +42,6 @@ def _keys(tokens, page: int, scheme: str) -> list:
     return l3_page_keys(tokens, page_keys(tokens, page), page, scheme)  # type: ignore[arg-type]
 
 
-def _equal_iff(pairs: list[tuple[object, object]]) -> None:
-    """Each key of one scheme goes with exactly one key of the other."""
-    fwd: dict[object, object] = {}
-    back: dict[object, object] = {}
-    for a, b in pairs:
-        assert fwd.setdefault(a, b) == b
-        assert back.setdefault(b, a) == a
-
 
 @settings(max_examples=150, deadline=None)
 @given(prompts=prompts, page=st.sampled_from([1, 2, 4, 8]))
@@ -61,7 +54,7 @@ def test_chain64_keys_of_block_prompts_are_equal_iff_their_sha256_keys_are(promp
         assert slow == page_hashes(list(toks), page)
         assert len(fast) == len(slow) and all(type(k) is int for k in fast)
         pairs += zip(fast, slow, strict=True)
-    _equal_iff(pairs)
+    assert_bijection(pairs)
 
 
 @settings(max_examples=60, deadline=None)
@@ -82,12 +75,15 @@ def _ext(first: int, n: int) -> CacheExtentRef:
     return CacheExtentRef("t", 0, Tier.DEVICE, (PageRun(first, n),))
 
 
+@pytest.mark.parametrize("chain_ids", [False, True])
 @settings(max_examples=60, deadline=None)
 @given(prompts=prompts, page=st.sampled_from([2, 4, 8]))
-def test_tree_nodes_key_their_pages_as_the_requests_do(prompts, page):
+def test_tree_nodes_key_their_pages_as_the_requests_do(chain_ids, prompts, page):
     """A backup's keys from its nodes (NodeKeys) are the keys its request computed, for
-    whole paths and single nodes after splits (ancestors' keys memoised)."""
+    whole paths and single nodes after splits (ancestors' keys memoised): chain64's, or
+    the run's ChainIds when it keeps them."""
     tree, keys, base = UnifiedRadixTree(TreeSpec(page)), NodeKeys(page, "chain64"), 0
+    keys.ids = run_ids = ChainIds() if chain_ids else None
     for ids, last in prompts:
         toks = _block_prompt(ids, last)
         pages = page_keys(toks, page)
@@ -99,7 +95,7 @@ def test_tree_nodes_key_their_pages_as_the_requests_do(prompts, page):
             tree.insert(pages, {Kind.FULL: _ext(base, new)})
             base += new
         path = list(tree.match(pages, touch=False).path)
-        want = _keys(toks, page, "chain64")
+        want = l3_page_keys(toks, pages, page, "chain64", run_ids)
         assert keys.span(path) == tuple(want)
         first = sum(n.num_pages for n in path[:-1])
         assert keys.span([path[-1]]) == tuple(want[first:])
