@@ -279,11 +279,12 @@ class DecodeFolder:
         while not inbox():
             if bound == math.inf:
                 yield first_of(env, (wake(),))  # a hop after: the compute stream idles first
-            else:  # the driver's own wait, its next prefetch deadline's timer with it
+            else:  # the driver's own wait, its next prefetch deadline's timer with it (none
+                # once an absorbed step ended the head's prefetch, or at its deadline)
                 woken = wake()
                 deadline = sched.next_deadline(env.now)
-                assert deadline is not None  # the head's is later than now
-                yield first_of(env, (woken, env.timeout(deadline - env.now)))
+                yield first_of(env, (woken,) if deadline is None
+                               else (woken, env.timeout(deadline - env.now)))
             result = self._absorb(plan, -1)  # transfers done while B runs: C is prepared
             if result is not True:
                 break

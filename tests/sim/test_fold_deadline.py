@@ -14,7 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 from hicache.kvcache import prefetch
+from hicache.scenario import Scenario
 from sim.fold import _before
+from tests.sim.test_fault_properties import BASE as FAULTS_BASE
 from tests.sim.test_fold import _assert_same, _run, _variants
 
 
@@ -67,3 +69,17 @@ def test_the_switch_off_folds_less_and_changes_nothing_else(
     assert (sum(r.folder.folded_steps for r in on.replicas)
             > sum(r.folder.folded_steps for r in off.replicas))
     _assert_same(on, off)
+
+
+def test_a_fold_waits_on_after_an_absorbed_step_ends_the_heads_prefetch() -> None:
+    """Hypothesis found it (tests/sim/test_fault_properties.py): under L3 timeouts, a step
+    the fold absorbs while it waits for the batch before it ends the head's prefetch, so no
+    deadline is left to time the wait; the fold waits as the driver does (on the next
+    completion only), and the run equals the unfolded one."""
+    sc = Scenario.from_mapping({**FAULTS_BASE, "faults": [
+        {"kind": "l3_timeout", "start": 1.4375, "end": 1.4375 + 0.875},
+        {"kind": "l3_timeout", "start": 0.03125, "end": 0.03125 + 1.0}]})
+    folded = _run(sc, "tiny", True)
+    assert folded.requests == 24 and not folded.unfinished
+    assert sum(rep.folder.before_deadline for rep in folded.replicas) >= 1
+    _assert_same(folded, _run(sc, "tiny", False))
