@@ -226,7 +226,7 @@ class L3Prefetcher:
         times = []
         for st in waiting:
             if st.status is _PREFETCHING:
-                deadline = st.req.arrival + self._timeout(st.prefetch_pages)  # deadline()
+                deadline = self.deadline(st)
                 if deadline > now:
                     times.append(deadline)
         return min(times) if times else None
