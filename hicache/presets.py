@@ -13,7 +13,9 @@ was looked for, where, and the known names.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from hicache.schema.errors import InputError
 from hicache.schema.yamlio import read_yaml
@@ -66,6 +68,17 @@ def find_preset(kind: str, ref: str | Path, *, base: Path | None = None) -> Path
     if not path.is_file():
         raise InputError(f"{singular} file {str(ref)!r}: not found (looked at {path})")
     return path
+
+
+def read_preset(kind: str, ref: str | Path, *, base: Path | None = None
+                ) -> tuple[dict[str, Any], str]:
+    """The mapping in the file ``ref`` names (:func:`find_preset`) and that file's name;
+    a file whose top level is not a mapping is an error naming it."""
+    doc = read_yaml(find_preset(kind, ref, base=base))
+    if not isinstance(doc.data, Mapping):
+        raise InputError(f"{doc.source}: top level must be a mapping, got "
+                         f"{type(doc.data).__name__}")
+    return dict(doc.data), doc.source
 
 
 def trace_hint(path: str | Path) -> str:

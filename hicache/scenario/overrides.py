@@ -23,9 +23,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hicache.presets import find_preset, is_name
+from hicache.presets import is_name, read_preset
 from hicache.schema.errors import InputError, suggest
-from hicache.schema.yamlio import read_yaml, read_yaml_text
+from hicache.schema.yamlio import read_yaml_text
 
 TOP_LEVEL_KEYS = ("name", "seed", "model", "hardware", "cache", "scheduler", "replicas",
                   "router", "sharing", "workload", "variants", "run", "faults")
@@ -49,13 +49,9 @@ def named_mapping(key: str, ref: str | Path, source: str, base: Path | None = No
     if kind is None:
         return {"policy": str(ref)}
     try:
-        doc = read_yaml(find_preset(kind, ref, base=base))
-    except InputError as e:  # it names the kind and the name
+        return read_preset(kind, ref, base=base)[0]
+    except InputError as e:  # it names the kind and the name, or the file
         raise ScenarioError(f"{source}: {e}") from None
-    if not isinstance(doc.data, dict):
-        raise ScenarioError(f"{source}: {key}: {doc.source}: expected a mapping at the top "
-                            f"level, got {type(doc.data).__name__}")
-    return doc.data
 
 
 def set_path(d: dict[str, Any], dotted: str, value: Any, source: str,

@@ -13,9 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hicache.presets import find_preset
+from hicache.presets import read_preset
 from hicache.schema.errors import suggest
-from hicache.schema.yamlio import read_yaml
 
 
 def resolve(source: str | Path | Mapping[str, Any], subdir: str, *,
@@ -28,10 +27,7 @@ def resolve(source: str | Path | Mapping[str, Any], subdir: str, *,
         name = source.get("name")
         return dict(source), "<mapping>" + (f" ({subdir} {name!r})" if isinstance(name, str)
                                             else "")
-    doc = read_yaml(find_preset(subdir, source, base=base))
-    if not isinstance(doc.data, Mapping):
-        raise ValueError(f"{doc.source}: top level must be a mapping")
-    return dict(doc.data), doc.source
+    return read_preset(subdir, source, base=base)
 
 
 class Section:

@@ -9,7 +9,7 @@ import pytest
 
 import hicache.presets as presets
 from hicache.modelspec import load_model_spec
-from hicache.presets import data_root, find_preset, is_name, known
+from hicache.presets import data_root, find_preset, is_name, known, read_preset
 from hicache.scenario import Scenario, load_scenario
 from hicache.schema.errors import InputError
 
@@ -70,3 +70,23 @@ def test_a_bundled_scenario_loads_by_name_from_any_folder(tmp_path, monkeypatch)
     assert isinstance(s, Scenario) and s.name == "quick" and s.base_dir == ROOT / "scenarios"
     with pytest.raises(InputError, match="scenario 'quik': no such preset; known: .*quick"):
         load_scenario("quik")
+
+
+def test_a_preset_file_must_hold_a_mapping_and_every_reader_says_which(tmp_path):
+    """One reader (read_preset) serves the hardware loader and a dotted --set into a
+    named profile: a file whose top level is a list fails in both, naming the file."""
+    from sim.hardware.loader import resolve
+
+    bad = tmp_path / "listy.yaml"
+    bad.write_text("- 1\n- 2\n")
+    data, source = read_preset("hardware", "h100-sxm")
+    assert data["name"] == "h100-sxm" and source.endswith("h100-sxm.yaml")
+    with pytest.raises(InputError, match=r"listy\.yaml: top level must be a mapping, got list"):
+        read_preset("hardware", bad)
+    with pytest.raises(InputError, match=r"listy\.yaml: top level must be a mapping"):
+        resolve(bad, "hardware")
+    sc = tmp_path / "s.yaml"
+    sc.write_text((ROOT / "scenarios" / "quick.yaml").read_text())
+    with pytest.raises(InputError, match=r"hardware\.gpu\.memory_bytes.*listy\.yaml: top "
+                                         r"level must be a mapping"):
+        load_scenario(sc, [f"hardware={bad}", "hardware.gpu.memory_bytes=1"])
