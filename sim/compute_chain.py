@@ -130,10 +130,13 @@ class ComputeChain:
         else:
             self._sample()
 
-    def _sample(self) -> None:
+    def sample_seconds(self) -> float:
+        """The batch's sample (one token per request in it) at rate 1."""
         st = self.st
-        requests = len(st.prefills) + len(st.decodes)
-        sample = self.rt.cost.sample_time(requests)
+        return self.rt.cost.sample_time(len(st.prefills) + len(st.decodes))
+
+    def _sample(self) -> None:
+        sample = self.sample_seconds()
         if sample > 0:
             self.t0 = self.rt.env.now
             self._job(sample, self._sampled, "compute")

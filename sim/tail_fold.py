@@ -173,8 +173,7 @@ def _sample(cc: ComputeChain) -> float:
     """The batch's sample time when the fold takes it (0: it follows unfolded)."""
     if not SAMPLE:
         return 0.0
-    st = cc.st
-    sample = cc.rt.cost.sample_time(len(st.prefills) + len(st.decodes))
+    sample = cc.sample_seconds()
     return sample if sample > 0 else 0.0
 
 
