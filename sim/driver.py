@@ -199,6 +199,15 @@ def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<sc
     request, True for the console's (:mod:`sim.progress`), False for none, None to follow
     the scenario's ``run.progress``. ``observe(replica index, replica)`` is called after
     each scheduler step once its plans reached the runtime (invariant checks: the soak)."""
+    # fewer collections of a growing heap (hicache.collector) from the workload's loading
+    # to the records: the run's growth is scanned at most once, not at each threshold
+    with run_collector():
+        return _simulate(scenario, name, source, progress, observe)
+
+
+def _simulate(scenario: Scenario | dict, name: str, source: str,
+              progress: bool | Callable[[int, int, float], None] | None,
+              observe: Callable[[int, Replica], None] | None) -> SimResult:
     sc = as_scenario(scenario, source=source)
     env = simpy.Environment()
     replicas, _ = build(env, sc)
@@ -227,18 +236,15 @@ def simulate(scenario: Scenario | dict, *, name: str = "run", source: str = "<sc
                                       rep.runtime.profile.scheduler_step_s, feed.horizon,
                                       per_step_rows=sc.run.timeline_steps)
         env.process(_replica(env, i, rep, feed, ledger, observe))
-    # fewer collections of a growing heap (hicache.collector), also while the records are
-    # built: with the default thresholds back, that rescans the whole heap twice (trace)
-    with run_collector():
-        if injector is None:
-            env.run(until=sc.run.max_sim_time)
-        else:
-            _run_until_idle(env, feed, replicas, sc.run.max_sim_time)
-            injector.finish(env.now)
-        records = [r for rep in replicas for r in rep.scheduler.records()]
-        records.sort(key=lambda r: r["rid"])
-        decisions = [(i, *dec.row()) for i, rep in enumerate(replicas)
-                     for dec in rep.scheduler.decisions]
+    if injector is None:
+        env.run(until=sc.run.max_sim_time)
+    else:
+        _run_until_idle(env, feed, replicas, sc.run.max_sim_time)
+        injector.finish(env.now)
+    records = [r for rep in replicas for r in rep.scheduler.records()]
+    records.sort(key=lambda r: r["rid"])
+    decisions = [(i, *dec.row()) for i, rep in enumerate(replicas)
+                 for dec in rep.scheduler.decisions]
     if bar is not None:
         bar.close()
     res = SimResult(name, replicas, records, decisions, env.now, feed.issued, faults=ledger,
