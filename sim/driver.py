@@ -127,15 +127,19 @@ def build(env: simpy.Environment, scenario: Scenario | dict,
 
 # chain64 L3 keys as one run's dense chain ids (False: chain64's hashes; twin tests)
 CHAIN_IDS = True
+# ... bytes page keys' too (conversations: False, their SHA-256 chains; twin tests)
+CHAIN_IDS_BYTES = True
 
 
 def _keyed(replicas: list[Replica], l3: L3Store | None) -> list[Replica]:
     """The replicas, keying chain64 L3 pages by one :class:`ChainIds` for the run (every
     replica reaches the one store): equal iff chain64's keys are, so every result is the
     same, and dense, so a conversation's keys sit together in the store's tables
-    (:class:`hicache.tiers.hashing.ChainIds`)."""
+    (:class:`hicache.tiers.hashing.ChainIds`). With :data:`CHAIN_IDS_BYTES` the ids key
+    bytes page keys (conversations, token lists) too, equal iff their SHA-256 chains
+    are: no page is hashed (SHA-256 was ~1% of a multiturn run's instructions)."""
     if CHAIN_IDS and l3 is not None:
-        ids = ChainIds()
+        ids = ChainIds(bytes_keys=CHAIN_IDS_BYTES)
         for r in replicas:
             if r.scheduler.kv.key_scheme == "chain64":
                 r.scheduler.kv.use_chain_ids(ids)
