@@ -343,14 +343,14 @@ class _Feed:
     def route(self):  # noqa: ANN201 - a simpy process
         env = self.env
         while True:
-            while self.pending and self.pending[0][0] <= env.now:
+            while self.pending and self.pending[0][0] <= env._now:
                 req = heapq.heappop(self.pending)[2]
                 i = self.router.route(req)
                 self.inbox[i].append(req)
                 if not self.kick[i].triggered:
                     self.kick[i].succeed()
             self.more = env.event()
-            yield first_of(env, (self.more, env.timeout(self.pending[0][0] - env.now))
+            yield first_of(env, (self.more, env.timeout(self.pending[0][0] - env._now))
                            if self.pending else (self.more,))
 
 
@@ -372,12 +372,12 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa:
         if ipc.process:  # the poll that brings the completions crosses too
             yield rt.host_lane.run(ipc.wakeup())
         arrivals, feed.inbox[i] = feed.inbox[i], []
-        step = sched.step(env.now, arrivals, rt.poll())
+        step = sched.step(env._now, arrivals, rt.poll())
         folded = False
         while True:
             if step.finished or step.rejected:
                 for rid in step.ended:
-                    feed.ended(rid, env.now)
+                    feed.ended(rid, env._now)
             if not step.plans:
                 break
             limit = folder.steps_allowed(step.plans) if folder is not None else 0
@@ -400,13 +400,13 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa:
                 if ledger is not None and plan.prefetches and sched.l3 is not None:
                     for pf in plan.prefetches:
                         ledger.owners[(rt.runtime_id, pf.job_id)] = sched.l3.jobs[pf.job_id].rid
-            step = sched.step(env.now)
+            step = sched.step(env._now)
         if observe is not None:
             observe(i, rep)
         if folded or feed.inbox[i]:
             continue
         wake = feed.wake(i, rt)
-        deadline = sched.next_deadline(env.now)
+        deadline = sched.next_deadline(env._now)
         if deadline is not None:
-            wake = first_of(env, (wake, env.timeout(deadline - env.now)))
+            wake = first_of(env, (wake, env.timeout(deadline - env._now)))
         yield wake

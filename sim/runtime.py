@@ -275,7 +275,7 @@ class SimRuntime:
             self._prefilled.add(st.plan.batch_id)
         if st.backups and self.writeback.policy.chunked:
             ready: dict[str, float] = {}
-            compute.callbacks.append(lambda _ev: ready.setdefault("t", self.env.now))
+            compute.callbacks.append(lambda _ev: ready.setdefault("t", self.env._now))
             self.streams["d2h"].submit(lambda: chunked_backup_op(self, st, ready),
                                        waits=(compute,))
         elif st.backups:

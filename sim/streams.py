@@ -148,7 +148,7 @@ class Stream:
         env, prev = self.env, self.tail
         if DIRECT and prev.callbacks is not None:
             queue = env._queue
-            if not queue or queue[0][1] != URGENT or queue[0][0] != env.now:
+            if not queue or queue[0][1] != URGENT or queue[0][0] != env._now:
                 prev.callbacks.append(start)
                 self.tail = done
                 return done
