@@ -17,6 +17,7 @@ import math
 from collections.abc import Mapping
 
 import simpy
+from simpy.events import PENDING
 
 from hicache.runtime.handles import (
     CacheExtentRef,
@@ -322,8 +323,9 @@ class SimRuntime:
         self._completions.append(completion)
         wake, self._wake = self._wake, None
         # an arrival may have fired it (sim.driver _Feed.wake); None: no one waits (an
-        # event without callbacks changes nothing when processed, so none is scheduled)
-        if wake is not None and not wake.triggered:
+        # event without callbacks changes nothing when processed, so none is scheduled);
+        # not triggered: its value pending (what ``triggered`` reads)
+        if wake is not None and wake._value is PENDING:
             wake.succeed()
 
     def pending_events(self, extent: CacheExtentRef) -> list[simpy.Event]:

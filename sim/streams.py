@@ -55,8 +55,11 @@ def queue_at(env: simpy.Environment, at: float, event: Any) -> float:
     queued (at ``at``, or where exact_delay's delay lands when no delay reaches it; normal
     priority; the next id): :func:`call_at`'s event, or a timer that needs no
     :class:`simpy.Event` (sim.fluid's, which carry their job). Returns the time it is
-    queued at."""
-    key = queue_time(env._now, at)  # type: ignore[attr-defined]
+    queued at (:func:`queue_time`'s, in line: a call less per timer)."""
+    now = env._now  # type: ignore[attr-defined]
+    key = now + (at - now)  # exact_delay's first try, which it keeps when it lands
+    if key != at or at < now:
+        key = now + exact_delay(now, at)  # (it raises for a time before now)
     heappush(env._queue, (key, NORMAL, next(env._eid), event))  # type: ignore[attr-defined]
     return key
 
@@ -160,4 +163,6 @@ class Stream:
         return done
 
     def idle(self) -> bool:
-        return self.tail.processed
+        """The last op submitted ended: its event was processed (``processed``, read as
+        that property reads it)."""
+        return self.tail.callbacks is None
