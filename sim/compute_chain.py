@@ -27,7 +27,7 @@ import simpy
 from sim import tail_fold
 from sim.batch import BatchState, build_completion
 from sim.fluid import compute_job
-from sim.streams import after
+from sim.streams import after, fire
 
 if TYPE_CHECKING:
     from sim.runtime import SimRuntime
@@ -154,7 +154,7 @@ class ComputeChain:
         it (the stream's next op, a backup) runs before the driver wakes, so a cache-only
         plan right behind completes in the same wake-up (sim.driver)."""
         rt, st = self.rt, self.st
-        self.done.succeed()
+        fire(rt.env, self.done)  # (made pending by execute_batch, fired only here)
         if st.generation == rt.generation:
             rt.complete(build_completion(st.plan.batch_id, self.start_t, rt.env._now,
                                          st.finished))

@@ -49,6 +49,7 @@ from sim.load_chain import Landed, LoadChain, chain_possible
 from sim.memory import Memory
 from sim.pools import TierPools
 from sim.runtime_config import RuntimeConfig
+from sim.streams import fire
 from sim.transfers import Load, Transfers
 from sim.writeback import Writeback, chunked_backup_op
 
@@ -307,7 +308,7 @@ class SimRuntime:
         if self._completions:
             return self.env.event().succeed()
         wake = self._wake
-        if wake is None or wake.triggered:
+        if wake is None or wake._value is not PENDING:  # (``triggered``)
             wake = self._wake = self.env.event()
         return wake
 
@@ -326,7 +327,7 @@ class SimRuntime:
         # event without callbacks changes nothing when processed, so none is scheduled);
         # not triggered: its value pending (what ``triggered`` reads)
         if wake is not None and wake._value is PENDING:
-            wake.succeed()
+            fire(self.env, wake)
 
     def pending_events(self, extent: CacheExtentRef) -> list[simpy.Event]:
         return self.memory.pending_events(extent)

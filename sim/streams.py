@@ -49,6 +49,26 @@ def call_at(env: simpy.Environment, at: float, callback: Callable[[simpy.Event],
     queue_at(env, at, event)
 
 
+def fire(env: simpy.Environment, event: simpy.Event) -> None:
+    """``event.succeed()`` of an event its caller knows is pending (made by it, fired only
+    here): triggered ok with no value and scheduled now, normal priority, the next id,
+    as ``succeed`` schedules it (without its test and ``env.schedule``'s call)."""
+    event._ok, event._value = True, None
+    heappush(env._queue, (env._now, NORMAL, next(env._eid), event))  # type: ignore[attr-defined]
+
+
+def timer(env: simpy.Environment, delay: float) -> simpy.Event:
+    """What ``env.timeout(delay)`` is to a process that yields it (an event triggered ok,
+    value None, queued at ``now + delay``, normal priority, the next id), without the
+    Timeout's set-up: a plain event queued as it would be."""
+    if delay < 0:
+        raise ValueError(f"Negative delay {delay}")
+    event = _new_event(simpy.Event)
+    event.env, event.callbacks, event._ok, event._value = env, [], True, None
+    heappush(env._queue, (env._now + delay, NORMAL, next(env._eid), event))  # type: ignore[attr-defined]
+    return event
+
+
 def queue_at(env: simpy.Environment, at: float, event: Any) -> float:
     """Queue ``event`` (triggered ok: what ``Environment.step`` reads of it, its
     ``callbacks`` and ``_ok``, are set) as ``env.timeout(exact_delay(env.now, at))`` is
