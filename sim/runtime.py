@@ -49,7 +49,7 @@ from sim.load_chain import Landed, LoadChain, chain_possible
 from sim.memory import Memory
 from sim.pools import TierPools
 from sim.runtime_config import RuntimeConfig
-from sim.streams import fire
+from sim.streams import fire, pending
 from sim.transfers import Load, Transfers
 from sim.writeback import Writeback, chunked_backup_op
 
@@ -217,7 +217,7 @@ class SimRuntime:
         if loads:
             self._start_loads(st)
         if plan.backups:
-            st.backups = [mem.backup(b, self.env.event()) for b in plan.backups]
+            st.backups = [mem.backup(b, pending(self.env)) for b in plan.backups]
             for b in plan.backups:
                 accounted["d2h"] += b.src.num_pages * bpp[b.src.pool]
         self.accounting.record_shape(st, load_bytes)
@@ -267,7 +267,7 @@ class SimRuntime:
             self.host_lane.execute(st, ops_launched, self.backup_calls(st))
         compute: simpy.Event
         if self._chain_compute:  # the same steps as compute_op, without a process
-            compute = self.env.event()
+            compute = pending(self.env)
             self.streams["compute"].submit_chain(ComputeChain(self, st, compute).start,
                                                  compute)
         else:
@@ -309,7 +309,7 @@ class SimRuntime:
             return self.env.event().succeed()
         wake = self._wake
         if wake is None or wake._value is not PENDING:  # (``triggered``)
-            wake = self._wake = self.env.event()
+            wake = self._wake = pending(self.env)
         return wake
 
     def complete(self, completion: Completion) -> None:
@@ -354,7 +354,7 @@ class SimRuntime:
     def _start_loads(self, st: BatchState) -> None:
         if self._chain_loads:  # the same steps as load_op, without a process
             st.landed = Landed()
-            done = self.env.event()
+            done = pending(self.env)
             self.streams["h2d"].submit_chain(LoadChain(self, st, done).start, done)
             return
         st.layer_events = [self.env.event() for _ in range(self.config.num_layers)]

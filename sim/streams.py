@@ -49,6 +49,15 @@ def call_at(env: simpy.Environment, at: float, callback: Callable[[simpy.Event],
     queue_at(env, at, event)
 
 
+def pending(env: simpy.Environment) -> simpy.Event:
+    """``env.event()``: a new event, not triggered (its ``env`` and empty ``callbacks``
+    set as ``Event.__init__`` sets them; its value is the class's ``PENDING``), without
+    the bound class's call and ``__init__``'s."""
+    event = _new_event(simpy.Event)
+    event.env, event.callbacks = env, []
+    return event
+
+
 def fire(env: simpy.Environment, event: simpy.Event) -> None:
     """``event.succeed()`` of an event its caller knows is pending (made by it, fired only
     here): triggered ok with no value and scheduled now, normal priority, the next id,
