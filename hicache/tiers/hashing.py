@@ -135,7 +135,10 @@ def l3_page_keys(tokens: Sequence[int], pages: Sequence, page_size: int,
     :class:`hicache.kvcache.keys.NodeKeys` makes the same choice per tree node."""
     if scheme == "chain64" and pages:
         if ids is not None and ids.keys_ids(pages[0]):
-            return ids.ids(pages)
+            # a conversation's buffer remembers its pages' ids (TokenView.page_ids)
+            own = getattr(tokens, "page_ids", None) if type(pages[0]) is bytes else None
+            got = own(ids, page_size) if own is not None else None
+            return got if got is not None else ids.ids(pages)
         if type(pages[0]) is int:
             return chain64(pages)
     return page_hashes(tokens, page_size)
