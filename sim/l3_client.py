@@ -33,11 +33,13 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import simpy
+from simpy.events import PENDING
 
 from hicache.runtime.interface import L3Key
 from hicache.tiers.l3_guard import COUNTERS, L3Health, RetryPolicy
 from sim.fluid import FluidJob, FluidServer
 from sim.l3 import L3Store, NoLiveNode
+from sim.streams import fire, pending, timer
 
 if TYPE_CHECKING:
     from hicache.timeline import Timeline
@@ -180,7 +182,7 @@ class L3Client:
         if self._clear():  # the first attempt inline (_clear): _rpc's healthy branch
             st = self.store
             t0 = self.env._now
-            yield self.env.timeout(st.query_latency_s)
+            yield timer(self.env, st.query_latency_s)
             outcome = ERROR if st.refusing else OK
             if self._ok(outcome):
                 return answer(keys)
@@ -358,12 +360,12 @@ class L3Client:
             yield env.timeout(st.latency_s)
             return ERROR
         job = L3Job(nbytes, direction, env._now + self.policy.deadline(nbytes))
-        yield env.timeout(st.latency_s)
+        yield timer(env, st.latency_s)
         # (:meth:`moving`, inline for one group: any L3 job of this client's)
         fluid, group = self.fluid, None if st.duplex_shared else direction
         was_moving = (fluid.kinds.get("l3", 0) > 0 if group is None
                       else self.moving(st.group(direction)))
-        job.wake = wake = env.event()
+        job.wake = wake = pending(env)
         fluid.then_submit(job, job.arrived)
         if not was_moving:
             st.changed(self)
@@ -443,5 +445,5 @@ class L3Job(FluidJob):
     def woken(self, _ev: object) -> None:
         """Wake the transfer waiting on :attr:`wake` (the first call does)."""
         wake = self.wake
-        if wake is not None and not wake.triggered:
-            wake.succeed()
+        if wake is not None and wake._value is PENDING:  # (not ``triggered``)
+            fire(wake.env, wake)

@@ -17,7 +17,7 @@ from heapq import heappush
 from typing import Any
 
 import simpy
-from simpy.events import NORMAL, URGENT, Condition
+from simpy.events import NORMAL, PENDING, URGENT, Condition
 
 from sim.simtime import exact_delay
 
@@ -113,13 +113,13 @@ def first_of(env: simpy.Environment, events: tuple[simpy.Event, ...]) -> simpy.E
     for ev in events:
         if isinstance(ev, Condition):
             return env.any_of(list(events))
-    out = env.event()
+    out = pending(env)
 
     def check(ev: simpy.Event) -> None:
-        if out.triggered:
+        if out._value is not PENDING:  # (``triggered``)
             return
-        if ev.ok:
-            out.succeed()
+        if ev._ok:
+            fire(env, out)
         else:
             ev.defused = True
             out.fail(ev.value)
