@@ -137,7 +137,8 @@ def _keyed(replicas: list[Replica], l3: L3Store | None) -> list[Replica]:
     same, and dense, so a conversation's keys sit together in the store's tables
     (:class:`hicache.tiers.hashing.ChainIds`). With :data:`CHAIN_IDS_BYTES` the ids key
     bytes page keys (conversations, token lists) too, equal iff their SHA-256 chains
-    are: no page is hashed (SHA-256 was ~1% of a multiturn run's instructions)."""
+    are: no page is hashed (multiturn 64 x 40: 22,976 SHA-256s, ~21 ms of CPU, ~0.5G
+    instructions under valgrind)."""
     if CHAIN_IDS and l3 is not None:
         ids = ChainIds(bytes_keys=CHAIN_IDS_BYTES)
         for r in replicas:
