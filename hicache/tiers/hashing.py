@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
+from itertools import chain
 from typing import Literal, TypeAlias
 
 from hicache.runtime.interface import L3Key
@@ -114,7 +115,7 @@ class ChainIds:
             p = c + m - 1
         if len(out) == 1:
             return list(out[0])
-        return [x for r in out for x in r]
+        return list(chain.from_iterable(out))  # the batches' ids, in order (C-level)
 
     def keys_ids(self, first: object) -> bool:
         """Whether page keys like ``first`` (a sequence's first page key) take ids: an
