@@ -27,7 +27,7 @@ import simpy
 from sim import tail_fold
 from sim.batch import BatchState, build_completion
 from sim.fluid import compute_job
-from sim.streams import after
+from sim.streams import after, fire
 
 if TYPE_CHECKING:
     from sim.runtime import SimRuntime
@@ -54,7 +54,7 @@ class ComputeChain:
 
     def start(self, _ev: object = None) -> None:
         rt, st = self.rt, self.st
-        self.start_t = rt.env.now
+        self.start_t = rt.env._now
         if not (st.prefills or st.decodes):
             self._after_loads(self._complete)  # a plan without slices: after its loads
             return
@@ -85,7 +85,7 @@ class ComputeChain:
             self.layer = 0
             self._layer_ready(None)
             return
-        self.t0 = rt.env.now
+        self.t0 = rt.env._now
         work = sum(self.times)
         if rt.fold_layers and tail_fold.try_fold_forward(self, work):
             return  # the forward and its sample run folded (sim.tail_fold)
@@ -97,7 +97,7 @@ class ComputeChain:
 
     def _forward_done(self, _ev: object = None) -> None:
         rt = self.rt
-        rt.timeline.record("compute", self.op, self.t0, rt.env.now, batch=self.st.plan.batch_id)
+        rt.timeline.record("compute", self.op, self.t0, rt.env._now, batch=self.st.plan.batch_id)
         self.start_t = self.t0
         self._sample()
 
@@ -113,7 +113,7 @@ class ComputeChain:
         self._layer_start(None)
 
     def _layer_start(self, _ev: object = None) -> None:
-        self.t0 = self.rt.env.now
+        self.t0 = self.rt.env._now
         if self.layer == 0:
             self.start_t = self.t0
         if self.rt.fold_layers and tail_fold.try_fold(self):
@@ -122,7 +122,7 @@ class ComputeChain:
 
     def _layer_done(self, _ev: object = None) -> None:
         rt = self.rt
-        rt.timeline.record("compute", self.op, self.t0, rt.env.now,
+        rt.timeline.record("compute", self.op, self.t0, rt.env._now,
                            batch=self.st.plan.batch_id, layer=self.layer)
         self.layer += 1
         if self.layer < len(self.times):
@@ -138,14 +138,14 @@ class ComputeChain:
     def _sample(self) -> None:
         sample = self.sample_seconds()
         if sample > 0:
-            self.t0 = self.rt.env.now
+            self.t0 = self.rt.env._now
             self._job(sample, self._sampled, "compute")
         else:
             self._complete(None)
 
     def _sampled(self, _ev: object = None) -> None:
         rt = self.rt
-        rt.timeline.record("compute", "sample", self.t0, rt.env.now,
+        rt.timeline.record("compute", "sample", self.t0, rt.env._now,
                            batch=self.st.plan.batch_id, layer=-1)
         self._complete(None)
 
@@ -154,7 +154,7 @@ class ComputeChain:
         it (the stream's next op, a backup) runs before the driver wakes, so a cache-only
         plan right behind completes in the same wake-up (sim.driver)."""
         rt, st = self.rt, self.st
-        self.done.succeed()
+        fire(rt.env, self.done)  # (made pending by execute_batch, fired only here)
         if st.generation == rt.generation:
-            rt.complete(build_completion(st.plan.batch_id, self.start_t, rt.env.now,
+            rt.complete(build_completion(st.plan.batch_id, self.start_t, rt.env._now,
                                          st.finished))

@@ -89,36 +89,36 @@ class CopyEngines:
             yield self.env.timeout(gather)  # gather into the staging buffer first
         if self.io_backend == "kernel" and not self.gather:
             yield self.env.timeout(self.overhead)
-            start = self.env.now
+            start = self.env._now
             yield self.fluid.submit(FluidJob(payload, direction, cap, frozenset({"kernel"})))
         else:
             with self.engines[direction].request() as slot:
                 yield slot
-                owned = self.env.now
+                owned = self.env._now
                 if self.pipelined and calls:
                     peak = self.link.peak[direction]
                     c = self.overhead + self.half / peak  # one call's fixed cost
                     yield self.env.timeout(c)
-                    start = self.env.now
+                    start = self.env._now
                     yield self.fluid.submit(FluidJob(payload, direction, cap))
                     setup_end = max(owned + calls * c, (issue_end or 0.0) + c)
                     floor = setup_end + payload / calls / peak  # then the last call moves
-                    if self.env.now < floor:
-                        yield self.env.timeout(floor - self.env.now)
+                    if self.env._now < floor:
+                        yield self.env.timeout(floor - self.env._now)
                 else:  # in series: every call's fixed cost, then the bytes
                     yield self._calls(calls * self.overhead, direction)
-                    start = self.env.now
+                    start = self.env._now
                     yield self.fluid.submit(FluidJob(payload + calls * self.half, direction,
                                                      cap))
                     if issue_end is not None and calls:
                         tail = (self.overhead + (payload / calls + self.half)
                                 / self.link.peak[direction])
-                        if self.env.now < issue_end + tail:
-                            yield self.env.timeout(issue_end + tail - self.env.now)
+                        if self.env._now < issue_end + tail:
+                            yield self.env.timeout(issue_end + tail - self.env._now)
                 if self.timeline is not None:
-                    self.timeline.record(f"ce:{direction}", op, owned, self.env.now,
+                    self.timeline.record(f"ce:{direction}", op, owned, self.env._now,
                                          batch=batch, layer=layer, nbytes=payload)
         if gather and direction == "h2d":
             yield self.env.timeout(gather)  # scatter from the staging buffer
         self.link.moved[direction] += payload
-        return start, self.env.now
+        return start, self.env._now

@@ -127,15 +127,20 @@ def build(env: simpy.Environment, scenario: Scenario | dict,
 
 # chain64 L3 keys as one run's dense chain ids (False: chain64's hashes; twin tests)
 CHAIN_IDS = True
+# ... bytes page keys' too (conversations: False, their SHA-256 chains; twin tests)
+CHAIN_IDS_BYTES = True
 
 
 def _keyed(replicas: list[Replica], l3: L3Store | None) -> list[Replica]:
     """The replicas, keying chain64 L3 pages by one :class:`ChainIds` for the run (every
     replica reaches the one store): equal iff chain64's keys are, so every result is the
     same, and dense, so a conversation's keys sit together in the store's tables
-    (:class:`hicache.tiers.hashing.ChainIds`)."""
+    (:class:`hicache.tiers.hashing.ChainIds`). With :data:`CHAIN_IDS_BYTES` the ids key
+    bytes page keys (conversations, token lists) too, equal iff their SHA-256 chains
+    are: no page is hashed (multiturn 64 x 40: 22,976 SHA-256s, ~21 ms of CPU, ~0.5G
+    instructions under valgrind)."""
     if CHAIN_IDS and l3 is not None:
-        ids = ChainIds()
+        ids = ChainIds(bytes_keys=CHAIN_IDS_BYTES)
         for r in replicas:
             if r.scheduler.kv.key_scheme == "chain64":
                 r.scheduler.kv.use_chain_ids(ids)
@@ -345,14 +350,14 @@ class _Feed:
     def route(self):  # noqa: ANN201 - a simpy process
         env = self.env
         while True:
-            while self.pending and self.pending[0][0] <= env.now:
+            while self.pending and self.pending[0][0] <= env._now:
                 req = heapq.heappop(self.pending)[2]
                 i = self.router.route(req)
                 self.inbox[i].append(req)
                 if not self.kick[i].triggered:
                     self.kick[i].succeed()
             self.more = env.event()
-            yield first_of(env, (self.more, env.timeout(self.pending[0][0] - env.now))
+            yield first_of(env, (self.more, env.timeout(self.pending[0][0] - env._now))
                            if self.pending else (self.more,))
 
 
@@ -370,16 +375,18 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa:
     sched, rt, folder = rep.scheduler, rep.runtime, rep.folder
     cpu = rt.profile.scheduler_step_s
     ipc = rep.crossing or CrossingCost(rt.profile, False)
+    own = not isinstance(rt, SimTenantRuntime)  # feed.wake's case: its own runtime
+    kick = feed.kick
     while True:
         if ipc.process:  # the poll that brings the completions crosses too
             yield rt.host_lane.run(ipc.wakeup())
         arrivals, feed.inbox[i] = feed.inbox[i], []
-        step = sched.step(env.now, arrivals, rt.poll())
+        step = sched.step(env._now, arrivals, rt.poll())
         folded = False
         while True:
             if step.finished or step.rejected:
                 for rid in step.ended:
-                    feed.ended(rid, env.now)
+                    feed.ended(rid, env._now)
             if not step.plans:
                 break
             limit = folder.steps_allowed(step.plans) if folder is not None else 0
@@ -402,13 +409,17 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa:
                 if ledger is not None and plan.prefetches and sched.l3 is not None:
                     for pf in plan.prefetches:
                         ledger.owners[(rt.runtime_id, pf.job_id)] = sched.l3.jobs[pf.job_id].rid
-            step = sched.step(env.now)
+            step = sched.step(env._now)
         if observe is not None:
             observe(i, rep)
         if folded or feed.inbox[i]:
             continue
-        wake = feed.wake(i, rt)
-        deadline = sched.next_deadline(env.now)
-        if deadline is not None:
-            wake = first_of(env, (wake, env.timeout(deadline - env.now)))
+        if own:  # feed.wake(i, rt), in line: its runtime's completion event
+            wake = kick[i] = rt.completion_event()
+        else:
+            wake = feed.wake(i, rt)
+        if sched.times_out:  # else no prefetch has a deadline (next_deadline: None)
+            deadline = sched.next_deadline(env._now)
+            if deadline is not None:
+                wake = first_of(env, (wake, env.timeout(deadline - env._now)))
         yield wake

@@ -56,7 +56,7 @@ from hicache.runtime.page_ids import Run
 from sim.batch import BatchState
 from sim.fluid import FluidJob, FluidServer
 from sim.interpreter import DRIVER, INTERPRETER, PYTHON
-from sim.streams import Stream
+from sim.streams import Stream, timer
 
 if TYPE_CHECKING:
     from hicache.timeline import Timeline
@@ -155,7 +155,7 @@ class HostLane:
         completions it handles owe: :meth:`completed`), in lane order; a driver that was
         waiting (nothing queued here) wakes up first."""
         if not self.active:
-            return self.env.timeout(seconds)
+            return timer(self.env, seconds)  # (env.timeout's event, without a Timeout)
         woke = self.stream.tail.triggered  # nothing queued here: the driver was waiting
         seconds, self.owed = seconds + self.owed, 0.0
 

@@ -33,11 +33,13 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import simpy
+from simpy.events import PENDING
 
 from hicache.runtime.interface import L3Key
 from hicache.tiers.l3_guard import COUNTERS, L3Health, RetryPolicy
 from sim.fluid import FluidJob, FluidServer
 from sim.l3 import L3Store, NoLiveNode
+from sim.streams import fire, pending, timer
 
 if TYPE_CHECKING:
     from hicache.timeline import Timeline
@@ -123,7 +125,7 @@ class L3Client:
         """After the final rates are set: a job that cannot finish by its deadline at its
         rate gets a timer that expires it there. Healthy transfers arm none, so no timer
         outlives the run."""
-        now = self.env.now
+        now = self.env._now
         for job in jobs:
             if job.armed or (job.rate > 0 and now + job.remaining / job.rate <= job.deadline):
                 continue
@@ -179,8 +181,8 @@ class L3Client:
         failed = None
         if self._clear():  # the first attempt inline (_clear): _rpc's healthy branch
             st = self.store
-            t0 = self.env.now
-            yield self.env.timeout(st.query_latency_s)
+            t0 = self.env._now
+            yield timer(self.env, st.query_latency_s)
             outcome = ERROR if st.refusing else OK
             if self._ok(outcome):
                 return answer(keys)
@@ -204,7 +206,7 @@ class L3Client:
         nbytes = len(keys) * bytes_per_key
         failed = None
         if self._clear():  # the first attempt unguarded (_clear): _read's body inline
-            t0 = self.env.now
+            t0 = self.env._now
             outcome = yield from self._transfer("read", nbytes)
             got = self._got(keys, bytes_per_key, outcome, held)
             if self._ok(outcome):
@@ -249,7 +251,7 @@ class L3Client:
         nbytes = len(todo) * bytes_per_key
         failed = None
         if self._clear():  # the first attempt unguarded (_clear): _write's body inline
-            t0 = self.env.now
+            t0 = self.env._now
             outcome = yield from self._transfer("write", nbytes)
             outcome, written = self._wrote(todo, bytes_per_key, outcome, mark)
             if self._ok(outcome):
@@ -288,7 +290,7 @@ class L3Client:
         operation's first attempt, made inline while :meth:`_clear` (admitted as a call,
         no culprit when it started), failed (its start and outcome): go on from there."""
         if failed is None:
-            admission = self.health.admit(self.env.now)
+            admission = self.health.admit(self.env._now)
             if admission == "skip":
                 self._count("l3_skipped", self.blame)
                 if trace is not None:
@@ -304,13 +306,13 @@ class L3Client:
             if k:
                 self._count("l3_retries")
                 yield self.env.timeout(self.policy.backoff(k - 1))
-            t0, cause = self.env.now, self._culprit()
+            t0, cause = self.env._now, self._culprit()
             outcome, value = yield from attempt()
             if self._ok(outcome):
                 return value
             self._failed(op, t0, cause, outcome, trace)
         self._count("l3_errors", self.blame)
-        self.health.failed(self.env.now)
+        self.health.failed(self.env._now)
         return None
 
     def _ok(self, outcome: str) -> bool:
@@ -329,7 +331,7 @@ class L3Client:
         self.blame = cause if cause is not None else self._culprit()
         if trace is not None:
             trace.append(self.blame)
-        self.timeline.record("l3", f"{op}_{outcome}", t0, self.env.now, nbytes=0)
+        self.timeline.record("l3", f"{op}_{outcome}", t0, self.env._now, nbytes=0)
         if outcome == TIMEOUT:
             self._count("l3_timeouts", self.blame)
 
@@ -357,13 +359,13 @@ class L3Client:
         if st.refusing:
             yield env.timeout(st.latency_s)
             return ERROR
-        job = L3Job(nbytes, direction, env.now + self.policy.deadline(nbytes))
-        yield env.timeout(st.latency_s)
+        job = L3Job(nbytes, direction, env._now + self.policy.deadline(nbytes))
+        yield timer(env, st.latency_s)
         # (:meth:`moving`, inline for one group: any L3 job of this client's)
         fluid, group = self.fluid, None if st.duplex_shared else direction
         was_moving = (fluid.kinds.get("l3", 0) > 0 if group is None
                       else self.moving(st.group(direction)))
-        job.wake = wake = env.event()
+        job.wake = wake = pending(env)
         fluid.then_submit(job, job.arrived)
         if not was_moving:
             st.changed(self)
@@ -443,5 +445,5 @@ class L3Job(FluidJob):
     def woken(self, _ev: object) -> None:
         """Wake the transfer waiting on :attr:`wake` (the first call does)."""
         wake = self.wake
-        if wake is not None and not wake.triggered:
-            wake.succeed()
+        if wake is not None and wake._value is PENDING:  # (not ``triggered``)
+            fire(wake.env, wake)

@@ -36,7 +36,7 @@ def load_op(rt: SimRuntime, st: BatchState) -> Proc:
         if group.nbytes:
             issued = st.load_issued[g]
             yield from _start(rt, [issued] if issued is not None else [])
-            t0 = rt.env.now
+            t0 = rt.env._now
             layer = group.layers.start if len(group.layers) == 1 else -1
             start, end = yield from rt.copies.copy(
                 "h2d", group.nbytes, group.calls, op="load", batch=bid, layer=layer,
@@ -70,17 +70,17 @@ def _op(rt: SimRuntime, st: BatchState, waits: list[simpy.Event], seconds: float
     Returns its start."""
     env = rt.env
     yield from _start(rt, waits)
-    t0 = env.now
+    t0 = env._now
     gil = interp / seconds if rt.interpreter and seconds > 0 else 0.0
     yield rt.fluid.submit(FluidJob(seconds, "compute", gil=gil, thread="compute"))
-    rt.timeline.record("compute", op, t0, env.now, batch=st.plan.batch_id, layer=layer)
+    rt.timeline.record("compute", op, t0, env._now, batch=st.plan.batch_id, layer=layer)
     return t0
 
 
 def compute_op(rt: SimRuntime, st: BatchState) -> Proc:
     """Per-layer compute waiting on launches and load events, or one fluid job (fast
     path: no host lane, no per-layer loads); then the LM head and sampling."""
-    env, start = rt.env, rt.env.now
+    env, start = rt.env, rt.env._now
     bid = st.plan.batch_id
     if st.prefills or st.decodes:
         times = rt.cost.batch_layer_times(st.prefills, st.decodes)
@@ -93,9 +93,9 @@ def compute_op(rt: SimRuntime, st: BatchState) -> Proc:
         if st.loads_done is not None and not rt.layerwise:
             yield st.loads_done  # layerwise=False: every load lands before layer 0
         if not per_layer:
-            t0 = env.now
+            t0 = env._now
             yield rt.fluid.submit(FluidJob(sum(times), "compute"))
-            rt.timeline.record("compute", op, t0, env.now, batch=bid)
+            rt.timeline.record("compute", op, t0, env._now, batch=bid)
             start = t0
         else:
             for layer, t in enumerate(times):
@@ -113,7 +113,7 @@ def compute_op(rt: SimRuntime, st: BatchState) -> Proc:
     elif st.loads_done is not None:
         yield st.loads_done  # a plan without slices still completes after its loads
     if st.generation == rt.generation:
-        rt.complete(build_completion(bid, start, env.now, st.finished))
+        rt.complete(build_completion(bid, start, env._now, st.finished))
 
 
 def backup_op(rt: SimRuntime, st: BatchState) -> Proc:
@@ -121,7 +121,7 @@ def backup_op(rt: SimRuntime, st: BatchState) -> Proc:
     payload = sum(b.dst.num_pages * rt.bytes_per_page[b.intent.src.pool] for b in st.backups)
     calls = rt.backup_calls(st)
     yield from _start(rt, [], woken=True)  # the d2h worker waited for the compute lane
-    t0 = rt.env.now
+    t0 = rt.env._now
     if payload:
         bid = st.plan.batch_id
         start, end = yield from rt.copies.copy("d2h", payload, calls, rt.backup_throttle,
@@ -138,7 +138,7 @@ def backups_done(rt: SimRuntime, st: BatchState) -> None:
         b.done.succeed()
         if st.generation == rt.generation:
             rt.host_ready(b.dst, b.done)
-            rt.complete(TC(b.intent.job_id, TK.BACKUP, rt.env.now, b.dst.num_pages, b.dst))
+            rt.complete(TC(b.intent.job_id, TK.BACKUP, rt.env._now, b.dst.num_pages, b.dst))
 
 
 def store_op(rt: SimRuntime, store: StoreIntent, generation: int) -> Proc:
@@ -150,13 +150,13 @@ def store_op(rt: SimRuntime, store: StoreIntent, generation: int) -> Proc:
     client = rt.l3_client
     assert client is not None
     bpp = rt.bytes_per_page[store.src.pool]
-    t0 = rt.env.now
+    t0 = rt.env._now
     written = yield from client.put(store.keys, bpp)
     if written:
-        rt.timeline.record("l3", "store", t0, rt.env.now, nbytes=written * bpp)
+        rt.timeline.record("l3", "store", t0, rt.env._now, nbytes=written * bpp)
     if generation == rt.generation:
         rt.l3_bytes["write"] += written * bpp
-        rt.complete(TC(store.job_id, TK.STORE, rt.env.now, written))
+        rt.complete(TC(store.job_id, TK.STORE, rt.env._now, written))
 
 
 def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[Run], generation: int
@@ -176,9 +176,9 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[Run], generat
     hit = 0
     for lo in range(0, len(pf.keys), pf.batch_pages):
         chunk = pf.keys[lo:lo + pf.batch_pages]
-        t0 = rt.env.now
+        t0 = rt.env._now
         n = yield from client.leading_hits(chunk, trace)  # up to the first miss
-        rt.timeline.record("l3", "query", t0, rt.env.now)
+        rt.timeline.record("l3", "query", t0, rt.env._now)
         hit += n
         if n < len(chunk):
             break
@@ -187,10 +187,10 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[Run], generat
     got = 0
     for lo in range(0, fetch, pf.batch_pages):
         hi = min(fetch, lo + pf.batch_pages)
-        t0 = rt.env.now
+        t0 = rt.env._now
         n = yield from client.get(pf.keys[lo:hi], bpp, trace, held)
         if n:
-            rt.timeline.record("l3", "prefetch", t0, rt.env.now, nbytes=n * bpp)
+            rt.timeline.record("l3", "prefetch", t0, rt.env._now, nbytes=n * bpp)
         got += n
         if n < hi - lo:
             break
@@ -205,7 +205,7 @@ def prefetch_op(rt: SimRuntime, pf: PrefetchIntent, reserved: list[Run], generat
         # one: each page allocated and listed once, nothing to check)
         rt.host[_FULL].free_runs(merged(rest), checked=True)
     extent = rt.memory.extent(_HOST, fetched, _FULL) if got else None
-    rt.complete(TC(pf.job_id, TK.PREFETCH, rt.env.now, got, extent, hit))
+    rt.complete(TC(pf.job_id, TK.PREFETCH, rt.env._now, got, extent, hit))
 
 
 def split_runs(runs: list[Run], k: int) -> tuple[list[Run], list[Run]]:

@@ -106,20 +106,23 @@ class PagePool:
             raise AssertionError(f"{self.tier.value} pool '{self.pool}': {e}") from None
 
 
-class TierPools:
-    """The pools of one tier, by component."""
+class TierPools(dict[Kind, PagePool]):
+    """The pools of one tier, by component: a dict (``pools[kind]`` is a dict lookup, no
+    call: every placement and check reads one), whose missing pool raises ValueError
+    naming the tier's pools. ``pools``: the same mapping (itself)."""
 
     def __init__(self, tier: Tier, sizes: dict[Kind, int],
                  order: Literal["lowest", "lifo"] = "lowest") -> None:
+        super().__init__((kind, PagePool(tier, kind, n, order)) for kind, n in sizes.items())
         self.tier = tier
-        self.pools = {kind: PagePool(tier, kind, n, order) for kind, n in sizes.items()}
 
-    def __getitem__(self, pool: Kind) -> PagePool:
-        try:
-            return self.pools[pool]
-        except KeyError:
-            raise ValueError(f"{self.tier.value} has no pool '{pool}' "
-                             f"(pools: {sorted(map(str, self.pools))})") from None
+    @property
+    def pools(self) -> dict[Kind, PagePool]:
+        return self
+
+    def __missing__(self, pool: Kind) -> PagePool:
+        raise ValueError(f"{self.tier.value} has no pool '{pool}' "
+                         f"(pools: {sorted(map(str, self))})")
 
     def free_counts(self) -> dict[Kind, int]:
         return {name: p.free_count for name, p in self.pools.items()}

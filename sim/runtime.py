@@ -17,6 +17,7 @@ import math
 from collections.abc import Mapping
 
 import simpy
+from simpy.events import PENDING
 
 from hicache.runtime.handles import (
     CacheExtentRef,
@@ -48,6 +49,7 @@ from sim.load_chain import Landed, LoadChain, chain_possible
 from sim.memory import Memory
 from sim.pools import TierPools
 from sim.runtime_config import RuntimeConfig
+from sim.streams import fire, pending
 from sim.transfers import Load, Transfers
 from sim.writeback import Writeback, chunked_backup_op
 
@@ -215,7 +217,7 @@ class SimRuntime:
         if loads:
             self._start_loads(st)
         if plan.backups:
-            st.backups = [mem.backup(b, self.env.event()) for b in plan.backups]
+            st.backups = [mem.backup(b, pending(self.env)) for b in plan.backups]
             for b in plan.backups:
                 accounted["d2h"] += b.src.num_pages * bpp[b.src.pool]
         self.accounting.record_shape(st, load_bytes)
@@ -265,7 +267,7 @@ class SimRuntime:
             self.host_lane.execute(st, ops_launched, self.backup_calls(st))
         compute: simpy.Event
         if self._chain_compute:  # the same steps as compute_op, without a process
-            compute = self.env.event()
+            compute = pending(self.env)
             self.streams["compute"].submit_chain(ComputeChain(self, st, compute).start,
                                                  compute)
         else:
@@ -275,7 +277,7 @@ class SimRuntime:
             self._prefilled.add(st.plan.batch_id)
         if st.backups and self.writeback.policy.chunked:
             ready: dict[str, float] = {}
-            compute.callbacks.append(lambda _ev: ready.setdefault("t", self.env.now))
+            compute.callbacks.append(lambda _ev: ready.setdefault("t", self.env._now))
             self.streams["d2h"].submit(lambda: chunked_backup_op(self, st, ready),
                                        waits=(compute,))
         elif st.backups:
@@ -306,8 +308,8 @@ class SimRuntime:
         if self._completions:
             return self.env.event().succeed()
         wake = self._wake
-        if wake is None or wake.triggered:
-            wake = self._wake = self.env.event()
+        if wake is None or wake._value is not PENDING:  # (``triggered``)
+            wake = self._wake = pending(self.env)
         return wake
 
     def complete(self, completion: Completion) -> None:
@@ -322,9 +324,10 @@ class SimRuntime:
         self._completions.append(completion)
         wake, self._wake = self._wake, None
         # an arrival may have fired it (sim.driver _Feed.wake); None: no one waits (an
-        # event without callbacks changes nothing when processed, so none is scheduled)
-        if wake is not None and not wake.triggered:
-            wake.succeed()
+        # event without callbacks changes nothing when processed, so none is scheduled);
+        # not triggered: its value pending (what ``triggered`` reads)
+        if wake is not None and wake._value is PENDING:
+            fire(self.env, wake)
 
     def pending_events(self, extent: CacheExtentRef) -> list[simpy.Event]:
         return self.memory.pending_events(extent)
@@ -351,7 +354,7 @@ class SimRuntime:
     def _start_loads(self, st: BatchState) -> None:
         if self._chain_loads:  # the same steps as load_op, without a process
             st.landed = Landed()
-            done = self.env.event()
+            done = pending(self.env)
             self.streams["h2d"].submit_chain(LoadChain(self, st, done).start, done)
             return
         st.layer_events = [self.env.event() for _ in range(self.config.num_layers)]

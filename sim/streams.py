@@ -17,7 +17,7 @@ from heapq import heappush
 from typing import Any
 
 import simpy
-from simpy.events import NORMAL, URGENT, Condition
+from simpy.events import NORMAL, PENDING, URGENT, Condition
 
 from sim.simtime import exact_delay
 
@@ -49,14 +49,46 @@ def call_at(env: simpy.Environment, at: float, callback: Callable[[simpy.Event],
     queue_at(env, at, event)
 
 
+def pending(env: simpy.Environment) -> simpy.Event:
+    """``env.event()``: a new event, not triggered (its ``env`` and empty ``callbacks``
+    set as ``Event.__init__`` sets them; its value is the class's ``PENDING``), without
+    the bound class's call and ``__init__``'s."""
+    event = _new_event(simpy.Event)
+    event.env, event.callbacks = env, []
+    return event
+
+
+def fire(env: simpy.Environment, event: simpy.Event) -> None:
+    """``event.succeed()`` of an event its caller knows is pending (made by it, fired only
+    here): triggered ok with no value and scheduled now, normal priority, the next id,
+    as ``succeed`` schedules it (without its test and ``env.schedule``'s call)."""
+    event._ok, event._value = True, None
+    heappush(env._queue, (env._now, NORMAL, next(env._eid), event))  # type: ignore[attr-defined]
+
+
+def timer(env: simpy.Environment, delay: float) -> simpy.Event:
+    """What ``env.timeout(delay)`` is to a process that yields it (an event triggered ok,
+    value None, queued at ``now + delay``, normal priority, the next id), without the
+    Timeout's set-up: a plain event queued as it would be."""
+    if delay < 0:
+        raise ValueError(f"Negative delay {delay}")
+    event = _new_event(simpy.Event)
+    event.env, event.callbacks, event._ok, event._value = env, [], True, None
+    heappush(env._queue, (env._now + delay, NORMAL, next(env._eid), event))  # type: ignore[attr-defined]
+    return event
+
+
 def queue_at(env: simpy.Environment, at: float, event: Any) -> float:
     """Queue ``event`` (triggered ok: what ``Environment.step`` reads of it, its
     ``callbacks`` and ``_ok``, are set) as ``env.timeout(exact_delay(env.now, at))`` is
     queued (at ``at``, or where exact_delay's delay lands when no delay reaches it; normal
     priority; the next id): :func:`call_at`'s event, or a timer that needs no
     :class:`simpy.Event` (sim.fluid's, which carry their job). Returns the time it is
-    queued at."""
-    key = queue_time(env._now, at)  # type: ignore[attr-defined]
+    queued at (:func:`queue_time`'s, in line: a call less per timer)."""
+    now = env._now  # type: ignore[attr-defined]
+    key = now + (at - now)  # exact_delay's first try, which it keeps when it lands
+    if key != at or at < now:
+        key = now + exact_delay(now, at)  # (it raises for a time before now)
     heappush(env._queue, (key, NORMAL, next(env._eid), event))  # type: ignore[attr-defined]
     return key
 
@@ -81,13 +113,13 @@ def first_of(env: simpy.Environment, events: tuple[simpy.Event, ...]) -> simpy.E
     for ev in events:
         if isinstance(ev, Condition):
             return env.any_of(list(events))
-    out = env.event()
+    out = pending(env)
 
     def check(ev: simpy.Event) -> None:
-        if out.triggered:
+        if out._value is not PENDING:  # (``triggered``)
             return
-        if ev.ok:
-            out.succeed()
+        if ev._ok:
+            fire(env, out)
         else:
             ev.defused = True
             out.fail(ev.value)
@@ -148,7 +180,7 @@ class Stream:
         env, prev = self.env, self.tail
         if DIRECT and prev.callbacks is not None:
             queue = env._queue
-            if not queue or queue[0][1] != URGENT or queue[0][0] != env.now:
+            if not queue or queue[0][1] != URGENT or queue[0][0] != env._now:
                 prev.callbacks.append(start)
                 self.tail = done
                 return done
@@ -160,4 +192,6 @@ class Stream:
         return done
 
     def idle(self) -> bool:
-        return self.tail.processed
+        """The last op submitted ended: its event was processed (``processed``, read as
+        that property reads it)."""
+        return self.tail.callbacks is None

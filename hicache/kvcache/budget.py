@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 from hicache.runtime.handles import Kind, Tier
 
 _DEVICE, _HOST = Tier.DEVICE, Tier.HOST  # read per admission test (interface._DECODE)
+# the residency's keys of the FULL pages it holds on L1 and L2 (Residency.held)
+_L1_FULL, _L2_FULL = (_DEVICE, Kind.FULL), (_HOST, Kind.FULL)
 
 if TYPE_CHECKING:
     from hicache.runtime.sharing import TenantShare
@@ -49,11 +51,18 @@ class PageBudget:
         return min(self.device_total, self.share.limit())
 
     def device_free(self) -> int:
-        """Negative when a shared pool asks this scheduler to give pages back."""
+        """Negative when a shared pool asks this scheduler to give pages back. Without
+        one: :meth:`device_limit` less :meth:`device_used`, in line (the tree's residency
+        count read as ``held_pages`` reads it: a call chain less per admission check)."""
+        if self.share is None:
+            return self.device_total - (self.tree.residency.held.get(_L1_FULL, 0) + self.own
+                                        + self.loads_pending)
         return self.device_limit() - self.device_used()
 
     def host_free(self) -> int:
-        return self.host_total - self.tree.held_pages(_HOST) - self.host_reserved
+        """L2 pages neither the tree holds (``held_pages(HOST)``, in line) nor a copy in
+        flight reserved."""
+        return self.host_total - self.tree.residency.held.get(_L2_FULL, 0) - self.host_reserved
 
     def free(self, tier: Tier) -> int:
         return self.device_free() if tier is _DEVICE else self.host_free()

@@ -1,8 +1,9 @@
 """L3 keys of tree nodes: the page-hash chain of the tokens from the root to each page.
 
 Under the ``chain64`` scheme integer page keys (block prompts) chain as
-:func:`hicache.tiers.hashing.chain64`, other page keys as SHA-256, the choice
-:func:`hicache.tiers.hashing.l3_page_keys` makes for a request's tokens.
+:func:`hicache.tiers.hashing.chain64` (or the run's :class:`~hicache.tiers.hashing.ChainIds`,
+which take bytes page keys too when their ``bytes_keys`` says so), other page keys as
+SHA-256, the choice :func:`hicache.tiers.hashing.l3_page_keys` makes for a request's tokens.
 A node's page keys are its tokens (packed bytes, first ids of block pages, or tuples), so a
 node's L3 keys follow from its path. The last key of each node is memoized by node id: a
 node's end never moves (a split gives the *upper* part a new id, the lower part keeps its
@@ -55,11 +56,12 @@ class NodeKeys:
         out: list[L3Key] = []
         for node in todo:
             first = node.key[0] if node.key else None
-            if self.chain64 and type(first) is int:  # block prompts' first token ids
-                if self.ids is not None:  # (a chain id: an int, as the memo holds)
-                    keys = self.ids.ids(node.key, -1 if prior is None else prior)  # type: ignore[arg-type]
-                else:
-                    keys = chain64(node.key, CHAIN64_SEED if prior is None else prior)
+            if self.chain64 and self.ids is not None and self.ids.keys_ids(first):
+                # block prompts' first token ids, or packed tokens where the run's ids
+                # take them too (a chain id: an int, as the memo holds)
+                keys = self.ids.ids(node.key, -1 if prior is None else prior)  # type: ignore[arg-type]
+            elif self.chain64 and type(first) is int:  # block prompts' first token ids
+                keys = chain64(node.key, CHAIN64_SEED if prior is None else prior)
             elif isinstance(first, bytes):  # packed tokens already
                 keys = chain_keys(node.key, prior)
             else:

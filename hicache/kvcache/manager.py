@@ -215,14 +215,16 @@ class KVCacheManager:
         self.make_room(_DEVICE, 0)
 
     def apply(self, actions: Iterable[Action]) -> None:
-        """Carry out the tree's actions: frees go to the sink, backups start."""
+        """Carry out the tree's actions: frees go to the sink, backups start (evictions
+        logged as :meth:`log` logs them: appended, in line)."""
+        log = self.decisions.append
         for a in actions:
             if isinstance(a, (FreeDevice, FreeHost)):
                 self.sink.free(a.extent)
             elif isinstance(a, Demoted):
-                self.log(_evict(a.node_id, a.tokens, "demote"))
+                log(_evict(a.node_id, a.tokens, "demote"))
             elif isinstance(a, Deleted):
-                self.log(_evict(a.node_id, a.tokens, "delete"))
+                log(_evict(a.node_id, a.tokens, "delete"))
             elif isinstance(a, BackupNode):  # an eviction under write_back
                 self.start_backup(a, evicting=True)
 

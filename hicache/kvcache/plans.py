@@ -59,6 +59,10 @@ class PlanBuilder:
         # plans in inflight with slices: compute_inflight(), read as an attribute by the
         # scheduler every step; only build and complete change it
         self.computing = 0
+        # an intent is pending (one of the lists above is not empty): read by the
+        # scheduler every step, so kept as the lists change (the intents set it, build
+        # clears it), not derived per read
+        self.has_pending = False
 
     # -- IntentSink ------------------------------------------------------------------
     def next_job_id(self) -> int:
@@ -67,25 +71,25 @@ class PlanBuilder:
 
     def free(self, extent: CacheExtentRef) -> None:
         self._frees.append(extent)
+        self.has_pending = True
 
     def release(self, release: Release) -> None:
         self._releases.append(release)
+        self.has_pending = True
 
     def backup(self, intent: BackupIntent) -> None:
         self._backups.append(intent)
+        self.has_pending = True
 
     def store(self, intent: StoreIntent) -> None:
         self._stores.append(intent)
+        self.has_pending = True
 
     def prefetch(self, intent: PrefetchIntent) -> None:
         self._prefetches.append(intent)
+        self.has_pending = True
 
     # -- plans -----------------------------------------------------------------------
-    @property
-    def has_pending(self) -> bool:
-        return bool(self._backups or self._stores or self._prefetches or self._frees
-                    or self._releases)
-
     def build(self, slices: tuple[RequestSlice, ...] = ()) -> BatchPlan:
         """The next plan: ``slices`` plus every pending intent; it stays in flight until
         :meth:`complete`."""
@@ -96,14 +100,14 @@ class PlanBuilder:
         else:
             self._cache_plan_id -= 1
             bid = self._cache_plan_id
-        if not (self._backups or self._stores or self._prefetches or self._frees
-                or self._releases):  # has_pending, in line: most plans carry no intent
+        if not self.has_pending:  # most plans carry no intent
             plan = _plan(bid, slices, (), (), (), (), ())  # the empty lists stay
         else:
             plan = _plan(bid, slices, tuple(self._backups), tuple(self._stores),
                          tuple(self._prefetches), tuple(self._frees), tuple(self._releases))
             self._backups, self._stores, self._prefetches = [], [], []
             self._frees, self._releases = [], []
+            self.has_pending = False
         self.inflight[bid] = plan
         return plan
 

@@ -29,6 +29,7 @@ from hicache.kvcache.manager import KVCacheManager
 from hicache.kvcache.plans import PlanBuilder
 from hicache.kvcache.prefetch import PREFETCH_SHARE, L3Prefetcher
 from hicache.kvcache.state import RequestState, Status
+from hicache.runtime.handles import Tier
 from hicache.runtime.interface import (
     BatchCompletion,
     BatchPlan,
@@ -62,6 +63,7 @@ class SchedulerConfig:
 
 _DECODE, _PREFILL = Phase.DECODE, Phase.PREFILL  # hot: Enum reads (ARCHITECTURE.md)
 _FULL, _PREFETCH = Kind.FULL, TransferKind.PREFETCH
+_L1_FULL = (Tier.DEVICE, _FULL)  # the residency's key of the L1 FULL pages it holds
 _PREFETCHING, _DONE = Status.PREFETCHING, Status.DONE
 
 # scenario keys of the ``scheduler:`` section (the rest of SchedulerConfig is derived)
@@ -116,6 +118,8 @@ class Scheduler:
         self.l3 = (L3Prefetcher(self.kv, requery_lost_prefix=cfg.requery_lost_prefix,
                                 share=cfg.prefetch_share, over_share=cfg.prefetch_over_share)
                    if self.kv.l3 else None)
+        # prefetches time out (the ``timeout`` policy): else :meth:`next_deadline` is None
+        self.times_out = self.l3 is not None and self.l3.times_out
         self.components = (ComponentTracker(self.kv, info, cfg.chunked_prefill_size)
                            if cfg.track_components else None)
         self.waiting: deque[RequestState] = deque()
@@ -148,7 +152,13 @@ class Scheduler:
             elif not self.kv.on_transfer(c) and c.kind is _PREFETCH:
                 assert self.l3 is not None, "a prefetch completed without an L3"
                 self.l3.done(c)
-        self.kv.shrink()  # a pool shared with other schedulers may want pages back
+        # a pool shared with other schedulers may want pages back (shrink's own test, in
+        # line: most steps, with a pool of its own, have nothing to give back)
+        kv = self.kv
+        b = kv.budget
+        if b.share is not None or (kv.tree.residency.held.get(_L1_FULL, 0) + b.own
+                                   + b.loads_pending > b.device_total):
+            kv.shrink()
         self._admit(now)
         plans = []
         if self.plans.computing < (2 if self.cfg.overlap else 1):  # compute_inflight()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
+from itertools import chain
 from typing import Literal, TypeAlias
 
 from hicache.runtime.interface import L3Key
@@ -50,12 +51,18 @@ def chain64(pages: Sequence[int], prior: int = CHAIN64_SEED) -> list[int]:
 
 
 class ChainIds:
-    """Dense ids of integer page chains, for one run: the id of a page names its chain (the
-    page keys from a sequence's start to it), so ids are equal iff the chains are (exactly:
-    :func:`chain64`'s keys are, up to its collisions), and an id is content identity, never
-    a page's place. Ids are given in turn from 0 as chains are first seen and never
-    reused; a chain's new pages get consecutive ids, so a conversation's pages are close
-    together wherever ids index (a store's hash table: an int's hash is itself).
+    """Dense ids of page chains, for one run: the id of a page names its chain (the page
+    keys from a sequence's start to it), so ids are equal iff the chains are (exactly:
+    :func:`chain64`'s keys are, up to its collisions, and SHA-256's, up to its), and an id
+    is content identity, never a page's place. Ids are given in turn from 0 as chains are
+    first seen and never reused; a chain's new pages get consecutive ids, so a
+    conversation's pages are close together wherever ids index (a store's hash table: an
+    int's hash is itself). Integer page keys (block prompts) always take them where a run
+    keeps ids; bytes page keys (conversations, token lists: :func:`page_hashes`' SHA-256
+    chain otherwise) when ``bytes_keys`` (:func:`keys_ids`): an id depends on no hash
+    value, so a salted ``hash`` of bytes never reaches a key, and comparing a known
+    chain's page keys is mostly by identity (a conversation's buffer hands out the same
+    key objects turn after turn: :class:`hicache.workload.request.BufferPages`).
 
     Invariants: each (parent id, page key) has one id; the ids made in one call past a
     known prefix form a batch ``start..end - 1`` (``_end``), each the child of the one
@@ -63,19 +70,21 @@ class ChainIds:
     not page by page; every other child is in ``_more`` (-1: the parent of first pages).
     A simulator keeps one per run, shared by its replicas (keys never leave a run)."""
 
-    __slots__ = ("_page", "_end", "_more")
+    __slots__ = ("_page", "_end", "_more", "bytes_keys")
 
-    def __init__(self) -> None:
-        self._page: list[int] = []  # id -> its page key
+    def __init__(self, bytes_keys: bool = False) -> None:
+        self._page: list[int | bytes] = []  # id -> its page key
         self._end: list[int] = []  # id -> the end of its batch (exclusive)
-        self._more: dict[tuple[int, int], int] = {}  # (parent, page key) -> id
+        self._more: dict[tuple[int, int | bytes], int] = {}  # (parent, page key) -> id
+        self.bytes_keys = bytes_keys  # bytes page keys take ids too (else SHA-256)
 
     def __len__(self) -> int:
         return len(self._page)
 
-    def ids(self, pages: Sequence[int], prior: int = -1) -> list[int]:
-        """The ids of integer page keys ``pages`` following the page whose id is ``prior``
-        (-1: a sequence's start), made where first seen (as one batch)."""
+    def ids(self, pages: Sequence[int] | Sequence[bytes], prior: int = -1) -> list[int]:
+        """The ids of page keys ``pages`` (integers, or bytes: :meth:`keys_ids`) following
+        the page whose id is ``prior`` (-1: a sequence's start), made where first seen (as
+        one batch)."""
         if type(pages) is not list:
             pages = list(pages)
         page, end, more = self._page, self._end, self._more
@@ -106,7 +115,14 @@ class ChainIds:
             p = c + m - 1
         if len(out) == 1:
             return list(out[0])
-        return [x for r in out for x in r]
+        return list(chain.from_iterable(out))  # the batches' ids, in order (C-level)
+
+    def keys_ids(self, first: object) -> bool:
+        """Whether page keys like ``first`` (a sequence's first page key) take ids: an
+        integer always, bytes when :attr:`bytes_keys` (:func:`l3_page_keys`,
+        :class:`hicache.kvcache.keys.NodeKeys`)."""
+        kind = type(first)
+        return kind is int or (kind is bytes and self.bytes_keys)
 
 
 def l3_page_keys(tokens: Sequence[int], pages: Sequence, page_size: int,
@@ -114,11 +130,18 @@ def l3_page_keys(tokens: Sequence[int], pages: Sequence, page_size: int,
     """The L3 keys of the full pages of ``tokens``, whose page keys
     (:func:`hicache.tree.pagekeys.page_keys`) are ``pages``: :func:`chain64` of integer
     page keys under ``chain64`` (their :class:`ChainIds` when the run keeps ``ids``:
-    equal iff those are); :func:`page_hashes` (SHA-256) otherwise (``sha256``, and bytes
-    page keys: conversations, plain token lists, which a salted ``hash`` cannot key).
+    equal iff those are, as are those of bytes page keys when ``ids.bytes_keys``);
+    :func:`page_hashes` (SHA-256) otherwise (``sha256``, and bytes page keys:
+    conversations, plain token lists, which a salted ``hash`` cannot key).
     :class:`hicache.kvcache.keys.NodeKeys` makes the same choice per tree node."""
-    if scheme == "chain64" and pages and type(pages[0]) is int:
-        return chain64(pages) if ids is None else ids.ids(pages)
+    if scheme == "chain64" and pages:
+        if ids is not None and ids.keys_ids(pages[0]):
+            # a conversation's buffer remembers its pages' ids (TokenView.page_ids)
+            own = getattr(tokens, "page_ids", None) if type(pages[0]) is bytes else None
+            got = own(ids, page_size) if own is not None else None
+            return got if got is not None else ids.ids(pages)
+        if type(pages[0]) is int:
+            return chain64(pages)
     return page_hashes(tokens, page_size)
 
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, overload
 
-from hicache.tiers.hashing import chain_keys
+from hicache.tiers.hashing import ChainIds, chain_keys
 from hicache.tree.pagekeys import pack_tokens, split_pages
 from hicache.workload.tokens import ConcatTokens
 
@@ -27,14 +27,17 @@ from hicache.workload.tokens import ConcatTokens
 class BufferPages:
     """Page keys and page-hash chains of one append-only token buffer, per page size,
     extended as the buffer grows: each page is packed and hashed once for the buffer's
-    whole life, not once per turn (a conversation's turns share its buffer)."""
+    whole life, not once per turn (a conversation's turns share its buffer); likewise
+    its pages' ids in a run's :class:`~hicache.tiers.hashing.ChainIds` (each page's id
+    asked once, not its whole chain walked again per turn)."""
 
-    __slots__ = ("_buf", "_keys", "_hashes")
+    __slots__ = ("_buf", "_keys", "_hashes", "_ids")
 
     def __init__(self, buf: array) -> None:
         self._buf = buf
         self._keys: dict[int, list[bytes]] = {}
         self._hashes: dict[int, list[str]] = {}
+        self._ids: dict[int, tuple[ChainIds, list[int]]] = {}  # page size -> (ids, chain)
 
     def keys(self, page_size: int, n: int) -> list[bytes]:
         """Keys of the first ``n`` pages (:mod:`hicache.tree.pagekeys`)."""
@@ -52,6 +55,20 @@ class BufferPages:
         if have < n:
             keys = self.keys(page_size, n)
             chain.extend(chain_keys(keys[have:], chain[-1] if chain else None))
+        return chain[:n]
+
+    def ids(self, chain_ids: ChainIds, page_size: int, n: int) -> list[int]:
+        """The ids in ``chain_ids`` of the first ``n`` pages' keys: ``chain_ids.ids(
+        self.keys(page_size, n))``, the pages asked before remembered (ids of a chain's
+        pages are fixed for the ChainIds' life; another ChainIds starts afresh)."""
+        memo = self._ids.get(page_size)
+        if memo is None or memo[0] is not chain_ids:
+            memo = self._ids[page_size] = (chain_ids, [])
+        chain = memo[1]
+        have = len(chain)
+        if have < n:
+            keys = self.keys(page_size, n)
+            chain.extend(chain_ids.ids(keys[have:], chain[-1] if chain else -1))
         return chain[:n]
 
 
@@ -81,6 +98,13 @@ class TokenView(Sequence[int]):
         if self._pages is None:
             return None
         return self._pages.hashes(page_size, self._len // page_size)
+
+    def page_ids(self, chain_ids: ChainIds, page_size: int) -> list[int] | None:
+        """The ids of the full pages' keys in ``chain_ids`` (:meth:`BufferPages.ids`);
+        None without a buffer's pages."""
+        if self._pages is None:
+            return None
+        return self._pages.ids(chain_ids, page_size, self._len // page_size)
 
     def __len__(self) -> int:
         return self._len
@@ -133,6 +157,15 @@ class ForkedView(ConcatTokens):
         if head is None or keys is None:
             return None
         return head + chain_keys(keys[len(head):], head[-1] if head else None)
+
+    def page_ids(self, chain_ids: ChainIds, page_size: int) -> list[int] | None:
+        """``base``'s page ids (its buffer's memo), then the ids of the pages from there
+        on, continued from its last."""
+        head = self._prefix.page_ids(chain_ids, page_size)
+        keys = self.page_keys(page_size)
+        if head is None or keys is None:
+            return None
+        return head + chain_ids.ids(keys[len(head):], head[-1] if head else -1)
 
 
 def token_prefix(tokens: Sequence[int], n: int) -> Sequence[int]:

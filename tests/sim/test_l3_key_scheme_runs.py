@@ -1,8 +1,9 @@
 """Whole runs with both L3 key schemes (``cache.l3_key_scheme``: chain64, sha256) give the
 same results, bit for bit: keys are only compared for equality, and chain64's are equal
 iff SHA-256's are. A trace (block prompts: chain64 keys) and a multi-turn scenario
-(conversations: SHA-256 under both) with L3; under write_back the stores' keys come from
-the tree's nodes (NodeKeys), under write_through from the requests' keys."""
+(conversations: the run's chain ids under chain64, SHA-256 under sha256) with L3; under
+write_back the stores' keys come from the tree's nodes (NodeKeys), under write_through
+from the requests' keys."""
 
 from __future__ import annotations
 
@@ -58,8 +59,9 @@ def test_both_key_schemes_simulate_the_same_run(name: str, sets: list[str]) -> N
     assert runs["chain64"] == runs["sha256"]
     assert runs["sha256"][4][0][0] > 0  # L3 held pages: the keys were used
     assert keys["sha256"] == {str}
-    # block prompts key by chain64, conversations keep SHA-256
-    assert keys["chain64"] == ({int} if name.startswith("mooncake") else {str})
+    # block prompts key by chain64; conversations by the run's chain ids too
+    # (sim.driver.CHAIN_IDS_BYTES; SHA-256 without them)
+    assert keys["chain64"] == {int}
 
 
 @pytest.mark.parametrize("policy", ["write_through", "write_back"])
@@ -116,3 +118,32 @@ def test_chain_ids_simulate_the_same_run_as_chain64(policy: str, monkeypatch) ->
                     if made is not None else None)
     assert runs[True] == runs[False]
     assert keys == {False: (False, None), True: (True, True)}
+
+
+@pytest.mark.parametrize("policy", ["write_through", "write_back"])
+def test_chain_ids_of_conversations_simulate_the_same_run_as_sha256(policy: str,
+                                                                    monkeypatch) -> None:
+    """Conversations' bytes page keys take the run's ChainIds too (sim.driver.
+    CHAIN_IDS_BYTES): twin runs with them and with their SHA-256 chains, the store
+    evicting, give the same results; with them the store's keys are the run's dense ids,
+    without them hex SHA-256 keys."""
+    import sim.driver
+
+    sets = _small_l3(["workload.num_clients=16", "workload.num_rounds=6",
+                      "run.layerwise=true", "cache.device_tokens=20000",
+                      "cache.hicache_ratio=1.5", f"cache.hicache_write_policy={policy}"], 3e9)
+    runs, keys = {}, {}
+    for on in (False, True):
+        monkeypatch.setattr(sim.driver, "CHAIN_IDS_BYTES", on)
+        res = simulate(_scenario("multiturn_tiers.yaml", sets, "chain64"), name="x",
+                       progress=False)
+        runs[on] = _outcome(res)
+        store = res.replicas[0].runtime.l3_client.store
+        assert store.evictions > 0 and sum(r["l3_hit"] for r in res.records) > 0
+        made = res.replicas[0].scheduler.kv.chain_ids
+        assert made is not None
+        keys[on] = {type(k) for k in store.keys}
+        if on:
+            assert all(0 <= k < len(made) for k in store.keys)
+    assert runs[True] == runs[False]
+    assert keys == {False: {str}, True: {int}}

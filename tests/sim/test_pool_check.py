@@ -39,3 +39,16 @@ def test_check_sees_freed_pages_in_every_free_list_order(order: str) -> None:
     pool._ids._used[pages[0]] = 0  # noqa: SLF001 - corrupt: a used page no longer marked
     with pytest.raises(AssertionError, match=r"11 used \+ 4 free != 16"):
         pool.check()
+
+
+def test_a_tier_s_pools_by_kind_and_a_missing_one_named() -> None:
+    """TierPools is a dict of its pools (a lookup, no call); a pool it lacks raises
+    ValueError naming the tier and the pools it has, and adds nothing."""
+    from sim.pools import TierPools
+
+    tier = TierPools(Tier.HOST, {Kind.FULL: 8, Kind.SWA: 4})
+    assert tier[Kind.FULL].size == 8 and tier[Kind.SWA].pool is Kind.SWA
+    assert tier.pools is tier and tier.free_counts() == {Kind.FULL: 8, Kind.SWA: 4}
+    with pytest.raises(ValueError, match=r"L2 has no pool 'mamba' \(pools: \['full', 'swa'\]\)"):
+        tier[Kind.MAMBA]
+    assert set(tier) == {Kind.FULL, Kind.SWA}

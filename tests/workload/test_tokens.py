@@ -117,6 +117,36 @@ def test_a_forked_view_keys_and_hashes_its_pages_as_the_plain_tokens_would() -> 
     assert isinstance(fork.prefix(8), TokenView)  # within the base: the base's own view
 
 
+@given(lengths=st.lists(st.integers(0, 40), min_size=1, max_size=8),
+       fork=st.integers(0, 40), ps=st.sampled_from([1, 3, 4, 16]), fresh=st.booleans())
+def test_page_ids_are_the_chain_ids_of_the_page_keys(lengths, fork, ps, fresh) -> None:
+    """A buffer's views (and a fork of one) give the ids ChainIds gives their page keys,
+    in any order of lengths (the buffer remembers the ids asked before); a view asked
+    under another ChainIds (another run) starts afresh there."""
+    from hicache.tiers.hashing import ChainIds
+    from hicache.tree.pagekeys import page_keys
+    from hicache.workload.request import BufferPages, ForkedView, TokenView
+
+    rng = random.Random(7)
+    buf = array("q", [rng.randrange(3) for _ in range(40)])
+    pages = BufferPages(buf)
+    ids, naive = ChainIds(bytes_keys=True), ChainIds(bytes_keys=True)
+    for n in lengths:
+        view = TokenView(buf, n, pages)
+        assert view.page_ids(ids, ps) == naive.ids(page_keys(list(buf[:n]), ps))
+    base = TokenView(buf, min(fork, 40), pages)
+    forked = ForkedView(base, array("q", [5, 6, 7] * 5))
+    plain = list(buf[:len(base)]) + [5, 6, 7] * 5
+    assert forked.page_ids(ids, ps) == naive.ids(page_keys(plain, ps))
+    other = ChainIds(bytes_keys=True)  # another run's: its own ids, from 0
+    n = max(lengths)
+    if fresh:
+        assert TokenView(buf, n, pages).page_ids(other, ps) == other.ids(
+            page_keys(list(buf[:n]), ps))
+        assert len(other) == n // ps
+    assert TokenView(buf, n, None).page_ids(ids, ps) is None
+
+
 @given(seed=st.integers(0, 2**64), ns=st.integers(0, 2**30 - 1),
        sizes=st.lists(st.integers(0, 200), min_size=1, max_size=4))
 def test_consecutive_draws_are_one_draw_of_their_sum(seed, ns, sizes):
