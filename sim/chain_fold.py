@@ -26,6 +26,17 @@ timer, at the last kernel's landing (or the first tie among its transitions)::
         a transition at t; the transitions after t walked again from there, up to a
         kept state equal to the old walk's (the old transitions after it kept as they are)
 
+A backup's d2h copy kernel D on the link (and nothing else on it) joins the fold as a
+third job, off the server like the compute: its rate is allocate's, scaled by the
+bidirectional cap while a kernel loads and back at the landing (:class:`Beside`), its
+remaining split at every change and its due re-computed at each rate change; the compute
+runs slowed throughout (D holds SMs). D's finish is an outside event (the backup done):
+the fold ends there (materialise, then D's real finish) or earlier::
+
+    step   K_g joins: D scaled, due later  -- K_g lands: D at its lone rate --  D due
+    |------------------------------------------------------------------------|_finish(D)
+    (materialised earlier: D back at its place, remaining, rate, due; a timer at its due)
+
 Invariant: the server, the chains and the timeline are, after :meth:`ChainFold.
 materialise` at t, what the unfolded run has after its events at t (bit for bit: the
 same ``remaining -= rate * dt`` at each change of the job set, ``due = t + max(0,
@@ -187,8 +198,9 @@ class ChainFold:
 
         The state after a transition: (k_rem, c_rem, c_rate, c_due, rows so far,
         launches so far, bytes landed so far, k_active, c_active, c_fresh, k_first,
-        chain.g, landed.count, chain.t0, chain.start_t, cc.layer, cc.t0, cc.start_t); a
-        kept one adds the time of the last change and the kernel's next transition.
+        chain.g, landed.count, chain.t0, chain.start_t, cc.layer, cc.t0, cc.start_t,
+        d_rem, d_rate, d_due: the d2h copy's, 0.0, 0.0, inf without one); a kept one
+        adds the time of the last change and the kernel's next transition.
 
         ``old`` (:meth:`absorb`: ``stop`` the transitions up to the first of them): the
         states kept after the absorbed change by the walk before it, each a transition
