@@ -26,6 +26,17 @@ timer, at the last kernel's landing (or the first tie among its transitions)::
         a transition at t; the transitions after t walked again from there, up to a
         kept state equal to the old walk's (the old transitions after it kept as they are)
 
+A backup's d2h copy kernel D on the link (and nothing else on it) joins the fold as a
+third job, off the server like the compute: its rate is allocate's, scaled by the
+bidirectional cap while a kernel loads and back at the landing (:class:`Beside`), its
+remaining split at every change and its due re-computed at each rate change; the compute
+runs slowed throughout (D holds SMs). D's finish is an outside event (the backup done):
+the fold ends there (materialise, then D's real finish) or earlier::
+
+    step   K_g joins: D scaled, due later  -- K_g lands: D at its lone rate --  D due
+    |------------------------------------------------------------------------|_finish(D)
+    (materialised earlier: D back at its place, remaining, rate, due; a timer at its due)
+
 Invariant: the server, the chains and the timeline are, after :meth:`ChainFold.
 materialise` at t, what the unfolded run has after its events at t (bit for bit: the
 same ``remaining -= rate * dt`` at each change of the job set, ``due = t + max(0,
@@ -42,7 +53,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from sim.compute_chain import ComputeChain
 from sim.fluid import FluidJob
@@ -50,6 +61,7 @@ from sim.streams import call_at
 
 if TYPE_CHECKING:
     from sim.fluid import FluidServer
+    from sim.link import PcieLink
     from sim.load_chain import LoadChain
 
 # at most this many kernels launched per fold (None: no limit): a fold that reaches it
@@ -60,6 +72,10 @@ SPAN: int | None = None
 # a fold keeps the chain's state after every CHECK-th transition: a fold materialised
 # early walks its transitions again from the last one kept before its time (_state)
 CHECK = 8
+
+# a load chain folds beside a d2h copy kernel (a backup's) too, up to its finish (False:
+# no fold while one is on the link; the tests compare the two)
+BESIDE_COPY = True
 
 # a deadline closer than this (relative) to an L3 job's finish: sim.l3_client.watch's
 # check could flip with the splits' rounding, so no fold
@@ -84,7 +100,7 @@ def _compute_slot(chain: LoadChain, fluid: FluidServer
             return None
     job: FluidJob | None = None
     for other in fluid.jobs:
-        if other.kind == "l3":
+        if other.kind == "l3" or other.kind == "d2h":  # (a d2h copy: try_fold's)
             continue
         if job is not None or other.kind != "compute":
             return None
@@ -102,14 +118,17 @@ def _compute_slot(chain: LoadChain, fluid: FluidServer
 class ChainFold:
     """One folded span of a load chain (module doc)."""
 
-    def __init__(self, chain: LoadChain, cc: ComputeChain | None, job: FluidJob | None
-                 ) -> None:
+    def __init__(self, chain: LoadChain, cc: ComputeChain | None, job: FluidJob | None,
+                 copy: FluidJob | None = None) -> None:
         # cc: the batch's compute chain, attached (None: not yet; ``job``, if any, is
-        # another batch's compute job, whose finish ends the fold)
-        self.chain, self.cc, self.c0 = chain, cc, job
+        # another batch's compute job, whose finish ends the fold); ``copy``: a d2h copy
+        # kernel beside (Beside), whose finish ends the fold
+        self.chain, self.cc, self.c0, self.d = chain, cc, job, copy
         rt = chain.rt
         self.fluid = rt.fluid
-        self.c0_index = rt.fluid.jobs.index(job) if job is not None else -1
+        jobs = rt.fluid.jobs
+        self.c0_index = jobs.index(job) if job is not None else -1
+        self.d_index = jobs.index(copy) if copy is not None else -1
         # per transition (a compute start shares the entry of the transition at its
         # time): its time (a change of the server's job set: the L3 jobs' splits); the
         # timeline rows of them all, in order (_walk)
@@ -126,11 +145,14 @@ class ChainFold:
         self.end = math.inf
         self.final = False  # the fold ends at the last kernel's landing
         self.final_c = False  # the fold ends at the foreign compute job's finish
+        self.final_d = False  # the fold ends at the d2h copy's finish
         self.k_rate = self.slow = 0.0  # the kernels' rate, the compute's beside one
+        self.free = 1.0  # the compute's rate with no h2d kernel (slow beside a d2h copy)
+        self.beside: Beside | None = None  # the d2h copy's rates (None: no copy)
         self.t_plan = self.last0 = 0.0  # when plan ran; the server's last change then
 
     # -- the closed form ---------------------------------------------------------------
-    def plan(self, k_rate: float, slow: float) -> bool:
+    def plan(self, k_rate: float, slow: float, beside: Beside | None = None) -> bool:
         """Compute the transitions from now to the fold's end; False: too short. Each
         transition appends its time to :attr:`times` and the timeline rows it records to
         :attr:`rows`; the chain's state after the last one is :attr:`last_check` (what
@@ -140,6 +162,8 @@ class ChainFold:
         end, a landing) shares its entry, as no entry can come between them (a second
         change at one time charges nothing)."""
         self.k_rate, self.slow = k_rate, slow
+        self.beside = beside
+        self.free = 1.0 if beside is None else slow  # (a copy kernel holds SMs)
         self.t_plan, self.last0 = self.chain.rt.env.now, self.fluid.last_change
         return self._walk(self.times, self.rows, CHECK, planning=True) is not None
 
@@ -174,8 +198,9 @@ class ChainFold:
 
         The state after a transition: (k_rem, c_rem, c_rate, c_due, rows so far,
         launches so far, bytes landed so far, k_active, c_active, c_fresh, k_first,
-        chain.g, landed.count, chain.t0, chain.start_t, cc.layer, cc.t0, cc.start_t); a
-        kept one adds the time of the last change and the kernel's next transition.
+        chain.g, landed.count, chain.t0, chain.start_t, cc.layer, cc.t0, cc.start_t,
+        d_rem, d_rate, d_due: the d2h copy's, 0.0, 0.0, inf without one); a kept one
+        adds the time of the last change and the kernel's next transition.
 
         ``old`` (:meth:`absorb`: ``stop`` the transitions up to the first of them): the
         states kept after the absorbed change by the walk before it, each a transition
@@ -191,7 +216,10 @@ class ChainFold:
         landed = st.landed
         assert landed is not None
         overhead = rt.copies.overhead
-        k_rate, slow = self.k_rate, self.slow
+        k_rate, slow, free = self.k_rate, self.slow, self.free
+        beside = self.beside
+        has_d = beside is not None
+        d_lone, d_both = (beside.lone, beside.both) if beside is not None else (0.0, 0.0)
         add_time, add_row = times.append, rows.append
         op = cc.op if cc is not None else ""
         bid = st.plan.batch_id
@@ -220,17 +248,25 @@ class ChainFold:
             else:
                 c_rem = c_rate = 0.0
                 c_due = math.inf
+            d = self.d
+            if d is not None:
+                d_rem, d_rate, d_due = d.remaining, d.rate, d.due
+                if not d_due > now:
+                    return None  # the copy's finish is due now: a tie with this step
+            else:
+                d_rem = d_rate = 0.0
+                d_due = math.inf
             count = landed.count
             # the kernel's next transition: its launch (simpy's now + delay), or landing
             nxt_k = now + overhead
         else:
             ((k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active, c_active,
-              c_fresh, k_first, g, count, t0, start_t, layer, cc_t0, cc_start),
-             last, nxt_k) = start
+              c_fresh, k_first, g, count, t0, start_t, layer, cc_t0, cc_start,
+              d_rem, d_rate, d_due), last, nxt_k) = start
         if not (stop or planning):
             return ((k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active,
                      c_active, c_fresh, k_first, g, count, t0, start_t, layer, cc_t0,
-                     cc_start), last, nxt_k)
+                     cc_start, d_rem, d_rate, d_due), last, nxt_k)
         waiting = own and not c_active
         n_layers = len(times_l)
         inf = math.inf
@@ -238,6 +274,13 @@ class ChainFold:
         old_i = 0
         while True:  # a stretch of transitions up to the fold's end or a kept state
             while True:
+                if d_due <= nxt_k and d_due <= c_due:  # the d2h copy finishes (inf: none)
+                    tc = d_due
+                    if d_due == nxt_k or d_due == c_due:
+                        rt.fold_counts["chain_ties"] += 1  # (the event order's)
+                    else:
+                        self.final_d = True  # its real finish ends the fold
+                    break
                 if c_due < nxt_k:  # the compute job in flight finishes (c_due: inf if none)
                     tc = c_due
                     if not own:
@@ -250,6 +293,8 @@ class ChainFold:
                         if k_active:
                             k_rem -= k_rate * dt
                         c_rem -= c_rate * dt
+                        if has_d:
+                            d_rem -= d_rate * dt
                     last = tc
                     c_active = False
                     add_row(("compute", op, bid, -1, layer, cc_t0, tc, 0, 1))
@@ -257,7 +302,7 @@ class ChainFold:
                     layer += 1
                     if layer < count:  # the next layer starts at once: one entry for both
                         c_rem = times_l[layer]
-                        c_rate = slow if k_active else 1.0
+                        c_rate = slow if k_active else free
                         c_due = tc + c_rem / c_rate
                         c_active = c_fresh = True
                         k_first = k_active
@@ -282,6 +327,8 @@ class ChainFold:
                     if dt > 0:
                         if c_active:
                             c_rem -= c_rate * dt
+                        if has_d:
+                            d_rem -= d_rate * dt
                     last = tc
                     k_rem = k_work[g]
                     k_active = True
@@ -291,6 +338,9 @@ class ChainFold:
                     if c_active and c_rate != slow:
                         c_rate = slow
                         c_due = tc + (c_rem if c_rem > 0.0 else 0.0) / c_rate
+                    if has_d and d_rate != d_both:  # the bidirectional cap binds
+                        d_rate = d_both
+                        d_due = tc + (d_rem if d_rem > 0.0 else 0.0) / d_rate
                     nxt_k = tc + k_rem / k_rate  # its landing
                     add_time(tc)
                     stop -= 1
@@ -302,14 +352,20 @@ class ChainFold:
                     self.final = True
                     break  # the last one: its real finish ends the fold
                 dt = tc - last
-                if dt > 0 and c_active:  # (the kernel's remaining: 0 now)
-                    c_rem -= c_rate * dt
+                if dt > 0:  # (the kernel's remaining: 0 now)
+                    if c_active:
+                        c_rem -= c_rate * dt
+                    if has_d:
+                        d_rem -= d_rate * dt
                 last = tc
                 k_active = False
                 k_rem = 0.0
-                if c_active and c_rate != 1.0:
-                    c_rate = 1.0
-                    c_due = tc + (c_rem if c_rem > 0.0 else 0.0)  # (/ 1.0: exact)
+                if c_active and c_rate != free:
+                    c_rate = free
+                    c_due = tc + (c_rem if c_rem > 0.0 else 0.0) / free  # (/ 1.0: exact)
+                if has_d and d_rate != d_lone:
+                    d_rate = d_lone
+                    d_due = tc + (d_rem if d_rem > 0.0 else 0.0) / d_rate
                 glayer, nb, nbytes, count, g = lands[g]  # (groups without bytes: with it)
                 add_row(("h2d", "load", bid, -1, glayer, t0, tc, nb, 1))
                 add_row(("pcie:h2d", "load", bid, -1, glayer, start_t, tc, nb, 1))
@@ -319,8 +375,8 @@ class ChainFold:
                 if waiting and layer < count:  # the batch's compute goes on at once: one entry
                     waiting = False
                     c_rem = times_l[layer]
-                    c_rate = 1.0
-                    c_due = tc + c_rem  # (/ 1.0: exact)
+                    c_rate = free
+                    c_due = tc + c_rem / free  # (/ 1.0: exact)
                     c_active = c_fresh = True
                     k_first = False
                     cc_t0 = tc
@@ -334,7 +390,7 @@ class ChainFold:
                     break
             state = (k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active,
                      c_active, c_fresh, k_first, g, count, t0, start_t, layer, cc_t0,
-                     cc_start)
+                     cc_start, d_rem, d_rate, d_due)
             if stop or not planning:
                 break  # the fold's end (or the stop-th transition walked: _state)
             kept = (state, last, nxt_k)
@@ -359,12 +415,18 @@ class ChainFold:
     def begin(self) -> None:
         """Take the batch's compute job off the server and arm the end timer."""
         fluid, env = self.fluid, self.chain.rt.env
-        c = self.c0
+        c, d = self.c0, self.d
+        for at in sorted((self.c0_index, self.d_index), reverse=True):
+            if at >= 0:
+                del fluid.jobs[at]
         if c is not None:
-            del fluid.jobs[self.c0_index]
             fluid.kinds["compute"] -= 1
             c.token += 1  # its live timer goes stale
             c.timer_at = math.inf
+        if d is not None:
+            fluid.kinds["d2h"] -= 1
+            d.token += 1  # (materialise arms it again)
+            d.timer_at = math.inf
         fluid.folded = self  # every entry materialises it first (sim.fluid)
         st_landed = self.chain.st.landed
         assert st_landed is not None
@@ -393,9 +455,18 @@ class ChainFold:
         now = rt.env.now
         link = rt.link
         ceiling = link.l3_ceiling()
-        if (not now < self.end or link.lone_rate("h2d", kernel=True) != self.k_rate
-                or link.host_binds(self.k_rate, ceiling) or link.host_binds(0, ceiling)):
+        if not now < self.end:
             return False
+        beside = self.beside
+        if beside is None:
+            if (link.lone_rate("h2d", kernel=True) != self.k_rate
+                    or link.host_binds(self.k_rate, ceiling) or link.host_binds(0, ceiling)):
+                return False
+        else:
+            assert self.d is not None
+            if (_beside(link, self.d) != beside or link.host_binds(beside.copies, ceiling)
+                    or link.host_binds(beside.lone, ceiling)):
+                return False
         times = self.times
         n = bisect.bisect_right(times, now)
         if n > self.charged:
@@ -405,12 +476,15 @@ class ChainFold:
         k_rem, c_rem, c_rate = state[:3]
         n_rows, k_active, c_active = state[4], state[7], state[8]
         dt = now - last
+        d_rem, d_rate = state[18], state[19]
         if dt > 0:  # FluidServer._advance on the fold's jobs
             if k_active:
                 k_rem -= self.k_rate * dt
             if c_active:
                 c_rem -= c_rate * dt
-        kept = ((k_rem, c_rem, *state[2:]), now, nxt_k)
+            if beside is not None:
+                d_rem -= d_rate * dt
+        kept = ((k_rem, c_rem, *state[2:18], d_rem, *state[19:]), now, nxt_k)
         rows, checks, check_at = self.rows, self.checks, self.check_at
         # the old walk after now: the transitions after the kept state, once walked again
         # from it, are the old ones a transition later when a state kept on the way is
@@ -419,13 +493,13 @@ class ChainFold:
         i = bisect.bisect_right(check_at, n)
         old_times, old_rows = times[n:], rows[n_rows:]
         old_checks, old_at = checks[i:], check_at[i:]
-        old_final, end = (self.final, self.final_c), self.end
+        old_final, end = (self.final, self.final_c, self.final_d), self.end
         del times[n:], rows[n_rows:], checks[i:], check_at[i:]
         times.append(now)
         checks.append(kept)
         check_at.append(n + 1)
         self.charged = n + 1  # (the server charges its jobs up to now itself)
-        self.final = self.final_c = False
+        self.final = self.final_c = self.final_d = False
         rt.fold_counts["chain_absorbed"] += 1
         if old_checks:  # walk up to the first old state kept, then compare at each
             j = self._walk(times, rows, old_at[0] - n, kept, planning=True, old=old_checks)
@@ -436,7 +510,7 @@ class ChainFold:
             rows += old_rows[old_checks[j][0][4] - n_rows:]
             checks += old_checks[j + 1:]
             check_at += [m + 1 for m in old_at[j + 1:]]
-            self.final, self.final_c = old_final  # (end, last_check: the old walk's)
+            self.final, self.final_c, self.final_d = old_final  # (end, last_check: old)
             rt.fold_counts["chain_spliced"] += 1
         elif self.end != end:
             call_at(rt.env, self.end, self._ended)
@@ -473,7 +547,8 @@ class ChainFold:
         if n:
             (k_rem, c_rem, c_rate, c_due, n_rows, n_launch, moved, k_active, c_active,
              c_fresh, k_first, chain.g, landed.count, chain.t0, k_launch, layer, cc_t0,
-             cc_start) = (self.last_check if n == len(times) else self._state(n))[0]
+             cc_start, d_rem, d_rate, d_due
+             ) = (self.last_check if n == len(times) else self._state(n))[0]
             chain.start_t = k_launch
             if n_rows:
                 rt.timeline.record_rows(self.rows[:n_rows])
@@ -494,6 +569,8 @@ class ChainFold:
             if self.c0 is not None:
                 c0 = self.c0
                 c_rem, c_rate, c_due = c0.remaining, c0.rate, c0.due
+            if self.d is not None:
+                d_rem, d_rate, d_due = self.d.remaining, self.d.rate, self.d.due
         # the jobs in flight, with the remaining their last change left them
         k = c = final_k = final_c = None
         if k_active:
@@ -520,14 +597,29 @@ class ChainFold:
                 final_c = c
         elif cc is not None:
             landed.at, landed.waiter = cc.layer, cc._layer_start
-        # back on the server in the order they joined it
+        d = self.d
+        final_d = None
+        if d is not None:
+            d.remaining, d.rate, d.due = d_rem, d_rate, d_due
+            if at_end and self.final_d:
+                final_d = d
+        # back on the server in the order they joined it: the jobs there before the
+        # fold at their places (list.insert past the end appends), then the fold's own
+        back = [] if c is None or c_fresh else [(self.c0_index, c)]
+        if d is not None:
+            d_at = self.d_index
+            if self.c0 is not None and not back and self.c0_index < d_at:
+                d_at -= 1  # c0, before it, left
+            back.append((d_at, d))
+            back.sort(key=_first)
+            fluid.kinds["d2h"] = fluid.kinds.get("d2h", 0) + 1
+        for at, job in back:
+            fluid.jobs.insert(at, job)
         if k is not None and k_first:
             fluid._add(k)
         if c is not None:
-            if c_fresh or self.c0_index >= len(fluid.jobs):
+            if c_fresh:
                 fluid.jobs.append(c)
-            else:
-                fluid.jobs.insert(self.c0_index, c)
             fluid.kinds["compute"] = fluid.kinds.get("compute", 0) + 1
         if k is not None and not k_first:
             fluid._add(k)
@@ -539,15 +631,19 @@ class ChainFold:
             launch_at = chain.t0 + overhead  # the landing (or the fold's step) + overhead
             call_at(env, launch_at, chain._launched)
         if c is not None and final_c is None:
-            if final_k is not None and c.rate != 1.0:
+            if final_k is not None and c.rate != self.free:
                 c.token += 1  # the landing re-plans it now
                 c.timer_at = math.inf
             else:
                 fluid._arm(c, c.due)
+        if d is not None and final_d is None:
+            fluid._arm(d, d.due)
         if final_k is not None:
             fluid._finish(final_k)
         elif final_c is not None:
             fluid._finish(final_c)
+        elif final_d is not None:
+            fluid._finish(final_d)
 
 
 def _same(a: tuple, b: tuple) -> bool:
@@ -588,17 +684,26 @@ def try_fold(chain: LoadChain) -> bool:
     if not rt.layerwise or not fluid.fold_possible("h2d", "compute", copies=True):
         return False
     kinds = fluid.kinds
-    if kinds.get("h2d", 0) or kinds.get("d2h", 0):
+    if kinds.get("h2d", 0):
         return False
+    link = rt.link
+    copy = beside = None
+    if kinds.get("d2h", 0):
+        copy = _copy_beside(fluid) if BESIDE_COPY else None
+        if copy is None or not fluid.fold_possible("d2h"):
+            return False
+        beside = _beside(link, copy)
+        if copy.rate != beside.lone:
+            return False  # squeezed now (host memory): allocate's rates may differ
     found = _compute_slot(chain, fluid)
     if found is None:
         return False
     cc, job = found
-    link = rt.link
     slow = 1.0 - link.slowdown
     if not slow > 0:
         return False
-    rate = link.lone_rate("h2d", kernel=True)  # the rate shift_rate gives its kernels
+    # the rate shift_rate gives its kernels (allocate's beside the copy)
+    rate = link.lone_rate("h2d", kernel=True) if beside is None else beside.both_k
     if not rate > 0:
         return False
     moving = kinds.get("l3", 0)
@@ -610,15 +715,66 @@ def try_fold(chain: LoadChain) -> bool:
         l3_jobs, l3_total = steady
         if not _watch_quiet(l3_jobs):
             return False  # watch might arm its deadline timer at one of the changes
-    if link.host_binds(rate, l3_total) or link.host_binds(0, l3_total):
-        return False  # host memory binds, with a kernel on the link or without
+    if beside is None:
+        if link.host_binds(rate, l3_total) or link.host_binds(0, l3_total):
+            return False  # host memory binds, with a kernel on the link or without
+    elif link.host_binds(beside.copies, l3_total) or link.host_binds(beside.lone, l3_total):
+        return False  # (the same beside the copy)
     if cc is not None and not _all_timed(cc.times, cc.layer):
         return False
-    fold = ChainFold(chain, cc, job)
-    if not fold.plan(rate, slow):
+    fold = ChainFold(chain, cc, job, copy)
+    if not fold.plan(rate, slow, beside):
         return False
     fold.begin()
+    if copy is not None:
+        rt.fold_counts["chain_beside_copy"] += 1
     return True
+
+
+class Beside(NamedTuple):
+    """A d2h copy kernel's rates beside the chain (:meth:`sim.link.PcieLink.allocate`'s
+    floats): alone on the link (``lone``), with an h2d kernel (``both``; the kernel's:
+    ``both_k``) when the bidirectional cap scales them, and the two directions' total
+    then (``copies``, what host memory sees); ``lone_k``: an h2d kernel's rate alone."""
+
+    lone: float
+    both: float
+    copies: float
+    lone_k: float
+    both_k: float
+
+
+def _beside(link: PcieLink, copy: FluidJob) -> Beside:
+    """``copy``'s rates beside the chain's kernels, as allocate sets them: each
+    direction's share over one job (``lone_rate``), their sum, scaled to the
+    bidirectional cap when it exceeds it (``job.rate *= scale``)."""
+    lone_k = link.lone_rate("h2d", kernel=True)
+    lone = link.lone_rate("d2h", "kernel" in copy.tags, copy.cap)
+    total = lone_k + lone  # (allocate: total_h2d + total_d2h, each 0 + its one rate)
+    bidirectional = link.bidirectional * link.factor
+    if total > bidirectional:
+        scale = bidirectional / total
+        if scale < 1.0:
+            return Beside(lone, lone * scale, total * scale, lone_k, lone_k * scale)
+    return Beside(lone, lone, total * 1.0, lone_k, lone_k)
+
+
+def _copy_beside(fluid: FluidServer) -> FluidJob | None:
+    """The one d2h job on the server when it is a copy kernel (a backup's, holding SMs:
+    every compute job runs slowed while it lasts) at its lone rate (no h2d job, no
+    host-memory squeeze) that is not due now; None otherwise."""
+    if fluid.kinds.get("d2h", 0) != 1:
+        return None
+    for job in fluid.jobs:
+        if job.kind == "d2h":
+            if "kernel" not in job.tags or not job.rate > 0:
+                return None
+            return job
+    return None
+
+
+def _first(pair: tuple) -> object:
+    return pair[0]
 
 
 _KERNEL = frozenset({"kernel"})

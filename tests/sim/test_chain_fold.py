@@ -217,8 +217,9 @@ def test_states_walked_again_from_kept_states(check: int,
     seen: Counter[str] = Counter()
     plan = chain_fold.ChainFold.plan
 
-    def checked_plan(self: chain_fold.ChainFold, k_rate: float, slow: float) -> bool:
-        ok = plan(self, k_rate, slow)
+    def checked_plan(self: chain_fold.ChainFold, k_rate: float, slow: float,
+                     beside: chain_fold.Beside | None = None) -> bool:
+        ok = plan(self, k_rate, slow, beside)
         if ok:
             n_all = len(self.times)
             assert len(self.checks) == n_all // check
