@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from sim.compute_chain import ComputeChain
 from sim.fluid import FluidJob
-from sim.streams import call_at
+from sim.streams import call_exactly
 
 if TYPE_CHECKING:
     from sim.fluid import FluidServer
@@ -431,7 +431,7 @@ class ChainFold:
         st_landed = self.chain.st.landed
         assert st_landed is not None
         st_landed.fold = self  # the batch's compute arriving at its layers: an entry
-        call_at(env, self.end, self._ended)
+        call_exactly(env, self.end, self._ended)
         self.chain.rt.fold_counts["chain_folded"] += 1
 
     def _ended(self, _ev: object) -> None:
@@ -513,7 +513,7 @@ class ChainFold:
             self.final, self.final_c, self.final_d = old_final  # (end, last_check: old)
             rt.fold_counts["chain_spliced"] += 1
         elif self.end != end:
-            call_at(rt.env, self.end, self._ended)
+            call_exactly(rt.env, self.end, self._ended)
         return True
 
     def holds(self) -> bool:
@@ -629,7 +629,7 @@ class ChainFold:
                 fluid._arm(k, k.due)
         else:
             launch_at = chain.t0 + overhead  # the landing (or the fold's step) + overhead
-            call_at(env, launch_at, chain._launched)
+            call_exactly(env, launch_at, chain._launched)
         if c is not None and final_c is None:
             if final_k is not None and c.rate != self.free:
                 c.token += 1  # the landing re-plans it now

@@ -49,6 +49,21 @@ def call_at(env: simpy.Environment, at: float, callback: Callable[[simpy.Event],
     queue_at(env, at, event)
 
 
+def call_exactly(env: simpy.Environment, at: float,
+                 callback: Callable[[simpy.Event], None]) -> None:
+    """:func:`call_at`'s event queued at ``at`` itself, also where no delay from now lands
+    on it (``now`` with finer bits than ``at``: every ``now + delay`` near it rounds to
+    even, so :func:`queue_time` lands one ulp before). For a fold's own timer, armed long
+    before the event it stands for, which the unfolded run has at ``at`` exactly: a job's
+    finish at its due (:meth:`sim.fluid.FluidServer._fire` waits on from an early timer),
+    a launch a timeout after the landing."""
+    if at < env._now:  # type: ignore[attr-defined]
+        raise ValueError(f"time {at!r} is before now ({env.now!r})")
+    event = _new_event(simpy.Event)
+    event.callbacks, event._ok, event._value = [callback], True, None
+    heappush(env._queue, (at, NORMAL, next(env._eid), event))  # type: ignore[attr-defined]
+
+
 def pending(env: simpy.Environment) -> simpy.Event:
     """``env.event()``: a new event, not triggered (its ``env`` and empty ``callbacks``
     set as ``Event.__init__`` sets them; its value is the class's ``PENDING``), without

@@ -43,7 +43,7 @@ import bisect
 from typing import TYPE_CHECKING
 
 from sim.fluid import FluidJob, compute_job
-from sim.streams import call_at
+from sim.streams import call_exactly
 
 if TYPE_CHECKING:
     from sim.compute_chain import ComputeChain
@@ -75,7 +75,7 @@ class TailFold:
         rt = self.cc.rt
         rt.fluid.folded = self
         env = rt.env
-        call_at(env, self.end, self._ended)
+        call_exactly(env, self.end, self._ended)
         rt.fold_counts["tail_folded"] += 1
 
     def _ended(self, _ev: object) -> None:
