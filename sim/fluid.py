@@ -281,6 +281,12 @@ class FluidServer:
         self._expected, self._ei = times, 0
         self._marks = []
 
+    def expect_more(self, times: list[float]) -> None:
+        """A fold goes on past its last step (sim.fold chains a segment): ``times`` (all
+        >= the changes still expected, >= now) follow those, which are charged as before;
+        the change times recorded since :meth:`expect` are kept."""
+        self._expected, self._ei = self._expected[self._ei:] + times, 0
+
     def unexpect(self, t: float) -> list[float]:
         """The fold ended at ``t``: forget the expected changes after it; return the
         change times recorded since :meth:`expect` (what :meth:`adopt` needs)."""
