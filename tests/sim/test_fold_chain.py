@@ -17,6 +17,24 @@ def _chains(res: SimResult) -> int:
     return sum(rep.folder.chained for rep in res.replicas)
 
 
+def _released_rows(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
+    """(rid, slot, pages held) of every request row as its release closes it: a page
+    placed for a step the request does not run (or missing) shows here, though no
+    result reads page ids."""
+    from sim.memory import Memory
+
+    seen: list[tuple[int, int, int]] = []
+    release = Memory._release
+
+    def spying(self, rel, freed):  # noqa: ANN001, ANN202
+        row = self.rows[rel.request.slot_id]
+        seen.append((row.rid, rel.request.slot_id, row.size))
+        return release(self, rel, freed)
+
+    monkeypatch.setattr(Memory, "_release", spying)
+    return seen
+
+
 def _spy_paths(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Count the paths a chain takes: segments that went on, fallbacks after the
     finishing step (its batch executed then), and chained segments stopped in their step
@@ -51,7 +69,10 @@ def test_chained_folds_equal_unchained_and_unfolded_runs_on_the_trace(monkeypatc
     sc = dict(_variants("mooncake_trace.yaml", _TRACE))["L1+L2+L3"]
     seen = _spy_paths(monkeypatch)
     finishes = _fluid_finishes(monkeypatch)
+    released = _released_rows(monkeypatch)
     chained = _run(sc, "L1+L2+L3", True)
+    chained_rows = released[:]
+    released.clear()
     assert _chains(chained) >= 50 and seen["chained"] == _chains(chained)
     assert seen["fallback"] > 0, "no chain fell back: the step-j+1 execute path is untested"
     chained_floats = [finishes.pop(k) for k in list(finishes)]
@@ -59,8 +80,10 @@ def test_chained_folds_equal_unchained_and_unfolded_runs_on_the_trace(monkeypatc
     unchained = _run(sc, "L1+L2+L3", True)
     assert _chains(unchained) == 0
     unchained_floats = [finishes.pop(k) for k in list(finishes)]
+    released.clear()
     plain = _run(sc, "L1+L2+L3", False)
     plain_floats = [finishes[k] for k in finishes]
+    assert chained_rows == released and chained_rows
     assert chained_floats == unchained_floats == plain_floats
     assert any(others for server in chained_floats for *_, others in server)
     _assert_same(chained, unchained)
