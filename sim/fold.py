@@ -51,11 +51,12 @@ the finish (:meth:`DecodeFolder._chain`): at step j's taken time the driver's st
 taken as unfolded (step j + 1 prepared first, the finished request ended as the driver
 ends it); when it plans one decode plan C' that may fold (``steps_allowed``, nothing in
 flight that could change a step's speed) the fold goes on with a segment whose step 0
-is batch j + 1 (prepared, never executed: its compute job, its completion and the
-driver's wait for it folded), the driver's cpu yield for C' taken and C''s frees and
-releases applied after it, as ``run`` applies its plan's. Else batch j + 1 executes
-then, as :meth:`DecodeFolder._materialize` would execute it, and the driver goes on with
-the step's result. Trace 3,000 L1+L2+L3: 2,314 segments chained, processed events
+is batch j + 1 (placed and handed to the scheduler as a fold's step, never prepared by
+the runtime nor executed: its compute job, its completion and the driver's wait for it
+folded), the driver's cpu yield for C' taken and C''s frees and releases applied after
+it, as ``run`` applies its plan's. Else batch j + 1 is prepared and executed then, as
+:meth:`DecodeFolder._materialize` would start it, and the driver goes on with the
+step's result. Trace 3,000 L1+L2+L3: 2,314 segments chained, processed events
 136,263 -> 122,407; multiturn at 40 rounds hardly chains (a finish there admits a
 waiting request: the next plan is a prefill).
 
@@ -286,6 +287,7 @@ class DecodeFolder:
         handling of a request that ended (given, a fold that ran to its limit may go on
         past it: :meth:`_chain`)."""
         env, rt, sched = self.env, self.rt, self.sched
+        self._freed = None
         self._bound = bound = _before(sched.fold_deadline())
         if self.cpu > 0:
             yield rt.host_lane.run(self.cpu)
@@ -323,7 +325,6 @@ class DecodeFolder:
         self.beside_cache_only += len(done) > 1
         rt.fluid.expect(self._changes(plan, steps))
         timer = env.timeout(exact_delay(env.now, steps.taken[-1]))
-        self._freed = None
         while True:
             taken, t, got = yield from self._wait(plan, steps, timer, inbox, wake)
             if got is not True:
@@ -422,9 +423,10 @@ class DecodeFolder:
         timer = env.timeout(exact_delay(env.now, steps.taken[-1]))
         if self.cpu > 0:  # the driver's cpu yield for C', as unfolded (and run's)
             yield rt.host_lane.run(self.cpu)
+        self._freed = None
         if nplan.frees or nplan.releases:  # as its prepare would, first (run)
             rt.apply_frees(nplan)
-            self._freed = nplan  # started without them if it runs unfolded
+            self._freed = nplan  # started without them if it runs unfolded (_start)
         return nxt, steps, limit + 1, timer
 
     # -- internals --------------------------------------------------------------------
@@ -460,6 +462,8 @@ class DecodeFolder:
         return out
 
     def _start(self, plan: BatchPlan) -> None:
+        if plan is self._freed:  # a chained segment's C', its frees applied (_chain)
+            plan = replace(plan, frees=(), releases=())
         handle = self.rt.prepare_batch(plan)
         self.sched.prepared(handle)
         self.rt.execute_batch(handle)
@@ -646,8 +650,6 @@ class DecodeFolder:
         if self.cpu > 0 and t < prepared:
             yield self.env.timeout(exact_delay(t, prepared))  # the driver's cpu yield for nxt
         if nxt is not None:
-            if nxt is self._freed:  # a chained segment's C', its frees applied (_chain)
-                nxt = replace(nxt, frees=(), releases=())
             self._start(nxt)
 
     def _settle(self, plan: BatchPlan, steps: FoldedSteps, j: int, t: float,
