@@ -374,6 +374,9 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa:
     with the result of a scheduler step it took, which this loop goes on with."""
     sched, rt, folder = rep.scheduler, rep.runtime, rep.folder
     cpu = rt.profile.scheduler_step_s
+    # a fold may go on past a request's finish, ending it as this loop does (sim.fold
+    # _chain); not where each of this loop's wake-ups is observed
+    ended = (lambda rid: feed.ended(rid, env.now)) if observe is None else None
     ipc = rep.crossing or CrossingCost(rt.profile, False)
     own = not isinstance(rt, SimTenantRuntime)  # feed.wake's case: its own runtime
     kick = feed.kick
@@ -392,7 +395,7 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa:
             limit = folder.steps_allowed(step.plans) if folder is not None else 0
             if limit:
                 took = yield from folder.run(step.plans[0], limit, lambda: bool(feed.inbox[i]),
-                                             lambda: feed.wake(i, rt))
+                                             lambda: feed.wake(i, rt), ended)
                 if took is None:
                     folded = True
                     break

@@ -281,6 +281,14 @@ class FluidServer:
         self._expected, self._ei = times, 0
         self._marks = []
 
+    def expect_more(self, times: list[float]) -> None:
+        """A fold goes on past its last step (sim.fold chains a segment): ``times`` (all
+        >= the changes still expected, >= now) follow those, which are charged as before.
+        The change times recorded restart: :meth:`adopt` reads only those after a job's
+        start, which is now or later."""
+        self._expected, self._ei = self._expected[self._ei:] + times, 0
+        self._marks = []
+
     def unexpect(self, t: float) -> list[float]:
         """The fold ended at ``t``: forget the expected changes after it; return the
         change times recorded since :meth:`expect` (what :meth:`adopt` needs)."""

@@ -46,6 +46,20 @@ the fold goes on; else the runtime is brought to that time (below) and the drive
 on with the step's result. With L3 a backup's completion plans the store of its copy:
 the driver takes it (it would end the fold, and costs less there).
 
+A fold that ran to its limit (a request takes its last token in step j) may go on past
+the finish (:meth:`DecodeFolder._chain`): at step j's taken time the driver's step is
+taken as unfolded (step j + 1 prepared first, the finished request ended as the driver
+ends it); when it plans one decode plan C' that may fold (``steps_allowed``, nothing in
+flight that could change a step's speed) the fold goes on with a segment whose step 0
+is batch j + 1 (placed and handed to the scheduler as a fold's step, never prepared by
+the runtime nor executed: its compute job, its completion and the driver's wait for it
+folded), the driver's cpu yield for C' taken and C''s frees and releases applied after
+it, as ``run`` applies its plan's. Else batch j + 1 is prepared and executed then, as
+:meth:`DecodeFolder._materialize` would start it, and the driver goes on with the
+step's result. Trace 3,000 L1+L2+L3: 2,314 segments chained, processed events
+136,263 -> 122,407; multiturn at 40 rounds hardly chains (a finish there admits a
+waiting request: the next plan is a prefill).
+
 What could interrupt a fold: arrivals (with one replica a fold ends before the next one
 the feed knows, and one issued meanwhile, by a finish, interrupts it; with several, one
 routed to this replica interrupts it, and the router reads nothing a fold changes:
@@ -115,6 +129,9 @@ if TYPE_CHECKING:
 
 _BACKUP = TransferKind.BACKUP  # read per absorbed completion (hicache.runtime.interface._DECODE)
 MIN_STEPS = 2  # a shorter fold saves nothing
+# a fold that ran to its limit (a request's last token) goes on past the finish when the
+# next plan may fold too (DecodeFolder._chain; False: it ends there, the tests' twin)
+CHAIN = True
 # with L3, a fold beside a backup's copy kernel (DecodeFolder._copy_kernel) saves less (it
 # ends before the backup's completion, which plans a store, and its L3 jobs are charged
 # at its changes): one of 2 steps costs more than it saves (trace 3,000 L1+L2+L3:
@@ -246,6 +263,8 @@ class DecodeFolder:
         self.beside_copy = 0  # folds begun beside a backup's copy kernel (_copy_kernel)
         self._applied = 0  # completions the scheduler has taken in this fold (_advance)
         self.before_deadline = 0  # folds begun while the queue head's prefetch deadline ran
+        self.chained = 0  # segments a fold went on with past a finishing step (_chain)
+        self._freed: BatchPlan | None = None  # a chained segment's C', frees applied
 
     def steps_allowed(self, plans: tuple[BatchPlan, ...]) -> int:
         """How many steps a fold starting with ``plans`` may take (0: no fold now)."""
@@ -258,13 +277,17 @@ class DecodeFolder:
         return steps if steps >= MIN_STEPS else 0
 
     def run(self, plan: BatchPlan, limit: int, inbox: Callable[[], bool],
-            wake: Callable[[], simpy.Event]) -> Proc:
+            wake: Callable[[], simpy.Event], ended: Callable[[int], None] | None = None
+            ) -> Proc:
         """Driver-process body for a fold that starts with ``plan`` (at most ``limit``
         steps); returns None with the driver due at the top of its loop, or the result of
         a scheduler step it took at an interruption (:meth:`_absorb`), which the driver
         goes on with as if it had just stepped. ``inbox()``: arrivals wait; ``wake()``: an
-        event the next completion or routed arrival fires."""
+        event the next completion or routed arrival fires; ``ended(rid)``: the driver's
+        handling of a request that ended (given, a fold that ran to its limit may go on
+        past it: :meth:`_chain`)."""
         env, rt, sched = self.env, self.rt, self.sched
+        self._freed = None
         self._bound = bound = _before(sched.fold_deadline())
         if self.cpu > 0:
             yield rt.host_lane.run(self.cpu)
@@ -301,24 +324,110 @@ class DecodeFolder:
         self.beside_copy += rt.fluid.kinds.get("d2h", 0) > 0  # _quiet: its copy kernel
         self.beside_cache_only += len(done) > 1
         rt.fluid.expect(self._changes(plan, steps))
-        takens, last = steps.taken, steps.taken[-1]
-        timer = env.timeout(exact_delay(env.now, last))
+        timer = env.timeout(exact_delay(env.now, steps.taken[-1]))
         while True:
-            yield first_of(env, (timer, wake()))
+            taken, t, got = yield from self._wait(plan, steps, timer, inbox, wake)
+            if got is not True:
+                result = got
+            if t < steps.taken[-1]:
+                self.interrupted += 1
+            elif (ended is not None and CHAIN and len(steps) == limit and not inbox()
+                  and not rt._completions):
+                went = yield from self._chain(plan, steps, taken, t, inbox, ended)
+                if not isinstance(went, tuple):
+                    return went
+                plan, steps, limit, timer = went
+                continue
+            yield from self._materialize(plan, steps, taken, t)
+            return result if isinstance(result, StepResult) else None
+
+    def _wait(self, plan: BatchPlan, steps: FoldedSteps, timer: simpy.Event,
+              inbox: Callable[[], bool], wake: Callable[[], simpy.Event]
+              ) -> Generator[simpy.Event, Any, tuple[int, float, StepResult | bool]]:
+        """Wait for the fold's last step (``timer``), taking the transfer completions that
+        come meanwhile while the driver would wait idle (:meth:`_absorb`); returns (the
+        steps taken, the time, the last absorb's result: True when none ended it). An
+        arrival already in the inbox (one routed in a chained segment's cpu yield, which
+        nothing woke for) ends it at once."""
+        env = self.env
+        takens, last = steps.taken, steps.taken[-1]
+        result: StepResult | bool = True
+        while True:
+            if not inbox():
+                yield first_of(env, (timer, wake()))
             t = env.now
             taken = bisect.bisect_left(takens, t)  # how many < t: never decrease
             if t >= last or inbox() or taken + 1 >= len(takens):
-                break
+                return taken, t, result
             prepared = (takens[taken - 1] if taken else steps.start[0]) + self.cpu
             if not prepared <= t < steps.end[taken]:  # the driver busy, or j's completion due
-                break
+                return taken, t, result
             result = self._absorb(plan, taken)
             if result is not True:
-                break
-        if t < last:
-            self.interrupted += 1
-        yield from self._materialize(plan, steps, taken, t)
-        return result if isinstance(result, StepResult) else None
+                return taken, t, result
+
+    def _chain(self, plan: BatchPlan, steps: FoldedSteps, j: int, t: float,
+               inbox: Callable[[], bool], ended: Callable[[int], None]
+               ) -> Generator[simpy.Event, Any, Any]:
+        """The fold ran to its limit: a request takes its last token in step ``j``, whose
+        completion the driver takes now (``t``), with step j + 1's plan prepared. As the
+        unfolded driver: step j + 1's pages placed and its handle given (as its prepare
+        did), the completion taken in a scheduler step (the request ends: its releases
+        ride on the next plan, C'). If C' is the step's one plan, a fold of it may start
+        (``steps_allowed``) and nothing in flight could change a step's speed
+        (:meth:`_streams_quiet`), the fold goes on: a segment whose step 0 is batch j + 1
+        running from now (never prepared by the runtime nor executed) and C' prepared
+        after the driver's cpu yield (taken here, C''s frees applied after it, as ``run``
+        applies its plan's); returns (step j + 1's plan, the segment's steps, its limit,
+        its timer). Else batch j + 1 is prepared (no page placed again) and executed now,
+        as :meth:`_materialize` starts a plan after an absorbed step, and the driver goes
+        on with the step's result (None: no token left, nothing to execute)."""
+        rt, sched, env = self.rt, self.sched, self.env
+        nxt = self._settle(plan, steps, j, t, [])
+        if nxt is None:
+            rt.fluid.unexpect(t)
+            return None
+        self._place_pages(nxt, 1)  # step j + 1's rows: plan's, less the finished ones
+        sched.prepared(self._handle(nxt))
+        result = sched.step(t, (), rt.poll())  # the driver's, at the top of its loop
+        plans = result.plans
+        limit = self.steps_allowed(plans) if plans and not inbox() else 0
+        bid = nxt.batch_id
+        if limit:
+            nplan = plans[0]
+            bound = _before(sched.fold_deadline())
+            if not (nplan.batch_id == bid + 1 and t + self.cpu < bound
+                    and len(sched.plans.inflight) == 2 and not rt._prepared
+                    and not rt._completions and rt.streams["compute"].idle()
+                    and self._streams_quiet()):
+                limit = 0
+        if not limit:  # as _materialize: step j + 1 runs now; the driver takes the rest
+            rt.fluid.unexpect(t)
+            self._start(nxt)
+            return result
+        for rid in result.ended:  # as the driver does with a step's result
+            ended(rid)
+        self._bound = bound
+        steps = self._schedule(nxt, limit + 1)  # step 0: batch j + 1, started now
+        kernel = self._backup_blocks and rt.fluid.kinds.get("d2h", 0)
+        if len(steps) < 1 + (MIN_STEPS_BESIDE_COPY_L3 if kernel else MIN_STEPS):
+            rt.fluid.unexpect(t)
+            self._start(nxt)
+            return StepResult(plans) if result.ended else result  # ended: told above
+        self._applied = 1  # the scheduler took batch j's completion: step 0's C - 1
+        self.chained += 1
+        self.beside_l3 += rt.fluid.kinds.get("l3", 0) > 0
+        self.before_deadline += bound < math.inf
+        self.beside_copy += rt.fluid.kinds.get("d2h", 0) > 0
+        rt.fluid.expect_more(self._changes(nxt, steps))
+        timer = env.timeout(exact_delay(env.now, steps.taken[-1]))
+        if self.cpu > 0:  # the driver's cpu yield for C', as unfolded (and run's)
+            yield rt.host_lane.run(self.cpu)
+        self._freed = None
+        if nplan.frees or nplan.releases:  # as its prepare would, first (run)
+            rt.apply_frees(nplan)
+            self._freed = nplan  # started without them if it runs unfolded (_start)
+        return nxt, steps, limit + 1, timer
 
     # -- internals --------------------------------------------------------------------
     def _changes(self, plan: BatchPlan, steps: FoldedSteps) -> list[float]:
@@ -353,6 +462,8 @@ class DecodeFolder:
         return out
 
     def _start(self, plan: BatchPlan) -> None:
+        if plan is self._freed:  # a chained segment's C', its frees applied (_chain)
+            plan = replace(plan, frees=(), releases=())
         handle = self.rt.prepare_batch(plan)
         self.sched.prepared(handle)
         self.rt.execute_batch(handle)
@@ -373,6 +484,12 @@ class DecodeFolder:
             if (not isinstance(c, BatchCompletion) or c.finished or c.batch_id not in inflight
                     or c.batch_id == plan.batch_id):
                 return False
+        return self._streams_quiet()
+
+    def _streams_quiet(self) -> bool:
+        """Nothing that runs on (or will start on) this GPU can change the speed of its
+        compute (:meth:`_quiet`, less the completions)."""
+        rt = self.rt
         if rt.writeback.policy.chunked and not rt.streams["d2h"].idle():
             return False  # its chunks ask the policy, which must have seen every step
         # L3 transfers may run on: they change no compute rate, and the fluid server
@@ -527,9 +644,21 @@ class DecodeFolder:
         """The unfolded state at ``t``, when the driver has taken the completions of steps
         0..j-1: step j's batch runs (or has just completed), the plan after it is prepared
         once the driver's cpu yield for it ends."""
-        sched, rt, env = self.sched, self.rt, self.env
+        marks = self.rt.fluid.unexpect(t)  # the steps after t run as real ops, if at all
+        nxt = self._settle(plan, steps, j, t, marks)
+        prepared = (steps.taken[j - 1] if j else steps.start[0]) + self.cpu
+        if self.cpu > 0 and t < prepared:
+            yield self.env.timeout(exact_delay(t, prepared))  # the driver's cpu yield for nxt
+        if nxt is not None:
+            self._start(nxt)
+
+    def _settle(self, plan: BatchPlan, steps: FoldedSteps, j: int, t: float,
+                marks: list[float]) -> BatchPlan | None:
+        """:meth:`_materialize` but the driver's cpu yield and the next plan's start:
+        scheduler and runtime as unfolded at ``t`` (step j running, or completed now);
+        returns the plan after step j's (None: no token left)."""
+        sched, rt = self.sched, self.rt
         step = steps[j]
-        marks = rt.fluid.unexpect(t)  # the steps after t run as real ops, if at all
         arrived = self._take_completions()  # those that interrupted the fold: after
         # step j's own (the runtime's queue, not a poll: the driver polls once it is back)
         self._place_pages(plan, j + 1)  # none after those an absorbed completion placed
@@ -550,11 +679,7 @@ class DecodeFolder:
             rt.complete(c)
         self.folds += 1
         self.folded_steps += j + 1
-        prepared = (steps.taken[j - 1] if j else steps.start[0]) + self.cpu
-        if self.cpu > 0 and t < prepared:
-            yield env.timeout(exact_delay(t, prepared))  # the driver's cpu yield for nxt
-        if nxt is not None:
-            self._start(nxt)
+        return nxt
 
     def _resumed_op(self, step: FoldedStep, bid: int, requests: int,
                     finished: tuple[int, ...], t: float, marks: list[float]) -> Proc:
