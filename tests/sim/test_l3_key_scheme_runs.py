@@ -101,23 +101,30 @@ def test_chain_ids_simulate_the_same_run_as_chain64(policy: str, monkeypatch) ->
     """A run keys chain64 pages by one ChainIds (sim.driver.CHAIN_IDS): twin runs with and
     without them, the store evicting, give the same results; with them the store's keys
     are the run's dense ids."""
-    import sim.driver
-
     sets = _small_l3(["workload.max_requests=300", "cache.device_tokens=60000",
                       f"cache.hicache_write_policy={policy}"], 1e11)
-    runs, keys = {}, {}
+    keys = {on: (made is not None, all(0 <= k < len(made) for k in store.keys)
+                 if made is not None else None)
+            for on, (store, made) in _twin_stores(monkeypatch, "CHAIN_IDS",
+                                                  "mooncake_trace.yaml", sets).items()}
+    assert keys == {False: (False, None), True: (True, True)}
+
+
+def _twin_stores(monkeypatch, flag: str, yaml: str, sets: list[str]) -> dict:
+    """Run ``yaml`` with ``sim.driver.<flag>`` off and on; the results must be the same
+    and the store must evict and hit; each run's store and chain ids, by the flag."""
+    import sim.driver
+
+    runs, stores = {}, {}
     for on in (False, True):
-        monkeypatch.setattr(sim.driver, "CHAIN_IDS", on)
-        res = simulate(_scenario("mooncake_trace.yaml", sets, "chain64"), name="x",
-                       progress=False)
+        monkeypatch.setattr(sim.driver, flag, on)
+        res = simulate(_scenario(yaml, sets, "chain64"), name="x", progress=False)
         runs[on] = _outcome(res)
         store = res.replicas[0].runtime.l3_client.store
         assert store.evictions > 0 and sum(r["l3_hit"] for r in res.records) > 0
-        made = res.replicas[0].scheduler.kv.chain_ids
-        keys[on] = (made is not None, all(0 <= k < len(made) for k in store.keys)
-                    if made is not None else None)
+        stores[on] = (store, res.replicas[0].scheduler.kv.chain_ids)
     assert runs[True] == runs[False]
-    assert keys == {False: (False, None), True: (True, True)}
+    return stores
 
 
 @pytest.mark.parametrize("policy", ["write_through", "write_back"])
@@ -127,23 +134,12 @@ def test_chain_ids_of_conversations_simulate_the_same_run_as_sha256(policy: str,
     CHAIN_IDS_BYTES): twin runs with them and with their SHA-256 chains, the store
     evicting, give the same results; with them the store's keys are the run's dense ids,
     without them hex SHA-256 keys."""
-    import sim.driver
-
     sets = _small_l3(["workload.num_clients=16", "workload.num_rounds=6",
                       "run.layerwise=true", "cache.device_tokens=20000",
                       "cache.hicache_ratio=1.5", f"cache.hicache_write_policy={policy}"], 3e9)
-    runs, keys = {}, {}
-    for on in (False, True):
-        monkeypatch.setattr(sim.driver, "CHAIN_IDS_BYTES", on)
-        res = simulate(_scenario("multiturn_tiers.yaml", sets, "chain64"), name="x",
-                       progress=False)
-        runs[on] = _outcome(res)
-        store = res.replicas[0].runtime.l3_client.store
-        assert store.evictions > 0 and sum(r["l3_hit"] for r in res.records) > 0
-        made = res.replicas[0].scheduler.kv.chain_ids
-        assert made is not None
-        keys[on] = {type(k) for k in store.keys}
-        if on:
-            assert all(0 <= k < len(made) for k in store.keys)
-    assert runs[True] == runs[False]
-    assert keys == {False: {str}, True: {int}}
+    stores = _twin_stores(monkeypatch, "CHAIN_IDS_BYTES", "multiturn_tiers.yaml", sets)
+    assert all(made is not None for _, made in stores.values())
+    assert {on: {type(k) for k in store.keys} for on, (store, _) in stores.items()} == {
+        False: {str}, True: {int}}
+    store, made = stores[True]
+    assert all(0 <= k < len(made) for k in store.keys)
