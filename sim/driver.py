@@ -378,8 +378,6 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa:
     # _chain); not where each of this loop's wake-ups is observed
     ended = (lambda rid: feed.ended(rid, env.now)) if observe is None else None
     ipc = rep.crossing or CrossingCost(rt.profile, False)
-    own = not isinstance(rt, SimTenantRuntime)  # feed.wake's case: its own runtime
-    kick = feed.kick
     while True:
         if ipc.process:  # the poll that brings the completions crosses too
             yield rt.host_lane.run(ipc.wakeup())
@@ -417,12 +415,8 @@ def _replica(env: simpy.Environment, i: int, rep: Replica, feed: _Feed,  # noqa:
             observe(i, rep)
         if folded or feed.inbox[i]:
             continue
-        if own:  # feed.wake(i, rt), in line: its runtime's completion event
-            wake = kick[i] = rt.completion_event()
-        else:
-            wake = feed.wake(i, rt)
-        if sched.times_out:  # else no prefetch has a deadline (next_deadline: None)
-            deadline = sched.next_deadline(env._now)
-            if deadline is not None:
-                wake = first_of(env, (wake, env.timeout(deadline - env._now)))
+        wake = feed.wake(i, rt)
+        deadline = sched.next_deadline(env._now)
+        if deadline is not None:
+            wake = first_of(env, (wake, env.timeout(deadline - env._now)))
         yield wake

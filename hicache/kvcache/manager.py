@@ -57,7 +57,6 @@ _FULL, _DEVICE, _HOST = Kind.FULL, Tier.DEVICE, Tier.HOST  # hot: Enum reads (AR
 _BACKUP, _STORE = TransferKind.BACKUP, TransferKind.STORE
 MAKE_ROOM_ROUNDS = 4
 _ORDER = {Kind.FULL: 0, Kind.SWA: 1, Kind.MAMBA: 2}  # a backup's copies, FULL first
-_L1_FULL = (_DEVICE, _FULL)  # the residency's key of the L1 FULL pages it holds
 
 
 @slot_init
@@ -202,15 +201,9 @@ class KVCacheManager:
         return free >= pages
 
     def shrink(self) -> None:
-        """Evict what a shared pool's limit no longer covers (nothing if within it).
-        Without a shared pool the limit is ``device_total``: the budget's sum, in line
-        (every step calls this)."""
-        b = self.budget
-        if b.share is None:  # tree.held_pages(Tier.DEVICE), in line
-            if (self.tree.residency.held.get(_L1_FULL, 0) + b.own + b.loads_pending
-                    <= b.device_total):
-                return
-        elif b.device_free() >= 0:
+        """Evict what a shared pool's limit no longer covers (nothing if within it:
+        :meth:`PageBudget.device_free`, without a shared pool a sum in line)."""
+        if self.budget.device_free() >= 0:
             return
         self.make_room(_DEVICE, 0)
 

@@ -29,7 +29,6 @@ from hicache.kvcache.manager import KVCacheManager
 from hicache.kvcache.plans import PlanBuilder
 from hicache.kvcache.prefetch import PREFETCH_SHARE, L3Prefetcher
 from hicache.kvcache.state import RequestState, Status
-from hicache.runtime.handles import Tier
 from hicache.runtime.interface import (
     BatchCompletion,
     BatchPlan,
@@ -63,7 +62,6 @@ class SchedulerConfig:
 
 _DECODE, _PREFILL = Phase.DECODE, Phase.PREFILL  # hot: Enum reads (ARCHITECTURE.md)
 _FULL, _PREFETCH = Kind.FULL, TransferKind.PREFETCH
-_L1_FULL = (Tier.DEVICE, _FULL)  # the residency's key of the L1 FULL pages it holds
 _PREFETCHING, _DONE = Status.PREFETCHING, Status.DONE
 
 # scenario keys of the ``scheduler:`` section (the rest of SchedulerConfig is derived)
@@ -152,13 +150,7 @@ class Scheduler:
             elif not self.kv.on_transfer(c) and c.kind is _PREFETCH:
                 assert self.l3 is not None, "a prefetch completed without an L3"
                 self.l3.done(c)
-        # a pool shared with other schedulers may want pages back (shrink's own test, in
-        # line: most steps, with a pool of its own, have nothing to give back)
-        kv = self.kv
-        b = kv.budget
-        if b.share is not None or (kv.tree.residency.held.get(_L1_FULL, 0) + b.own
-                                   + b.loads_pending > b.device_total):
-            kv.shrink()
+        self.kv.shrink()  # a pool shared with other schedulers may want pages back
         self._admit(now)
         plans = []
         if self.plans.computing < (2 if self.cfg.overlap else 1):  # compute_inflight()
@@ -216,7 +208,7 @@ class Scheduler:
     def next_deadline(self, now: float) -> float | None:
         """When a waiting request's prefetch timeout expires (so a driver can wake up)."""
         l3 = self.l3  # no timeout policy: no deadline (L3Prefetcher.next_deadline's test)
-        return l3.next_deadline(self.waiting, now) if l3 is not None and l3.times_out else None
+        return l3.next_deadline(self.waiting, now) if self.times_out and l3 is not None else None
 
     # -- steady decode (a simulator may advance several steps at once) ------------------
     def steady_decode(self, plan: BatchPlan) -> int:
