@@ -313,15 +313,11 @@ class DecodeFolder:
                 break
         steps = (self._schedule(plan, limit)
                  if result is False and not inbox() and self._quiet(plan) else _NO_STEPS)
-        need = (MIN_STEPS_BESIDE_COPY_L3 if self._backup_blocks and rt.fluid.kinds.get("d2h", 0)
-                else MIN_STEPS)
-        if len(steps) < need:  # no fold: C runs as unfolded, prepared a bit later
+        if len(steps) < self._min_steps():  # no fold: C runs as unfolded, prepared later
             self._start(replace(plan, frees=(), releases=()) if freed else plan)
             return result if isinstance(result, StepResult) else None
         done = self._take_completions()  # batch C - 1's (first step), cache-only plans'
-        self.beside_l3 += rt.fluid.kinds.get("l3", 0) > 0
-        self.before_deadline += self._bound < math.inf
-        self.beside_copy += rt.fluid.kinds.get("d2h", 0) > 0  # _quiet: its copy kernel
+        self._count_beside()
         self.beside_cache_only += len(done) > 1
         rt.fluid.expect(self._changes(plan, steps))
         timer = env.timeout(exact_delay(env.now, steps.taken[-1]))
@@ -409,16 +405,13 @@ class DecodeFolder:
             ended(rid)
         self._bound = bound
         steps = self._schedule(nxt, limit + 1)  # step 0: batch j + 1, started now
-        kernel = self._backup_blocks and rt.fluid.kinds.get("d2h", 0)
-        if len(steps) < 1 + (MIN_STEPS_BESIDE_COPY_L3 if kernel else MIN_STEPS):
+        if len(steps) < 1 + self._min_steps():
             rt.fluid.unexpect(t)
             self._start(nxt)
             return StepResult(plans) if result.ended else result  # ended: told above
         self._applied = 1  # the scheduler took batch j's completion: step 0's C - 1
         self.chained += 1
-        self.beside_l3 += rt.fluid.kinds.get("l3", 0) > 0
-        self.before_deadline += bound < math.inf
-        self.beside_copy += rt.fluid.kinds.get("d2h", 0) > 0
+        self._count_beside()
         rt.fluid.expect_more(self._changes(nxt, steps))
         timer = env.timeout(exact_delay(env.now, steps.taken[-1]))
         if self.cpu > 0:  # the driver's cpu yield for C', as unfolded (and run's)
@@ -485,6 +478,20 @@ class DecodeFolder:
                     or c.batch_id == plan.batch_id):
                 return False
         return self._streams_quiet()
+
+    def _min_steps(self) -> int:
+        """The fewest steps a fold takes (a chained segment: past its step 0): more with
+        L3 beside a backup's kernel on d2h (``_quiet``), whose finish ends it."""
+        blocked = self._backup_blocks and self.rt.fluid.kinds.get("d2h", 0)
+        return MIN_STEPS_BESIDE_COPY_L3 if blocked else MIN_STEPS
+
+    def _count_beside(self) -> None:
+        """Count what a fold (or a chained segment) begins beside: L3 transfers, a
+        prefetch deadline bounding it, a copy kernel on d2h."""
+        kinds = self.rt.fluid.kinds
+        self.beside_l3 += kinds.get("l3", 0) > 0
+        self.before_deadline += self._bound < math.inf
+        self.beside_copy += kinds.get("d2h", 0) > 0
 
     def _streams_quiet(self) -> bool:
         """Nothing that runs on (or will start on) this GPU can change the speed of its
